@@ -1,0 +1,73 @@
+# Helpers for Tandem targets: one function per target kind, so every target gets the same
+# warning policy, include root and sanitizer flags.
+#
+#   tandem_library(NAME <name> SRCS <files...> [DEPS <targets...>] [PURE])
+#       PURE marks a `*_core`-style target of pure logic: it may depend only on the standard
+#       library, abseil and other PURE Tandem targets (checked at configure time).
+#   tandem_executable(NAME <name> SRCS <files...> [DEPS <targets...>])
+#   tandem_test(NAME <name> SRCS <files...> [DEPS <targets...>] LABELS <labels...>
+#               [TIMEOUT <seconds>] [ARGS <args...>])
+
+set(TANDEM_WARNINGS -Wall -Wextra -Werror -Wno-missing-field-initializers)
+
+if(TANDEM_SANITIZE)
+  set(_san -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_compile_options(${_san})
+  add_link_options(${_san})
+endif()
+if(TANDEM_NATIVE)
+  add_compile_options(-march=native)
+endif()
+
+function(_tandem_common target)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${TANDEM_WARNINGS}>)
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
+endfunction()
+
+function(tandem_library)
+  cmake_parse_arguments(ARG "PURE" "NAME" "SRCS;DEPS" ${ARGN})
+  add_library(${ARG_NAME} STATIC ${ARG_SRCS})
+  _tandem_common(${ARG_NAME})
+  target_link_libraries(${ARG_NAME} PUBLIC ${ARG_DEPS})
+  if(ARG_PURE)
+    set_target_properties(${ARG_NAME} PROPERTIES TANDEM_PURE ON)
+    foreach(dep IN LISTS ARG_DEPS)
+      if(dep MATCHES "^absl::" OR dep STREQUAL "Threads::Threads")
+        continue()
+      endif()
+      if(NOT TARGET ${dep})
+        message(FATAL_ERROR "${ARG_NAME} is PURE but depends on unknown target ${dep}")
+      endif()
+      get_target_property(dep_pure ${dep} TANDEM_PURE)
+      if(NOT dep_pure)
+        message(FATAL_ERROR "${ARG_NAME} is PURE (std + abseil only) but depends on ${dep}")
+      endif()
+    endforeach()
+  endif()
+endfunction()
+
+function(tandem_executable)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  _tandem_common(${ARG_NAME})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS})
+endfunction()
+
+function(tandem_test)
+  cmake_parse_arguments(ARG "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS;ARGS" ${ARGN})
+  if(NOT ARG_LABELS)
+    message(FATAL_ERROR "tandem_test(${ARG_NAME}) needs LABELS (unit, integration, e2e, cuda, model)")
+  endif()
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  _tandem_common(${ARG_NAME})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  add_test(NAME ${ARG_NAME} COMMAND ${ARG_NAME} ${ARG_ARGS})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  set_tests_properties(${ARG_NAME} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
+  # A test that needs the real model reads its path from TANDEM_MODEL (deploy/test.sh sets it).
+  if("model" IN_LIST ARG_LABELS)
+    set_tests_properties(${ARG_NAME} PROPERTIES SKIP_RETURN_CODE 77)
+  endif()
+endfunction()

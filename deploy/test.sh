@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Builds Tandem and runs its test suite (README command two; .ci/run calls exactly this).
+#
+#   deploy/test.sh                 install missing packages, fetch the model, build, run ctest
+#   deploy/test.sh --sanitize      the same in build-asan/ with ASan + UBSan (CUDA off)
+#   deploy/test.sh --no-model      skip the real model: `model`-labelled tests are excluded
+#   deploy/test.sh -- ARGS...      extra arguments for ctest (e.g. -- -L unit, -- -R planner)
+#
+# Idempotent: re-running reuses the installed packages, the cached model and the build tree.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sanitize=0
+with_model=1
+ctest_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sanitize) sanitize=1 ;;
+    --no-model) with_model=0 ;;
+    --) shift; ctest_args=("$@"); break ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+bash deploy/install-deps.sh
+
+if [ "$with_model" -eq 1 ]; then
+  TANDEM_MODEL=$(bash deploy/fetch-model.sh | tail -n 1)
+  export TANDEM_MODEL
+else
+  ctest_args=(-LE model "${ctest_args[@]}")
+fi
+
+build=build
+cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+if [ "$sanitize" -eq 1 ]; then
+  build=build-asan
+  cmake_args+=(-DTANDEM_SANITIZE=ON -DTANDEM_CUDA=OFF)
+  # UCX's malloc/mmap hooks fight ASan's interceptors; Tandem does not need them (pools are
+  # allocated through UCX itself).
+  export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+fi
+
+echo "test.sh: configuring $build/"
+cmake -S . -B "$build" "${cmake_args[@]}" >"$build.configure.log" 2>&1 || {
+  cat "$build.configure.log"; exit 1; }
+echo "test.sh: building (2 jobs)"
+cmake --build "$build" -j 2
+echo "test.sh: running tests"
+ctest --test-dir "$build" -j 2 --output-on-failure --timeout 900 "${ctest_args[@]}"
