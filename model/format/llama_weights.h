@@ -1,0 +1,77 @@
+// A Llama-family model in memory: configuration plus f32 weights, dequantised at load.
+//
+// Conventions (what the forward pass relies on):
+//   * Matrices are row-major [out_features][in_features] (GGUF ne0 = in_features; HF `weight`).
+//     So q = x · wq^T with wq of shape [num_q_heads·head_dim][hidden].
+//   * Q/K rows are in the file's own RoPE convention, recorded in `rope_style`: GGUF llama files
+//     are written for adjacent-pair rotation, HF checkpoints for rotate-half. No permutation is
+//     applied at load.
+//   * Optional tensors (QKV biases, separate output matrix) are empty when absent.
+//
+// Immutable after load; safe to share between threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+enum class RopeStyle : uint8_t {
+  kAdjacentPairs,  // rotate (x[2i], x[2i+1]) — GGUF llama, ggml "normal" mode
+  kRotateHalf,     // rotate (x[i], x[i + d/2]) — HF transformers, ggml "neox" mode
+};
+
+struct LlamaConfig {
+  std::string name;           // e.g. general.name, or the directory name for HF checkpoints
+  std::string architecture;   // "llama"
+  int32_t vocab_size = 0;
+  int32_t hidden_size = 0;
+  int32_t intermediate_size = 0;
+  int32_t num_layers = 0;
+  int32_t num_q_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t max_context = 0;    // context length the model was trained for
+  float rope_theta = 10000.f;
+  float rms_norm_eps = 1e-5f;
+  RopeStyle rope_style = RopeStyle::kAdjacentPairs;
+  bool tied_embeddings = false;  // LM head = token embedding
+  bool has_qkv_bias = false;
+};
+
+// A dense f32 tensor. shape is outermost first: a matrix [out][in] has shape {out, in}.
+struct Tensor {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+
+  bool empty() const { return data.empty(); }
+  int64_t dim(int i) const { return shape[i]; }
+  int64_t numel() const { return static_cast<int64_t>(data.size()); }
+};
+
+struct LlamaLayerWeights {
+  Tensor attn_norm;  // [hidden]
+  Tensor wq;         // [num_q_heads·head_dim][hidden]
+  Tensor wk;         // [num_kv_heads·head_dim][hidden]
+  Tensor wv;         // [num_kv_heads·head_dim][hidden]
+  Tensor bq, bk, bv; // [rows of wq/wk/wv] or empty
+  Tensor wo;         // [hidden][num_q_heads·head_dim]
+  Tensor ffn_norm;   // [hidden]
+  Tensor w_gate;     // [intermediate][hidden]
+  Tensor w_up;       // [intermediate][hidden]
+  Tensor w_down;     // [hidden][intermediate]
+};
+
+struct LlamaWeights {
+  LlamaConfig config;
+  Tensor token_embedding;  // [vocab][hidden]
+  Tensor output_norm;      // [hidden]
+  Tensor output;           // [vocab][hidden], empty when config.tied_embeddings
+  std::vector<LlamaLayerWeights> layers;
+
+  const Tensor& lm_head() const { return config.tied_embeddings ? token_embedding : output; }
+};
+
+}  // namespace tandem
