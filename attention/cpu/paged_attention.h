@@ -20,27 +20,9 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "attention/dcp_layout.h"
-#include "attention/pool_layout.h"
+#include "attention/attention_args.h"
 
 namespace tandem {
-
-// One rank's pool. `base` points at block 0; the pool holds `num_blocks` blocks.
-struct KvPoolView {
-  void* base = nullptr;
-  int64_t num_blocks = 0;
-  PoolGeometry geometry;
-};
-
-// The query rows of one attention call.
-struct AttentionRows {
-  int64_t num_rows = 0;
-  const int32_t* request = nullptr;   // [num_rows] index into `tables`
-  const int64_t* position = nullptr;  // [num_rows] global position of the row's token
-  BlockTablesView tables;
-  DcpGeometry dcp;                    // the group's placement (B must equal geometry.block_size)
-  int32_t dcp_rank = 0;
-};
 
 // Checks shapes, indices and that every row's block table covers its position and that block
 // ids are inside the pool; INVALID_ARGUMENT naming the first problem otherwise. The kernel
