@@ -24,8 +24,8 @@ enum class RopeStyle : uint8_t {
 };
 
 struct LlamaConfig {
-  std::string name;           // e.g. general.name, or the directory name for HF checkpoints
-  std::string architecture;   // "llama"
+  std::string name;          // e.g. general.name, or the directory name for HF checkpoints
+  std::string architecture;  // "llama"
   int32_t vocab_size = 0;
   int32_t hidden_size = 0;
   int32_t intermediate_size = 0;
@@ -33,7 +33,7 @@ struct LlamaConfig {
   int32_t num_q_heads = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
-  int32_t max_context = 0;    // context length the model was trained for
+  int32_t max_context = 0;  // context length the model was trained for
   float rope_theta = 10000.f;
   float rms_norm_eps = 1e-5f;
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
@@ -52,16 +52,16 @@ struct Tensor {
 };
 
 struct LlamaLayerWeights {
-  Tensor attn_norm;  // [hidden]
-  Tensor wq;         // [num_q_heads·head_dim][hidden]
-  Tensor wk;         // [num_kv_heads·head_dim][hidden]
-  Tensor wv;         // [num_kv_heads·head_dim][hidden]
-  Tensor bq, bk, bv; // [rows of wq/wk/wv] or empty
-  Tensor wo;         // [hidden][num_q_heads·head_dim]
-  Tensor ffn_norm;   // [hidden]
-  Tensor w_gate;     // [intermediate][hidden]
-  Tensor w_up;       // [intermediate][hidden]
-  Tensor w_down;     // [hidden][intermediate]
+  Tensor attn_norm;   // [hidden]
+  Tensor wq;          // [num_q_heads·head_dim][hidden]
+  Tensor wk;          // [num_kv_heads·head_dim][hidden]
+  Tensor wv;          // [num_kv_heads·head_dim][hidden]
+  Tensor bq, bk, bv;  // [rows of wq/wk/wv] or empty
+  Tensor wo;          // [hidden][num_q_heads·head_dim]
+  Tensor ffn_norm;    // [hidden]
+  Tensor w_gate;      // [intermediate][hidden]
+  Tensor w_up;        // [intermediate][hidden]
+  Tensor w_down;      // [hidden][intermediate]
 };
 
 struct LlamaWeights {

@@ -1,0 +1,77 @@
+#include "model/format/ggml_types.h"
+
+#include <array>
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+namespace {
+
+// Block geometry from the GGML format definitions (ggml-common.h block structs).
+constexpr std::array<GgmlTypeInfo, 31> kTypes = {{
+    {GgmlType::kF32, "F32", 1, 4, true},
+    {GgmlType::kF16, "F16", 1, 2, true},
+    {GgmlType::kQ4_0, "Q4_0", 32, 18, true},
+    {GgmlType::kQ4_1, "Q4_1", 32, 20, true},
+    {GgmlType::kQ5_0, "Q5_0", 32, 22, false},
+    {GgmlType::kQ5_1, "Q5_1", 32, 24, false},
+    {GgmlType::kQ8_0, "Q8_0", 32, 34, true},
+    {GgmlType::kQ8_1, "Q8_1", 32, 40, false},
+    {GgmlType::kQ2_K, "Q2_K", 256, 84, false},
+    {GgmlType::kQ3_K, "Q3_K", 256, 110, false},
+    {GgmlType::kQ4_K, "Q4_K", 256, 144, true},
+    {GgmlType::kQ5_K, "Q5_K", 256, 176, false},
+    {GgmlType::kQ6_K, "Q6_K", 256, 210, true},
+    {GgmlType::kQ8_K, "Q8_K", 256, 292, false},
+    {GgmlType::kIQ2_XXS, "IQ2_XXS", 256, 66, false},
+    {GgmlType::kIQ2_XS, "IQ2_XS", 256, 74, false},
+    {GgmlType::kIQ3_XXS, "IQ3_XXS", 256, 98, false},
+    {GgmlType::kIQ1_S, "IQ1_S", 256, 50, false},
+    {GgmlType::kIQ4_NL, "IQ4_NL", 32, 18, false},
+    {GgmlType::kIQ3_S, "IQ3_S", 256, 110, false},
+    {GgmlType::kIQ2_S, "IQ2_S", 256, 82, false},
+    {GgmlType::kIQ4_XS, "IQ4_XS", 256, 136, false},
+    {GgmlType::kI8, "I8", 1, 1, false},
+    {GgmlType::kI16, "I16", 1, 2, false},
+    {GgmlType::kI32, "I32", 1, 4, false},
+    {GgmlType::kI64, "I64", 1, 8, false},
+    {GgmlType::kF64, "F64", 1, 8, false},
+    {GgmlType::kIQ1_M, "IQ1_M", 256, 56, false},
+    {GgmlType::kBF16, "BF16", 1, 2, true},
+    {GgmlType::kTQ1_0, "TQ1_0", 256, 54, false},
+    {GgmlType::kTQ2_0, "TQ2_0", 256, 66, false},
+}};
+
+}  // namespace
+
+const GgmlTypeInfo* FindGgmlType(uint32_t id) {
+  for (const GgmlTypeInfo& info : kTypes) {
+    if (static_cast<uint32_t>(info.type) == id) return &info;
+  }
+  return nullptr;
+}
+
+const GgmlTypeInfo& GgmlTypeTraits(GgmlType type) {
+  return *FindGgmlType(static_cast<uint32_t>(type));
+}
+
+absl::string_view GgmlTypeName(GgmlType type) { return GgmlTypeTraits(type).name; }
+
+absl::StatusOr<int64_t> GgmlByteSize(GgmlType type, int64_t numel) {
+  const GgmlTypeInfo& info = GgmlTypeTraits(type);
+  if (numel < 0 || numel % info.block_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(numel, " elements of type ", info.name,
+                                                   " are not a whole number of ", info.block_size,
+                                                   "-element blocks"));
+  }
+  const int64_t blocks = numel / info.block_size;
+  if (blocks > std::numeric_limits<int64_t>::max() / info.block_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(numel, " elements of type ", info.name, " overflow a 64-bit byte size"));
+  }
+  return blocks * info.block_bytes;
+}
+
+}  // namespace tandem

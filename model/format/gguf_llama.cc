@@ -1,0 +1,141 @@
+#include "model/format/gguf_llama.h"
+
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "model/format/llama_tensor_plan.h"
+#include "model/format/parallel_dequant.h"
+
+namespace tandem {
+namespace {
+
+absl::StatusOr<int32_t> GetInt32(const GgufFile& f, const std::string& key) {
+  TANDEM_ASSIGN_OR_RETURN(const int64_t v, f.GetInt(key));
+  if (v <= 0 || v > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.path(), ": metadata key '", key, "' is ", v, " (must be in [1, 2^31))"));
+  }
+  return static_cast<int32_t>(v);
+}
+
+absl::StatusOr<int32_t> GetInt32Or(const GgufFile& f, const std::string& key, int32_t fallback) {
+  return f.Has(key) ? GetInt32(f, key) : fallback;
+}
+
+absl::StatusOr<float> GetFloatOr(const GgufFile& f, const std::string& key, float fallback) {
+  if (!f.Has(key)) return fallback;
+  TANDEM_ASSIGN_OR_RETURN(const double v, f.GetFloat(key));
+  return static_cast<float>(v);
+}
+
+}  // namespace
+
+absl::StatusOr<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
+  LlamaConfig c;
+  TANDEM_ASSIGN_OR_RETURN(const absl::string_view arch, f.GetString("general.architecture"));
+  if (arch != "llama") {
+    return absl::UnimplementedError(
+        absl::StrCat(f.path(), ": architecture '", arch, "' is not supported (only 'llama')"));
+  }
+  c.architecture = std::string(arch);
+  if (f.Has("general.name")) {
+    TANDEM_ASSIGN_OR_RETURN(const absl::string_view name, f.GetString("general.name"));
+    c.name = std::string(name);
+  }
+  const std::string p = "llama.";
+  TANDEM_ASSIGN_OR_RETURN(c.num_layers, GetInt32(f, p + "block_count"));
+  TANDEM_ASSIGN_OR_RETURN(c.num_q_heads, GetInt32(f, p + "attention.head_count"));
+  TANDEM_ASSIGN_OR_RETURN(c.num_kv_heads,
+                          GetInt32Or(f, p + "attention.head_count_kv", c.num_q_heads));
+  TANDEM_ASSIGN_OR_RETURN(c.hidden_size, GetInt32(f, p + "embedding_length"));
+  TANDEM_ASSIGN_OR_RETURN(c.intermediate_size, GetInt32(f, p + "feed_forward_length"));
+  TANDEM_ASSIGN_OR_RETURN(c.max_context, GetInt32(f, p + "context_length"));
+  TANDEM_ASSIGN_OR_RETURN(c.rope_theta, GetFloatOr(f, p + "rope.freq_base", 10000.f));
+  TANDEM_ASSIGN_OR_RETURN(c.rms_norm_eps,
+                          GetFloatOr(f, p + "attention.layer_norm_rms_epsilon", 1e-5f));
+  if (!f.Has(p + "attention.key_length") && c.hidden_size % c.num_q_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": embedding_length ", c.hidden_size, " is not a multiple of head_count ",
+        c.num_q_heads, " and attention.key_length is absent"));
+  }
+  TANDEM_ASSIGN_OR_RETURN(c.head_dim,
+                          GetInt32Or(f, p + "attention.key_length", c.hidden_size / c.num_q_heads));
+  for (const char* key : {"attention.value_length", "rope.dimension_count"}) {
+    TANDEM_ASSIGN_OR_RETURN(const int32_t v, GetInt32Or(f, p + key, c.head_dim));
+    if (v != c.head_dim) {
+      return absl::UnimplementedError(absl::StrCat(f.path(), ": llama.", key, " ", v,
+                                                   " differs from head_dim ", c.head_dim,
+                                                   " (not supported)"));
+    }
+  }
+  if (f.Has(p + "rope.scaling.type")) {
+    TANDEM_ASSIGN_OR_RETURN(const absl::string_view scaling, f.GetString(p + "rope.scaling.type"));
+    if (scaling != "none") {
+      return absl::UnimplementedError(
+          absl::StrCat(f.path(), ": rope scaling '", scaling, "' is not supported"));
+    }
+  }
+  c.rope_style = RopeStyle::kAdjacentPairs;
+
+  const GgufTensorInfo* embd = f.FindTensor("token_embd.weight");
+  if (embd == nullptr) {
+    return absl::NotFoundError(absl::StrCat(f.path(), ": missing tensor 'token_embd.weight'"));
+  }
+  if (embd->dims.size() != 2 || embd->dims[1] > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(f.path(), ": tensor 'token_embd.weight' has ",
+                                                   "shape ", ShapeString(embd->Shape()),
+                                                   ", expected [vocab, hidden]"));
+  }
+  c.vocab_size = static_cast<int32_t>(embd->dims[1]);
+  if (f.Has("tokenizer.ggml.tokens")) {
+    TANDEM_ASSIGN_OR_RETURN(const auto tokens, f.GetStringArray("tokenizer.ggml.tokens"));
+    if (tokens.size() != static_cast<size_t>(c.vocab_size)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(f.path(), ": tokenizer.ggml.tokens has ", tokens.size(),
+                       " entries but token_embd.weight has ", c.vocab_size, " rows"));
+    }
+  }
+  c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
+  c.has_qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
+  TANDEM_RETURN_IF_ERROR(ValidateLlamaConfig(c));
+  return c;
+}
+
+absl::StatusOr<LlamaWeights> LoadGgufLlama(const GgufFile& f) {
+  LlamaWeights w;
+  TANDEM_ASSIGN_OR_RETURN(w.config, ReadGgufLlamaConfig(f));
+  const std::vector<LlamaTensorSlot> plan = PlanLlamaTensors(w.config, &w);
+  std::vector<const GgufTensorInfo*> infos;
+  infos.reserve(plan.size());
+  // Check everything before converting anything: a bad file fails in milliseconds.
+  for (const LlamaTensorSlot& slot : plan) {
+    const std::string name = GgufTensorName(slot.role, slot.layer);
+    const GgufTensorInfo* info = f.FindTensor(name);
+    if (info == nullptr) {
+      return absl::NotFoundError(absl::StrCat(f.path(), ": missing tensor '", name, "'"));
+    }
+    if (info->Shape() != slot.shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(f.path(), ": tensor '", name, "' has shape ", ShapeString(info->Shape()),
+                       ", expected ", ShapeString(slot.shape), " from the model config"));
+    }
+    if (!GgmlTypeTraits(info->type).dequantizable) {
+      return absl::UnimplementedError(absl::StrCat(f.path(), ": tensor '", name, "' has type ",
+                                                   GgmlTypeName(info->type),
+                                                   ", which Tandem cannot dequantise"));
+    }
+    infos.push_back(info);
+  }
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Tensor& t = *plan[i].dst;
+    t.shape = plan[i].shape;
+    t.data.resize(static_cast<size_t>(infos[i]->numel));
+    TANDEM_RETURN_IF_ERROR(
+        DequantizeParallel(infos[i]->type, f.TensorData(*infos[i]), absl::MakeSpan(t.data)));
+  }
+  return w;
+}
+
+}  // namespace tandem

@@ -1,0 +1,28 @@
+// Llama weights from a GGUF file (general.architecture = "llama"), dequantised to f32.
+//
+// Config from llama.* metadata: block_count, attention.head_count, attention.head_count_kv
+// (default: head_count), embedding_length, feed_forward_length, context_length,
+// rope.freq_base (default 10000), attention.layer_norm_rms_epsilon (default 1e-5),
+// attention.key_length (head_dim; default embedding_length / head_count) and
+// rope.dimension_count (must equal head_dim: partial rotary is not supported). The vocabulary
+// size is token_embd's row count and must match tokenizer.ggml.tokens when present. Output is
+// tied when output.weight is absent; QKV biases are loaded when blk.0.attn_q.bias exists.
+// rope_style is kAdjacentPairs (GGUF llama files are converted for it). Every tensor's shape is
+// checked against the config before any is dequantised.
+//
+// Errors: NotFound (missing key/tensor), InvalidArgument (bad value, shape mismatch),
+// Unimplemented (other architecture, rope scaling, tensor type we cannot dequantise).
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "model/format/gguf_file.h"
+#include "model/format/llama_weights.h"
+
+namespace tandem {
+
+// Config only (metadata + tensor infos; no tensor data is touched).
+[[nodiscard]] absl::StatusOr<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& file);
+
+[[nodiscard]] absl::StatusOr<LlamaWeights> LoadGgufLlama(const GgufFile& file);
+
+}  // namespace tandem

@@ -1,0 +1,143 @@
+#include "model/format/llama_tensor_plan.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace tandem {
+
+std::vector<LlamaTensorSlot> PlanLlamaTensors(const LlamaConfig& c, LlamaWeights* w) {
+  const int64_t hidden = c.hidden_size, q = int64_t{c.num_q_heads} * c.head_dim,
+                kv = int64_t{c.num_kv_heads} * c.head_dim, ffn = c.intermediate_size;
+  std::vector<LlamaTensorSlot> plan;
+  using R = LlamaTensorRole;
+  plan.push_back({R::kTokenEmbedding, -1, {c.vocab_size, hidden}, &w->token_embedding});
+  plan.push_back({R::kOutputNorm, -1, {hidden}, &w->output_norm});
+  if (!c.tied_embeddings) plan.push_back({R::kOutput, -1, {c.vocab_size, hidden}, &w->output});
+  w->layers.resize(static_cast<size_t>(c.num_layers));
+  for (int i = 0; i < c.num_layers; ++i) {
+    LlamaLayerWeights& l = w->layers[static_cast<size_t>(i)];
+    plan.push_back({R::kAttnNorm, i, {hidden}, &l.attn_norm});
+    plan.push_back({R::kWq, i, {q, hidden}, &l.wq});
+    plan.push_back({R::kWk, i, {kv, hidden}, &l.wk});
+    plan.push_back({R::kWv, i, {kv, hidden}, &l.wv});
+    if (c.has_qkv_bias) {
+      plan.push_back({R::kBq, i, {q}, &l.bq});
+      plan.push_back({R::kBk, i, {kv}, &l.bk});
+      plan.push_back({R::kBv, i, {kv}, &l.bv});
+    }
+    plan.push_back({R::kWo, i, {hidden, q}, &l.wo});
+    plan.push_back({R::kFfnNorm, i, {hidden}, &l.ffn_norm});
+    plan.push_back({R::kGate, i, {ffn, hidden}, &l.w_gate});
+    plan.push_back({R::kUp, i, {ffn, hidden}, &l.w_up});
+    plan.push_back({R::kDown, i, {hidden, ffn}, &l.w_down});
+  }
+  return plan;
+}
+
+std::string GgufTensorName(LlamaTensorRole role, int layer) {
+  const std::string blk = absl::StrCat("blk.", layer, ".");
+  switch (role) {
+    case LlamaTensorRole::kTokenEmbedding:
+      return "token_embd.weight";
+    case LlamaTensorRole::kOutputNorm:
+      return "output_norm.weight";
+    case LlamaTensorRole::kOutput:
+      return "output.weight";
+    case LlamaTensorRole::kAttnNorm:
+      return blk + "attn_norm.weight";
+    case LlamaTensorRole::kWq:
+      return blk + "attn_q.weight";
+    case LlamaTensorRole::kWk:
+      return blk + "attn_k.weight";
+    case LlamaTensorRole::kWv:
+      return blk + "attn_v.weight";
+    case LlamaTensorRole::kBq:
+      return blk + "attn_q.bias";
+    case LlamaTensorRole::kBk:
+      return blk + "attn_k.bias";
+    case LlamaTensorRole::kBv:
+      return blk + "attn_v.bias";
+    case LlamaTensorRole::kWo:
+      return blk + "attn_output.weight";
+    case LlamaTensorRole::kFfnNorm:
+      return blk + "ffn_norm.weight";
+    case LlamaTensorRole::kGate:
+      return blk + "ffn_gate.weight";
+    case LlamaTensorRole::kUp:
+      return blk + "ffn_up.weight";
+    case LlamaTensorRole::kDown:
+      return blk + "ffn_down.weight";
+  }
+  return "";
+}
+
+std::string HfTensorName(LlamaTensorRole role, int layer) {
+  const std::string blk = absl::StrCat("model.layers.", layer, ".");
+  switch (role) {
+    case LlamaTensorRole::kTokenEmbedding:
+      return "model.embed_tokens.weight";
+    case LlamaTensorRole::kOutputNorm:
+      return "model.norm.weight";
+    case LlamaTensorRole::kOutput:
+      return "lm_head.weight";
+    case LlamaTensorRole::kAttnNorm:
+      return blk + "input_layernorm.weight";
+    case LlamaTensorRole::kWq:
+      return blk + "self_attn.q_proj.weight";
+    case LlamaTensorRole::kWk:
+      return blk + "self_attn.k_proj.weight";
+    case LlamaTensorRole::kWv:
+      return blk + "self_attn.v_proj.weight";
+    case LlamaTensorRole::kBq:
+      return blk + "self_attn.q_proj.bias";
+    case LlamaTensorRole::kBk:
+      return blk + "self_attn.k_proj.bias";
+    case LlamaTensorRole::kBv:
+      return blk + "self_attn.v_proj.bias";
+    case LlamaTensorRole::kWo:
+      return blk + "self_attn.o_proj.weight";
+    case LlamaTensorRole::kFfnNorm:
+      return blk + "post_attention_layernorm.weight";
+    case LlamaTensorRole::kGate:
+      return blk + "mlp.gate_proj.weight";
+    case LlamaTensorRole::kUp:
+      return blk + "mlp.up_proj.weight";
+    case LlamaTensorRole::kDown:
+      return blk + "mlp.down_proj.weight";
+  }
+  return "";
+}
+
+absl::Status ValidateLlamaConfig(const LlamaConfig& c) {
+  const std::pair<const char*, int32_t> sizes[] = {{"vocab_size", c.vocab_size},
+                                                   {"hidden_size", c.hidden_size},
+                                                   {"intermediate_size", c.intermediate_size},
+                                                   {"num_layers", c.num_layers},
+                                                   {"num_q_heads", c.num_q_heads},
+                                                   {"num_kv_heads", c.num_kv_heads},
+                                                   {"head_dim", c.head_dim},
+                                                   {"max_context", c.max_context}};
+  for (const auto& [name, value] : sizes) {
+    if (value <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: ", name, " is ", value, " (must be positive)"));
+    }
+  }
+  if (c.num_q_heads % c.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: num_q_heads ", c.num_q_heads,
+                                                   " is not a multiple of num_kv_heads ",
+                                                   c.num_kv_heads));
+  }
+  if (!(c.rms_norm_eps > 0.f) || !(c.rope_theta > 0.f)) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: rms_norm_eps ", c.rms_norm_eps,
+                                                   " and rope_theta ", c.rope_theta,
+                                                   " must be positive"));
+  }
+  return absl::OkStatus();
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+}  // namespace tandem

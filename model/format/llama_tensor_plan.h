@@ -1,0 +1,58 @@
+// The tensors a Llama checkpoint must provide for a given config, with their expected shapes
+// (outermost first) and where each lands in LlamaWeights, plus each tensor's name in the GGUF
+// and the HF (safetensors) naming schemes. Both loaders walk this one plan, so they check the
+// same shapes and fill the same fields.
+//
+// Pure; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "model/format/llama_weights.h"
+
+namespace tandem {
+
+enum class LlamaTensorRole {
+  kTokenEmbedding,
+  kOutputNorm,
+  kOutput,
+  kAttnNorm,
+  kWq,
+  kWk,
+  kWv,
+  kBq,
+  kBk,
+  kBv,
+  kWo,
+  kFfnNorm,
+  kGate,
+  kUp,
+  kDown,
+};
+
+struct LlamaTensorSlot {
+  LlamaTensorRole role;
+  int layer;                   // -1 for model-level tensors
+  std::vector<int64_t> shape;  // expected, outermost first
+  Tensor* dst;                 // field of the LlamaWeights the plan was made for
+};
+
+// Every tensor `config` requires: biases only when config.has_qkv_bias, the output matrix only
+// when !config.tied_embeddings. Resizes weights->layers to config.num_layers.
+std::vector<LlamaTensorSlot> PlanLlamaTensors(const LlamaConfig& config, LlamaWeights* weights);
+
+std::string GgufTensorName(LlamaTensorRole role, int layer);  // e.g. "blk.3.attn_q.weight"
+std::string HfTensorName(LlamaTensorRole role,
+                         int layer);  // "model.layers.3.self_attn.q_proj.weight"
+
+// Sizes positive, heads divisible (num_q_heads % num_kv_heads == 0), eps and theta positive.
+// InvalidArgument naming the field.
+[[nodiscard]] absl::Status ValidateLlamaConfig(const LlamaConfig& config);
+
+// "[576, 1536]"
+std::string ShapeString(const std::vector<int64_t>& shape);
+
+}  // namespace tandem
