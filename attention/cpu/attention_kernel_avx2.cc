@@ -1,0 +1,104 @@
+// AVX2 (+ FMA, F16C) attention kernels. Compiled with those flags only for this file; called
+// only when the CPU has them (SelectKernels).
+#include <immintrin.h>
+
+#include "attention/cpu/attention_kernel.h"
+#include "attention/cpu/attention_tile_impl.h"
+
+namespace tandem::attention_cpu {
+namespace {
+
+struct Avx2Traits {
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  static constexpr int kQueryBlock = 4;
+  // 4 queries × 2 tokens = 8 accumulators + 2 K rows + 1 query: 11 of the 16 ymm registers.
+  static constexpr int kTokenBlock = 2;
+
+  static V Zero() { return _mm256_setzero_ps(); }
+  static V Set1(float x) { return _mm256_set1_ps(x); }
+  static V Load(const float* p) { return _mm256_loadu_ps(p); }
+  static void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V Add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V Sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V Max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static float ReduceAdd(V v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  static float ReduceMax(V v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+
+  // Same range reduction and polynomial as the AVX-512 path; 2^n built in the exponent field
+  // (n ∈ [−126, 127] after the clamp, so it is always a normal number).
+  static V Exp(V x) {
+    const V live = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f), _CMP_GE_OQ);
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.37626f)), _mm256_set1_ps(-87.33654f));
+    const V n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    V r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    V y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+    const __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), live);
+  }
+
+  static V LoadKv(const float* p, KvF32) { return _mm256_loadu_ps(p); }
+  static V LoadKv(const uint16_t* p, KvF16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static V LoadKv(const uint16_t* p, KvBF16) {
+    const __m256i wide =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
+
+  static void StoreKv(uint16_t* p, V v, KvF16) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  // Round to nearest even on the top 16 bits; NaN stays NaN (quiet bit forced), as FloatToBf16.
+  static void StoreKv(uint16_t* p, V v, KvBF16) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    // |u| > 0x7f800000 as signed compare is safe: the sign bit is cleared first.
+    const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                              _mm256_set1_epi32(0x7f800000));
+    const __m256i bits = _mm256_blendv_epi8(rounded, nan, is_nan);
+    // Every lane is ≤ 0xffff, so the unsigned-saturating pack is exact; it packs within 128-bit
+    // halves, hence the permute that brings the two halves' results together.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(bits, bits), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  }
+};
+
+void AttendTile(const TileArgs& args) { AttendTileImpl<Avx2Traits>(args); }
+void StoreRow(const float* src, void* dst, int64_t n, KvDType dtype) {
+  StoreRowImpl<Avx2Traits>(src, dst, n, dtype);
+}
+
+constexpr KernelTable kTable{CpuIsa::kAvx2, Avx2Traits::kLanes, &AttendTile, &StoreRow};
+
+}  // namespace
+
+const KernelTable& Avx2Kernels() { return kTable; }
+
+}  // namespace tandem::attention_cpu

@@ -1,0 +1,297 @@
+// The attend-tile and store-row algorithms, written once over a vector "traits" type. Included
+// only by attention_kernel_{avx512,avx2,portable}.cc, each with its own ISA flags.
+//
+// Each of those files defines its traits in an anonymous namespace, so every instantiation here
+// has internal linkage: the linker can never merge an AVX-512 copy into the portable path. For
+// the same reason these templates call no inline function shared with other translation units,
+// only the traits, intrinsics and C library functions.
+//
+// Traits interface (V is the vector of kLanes floats):
+//   kLanes, kQueryBlock (queries scored together), kTokenBlock (tokens scored together)
+//   Zero, Set1, Load, Store, Add, Sub, Mul, Max, Fma(a, b, c) = a·b + c, ReduceAdd, ReduceMax
+//   Exp(x): e^x per lane, exactly 0 below −87.3 (so e^−inf = 0)
+//   LoadKv(const Storage*, Tag) → V, StoreKv(Storage*, V, Tag) for Tag in KvF32, KvF16, KvBF16
+//
+// Algorithm (per tile): scale q once; walk the token range in pieces of ≤ kPieceTokens tokens
+// that never cross a block; per piece score all queries against the K rows, mask tokens past
+// each query's causal limit, update each query's running max / sum / accumulator (online
+// softmax), then accumulate the V rows. K and V of each piece are read from memory once for the
+// whole tile; the next block is prefetched while the current one is processed.
+#pragma once
+
+#include <math.h>
+#include <string.h>
+
+#include "attention/cpu/attention_kernel.h"
+
+namespace tandem::attention_cpu {
+
+struct KvF32 {
+  using Storage = float;
+};
+struct KvF16 {
+  using Storage = uint16_t;
+};
+struct KvBF16 {
+  using Storage = uint16_t;
+};
+
+// Scores kQ consecutive queries (scaled, [kQ][head_dim] at qs) against the n K rows at k:
+// p[q·kPieceTokens + t] = qs[q]·k[t] for t < n. Entries in [n, kPieceTokens) may be written
+// with values the caller masks.
+template <class T, class E, int kQ>
+inline void ScoreQueries(const float* qs, int32_t head_dim, const typename E::Storage* k, int32_t n,
+                         float* p) {
+  using V = typename T::V;
+  constexpr int kT = T::kTokenBlock;
+  for (int32_t t0 = 0; t0 < n; t0 += kT) {
+    // A partial token block re-reads the piece's last row instead of reading past it.
+    const typename E::Storage* rows[kT];
+#pragma GCC unroll 16
+    for (int tt = 0; tt < kT; ++tt) {
+      const int32_t t = t0 + tt < n ? t0 + tt : n - 1;
+      rows[tt] = k + static_cast<int64_t>(t) * head_dim;
+    }
+    V acc[kQ][kT];
+#pragma GCC unroll 16
+    for (int qq = 0; qq < kQ; ++qq) {
+#pragma GCC unroll 16
+      for (int tt = 0; tt < kT; ++tt) acc[qq][tt] = T::Zero();
+    }
+    for (int32_t c = 0; c < head_dim; c += T::kLanes) {
+      V kv[kT];
+#pragma GCC unroll 16
+      for (int tt = 0; tt < kT; ++tt) kv[tt] = T::LoadKv(rows[tt] + c, E{});
+#pragma GCC unroll 16
+      for (int qq = 0; qq < kQ; ++qq) {
+        const V qv = T::Load(qs + static_cast<int64_t>(qq) * head_dim + c);
+#pragma GCC unroll 16
+        for (int tt = 0; tt < kT; ++tt) acc[qq][tt] = T::Fma(qv, kv[tt], acc[qq][tt]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int qq = 0; qq < kQ; ++qq) {
+#pragma GCC unroll 16
+      for (int tt = 0; tt < kT; ++tt) p[qq * kPieceTokens + t0 + tt] = T::ReduceAdd(acc[qq][tt]);
+    }
+  }
+}
+
+// acc[q][:] += Σ_t p[q·kPieceTokens + t] · v[t][:] for kQ queries and the n V rows at v.
+template <class T, class E, int kQ>
+inline void AccumulateValues(const float* p, int32_t head_dim, const typename E::Storage* v,
+                             int32_t n, float* acc) {
+  using V = typename T::V;
+  for (int32_t c = 0; c < head_dim; c += T::kLanes) {
+    V a[kQ];
+#pragma GCC unroll 16
+    for (int qq = 0; qq < kQ; ++qq) a[qq] = T::Load(acc + static_cast<int64_t>(qq) * head_dim + c);
+    for (int32_t t = 0; t < n; ++t) {
+      const V vv = T::LoadKv(v + static_cast<int64_t>(t) * head_dim + c, E{});
+#pragma GCC unroll 16
+      for (int qq = 0; qq < kQ; ++qq) a[qq] = T::Fma(T::Set1(p[qq * kPieceTokens + t]), vv, a[qq]);
+    }
+#pragma GCC unroll 16
+    for (int qq = 0; qq < kQ; ++qq) T::Store(acc + static_cast<int64_t>(qq) * head_dim + c, a[qq]);
+  }
+}
+
+template <class T, class E>
+inline void ScoreAll(const float* qs, int32_t nq, int32_t head_dim, const typename E::Storage* k,
+                     int32_t n, float* p) {
+  static_assert(T::kQueryBlock == 4, "the dispatch below covers blocks of up to 4 queries");
+  for (int32_t i = 0; i < nq; i += 4) {
+    const float* qi = qs + static_cast<int64_t>(i) * head_dim;
+    float* pi = p + i * kPieceTokens;
+    switch (nq - i) {
+      case 1:
+        ScoreQueries<T, E, 1>(qi, head_dim, k, n, pi);
+        break;
+      case 2:
+        ScoreQueries<T, E, 2>(qi, head_dim, k, n, pi);
+        break;
+      case 3:
+        ScoreQueries<T, E, 3>(qi, head_dim, k, n, pi);
+        break;
+      default:
+        ScoreQueries<T, E, 4>(qi, head_dim, k, n, pi);
+        break;
+    }
+  }
+}
+
+template <class T, class E>
+inline void AccumulateAll(const float* p, int32_t nq, int32_t head_dim,
+                          const typename E::Storage* v, int32_t n, float* acc) {
+  for (int32_t i = 0; i < nq; i += 4) {
+    const float* pi = p + i * kPieceTokens;
+    float* ai = acc + static_cast<int64_t>(i) * head_dim;
+    switch (nq - i) {
+      case 1:
+        AccumulateValues<T, E, 1>(pi, head_dim, v, n, ai);
+        break;
+      case 2:
+        AccumulateValues<T, E, 2>(pi, head_dim, v, n, ai);
+        break;
+      case 3:
+        AccumulateValues<T, E, 3>(pi, head_dim, v, n, ai);
+        break;
+      default:
+        AccumulateValues<T, E, 4>(pi, head_dim, v, n, ai);
+        break;
+    }
+  }
+}
+
+// Tokens of the next block prefetched when a block starts.
+inline constexpr int64_t kPrefetchTokens = 32;
+
+template <class T>
+inline void PrefetchBytes(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off);
+}
+
+// Turns the raw scores of one query's piece (p, kPieceTokens floats, valid below `valid`) into
+// softmax weights relative to the query's running max m, rescaling l and acc when m grows.
+template <class T>
+inline void SoftmaxStep(float* p, int32_t valid, int32_t head_dim, float& m, float& l, float* acc) {
+  using V = typename T::V;
+  for (int32_t t = valid; t < kPieceTokens; ++t) p[t] = -INFINITY;
+  V mx = T::Set1(-INFINITY);
+  for (int32_t t = 0; t < kPieceTokens; t += T::kLanes) mx = T::Max(mx, T::Load(p + t));
+  const float piece_max = T::ReduceMax(mx);
+  if (piece_max == -INFINITY) {  // nothing visible in this piece: weights 0, state unchanged
+    for (int32_t t = 0; t < kPieceTokens; ++t) p[t] = 0.f;
+    return;
+  }
+  if (piece_max > m) {
+    if (l > 0.f) {
+      const float corr = expf(m - piece_max);
+      l *= corr;
+      const V cv = T::Set1(corr);
+      for (int32_t c = 0; c < head_dim; c += T::kLanes)
+        T::Store(acc + c, T::Mul(T::Load(acc + c), cv));
+    }
+    m = piece_max;
+  }
+  const V mv = T::Set1(m);
+  V sum = T::Zero();
+  for (int32_t t = 0; t < kPieceTokens; t += T::kLanes) {
+    const V e = T::Exp(T::Sub(T::Load(p + t), mv));
+    T::Store(p + t, e);
+    sum = T::Add(sum, e);
+  }
+  l += T::ReduceAdd(sum);
+}
+
+template <class T, class E>
+void AttendTileTyped(const TileArgs& a) {
+  using S = typename E::Storage;
+  using V = typename T::V;
+  const int32_t nq = a.num_queries;
+  const int32_t d = a.head_dim;
+  const int64_t bs = a.block_size;
+  float* const qs = a.scratch;                           // [nq][d] scaled queries
+  float* const acc = qs + static_cast<int64_t>(nq) * d;  // [nq][d] unnormalised outputs
+  float* const p = acc + static_cast<int64_t>(nq) * d;   // [nq][kPieceTokens] scores/weights
+  float m[kMaxTileQueries];
+  float l[kMaxTileQueries];
+
+  int64_t end = a.token_begin;
+  const V scale = T::Set1(a.scale);
+  for (int32_t i = 0; i < nq; ++i) {
+    float* qi = qs + static_cast<int64_t>(i) * d;
+    float* ai = acc + static_cast<int64_t>(i) * d;
+    for (int32_t c = 0; c < d; c += T::kLanes) {
+      T::Store(qi + c, T::Mul(T::Load(a.q[i] + c), scale));
+      T::Store(ai + c, T::Zero());
+    }
+    m[i] = -INFINITY;
+    l[i] = 0.f;
+    const int64_t limit = a.visible[i] < a.token_end ? a.visible[i] : a.token_end;
+    if (limit > end) end = limit;
+  }
+
+  const int64_t row_elems = bs * d;
+  const int64_t row_bytes = row_elems * static_cast<int64_t>(sizeof(S));
+  for (int64_t j = a.token_begin; j < end;) {
+    const int64_t b = j / bs;
+    const int64_t off = j - b * bs;
+    int64_t len = bs - off;
+    if (end - j < len) len = end - j;
+    if (len > kPieceTokens) len = kPieceTokens;
+    const int32_t n = static_cast<int32_t>(len);
+    const S* k = reinterpret_cast<const S*>(a.kv_base + a.block_ids[b] * a.block_bytes) + off * d;
+    const S* v = k + row_elems;
+    // Blocks sit at unrelated addresses, so the hardware prefetcher cannot run ahead across a
+    // block boundary: start fetching the head of the next block's K and V rows now (the
+    // prefetcher follows the rest of a long block on its own).
+    if (off == 0 && (b + 1) * bs < end) {
+      const std::byte* next = a.kv_base + a.block_ids[b + 1] * a.block_bytes;
+      int64_t next_tokens = end - (b + 1) * bs;
+      if (next_tokens > kPrefetchTokens) next_tokens = kPrefetchTokens;
+      if (next_tokens > bs) next_tokens = bs;
+      const int64_t bytes = next_tokens * d * static_cast<int64_t>(sizeof(S));
+      PrefetchBytes<T>(next, bytes);
+      PrefetchBytes<T>(next + row_bytes, bytes);
+    }
+
+    ScoreAll<T, E>(qs, nq, d, k, n, p);
+    for (int32_t i = 0; i < nq; ++i) {
+      int64_t valid = a.visible[i] - j;
+      valid = valid < 0 ? 0 : (valid > n ? n : valid);
+      SoftmaxStep<T>(p + i * kPieceTokens, static_cast<int32_t>(valid), d, m[i], l[i],
+                     acc + static_cast<int64_t>(i) * d);
+    }
+    AccumulateAll<T, E>(p, nq, d, v, n, acc);
+    j += len;
+  }
+
+  for (int32_t i = 0; i < nq; ++i) {
+    float* o = a.out[i];
+    const float* ai = acc + static_cast<int64_t>(i) * d;
+    if (l[i] == 0.f) {
+      for (int32_t c = 0; c < d; c += T::kLanes) T::Store(o + c, T::Zero());
+      *a.lse[i] = -INFINITY;
+      continue;
+    }
+    const V inv = T::Set1(1.f / l[i]);
+    for (int32_t c = 0; c < d; c += T::kLanes) T::Store(o + c, T::Mul(T::Load(ai + c), inv));
+    *a.lse[i] = m[i] + logf(l[i]);
+  }
+}
+
+template <class T>
+void AttendTileImpl(const TileArgs& a) {
+  switch (a.dtype) {
+    case KvDType::kF32:
+      AttendTileTyped<T, KvF32>(a);
+      return;
+    case KvDType::kF16:
+      AttendTileTyped<T, KvF16>(a);
+      return;
+    case KvDType::kBF16:
+      AttendTileTyped<T, KvBF16>(a);
+      return;
+  }
+}
+
+template <class T>
+void StoreRowImpl(const float* src, void* dst, int64_t n, KvDType dtype) {
+  switch (dtype) {
+    case KvDType::kF32:
+      memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case KvDType::kF16:
+      for (int64_t c = 0; c < n; c += T::kLanes)
+        T::StoreKv(static_cast<uint16_t*>(dst) + c, T::Load(src + c), KvF16{});
+      return;
+    case KvDType::kBF16:
+      for (int64_t c = 0; c < n; c += T::kLanes)
+        T::StoreKv(static_cast<uint16_t*>(dst) + c, T::Load(src + c), KvBF16{});
+      return;
+  }
+}
+
+}  // namespace tandem::attention_cpu

@@ -1,0 +1,236 @@
+// Sharded == dense: PagedAttention on every rank of a DCP group, merged by LSE, must equal a
+// dense double-precision softmax over the unsharded KV, on every ISA path this CPU has.
+#include "attention/cpu/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "attention/cpu/attention_kernel.h"
+#include "attention/cpu/attention_plan.h"
+#include "attention/cpu/cpu_isa.h"
+#include "common/parallel_for.h"
+#include "gtest/gtest.h"
+#include "tests/attention/cpu/attention_harness.h"
+
+namespace tandem {
+namespace {
+
+using testing::AddDecodeRequest;
+using testing::AddPrefillRequest;
+using testing::AttentionCase;
+using testing::AttentionData;
+using testing::AttentionError;
+using testing::DenseOutput;
+using testing::ShardedOutput;
+
+// Stated tolerances on the worst (row, head): relative L2 error of the output and relative LSE
+// error. f32 accumulates in f32 throughout (scores, online softmax, LSE merge): 1e-5. f16/bf16
+// are checked against a reference on the rounded K/V, so only the same f32 arithmetic remains;
+// their bound is kept a little looser because their rounded values enter the exp.
+double Tolerance(KvDType t) { return t == KvDType::kF32 ? 1e-5 : 2e-5; }
+
+std::vector<CpuIsa> SupportedIsas() {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (CpuSupports(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+// A rank owning none of a row's visible positions must report exactly lse = −inf and zeros,
+// whatever the (NaN-filled) pool holds.
+void ExpectEmptyPartialsAreExact(const AttentionCase& c, const ShardedOutput& got) {
+  const int32_t hq = c.num_q_heads();
+  for (int32_t rank = 0; rank < c.dcp.dcp; ++rank) {
+    for (int64_t i = 0; i < c.num_rows(); ++i) {
+      if (LocalLen(c.dcp, rank, c.row_position[i] + 1) != 0) continue;
+      for (int32_t h = 0; h < hq; ++h) {
+        const int64_t item = i * hq + h;
+        ASSERT_EQ(got.ranks[rank].lse[item], -INFINITY) << "rank " << rank << " row " << i;
+        for (int32_t x = 0; x < c.head_dim; ++x) {
+          ASSERT_EQ(got.ranks[rank].out[item * c.head_dim + x], 0.f)
+              << "rank " << rank << " row " << i << " head " << h;
+        }
+      }
+    }
+  }
+}
+
+void ShuffleRows(AttentionCase& c, std::mt19937_64& rng) {
+  std::vector<int64_t> perm(c.num_rows());
+  for (int64_t i = 0; i < c.num_rows(); ++i) perm[i] = i;
+  std::shuffle(perm.begin(), perm.end(), rng);
+  AttentionCase shuffled = c;
+  for (int64_t i = 0; i < c.num_rows(); ++i) {
+    shuffled.row_request[i] = c.row_request[perm[i]];
+    shuffled.row_position[i] = c.row_position[perm[i]];
+  }
+  c = shuffled;
+}
+
+class ShardedAttentionTest : public ::testing::TestWithParam<KvDType> {
+ protected:
+  void TearDown() override {
+    UnpinCpuIsa();
+    SetThreadsForThisThread(HardwareThreads());
+  }
+
+  // Runs `c` on every supported ISA path with `threads` threads against one dense reference.
+  void Check(const AttentionCase& c, int threads) {
+    SCOPED_TRACE(c.Describe() + " threads=" + std::to_string(threads));
+    const AttentionData d = testing::MakeData(c);
+    const DenseOutput ref = testing::DenseReference(c, d);
+    for (CpuIsa isa : SupportedIsas()) {
+      SCOPED_TRACE(CpuIsaName(isa));
+      ASSERT_TRUE(PinCpuIsa(isa).ok());
+      SetThreadsForThisThread(threads);
+      const absl::StatusOr<ShardedOutput> got = testing::RunSharded(c, d);
+      ASSERT_TRUE(got.ok()) << got.status();
+      const AttentionError e = testing::Compare(got->merged, ref, c.head_dim);
+      EXPECT_LE(e.out_rel, Tolerance(c.dtype));
+      EXPECT_LE(e.lse_rel, Tolerance(c.dtype));
+      worst_ = std::max({worst_, e.out_rel, e.lse_rel});
+      ExpectEmptyPartialsAreExact(c, *got);
+    }
+  }
+
+  AttentionCase NewCase(DcpGeometry dcp, int32_t kv_heads, int32_t group, int32_t head_dim) {
+    AttentionCase c;
+    c.dcp = dcp;
+    c.num_kv_heads = kv_heads;
+    c.group_size = group;
+    c.head_dim = head_dim;
+    c.dtype = GetParam();
+    c.seed = rng_();
+    return c;
+  }
+
+  std::mt19937_64 rng_{20240611};
+  double worst_ = 0;
+};
+
+// Every (N, B, I) of the grid with the edge context lengths 0, 1, B−1, B·N, B·N+1 as decode
+// rows, one chunked-prefill request and one request absent from the call, rows shuffled.
+TEST_P(ShardedAttentionTest, EdgeLengthsOnEveryGeometry) {
+  int32_t index = 0;
+  for (int32_t n : {1, 2, 3, 4, 8}) {
+    for (int32_t b : {1, 4, 16}) {
+      for (int32_t i = 1; i <= b; ++i) {
+        if (b % i != 0) continue;
+        const int32_t group = std::vector<int32_t>{1, 2, 4}[index % 3];
+        AttentionCase c = NewCase(DcpGeometry{b, n, i}, 1 + index % 2, group, 16);
+        for (int64_t ctx : {0, 1, b - 1, b * n, b * n + 1}) AddDecodeRequest(c, ctx);
+        c.kv_len.push_back(0);
+        const int64_t length = b * n + 1 + static_cast<int64_t>(rng_() % (b * n));
+        AddPrefillRequest(c, length, std::min<int64_t>(length, 6));
+        ShuffleRows(c, rng_);
+        Check(c, 1 + index % 2);
+        ++index;
+      }
+    }
+  }
+  RecordProperty("worst_relative_error", std::to_string(worst_));
+}
+
+// Random geometry, head dims 16/64/128, GQA 1/2/4, mixed decode and prefill requests with
+// contexts up to several hundred tokens, 1–3 threads.
+TEST_P(ShardedAttentionTest, RandomMixedBatches) {
+  for (int trial = 0; trial < 8; ++trial) {
+    const int32_t n = std::vector<int32_t>{1, 2, 3, 4, 8}[rng_() % 5];
+    const int32_t b = std::vector<int32_t>{1, 4, 16}[rng_() % 3];
+    std::vector<int32_t> divisors;
+    for (int32_t i = 1; i <= b; ++i) {
+      if (b % i == 0) divisors.push_back(i);
+    }
+    const int32_t interleave = divisors[rng_() % divisors.size()];
+    AttentionCase c = NewCase(DcpGeometry{b, n, interleave}, 1 + static_cast<int32_t>(rng_() % 2),
+                              std::vector<int32_t>{1, 2, 4}[rng_() % 3],
+                              std::vector<int32_t>{16, 64, 128}[rng_() % 3]);
+    const int requests = 1 + static_cast<int>(rng_() % 4);
+    for (int r = 0; r < requests; ++r) {
+      const int64_t length = 1 + static_cast<int64_t>(rng_() % 400);
+      if (rng_() % 2 == 0) {
+        AddDecodeRequest(c, length - 1);
+      } else {
+        AddPrefillRequest(c, length,
+                          1 + static_cast<int64_t>(rng_() % std::min<int64_t>(length, 12)));
+      }
+    }
+    ShuffleRows(c, rng_);
+    Check(c, 1 + static_cast<int>(rng_() % 3));
+  }
+  RecordProperty("worst_relative_error", std::to_string(worst_));
+}
+
+// One long request on two threads: the plan must split its KV range across the threads, and
+// the LSE merge of the chunks must still give the dense result.
+TEST_P(ShardedAttentionTest, LongSequenceIsSplitAcrossThreads) {
+  for (int32_t n : {1, 2}) {
+    AttentionCase c = NewCase(DcpGeometry{16, n, 1}, 1, 4, 64);
+    AddDecodeRequest(c, 3000);
+    AddPrefillRequest(c, 1200, 5);
+
+    attention_cpu::AttentionPlanInput in;
+    in.num_rows = c.num_rows();
+    in.request = c.row_request.data();
+    in.position = c.row_position.data();
+    in.dcp = c.dcp;
+    in.num_kv_heads = c.num_kv_heads;
+    in.group_size = c.group_size;
+    in.head_dim = c.head_dim;
+    in.threads = 2;
+    in.max_tile_queries = attention_cpu::kMaxTileQueries;
+    ASSERT_FALSE(attention_cpu::PlanAttention(in).merges.empty()) << "the case must split";
+    Check(c, 2);
+  }
+}
+
+// More GQA heads per KV head than one tile holds: the heads are spread over several tiles.
+TEST_P(ShardedAttentionTest, WideGqaGroupsSpanSeveralTiles) {
+  AttentionCase c = NewCase(DcpGeometry{4, 2, 2}, 1, 2 * attention_cpu::kMaxTileQueries + 3, 16);
+  AddDecodeRequest(c, 37);
+  AddPrefillRequest(c, 20, 3);
+  Check(c, 2);
+}
+
+// Head dims the wide paths cannot vectorise fall back to a narrower path and stay correct.
+TEST_P(ShardedAttentionTest, HeadDimsOffTheVectorWidth) {
+  for (int32_t head_dim : {8, 24, 20, 3}) {
+    AttentionCase c = NewCase(DcpGeometry{4, 2, 1}, 2, 2, head_dim);
+    AddDecodeRequest(c, 45);
+    AddPrefillRequest(c, 13, 4);
+    Check(c, 2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllKvDTypes, ShardedAttentionTest,
+                         ::testing::Values(KvDType::kF32, KvDType::kF16, KvDType::kBF16),
+                         [](const ::testing::TestParamInfo<KvDType>& info) {
+                           return std::string(KvDTypeName(info.param));
+                         });
+
+TEST(CpuIsaTest, ThisMachineRunsEveryPath) {
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (!CpuSupports(isa)) {
+      GTEST_SKIP() << "this CPU lacks the " << CpuIsaName(isa)
+                   << " path; the sharded tests checked only the paths it has";
+    }
+  }
+  EXPECT_EQ(DetectedCpuIsa(), CpuIsa::kAvx512);
+}
+
+TEST(PagedAttentionTest, ZeroRowsWritesNothing) {
+  PoolGeometry g;
+  KvPoolView pool{nullptr, 0, g};
+  AttentionRows rows;
+  float out = 7.f, lse = 7.f;
+  ASSERT_TRUE(ValidateAttentionCall(pool, 0, rows, 1).ok());
+  PagedAttention(pool, 0, rows, nullptr, 1, 1.f, &out, &lse);
+  EXPECT_EQ(out, 7.f);
+  EXPECT_EQ(lse, 7.f);
+}
+
+}  // namespace
+}  // namespace tandem
