@@ -1,0 +1,31 @@
+// The only place that knows which compute backends and communicators were compiled in
+// (STYLE.md "Interfaces"). Build options never change this header.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/communicator.h"
+#include "model/backend.h"
+
+namespace tandem {
+
+// "cpu" always; "cuda" in builds with the CUDA backend (and only usable with a GPU present).
+std::vector<std::string> CompiledBackends();
+
+// Backend for one rank; device_index selects the GPU for "cuda" (ignored for "cpu").
+// INVALID_ARGUMENT for an unknown kind, UNAVAILABLE when compiled in but unusable here.
+absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateBackend(absl::string_view kind,
+                                                              int32_t device_index);
+
+// Communicators for one group whose members are the given device indices, in group-rank order
+// (CPU: in-process shared memory; CUDA: NCCL).
+absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateCommunicators(
+    absl::string_view kind, const std::vector<int32_t>& device_indices, absl::Duration timeout);
+
+}  // namespace tandem

@@ -1,0 +1,75 @@
+#include "engine/block_manager.h"
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+
+BlockManager::BlockManager(int32_t num_blocks) : num_blocks_(num_blocks), refcount_(num_blocks, 0) {
+  for (int32_t b = 0; b < num_blocks; ++b) free_.insert(free_.end(), b);
+}
+
+absl::StatusOr<std::vector<int32_t>> BlockManager::Allocate(int32_t count) {
+  if (count < 0) return absl::InvalidArgumentError(absl::StrCat("negative block count ", count));
+  absl::MutexLock lock(&mu_);
+  if (static_cast<int64_t>(free_.size()) < count) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache full: need ", count, " blocks, ",
+                                                     free_.size(), " of ", num_blocks_, " free"));
+  }
+  std::vector<int32_t> out;
+  out.reserve(count);
+  for (int32_t i = 0; i < count; ++i) {
+    const int32_t b = *free_.begin();
+    free_.erase(free_.begin());
+    refcount_[b] = 1;
+    out.push_back(b);
+  }
+  return out;
+}
+
+absl::Status BlockManager::Extend(std::vector<int32_t>* table, int32_t total) {
+  const int32_t have = static_cast<int32_t>(table->size());
+  if (have >= total) return absl::OkStatus();
+  absl::StatusOr<std::vector<int32_t>> more = Allocate(total - have);
+  if (!more.ok()) return more.status();
+  table->insert(table->end(), more->begin(), more->end());
+  return absl::OkStatus();
+}
+
+absl::Status BlockManager::CheckAllocated(absl::Span<const int32_t> blocks, bool releasing) const {
+  std::map<int32_t, int32_t> uses;
+  for (int32_t b : blocks) {
+    if (b < 0 || b >= num_blocks_) {
+      return absl::InvalidArgumentError(absl::StrCat("block id ", b, " outside [0, ", num_blocks_, ")"));
+    }
+    if (refcount_[b] == 0 || (releasing && ++uses[b] > refcount_[b])) {
+      return absl::InvalidArgumentError(absl::StrCat("block ", b, " is not allocated (refcount ",
+                                                     refcount_[b], ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BlockManager::Free(absl::Span<const int32_t> blocks) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckAllocated(blocks, /*releasing=*/true); !s.ok()) return s;
+  for (int32_t b : blocks) {
+    if (--refcount_[b] == 0) free_.insert(b);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BlockManager::AddRef(absl::Span<const int32_t> blocks) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckAllocated(blocks, /*releasing=*/false); !s.ok()) return s;
+  for (int32_t b : blocks) ++refcount_[b];
+  return absl::OkStatus();
+}
+
+int32_t BlockManager::free_blocks() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int32_t>(free_.size());
+}
+
+}  // namespace tandem

@@ -1,0 +1,50 @@
+// Allocation of virtual KV blocks for one instance (DESIGN.md §3). Pure.
+//
+// A virtual block holds B·dcp tokens: B tokens on each rank of a DCP group, at the same block id
+// in every rank's pool (and every DCP group of the instance uses the same ids). Blocks are
+// reference-counted so a table can be shared (e.g. by a prompt cache); Free drops one reference.
+// Allocation hands out the lowest free ids first, which keeps a request's blocks in long runs of
+// consecutive ids — the KV transfer coalesces such runs into single copies.
+//
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+
+namespace tandem {
+
+class BlockManager {
+ public:
+  explicit BlockManager(int32_t num_blocks);
+
+  // `count` new blocks with refcount 1, or RESOURCE_EXHAUSTED (nothing allocated).
+  absl::StatusOr<std::vector<int32_t>> Allocate(int32_t count);
+  // Appends blocks to `table` until it has `total` entries (no-op if it already has).
+  absl::Status Extend(std::vector<int32_t>* table, int32_t total);
+  // Drops one reference of each block; INVALID_ARGUMENT (and no change) if any id is not
+  // allocated or out of range.
+  absl::Status Free(absl::Span<const int32_t> blocks);
+  absl::Status AddRef(absl::Span<const int32_t> blocks);
+
+  int32_t total_blocks() const { return num_blocks_; }
+  int32_t free_blocks() const;
+
+ private:
+  // releasing: also require each id to appear at most refcount times.
+  absl::Status CheckAllocated(absl::Span<const int32_t> blocks, bool releasing) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int32_t num_blocks_;
+  mutable absl::Mutex mu_;
+  std::set<int32_t> free_ ABSL_GUARDED_BY(mu_);
+  std::vector<int32_t> refcount_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tandem

@@ -1,0 +1,96 @@
+// Continuous-batched decode on one instance (DESIGN.md §1, §5). Requests join and leave between
+// steps; each step feeds every running request's last token at its next position (the new K/V
+// is written on its owner rank, then DCP attention runs), samples, and finishes requests on a
+// stop token or their token budget, freeing their KV blocks.
+//
+// A request arrives with its prompt's KV already in this instance's pools (transferred from a
+// prefill instance, or computed by a PrefillEngine on the same instance) and a block table that
+// covers prompt + max_new_tokens positions; the engine owns those blocks from Add() on and frees
+// them when the request ends, whatever the reason. Requests beyond `max_batch` wait in a queue.
+//
+// Callbacks run on the scheduler thread, in order per request; on_done is called exactly once.
+// Thread-safety: all public methods are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/block_manager.h"
+#include "engine/instance.h"
+#include "model/sampling.h"
+
+namespace tandem {
+
+enum class FinishReason : uint8_t { kStop, kLength, kCancelled, kError };
+const char* FinishReasonName(FinishReason r);
+
+struct DecodeOptions {
+  int32_t max_batch = 64;
+};
+
+struct DecodeRequest {
+  std::string id;
+  int64_t prompt_len = 0;    // KV of positions [0, prompt_len) is in the pools
+  int32_t first_token = 0;   // the token at position prompt_len (sampled by prefill)
+  std::vector<int32_t> block_table;  // covers prompt_len + max_new_tokens positions
+  SamplingParams sampling;
+  int32_t max_new_tokens = 1;        // generated tokens in total, first_token included
+  std::vector<int32_t> stop_ids;     // a sampled stop id ends the request (not emitted)
+  uint64_t next_step = 1;            // sampling draw number of the next token
+  bool return_logits = false;        // pass each step's logits to on_logits (tests)
+};
+
+struct DecodeCallbacks {
+  std::function<void(int32_t token)> on_token;  // each generated token after first_token
+  // status OK for kStop / kLength; `generated` counts first_token too.
+  std::function<void(absl::Status status, FinishReason reason, int32_t generated)> on_done;
+  std::function<void(const std::vector<float>& logits)> on_logits;  // optional
+};
+
+class DecodeEngine {
+ public:
+  DecodeEngine(Instance* instance, BlockManager* blocks, const DecodeOptions& options);
+  ~DecodeEngine();  // ends every request with UNAVAILABLE and frees its blocks
+  DecodeEngine(const DecodeEngine&) = delete;
+  DecodeEngine& operator=(const DecodeEngine&) = delete;
+
+  // INVALID_ARGUMENT (blocks not taken, callbacks not called) when the block table is too short,
+  // sampling values are bad or max_new_tokens < 1.
+  absl::Status Add(DecodeRequest request, DecodeCallbacks callbacks);
+  // True if the request was still running or queued (it then ends with CANCELLED).
+  bool Cancel(const std::string& id);
+
+  int32_t running() const;
+  int32_t queued() const;
+
+ private:
+  struct Active {
+    DecodeRequest request;
+    DecodeCallbacks callbacks;
+    int32_t last_token = 0;
+    int32_t generated = 1;  // first_token counts
+    bool cancelled = false;
+  };
+  void Loop();
+  void Finish(Active& a, absl::Status status, FinishReason reason);
+
+  Instance* const instance_;
+  BlockManager* const blocks_;
+  const DecodeOptions options_;
+
+  mutable absl::Mutex mu_;
+  std::deque<std::shared_ptr<Active>> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Active>> running_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace tandem

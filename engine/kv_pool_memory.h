@@ -1,0 +1,26 @@
+// Memory behind one rank's KV pool. The engine only needs a base pointer and a size; where the
+// memory comes from is the server's choice: plain backend memory for a combined instance, memory
+// allocated through UCX on prefill/decode instances so the KV transfer can read it one-sidedly
+// (DESIGN.md §6).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/status/statusor.h"
+
+namespace tandem {
+
+class KvPoolMemory {
+ public:
+  virtual ~KvPoolMemory() = default;
+  virtual void* base() const = 0;
+  virtual int64_t bytes() const = 0;
+};
+
+// Allocates `bytes` of pool memory for global rank `rank`. Called on that rank's thread.
+using KvPoolAllocator =
+    std::function<absl::StatusOr<std::unique_ptr<KvPoolMemory>>(int32_t rank, int64_t bytes)>;
+
+}  // namespace tandem

@@ -1,0 +1,215 @@
+#include "engine/prefill_engine.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+namespace {
+
+// While requests wait for KV blocks, the scheduler re-checks capacity this often (blocks are
+// freed by other threads: decode finishing, KV released after transfer, leases expiring).
+constexpr absl::Duration kCapacityPoll = absl::Milliseconds(5);
+
+}  // namespace
+
+PrefillEngine::PrefillEngine(Instance* instance, BlockManager* blocks,
+                             const PrefillOptions& options)
+    : instance_(instance), blocks_(blocks), options_(options) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+PrefillEngine::~PrefillEngine() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+  // The loop has exited; fail whatever is left.
+  std::vector<std::shared_ptr<Pending>> left;
+  {
+    absl::MutexLock lock(&mu_);
+    left.assign(queue_.begin(), queue_.end());
+    left.insert(left.end(), active_.begin(), active_.end());
+    queue_.clear();
+    active_.clear();
+  }
+  for (auto& p : left) {
+    if (!p->blocks.empty()) blocks_->Free(p->blocks).IgnoreError();
+    p->done(absl::UnavailableError("prefill engine is shutting down"));
+  }
+}
+
+absl::Status PrefillEngine::Submit(PrefillRequest request, PrefillCallback done) {
+  const LlamaConfig& config = instance_->config();
+  if (request.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
+  for (int32_t t : request.prompt) {
+    if (t < 0 || t >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", t, " outside the vocabulary [0, ",
+                                                     config.vocab_size, ")"));
+    }
+  }
+  if (absl::Status s = ValidateSamplingParams(request.sampling); !s.ok()) return s;
+  const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.reserve_tokens;
+  if (config.max_context > 0 && total > config.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt (", request.prompt.size(),
+                                                   " tokens) + reserve (", request.reserve_tokens,
+                                                   ") exceeds the model context of ",
+                                                   config.max_context, " tokens"));
+  }
+  const int64_t needed = VirtualBlocksFor(instance_->options().parallel.dcp_geometry(), total);
+  if (needed > blocks_->total_blocks()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "request needs ", needed, " KV blocks but the instance has only ",
+        blocks_->total_blocks(), " in total"));
+  }
+  auto p = std::make_shared<Pending>();
+  p->request = std::move(request);
+  p->done = std::move(done);
+  p->enqueued = absl::Now();
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("prefill engine is shutting down");
+  queue_.push_back(std::move(p));
+  return absl::OkStatus();
+}
+
+bool PrefillEngine::Cancel(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  auto mark = [&](auto& list) {
+    for (auto& p : list) {
+      if (p->request.id == id && !p->cancelled) return p->cancelled = true;
+    }
+    return false;
+  };
+  return mark(queue_) || mark(active_);
+}
+
+int32_t PrefillEngine::queued() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int32_t>(queue_.size());
+}
+
+int32_t PrefillEngine::running() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int32_t>(active_.size());
+}
+
+void PrefillEngine::Admit(std::vector<std::pair<std::shared_ptr<Pending>, absl::Status>>* failed) {
+  const DcpGeometry geom = instance_->options().parallel.dcp_geometry();
+  const absl::Time now = absl::Now();
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if ((*it)->cancelled) {
+      failed->emplace_back(*it, absl::CancelledError("prefill cancelled"));
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  while (!queue_.empty() && static_cast<int32_t>(active_.size()) < options_.max_batch_requests) {
+    std::shared_ptr<Pending> p = queue_.front();
+    const int64_t total = static_cast<int64_t>(p->request.prompt.size()) + p->request.reserve_tokens;
+    absl::StatusOr<std::vector<int32_t>> got =
+        blocks_->Allocate(static_cast<int32_t>(VirtualBlocksFor(geom, total)));
+    if (!got.ok()) {
+      // FIFO: later requests wait behind this one; everyone past the timeout fails.
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if (now - (*it)->enqueued > options_.queue_timeout) {
+          failed->emplace_back(*it, absl::ResourceExhaustedError(absl::StrCat(
+                                        "KV capacity short for ",
+                                        absl::FormatDuration(options_.queue_timeout),
+                                        " (queue timeout): ", got.status().message())));
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      return;
+    }
+    p->blocks = std::move(got).value();
+    queue_.pop_front();
+    active_.push_back(std::move(p));
+  }
+}
+
+void PrefillEngine::Loop() {
+  const int64_t vocab = instance_->config().vocab_size;
+  while (true) {
+    std::vector<std::pair<std::shared_ptr<Pending>, absl::Status>> failed;
+    std::vector<std::shared_ptr<Pending>> in_step;
+    StepInput step;
+    {
+      absl::MutexLock lock(&mu_);
+      auto has_work = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !queue_.empty() || !active_.empty();
+      };
+      mu_.Await(absl::Condition(&has_work));
+      if (stopping_) return;
+      Admit(&failed);
+      // Drop cancelled active requests.
+      for (auto it = active_.begin(); it != active_.end();) {
+        if ((*it)->cancelled) {
+          failed.emplace_back(*it, absl::CancelledError("prefill cancelled"));
+          it = active_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      int64_t budget = options_.max_prefill_tokens;
+      for (auto& p : active_) {
+        if (budget <= 0) break;
+        const int64_t n = static_cast<int64_t>(p->request.prompt.size());
+        const int64_t chunk = std::min(budget, n - p->computed);
+        StepRequest sr;
+        sr.start_position = p->computed;
+        sr.tokens.assign(p->request.prompt.begin() + p->computed,
+                         p->request.prompt.begin() + p->computed + chunk);
+        sr.block_table = p->blocks;
+        sr.want_logits = p->computed + chunk == n;
+        step.requests.push_back(std::move(sr));
+        in_step.push_back(p);
+        budget -= chunk;
+      }
+    }
+    for (auto& [p, status] : failed) {
+      if (!p->blocks.empty()) blocks_->Free(p->blocks).IgnoreError();
+      p->done(status);
+    }
+    if (in_step.empty()) {
+      // Waiting for capacity only: re-check after a short, bounded pause.
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), kCapacityPoll);
+      continue;
+    }
+    absl::StatusOr<std::vector<float>> logits = instance_->Run(step);
+    std::vector<std::pair<std::shared_ptr<Pending>, absl::StatusOr<PrefillResult>>> finished;
+    {
+      absl::MutexLock lock(&mu_);
+      int64_t logit_row = 0;
+      for (size_t i = 0; i < in_step.size(); ++i) {
+        Pending& p = *in_step[i];
+        const bool last = step.requests[i].want_logits;
+        if (!logits.ok()) {
+          finished.emplace_back(in_step[i], logits.status());
+          continue;
+        }
+        p.computed += static_cast<int64_t>(step.requests[i].tokens.size());
+        if (!last) continue;
+        absl::Span<const float> row(logits->data() + logit_row * vocab, vocab);
+        ++logit_row;
+        PrefillResult r;
+        r.num_tokens = p.computed;
+        r.first_token = SampleToken(row, p.request.sampling, p.request.sample_step);
+        if (p.request.return_logits) r.logits.assign(row.begin(), row.end());
+        r.block_table = p.blocks;
+        finished.emplace_back(in_step[i], std::move(r));
+      }
+      for (auto& [p, r] : finished) {
+        active_.erase(std::find(active_.begin(), active_.end(), p));
+      }
+    }
+    for (auto& [p, r] : finished) {
+      if (!r.ok()) blocks_->Free(p->blocks).IgnoreError();
+      p->done(std::move(r));
+    }
+  }
+}
+
+}  // namespace tandem

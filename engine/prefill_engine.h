@@ -1,0 +1,98 @@
+// Prefill scheduling on one instance (DESIGN.md §1, §3): prompts are queued, given KV blocks,
+// chunked to at most `max_prefill_tokens` tokens per step (several prompts share a step), run
+// through the PCP/DCP forward, and their first token is sampled. The blocks stay allocated when a
+// request completes: the caller owns them (hands them to a decode engine, or frees them via
+// BlockManager when the KV has been transferred or its lease expired).
+//
+// A request that cannot get blocks waits in FIFO order; past `queue_timeout` it fails with
+// RESOURCE_EXHAUSTED. Cancel() removes a request at the next step boundary and frees its blocks.
+// Callbacks run on the engine's scheduler thread and must not block for long.
+//
+// Thread-safety: all public methods are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/block_manager.h"
+#include "engine/instance.h"
+#include "model/sampling.h"
+
+namespace tandem {
+
+struct PrefillOptions {
+  int64_t max_prefill_tokens = 2048;  // tokens per forward step (chunked prefill)
+  int32_t max_batch_requests = 64;
+  absl::Duration queue_timeout = absl::Seconds(30);
+};
+
+struct PrefillRequest {
+  std::string id;
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int64_t reserve_tokens = 0;   // capacity to allocate beyond the prompt (combined mode)
+  uint64_t sample_step = 0;     // sampling draw number of the token sampled here
+  bool return_logits = false;   // copy the last position's logits into the result
+};
+
+struct PrefillResult {
+  std::vector<int32_t> block_table;  // covers prompt + reserve_tokens
+  int64_t num_tokens = 0;            // prompt length = tokens whose KV is in the blocks
+  int32_t first_token = 0;
+  std::vector<float> logits;         // [vocab] when return_logits
+};
+
+using PrefillCallback = std::function<void(absl::StatusOr<PrefillResult>)>;
+
+class PrefillEngine {
+ public:
+  PrefillEngine(Instance* instance, BlockManager* blocks, const PrefillOptions& options);
+  ~PrefillEngine();  // fails pending requests with UNAVAILABLE, frees their blocks
+  PrefillEngine(const PrefillEngine&) = delete;
+  PrefillEngine& operator=(const PrefillEngine&) = delete;
+
+  // INVALID_ARGUMENT for an empty prompt, bad token ids or sampling values, or a request that
+  // could never fit (prompt + reserve beyond the pool or the model context); `done` is then not
+  // called. Otherwise `done` is called exactly once.
+  absl::Status Submit(PrefillRequest request, PrefillCallback done);
+  // True if the request was still pending (it then completes with CANCELLED).
+  bool Cancel(const std::string& id);
+
+  int32_t queued() const;   // waiting for blocks
+  int32_t running() const;  // holding blocks, prefill in progress
+
+ private:
+  struct Pending {
+    PrefillRequest request;
+    PrefillCallback done;
+    absl::Time enqueued;
+    std::vector<int32_t> blocks;
+    int64_t computed = 0;  // prompt tokens already run
+    bool cancelled = false;
+  };
+  void Loop();
+  // Moves queued requests into `active_` while blocks allow; fails those past their timeout.
+  void Admit(std::vector<std::pair<std::shared_ptr<Pending>, absl::Status>>* failed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Instance* const instance_;
+  BlockManager* const blocks_;
+  const PrefillOptions options_;
+
+  mutable absl::Mutex mu_;
+  std::deque<std::shared_ptr<Pending>> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Pending>> active_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,222 @@
+#include "engine/rank_model.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace tandem {
+namespace {
+
+enum Slot : int {
+  kX, kH, kQ, kK, kV, kKAll, kVAll, kQAll, kOAll, kLse, kLseAll, kAttn, kO, kGate, kUp,
+  kXAll, kHs, kLogits, kLogitsAll, kNumSlots
+};
+
+}  // namespace
+
+RankModel::RankModel(const LlamaConfig& config, const ParallelConfig& parallel,
+                     const RankPlacement& placement, std::unique_ptr<ComputeBackend> backend,
+                     RankWeights weights, RankComms comms, KvPoolView pool)
+    : config_(config),
+      parallel_(parallel),
+      placement_(placement),
+      backend_(std::move(backend)),
+      weights_(std::move(weights)),
+      comms_(std::move(comms)),
+      pool_(pool),
+      buffers_(kNumSlots) {}
+
+void RankModel::AbortComms(const absl::Status& reason) {
+  for (Communicator* c : {comms_.tp.get(), comms_.pcp.get(), comms_.dcp.get()}) {
+    if (c != nullptr) c->Abort(reason);
+  }
+}
+
+float* RankModel::Buf(int slot, int64_t floats) {
+  const int64_t bytes = std::max<int64_t>(floats, 1) * static_cast<int64_t>(sizeof(float));
+  std::unique_ptr<DeviceBuffer>& b = buffers_[slot];
+  if (b == nullptr || b->bytes() < bytes) {
+    absl::StatusOr<std::unique_ptr<DeviceBuffer>> nb = backend_->Allocate(bytes + bytes / 2);
+    if (!nb.ok()) {
+      buffer_status_ = nb.status();
+      return nullptr;
+    }
+    b = std::move(nb).value();
+  }
+  return b->f32();
+}
+
+absl::Status RankModel::AttentionLayer(const StepPlan& plan, int32_t layer, int64_t rows,
+                                       int64_t max_rows, float* q, float* attn_out) {
+  const int32_t dcp = parallel_.dcp;
+  const int32_t nq = placement_.q_head_count;
+  const int32_t d = config_.head_dim;
+  const float scale = 1.f / std::sqrt(static_cast<float>(d));
+  AttentionRows arows;
+  arows.request = group_request_.data();
+  arows.position = group_position_.data();
+  arows.tables = plan.tables();
+  arows.dcp = parallel_.dcp_geometry();
+  arows.dcp_rank = placement_.dcp_rank;
+  if (dcp == 1) {
+    arows.num_rows = rows;
+    float* lse = Buf(kLse, rows * nq);
+    if (lse == nullptr) return buffer_status_;
+    return backend_->Attention(pool_, layer, arows, q, nq, scale, attn_out, lse);
+  }
+  // DCP: every member attends all rows and heads of the group against its own tokens.
+  const int64_t items = dcp * max_rows * nq;
+  float* qall = Buf(kQAll, items * d);
+  float* oall = Buf(kOAll, items * d);
+  float* lse = Buf(kLse, items);
+  float* lse_all = Buf(kLseAll, dcp * items);
+  if (qall == nullptr || oall == nullptr || lse == nullptr || lse_all == nullptr) {
+    return buffer_status_;
+  }
+  TANDEM_RETURN_IF_ERROR(comms_.dcp->AllGather(q, qall, max_rows * nq * d, CommDType::kF32));
+  arows.num_rows = dcp * max_rows;
+  TANDEM_RETURN_IF_ERROR(backend_->Attention(pool_, layer, arows, qall, nq, scale, oall, lse));
+  TANDEM_RETURN_IF_ERROR(comms_.dcp->AllGather(lse, lse_all, items, CommDType::kF32));
+  TANDEM_RETURN_IF_ERROR(
+      backend_->CorrectPartial(dcp, placement_.dcp_rank, lse_all, items, d, oall));
+  return comms_.dcp->ReduceScatter(oall, attn_out, max_rows * nq * d, CommDType::kF32);
+}
+
+absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits) {
+  const int32_t c = placement_.pcp_rank;
+  const int32_t tp = parallel_.tp, pcp = parallel_.pcp, dcp = parallel_.dcp;
+  const std::vector<int64_t>& mine = plan.pcp.gather[c];
+  const int64_t m = static_cast<int64_t>(mine.size());
+  const int64_t mmax = plan.pcp.max_rows_per_rank();
+  const int64_t hidden = config_.hidden_size;
+  const int32_t d = config_.head_dim;
+  const int32_t nq = placement_.q_head_count, nk = placement_.kv_head_count;
+  const int64_t inter = weights_.intermediate_count;
+  const DcpGeometry geom = parallel_.dcp_geometry();
+  const BlockTablesView tables = plan.tables();
+
+  // ---- host metadata ----
+  ids_.resize(m);
+  positions_.resize(m);
+  for (int64_t i = 0; i < m; ++i) {
+    ids_[i] = plan.token[mine[i]];
+    positions_[i] = plan.position[mine[i]];
+  }
+  // K/V rows this rank writes: its own (pcp = 1) or every PCP peer's, padded to mmax each.
+  const int64_t kv_rows = pcp == 1 ? m : pcp * mmax;
+  kv_slots_.assign(kv_rows, -1);
+  for (int32_t cc = 0; cc < pcp; ++cc) {
+    if (pcp == 1 && cc != c) continue;
+    const std::vector<int64_t>& rows = plan.pcp.gather[cc];
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const int64_t row = rows[i];
+      kv_slots_[(pcp == 1 ? 0 : cc * mmax) + i] =
+          SlotOf(geom, placement_.dcp_rank, plan.position[row], tables.table(plan.request[row]));
+    }
+  }
+  // Attention rows: the rank's own (dcp = 1) or every DCP member's rows, padded to mmax each.
+  if (dcp == 1) {
+    group_request_.resize(m);
+    group_position_.assign(positions_.begin(), positions_.end());
+    for (int64_t i = 0; i < m; ++i) group_request_[i] = plan.request[mine[i]];
+  } else {
+    group_request_.assign(dcp * mmax, 0);
+    group_position_.assign(dcp * mmax, -1);
+    const std::vector<int32_t> members = DcpGroupRanks(parallel_, placement_.dcp_group);
+    for (int32_t j = 0; j < dcp; ++j) {
+      const std::vector<int64_t>& rows = plan.pcp.gather[members[j] / tp];
+      for (size_t i = 0; i < rows.size(); ++i) {
+        group_request_[j * mmax + i] = plan.request[rows[i]];
+        group_position_[j * mmax + i] = plan.position[rows[i]];
+      }
+    }
+  }
+
+  // ---- buffers ----
+  float* x = Buf(kX, mmax * hidden);
+  float* h = Buf(kH, mmax * hidden);
+  float* q = Buf(kQ, mmax * nq * d);
+  float* k = Buf(kK, mmax * nk * d);
+  float* v = Buf(kV, mmax * nk * d);
+  float* attn = Buf(kAttn, mmax * nq * d);
+  float* o = Buf(kO, mmax * hidden);
+  float* gate = Buf(kGate, mmax * inter);
+  float* up = Buf(kUp, mmax * inter);
+  float* kall = pcp > 1 ? Buf(kKAll, pcp * mmax * nk * d) : k;
+  float* vall = pcp > 1 ? Buf(kVAll, pcp * mmax * nk * d) : v;
+  for (float* p : {x, h, q, k, v, attn, o, gate, up, kall, vall}) {
+    if (p == nullptr) return buffer_status_;
+  }
+
+  const RopeParams rope{config_.rope_theta, config_.rope_style};
+  ComputeBackend& be = *backend_;
+  TANDEM_RETURN_IF_ERROR(be.Embedding(weights_.embedding->f32(), ids_.data(), m, hidden, x));
+  for (int32_t l = 0; l < config_.num_layers; ++l) {
+    const RankLayerWeights& w = weights_.layers[l];
+    TANDEM_RETURN_IF_ERROR(be.RmsNorm(x, w.attn_norm->f32(), m, hidden, config_.rms_norm_eps, h));
+    TANDEM_RETURN_IF_ERROR(be.Linear(*w.wq, h, m, q));
+    TANDEM_RETURN_IF_ERROR(be.Linear(*w.wk, h, m, k));
+    TANDEM_RETURN_IF_ERROR(be.Linear(*w.wv, h, m, v));
+    TANDEM_RETURN_IF_ERROR(be.Rope(q, m, nq, d, positions_.data(), rope));
+    TANDEM_RETURN_IF_ERROR(be.Rope(k, m, nk, d, positions_.data(), rope));
+    if (pcp > 1) {
+      TANDEM_RETURN_IF_ERROR(comms_.pcp->AllGather(k, kall, mmax * nk * d, CommDType::kF32));
+      TANDEM_RETURN_IF_ERROR(comms_.pcp->AllGather(v, vall, mmax * nk * d, CommDType::kF32));
+    }
+    TANDEM_RETURN_IF_ERROR(be.WriteKv(pool_, l, kv_slots_.data(), kv_rows, kall, vall));
+    TANDEM_RETURN_IF_ERROR(AttentionLayer(plan, l, m, mmax, q, attn));
+    TANDEM_RETURN_IF_ERROR(be.Linear(*w.wo, attn, m, o));
+    if (tp > 1) TANDEM_RETURN_IF_ERROR(comms_.tp->AllReduce(o, m * hidden, CommDType::kF32));
+    TANDEM_RETURN_IF_ERROR(be.Add(x, o, m * hidden));
+    TANDEM_RETURN_IF_ERROR(be.RmsNorm(x, w.ffn_norm->f32(), m, hidden, config_.rms_norm_eps, h));
+    TANDEM_RETURN_IF_ERROR(be.Linear(*w.w_gate, h, m, gate));
+    TANDEM_RETURN_IF_ERROR(be.Linear(*w.w_up, h, m, up));
+    TANDEM_RETURN_IF_ERROR(be.SiluMul(gate, up, m * inter, gate));
+    TANDEM_RETURN_IF_ERROR(be.Linear(*w.w_down, gate, m, o));
+    if (tp > 1) TANDEM_RETURN_IF_ERROR(comms_.tp->AllReduce(o, m * hidden, CommDType::kF32));
+    TANDEM_RETURN_IF_ERROR(be.Add(x, o, m * hidden));
+  }
+
+  // ---- logits ----
+  const int64_t s = static_cast<int64_t>(plan.logit_rows.size());
+  if (s == 0) return be.Synchronize();
+  const float* src = x;
+  logit_index_.resize(s);
+  if (pcp > 1) {
+    float* xall = Buf(kXAll, pcp * mmax * hidden);
+    if (xall == nullptr) return buffer_status_;
+    TANDEM_RETURN_IF_ERROR(comms_.pcp->AllGather(x, xall, mmax * hidden, CommDType::kF32));
+    const std::vector<int64_t> restore = plan.pcp.RestoreIndex(mmax);
+    for (int64_t i = 0; i < s; ++i) logit_index_[i] = restore[plan.logit_rows[i]];
+    src = xall;
+  } else {
+    for (int64_t i = 0; i < s; ++i) logit_index_[i] = plan.logit_rows[i];
+  }
+  if (c != 0) return be.Synchronize();  // the TP group of PCP rank 0 computes the logits
+  const int64_t vmax = weights_.vocab_slice_max;
+  float* hs = Buf(kHs, s * hidden);
+  float* lg = Buf(kLogits, s * vmax);
+  float* lg_all = tp > 1 ? Buf(kLogitsAll, tp * s * vmax) : lg;
+  if (hs == nullptr || lg == nullptr || lg_all == nullptr) return buffer_status_;
+  TANDEM_RETURN_IF_ERROR(be.GatherRows(src, logit_index_.data(), s, hidden, hs));
+  TANDEM_RETURN_IF_ERROR(
+      be.RmsNorm(hs, weights_.output_norm->f32(), s, hidden, config_.rms_norm_eps, hs));
+  TANDEM_RETURN_IF_ERROR(be.Linear(*weights_.lm_head, hs, s, lg));
+  if (tp > 1) TANDEM_RETURN_IF_ERROR(comms_.tp->AllGather(lg, lg_all, s * vmax, CommDType::kF32));
+  if (placement_.global_rank == 0) {
+    std::vector<float> host(tp * s * vmax);
+    TANDEM_RETURN_IF_ERROR(be.Download(host.data(), lg_all, host.size() * sizeof(float)));
+    const int64_t vocab = config_.vocab_size;
+    logits->assign(s * vocab, 0.f);
+    for (int32_t t = 0; t < tp; ++t) {
+      const int64_t vb = SliceBegin(vocab, t, tp), vc = SliceCount(vocab, t, tp);
+      for (int64_t i = 0; i < s; ++i) {
+        std::copy_n(host.data() + (t * s + i) * vmax, vc, logits->data() + i * vocab + vb);
+      }
+    }
+  }
+  return be.Synchronize();
+}
+
+}  // namespace tandem

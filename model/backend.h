@@ -1,0 +1,101 @@
+// The compute backend of one rank: device memory, prepared weights and the ops of a Llama-family
+// forward pass (DESIGN.md §2). The forward (engine/rank_model.*) is written once against this
+// interface; the CPU backend runs it on host memory with oneDNN GEMMs and Tandem's kernels, the
+// CUDA backend on one GPU with cuBLAS and Tandem's CUDA kernels.
+//
+// Pointers passed to ops are device pointers of this backend ("device" = host memory for the CPU
+// backend) unless a parameter says `host`. Index arrays (token ids, positions, slots, block
+// tables) are always host arrays; a GPU backend uploads them itself.
+//
+// Thread-safety: a backend instance belongs to one rank thread. Prepared weights (LinearOp,
+// DeviceBuffer) may be shared read-only by ranks on the same device (same device_key()).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "attention/attention_args.h"
+#include "model/format/llama_weights.h"
+
+namespace tandem {
+
+class DeviceBuffer {
+ public:
+  virtual ~DeviceBuffer() = default;
+  virtual void* data() const = 0;
+  virtual int64_t bytes() const = 0;
+  float* f32() const { return static_cast<float*>(data()); }
+};
+
+// A weight matrix W [n][k] (+ optional bias [n]) prepared for y[m][n] = x[m][k]·Wᵀ + b.
+class LinearOp {
+ public:
+  virtual ~LinearOp() = default;
+  virtual int64_t n() const = 0;
+  virtual int64_t k() const = 0;
+};
+
+struct RopeParams {
+  float theta = 10000.f;
+  RopeStyle style = RopeStyle::kAdjacentPairs;
+};
+
+class ComputeBackend {
+ public:
+  virtual ~ComputeBackend() = default;
+
+  virtual std::string_view name() const = 0;
+  // Ranks whose backends report the same key share memory and may share prepared weights.
+  virtual std::string device_key() const = 0;
+
+  // ---- memory ----
+  virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(int64_t bytes) = 0;
+  virtual absl::Status Upload(void* dst, const void* host_src, int64_t bytes) = 0;
+  virtual absl::Status Download(void* host_dst, const void* src, int64_t bytes) = 0;
+  virtual absl::Status Copy(void* dst, const void* src, int64_t bytes) = 0;
+  // Waits for queued work; reports asynchronous errors.
+  virtual absl::Status Synchronize() = 0;
+
+  // ---- weights ----
+  // w: host [n][k] row-major; bias: host [n] or nullptr.
+  virtual absl::StatusOr<std::unique_ptr<LinearOp>> PrepareLinear(const float* w, int64_t n,
+                                                                   int64_t k,
+                                                                   const float* bias) = 0;
+
+  // ---- ops ----
+  virtual absl::Status Linear(const LinearOp& op, const float* x, int64_t m, float* y) = 0;
+  // out[i] = table[ids[i]] (rows of `hidden` floats); ids: host [m].
+  virtual absl::Status Embedding(const float* table, const int32_t* ids, int64_t m, int64_t hidden,
+                                 float* out) = 0;
+  // y[i] = x[i] / rms(x[i]) * w, rows of n. y may alias x.
+  virtual absl::Status RmsNorm(const float* x, const float* w, int64_t m, int64_t n, float eps,
+                               float* y) = 0;
+  // Rotates x [m][heads][head_dim] in place by positions (host [m]).
+  virtual absl::Status Rope(float* x, int64_t m, int32_t heads, int32_t head_dim,
+                            const int64_t* positions, const RopeParams& params) = 0;
+  // out[i] = silu(gate[i]) · up[i], n elements. out may alias gate.
+  virtual absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out) = 0;
+  // x[i] += y[i], n elements.
+  virtual absl::Status Add(float* x, const float* y, int64_t n) = 0;
+  // dst row i = src row index[i] (rows of `cols` floats); index: host [m]; −1 writes zeros.
+  virtual absl::Status GatherRows(const float* src, const int64_t* index, int64_t m, int64_t cols,
+                                  float* dst) = 0;
+
+  // ---- attention (pool: device memory of this backend) ----
+  // slots: host [m].
+  virtual absl::Status WriteKv(const KvPoolView& pool, int32_t layer, const int64_t* slots,
+                               int64_t m, const float* k, const float* v) = 0;
+  // rows: host metadata (request, position, block tables).
+  virtual absl::Status Attention(const KvPoolView& pool, int32_t layer, const AttentionRows& rows,
+                                 const float* q, int32_t num_q_heads, float scale, float* out,
+                                 float* lse) = 0;
+  // See attention/lse_merge.h CorrectPartialInPlace; all_lse [n][items] on the device.
+  virtual absl::Status CorrectPartial(int32_t n, int32_t me, const float* all_lse, int64_t items,
+                                      int32_t head_dim, float* out) = 0;
+};
+
+}  // namespace tandem

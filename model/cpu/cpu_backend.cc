@@ -1,0 +1,119 @@
+#include "model/cpu/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "attention/cpu/paged_attention.h"
+#include "attention/lse_merge.h"
+#include "model/cpu/cpu_ops.h"
+#include "model/cpu/dnnl_linear.h"
+
+namespace tandem {
+namespace {
+
+class HostBuffer final : public DeviceBuffer {
+ public:
+  HostBuffer(void* data, int64_t bytes) : data_(data), bytes_(bytes) {}
+  ~HostBuffer() override { std::free(data_); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  void* data() const override { return data_; }
+  int64_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_;
+  int64_t bytes_;
+};
+
+class CpuBackend final : public ComputeBackend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  std::string device_key() const override { return "cpu"; }
+
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(int64_t bytes) override {
+    if (bytes < 0) return absl::InvalidArgumentError("negative allocation");
+    const int64_t rounded = (std::max<int64_t>(bytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
+    }
+    return std::make_unique<HostBuffer>(p, bytes);
+  }
+  absl::Status Upload(void* dst, const void* src, int64_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status Download(void* dst, const void* src, int64_t bytes) override {
+    return Upload(dst, src, bytes);
+  }
+  absl::Status Copy(void* dst, const void* src, int64_t bytes) override {
+    if (bytes > 0) std::memmove(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  absl::StatusOr<std::unique_ptr<LinearOp>> PrepareLinear(const float* w, int64_t n, int64_t k,
+                                                          const float* bias) override {
+    absl::StatusOr<std::unique_ptr<DnnlLinear>> op = DnnlLinear::Create(w, n, k, bias);
+    if (!op.ok()) return op.status();
+    return std::unique_ptr<LinearOp>(std::move(op).value());
+  }
+
+  absl::Status Linear(const LinearOp& op, const float* x, int64_t m, float* y) override {
+    return static_cast<const DnnlLinear&>(op).Forward(x, m, y);
+  }
+  absl::Status Embedding(const float* table, const int32_t* ids, int64_t m, int64_t hidden,
+                         float* out) override {
+    for (int64_t i = 0; i < m; ++i) {
+      std::memcpy(out + i * hidden, table + static_cast<int64_t>(ids[i]) * hidden,
+                  hidden * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status RmsNorm(const float* x, const float* w, int64_t m, int64_t n, float eps,
+                       float* y) override {
+    cpu::RmsNorm(x, w, m, n, eps, y);
+    return absl::OkStatus();
+  }
+  absl::Status Rope(float* x, int64_t m, int32_t heads, int32_t head_dim, const int64_t* positions,
+                    const RopeParams& params) override {
+    cpu::Rope(x, m, heads, head_dim, positions, params);
+    return absl::OkStatus();
+  }
+  absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out) override {
+    cpu::SiluMul(gate, up, n, out);
+    return absl::OkStatus();
+  }
+  absl::Status Add(float* x, const float* y, int64_t n) override {
+    cpu::Add(x, y, n);
+    return absl::OkStatus();
+  }
+  absl::Status GatherRows(const float* src, const int64_t* index, int64_t m, int64_t cols,
+                          float* dst) override {
+    cpu::GatherRows(src, index, m, cols, dst);
+    return absl::OkStatus();
+  }
+  absl::Status WriteKv(const KvPoolView& pool, int32_t layer, const int64_t* slots, int64_t m,
+                       const float* k, const float* v) override {
+    WriteKvCache(pool, layer, slots, m, k, v);
+    return absl::OkStatus();
+  }
+  absl::Status Attention(const KvPoolView& pool, int32_t layer, const AttentionRows& rows,
+                         const float* q, int32_t num_q_heads, float scale, float* out,
+                         float* lse) override {
+    PagedAttention(pool, layer, rows, q, num_q_heads, scale, out, lse);
+    return absl::OkStatus();
+  }
+  absl::Status CorrectPartial(int32_t n, int32_t me, const float* all_lse, int64_t items,
+                              int32_t head_dim, float* out) override {
+    CorrectPartialInPlace(n, me, all_lse, items, head_dim, out, nullptr);
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ComputeBackend> CreateCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace tandem

@@ -1,0 +1,138 @@
+#include "model/cpu/dnnl_linear.h"
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace tandem {
+namespace {
+
+using dnnl::memory;
+using Tag = dnnl::memory::format_tag;
+using DType = dnnl::memory::data_type;
+
+// oneDNN's C++ API reports errors by throwing dnnl::error; this file is the only place that
+// catches them, turning each into an absl::Status.
+absl::Status ToStatus(const dnnl::error& e, const char* what) {
+  return absl::InternalError(absl::StrCat("oneDNN ", what, " failed: ", e.what(), " (status ",
+                                          static_cast<int>(e.status), ")"));
+}
+
+std::atomic<int64_t> g_total_nanos{0};
+
+const dnnl::engine& CpuEngine() {
+  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+// One in-order CPU stream per calling thread (streams are cheap but not free to create).
+dnnl::stream& ThreadStream() {
+  thread_local dnnl::stream stream(CpuEngine());
+  return stream;
+}
+
+}  // namespace
+
+struct DnnlLinear::Impl {
+  int64_t n = 0;
+  int64_t k = 0;
+  const dnnl::engine& engine = CpuEngine();
+  memory::desc weights_desc;  // packed layout
+  memory weights;
+  memory bias;
+  bool has_bias = false;
+
+  mutable absl::Mutex mu;
+  mutable std::map<int64_t, dnnl::matmul> primitives ABSL_GUARDED_BY(mu);
+
+  absl::StatusOr<dnnl::matmul> PrimitiveFor(int64_t m) const {
+    absl::MutexLock lock(&mu);
+    auto it = primitives.find(m);
+    if (it != primitives.end()) return it->second;
+    try {
+      const memory::desc src({m, k}, DType::f32, Tag::ab);
+      const memory::desc dst({m, n}, DType::f32, Tag::ab);
+      const memory::desc b = has_bias ? memory::desc({1, n}, DType::f32, Tag::ab) : memory::desc();
+      const dnnl::matmul::desc d = has_bias ? dnnl::matmul::desc(src, weights_desc, b, dst)
+                                            : dnnl::matmul::desc(src, weights_desc, dst);
+      dnnl::matmul prim(dnnl::matmul::primitive_desc(d, engine));
+      primitives.emplace(m, prim);
+      return prim;
+    } catch (const dnnl::error& e) {
+      return ToStatus(e, "matmul creation");
+    }
+  }
+};
+
+DnnlLinear::DnnlLinear(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DnnlLinear::~DnnlLinear() = default;
+int64_t DnnlLinear::n() const { return impl_->n; }
+int64_t DnnlLinear::k() const { return impl_->k; }
+
+absl::StatusOr<std::unique_ptr<DnnlLinear>> DnnlLinear::Create(const float* w, int64_t n,
+                                                               int64_t k, const float* bias) {
+  if (n <= 0 || k <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("linear: bad shape [", n, "][", k, "]"));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->n = n;
+  impl->k = k;
+  impl->has_bias = bias != nullptr;
+  try {
+    // Ask oneDNN for its preferred weight layout (independent of m on this CPU family; m = 64 is
+    // representative), then reorder the row-major [n][k] matrix — oneDNN's "ba" view of a
+    // [k][n] weights tensor — into it once.
+    const memory::desc src({64, k}, DType::f32, Tag::ab);
+    const memory::desc dst({64, n}, DType::f32, Tag::ab);
+    const memory::desc any({k, n}, DType::f32, Tag::any);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, any, dst), impl->engine);
+    impl->weights_desc = pd.weights_desc();
+    impl->weights = memory(impl->weights_desc, impl->engine);
+    memory plain({{k, n}, DType::f32, Tag::ba}, impl->engine, const_cast<float*>(w));
+    dnnl::stream& stream = ThreadStream();
+    dnnl::reorder(plain, impl->weights).execute(stream, plain, impl->weights);
+    if (bias != nullptr) {
+      impl->bias = memory({{1, n}, DType::f32, Tag::ab}, impl->engine);
+      std::copy(bias, bias + n, static_cast<float*>(impl->bias.get_data_handle()));
+    }
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    return ToStatus(e, "weight packing");
+  }
+  return std::unique_ptr<DnnlLinear>(new DnnlLinear(std::move(impl)));
+}
+
+absl::Status DnnlLinear::Forward(const float* x, int64_t m, float* y) const {
+  if (m <= 0) return absl::OkStatus();
+  absl::StatusOr<dnnl::matmul> prim = impl_->PrimitiveFor(m);
+  if (!prim.ok()) return prim.status();
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    dnnl::stream& stream = ThreadStream();
+    memory src({{m, impl_->k}, DType::f32, Tag::ab}, impl_->engine, const_cast<float*>(x));
+    memory dst({{m, impl_->n}, DType::f32, Tag::ab}, impl_->engine, y);
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, impl_->weights}, {DNNL_ARG_DST, dst}};
+    if (impl_->has_bias) args.emplace(DNNL_ARG_BIAS, impl_->bias);
+    prim->execute(stream, args);
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    return ToStatus(e, "matmul");
+  }
+  g_total_nanos.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now() - start)
+                              .count(),
+                          std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+double DnnlLinear::TotalSeconds() { return g_total_nanos.load() * 1e-9; }
+void DnnlLinear::ResetTotalSeconds() { g_total_nanos.store(0); }
+
+}  // namespace tandem

@@ -1,0 +1,46 @@
+// y[m][n] = x[m][k]·Wᵀ + b through oneDNN's matmul (DESIGN.md §2: chosen by measurement over
+// Debian's OpenBLAS, see docs/PERFORMANCE.md "GEMM library").
+//
+// W is reordered once, at construction, into the blocked layout oneDNN's brgemm kernels want;
+// that layout does not depend on m, so one packed copy serves every batch size. Primitives are
+// created per distinct m and cached (creation is the expensive part; execution of a cached
+// primitive streams the packed weights at close to memory bandwidth for small m).
+//
+// Thread-safety: Forward may be called concurrently (ranks sharing weights); the primitive cache
+// is guarded. oneDNN uses the calling thread's OpenMP thread count (common/parallel_for.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "model/backend.h"
+
+namespace tandem {
+
+class DnnlLinear final : public LinearOp {
+ public:
+  // w: [n][k] row-major f32; bias: [n] or nullptr. Copies what it needs.
+  static absl::StatusOr<std::unique_ptr<DnnlLinear>> Create(const float* w, int64_t n, int64_t k,
+                                                            const float* bias);
+  ~DnnlLinear() override;
+  DnnlLinear(const DnnlLinear&) = delete;
+  DnnlLinear& operator=(const DnnlLinear&) = delete;
+
+  int64_t n() const override;
+  int64_t k() const override;
+
+  absl::Status Forward(const float* x, int64_t m, float* y) const;
+
+  // Seconds spent inside oneDNN by all Forward calls since the last reset (for the benchmark's
+  // "share of time inside the GEMM library"). Process-wide.
+  static double TotalSeconds();
+  static void ResetTotalSeconds();
+
+ private:
+  struct Impl;
+  explicit DnnlLinear(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,62 @@
+#include "engine/block_manager.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tandem {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(BlockManagerTest, AllocatesLowestIdsAndFreesByRefcount) {
+  BlockManager bm(8);
+  auto a = bm.Allocate(3);
+  ASSERT_TRUE(a.ok());
+  EXPECT_THAT(*a, ElementsAre(0, 1, 2));
+  auto b = bm.Allocate(2);
+  ASSERT_TRUE(b.ok());
+  EXPECT_THAT(*b, ElementsAre(3, 4));
+  EXPECT_EQ(bm.free_blocks(), 3);
+  ASSERT_TRUE(bm.AddRef(*a).ok());
+  ASSERT_TRUE(bm.Free(*a).ok());
+  EXPECT_EQ(bm.free_blocks(), 3);  // still referenced once
+  ASSERT_TRUE(bm.Free(*a).ok());
+  EXPECT_EQ(bm.free_blocks(), 6);
+  auto c = bm.Allocate(4);
+  ASSERT_TRUE(c.ok());
+  EXPECT_THAT(*c, ElementsAre(0, 1, 2, 5));
+}
+
+TEST(BlockManagerTest, ExhaustionAllocatesNothing) {
+  BlockManager bm(4);
+  ASSERT_TRUE(bm.Allocate(3).ok());
+  const auto r = bm.Allocate(2);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(r.status().message(), HasSubstr("need 2 blocks, 1 of 4 free"));
+  EXPECT_EQ(bm.free_blocks(), 1);
+}
+
+TEST(BlockManagerTest, ExtendGrowsATable) {
+  BlockManager bm(6);
+  std::vector<int32_t> table = *bm.Allocate(2);
+  ASSERT_TRUE(bm.Extend(&table, 5).ok());
+  EXPECT_THAT(table, ElementsAre(0, 1, 2, 3, 4));
+  ASSERT_TRUE(bm.Extend(&table, 3).ok());  // already long enough
+  EXPECT_EQ(table.size(), 5u);
+  EXPECT_EQ(bm.Extend(&table, 7).code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(BlockManagerTest, RejectsFreeingUnallocatedBlocks) {
+  BlockManager bm(4);
+  const std::vector<int32_t> a = *bm.Allocate(1);
+  EXPECT_THAT(bm.Free(std::vector<int32_t>{2}).message(), HasSubstr("block 2 is not allocated"));
+  EXPECT_THAT(bm.Free(std::vector<int32_t>{9}).message(), HasSubstr("outside [0, 4)"));
+  EXPECT_EQ(bm.Free(std::vector<int32_t>{0, 0}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bm.free_blocks(), 3);  // nothing changed
+  ASSERT_TRUE(bm.Free(a).ok());
+  EXPECT_EQ(bm.free_blocks(), 4);
+}
+
+}  // namespace
+}  // namespace tandem
