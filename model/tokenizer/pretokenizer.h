@@ -1,0 +1,33 @@
+// Pre-tokenisation: splitting text into the pieces BPE encodes independently, by hand-written
+// matchers equivalent to the regexes models declare (no regex engine; see unicode_class.h for
+// the classes). Alternatives are tried in order at each position, first match wins, exactly as
+// a backtracking regex engine does.
+//
+//   kGpt2        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//                (HF ByteLevel with use_regex; GGUF tokenizer.ggml.pre "gpt-2"/"default")
+//   kDigitsGpt2  first isolate every \p{N} character, then kGpt2 on each remaining run
+//                (HF Sequence[Digits(individual_digits), ByteLevel]; GGUF pre "smollm",
+//                "starcoder", "refact")
+//   kLlama3      (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+//                 ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+   (GGUF pre "llama-bpe")
+//
+// Text is UTF-8; an ill-formed byte sequence counts as one character of none of the classes.
+// Pure functions; thread-safe.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+
+namespace tandem {
+
+enum class PreTokenizerKind { kGpt2, kDigitsGpt2, kLlama3 };
+
+// The kind for a GGUF `tokenizer.ggml.pre` value; nullopt when unknown.
+std::optional<PreTokenizerKind> PreTokenizerForGgufPre(absl::string_view pre);
+
+// Pieces of `text`, in order, covering it exactly (views into `text`).
+std::vector<absl::string_view> PreTokenize(PreTokenizerKind kind, absl::string_view text);
+
+}  // namespace tandem

@@ -1,0 +1,105 @@
+// Byte-level BPE tokenizer (GPT-2 family: SmolLM2, Llama 3, ...).
+//
+// Encode: optionally split out special tokens (longest match first), pre-tokenise each plain
+// span (pretokenizer.h), BPE-merge each piece (bpe.h). Decode: concatenate token bytes (normal
+// tokens through the byte-level mapping, special tokens as their text) and replace ill-formed
+// UTF-8 by U+FFFD per maximal subpart, so Decode equals the concatenation of a
+// StreamingDecoder's output. Token ids are int32 in [0, vocab_size()).
+//
+// Immutable after Create; every method is safe to call from several threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "model/tokenizer/bpe.h"
+#include "model/tokenizer/pretokenizer.h"
+
+namespace tandem {
+
+// GGUF tokenizer.ggml.token_type values.
+enum class TokenKind : int32_t {
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,      // special: matched in text only with parse_special; skippable in Decode
+  kUserDefined = 4,  // always matched in text as a whole; decoded as its text
+  kUnused = 5,
+  kByte = 6,
+};
+
+struct TokenizerSpec {
+  std::vector<std::string> tokens;  // id -> text (byte-level for normal tokens)
+  std::vector<TokenKind> kinds;     // id -> kind; empty = all normal
+  std::vector<std::pair<std::string, std::string>> merges;  // rank order
+  PreTokenizerKind pre = PreTokenizerKind::kGpt2;
+  int32_t bos_id = -1;  // -1 = none
+  int32_t eos_id = -1;
+  int32_t pad_id = -1;
+  bool add_bos = false;  // the model expects BOS in front of every prompt
+};
+
+class Tokenizer {
+ public:
+  // InvalidArgument on an empty vocabulary, mismatched kinds, special ids out of range, or the
+  // BPE errors of BpeMerger::Create. A text listed twice maps to its first id.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(TokenizerSpec spec);
+
+  // parse_special: control tokens written in the text (e.g. "<|im_end|>") become their ids;
+  // otherwise they are encoded as plain text. BOS is prepended when add_bos() and `with_bos`.
+  std::vector<int32_t> Encode(absl::string_view text, bool parse_special = false,
+                              bool with_bos = true) const;
+
+  // skip_special drops control tokens. Ids outside the vocabulary decode to U+FFFD.
+  std::string Decode(absl::Span<const int32_t> ids, bool skip_special = false) const;
+
+  // The raw bytes a token stands for (may be part of a UTF-8 character); empty for an id
+  // outside the vocabulary.
+  absl::string_view TokenBytes(int32_t id) const;
+  // The vocabulary entry of id (byte-level text for normal tokens). NotFound when out of range.
+  absl::StatusOr<absl::string_view> TokenText(int32_t id) const;
+  TokenKind Kind(int32_t id) const;
+  bool IsSpecial(int32_t id) const;  // control or user-defined
+  // Id of a special token by its text ("<|im_end|>"). NotFound when there is none.
+  absl::StatusOr<int32_t> SpecialTokenId(absl::string_view text) const;
+
+  int32_t vocab_size() const { return static_cast<int32_t>(tokens_.size()); }
+  std::optional<int32_t> bos_id() const;
+  std::optional<int32_t> eos_id() const;
+  bool add_bos() const { return spec_add_bos_; }
+  // Every id that ends generation: eos_id plus end-of-turn control tokens of the vocabulary
+  // (<|im_end|>, <|endoftext|>, <|eot_id|>, <|end_of_text|>, <end_of_turn>).
+  const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
+  bool IsStop(int32_t id) const;
+
+  // OK when every id is in [0, vocab_size()); otherwise InvalidArgument naming the first bad
+  // id and its position. Raw token-id prompts go through this.
+  absl::Status ValidateIds(absl::Span<const int32_t> ids) const;
+
+  PreTokenizerKind pre_tokenizer() const { return pre_; }
+
+ private:
+  Tokenizer() = default;
+  void EncodePlain(absl::string_view text, std::vector<int32_t>* out) const;
+
+  std::vector<std::string> tokens_;
+  std::vector<TokenKind> kinds_;
+  std::vector<std::string> bytes_;  // id -> decoded bytes
+  PreTokenizerKind pre_ = PreTokenizerKind::kGpt2;
+  std::optional<BpeMerger> bpe_;
+  // Special tokens matched in text: (text, id), longest first.
+  std::vector<std::pair<std::string, int32_t>> specials_;
+  absl::flat_hash_map<std::string, int32_t> special_ids_;
+  int32_t bos_id_ = -1, eos_id_ = -1;
+  bool spec_add_bos_ = false;
+  std::vector<int32_t> stop_ids_;
+};
+
+}  // namespace tandem
