@@ -1,0 +1,247 @@
+#include "kv_transfer/ucx/kv_puller.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "kv_transfer/ucx/transfer_checks.h"
+#include "kv_transfer/ucx/ucx_status.h"
+
+namespace tandem {
+namespace {
+
+// Longest single block on the worker's event fd: bounds how late a cancel flag is noticed.
+constexpr absl::Duration kWaitSlice = absl::Milliseconds(10);
+
+// One outstanding get. UCX's completion callback marks it done; Execute frees it.
+struct GetSlot {
+  void* request = nullptr;  // null while the slot is free
+  int32_t src_rank = -1;
+  int64_t length = 0;
+  bool done = false;
+  ucs_status_t status = UCS_OK;
+};
+
+void OnGetDone(void* /*request*/, ucs_status_t status, void* user_data) {
+  auto* slot = static_cast<GetSlot*>(user_data);
+  slot->done = true;
+  slot->status = status;
+}
+
+std::string SourceName(const TransferMetadata& m) {
+  return absl::StrCat("engine '", m.engine_id, "' epoch ", m.epoch);
+}
+
+void Add(std::atomic<int64_t>* counter, int64_t n) {
+  counter->fetch_add(n, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KvPuller>> KvPuller::Create(const KvPullerOptions& options) {
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxContext> context, UcxContext::Create(options.ucx));
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxWorker> worker,
+                          UcxWorker::Create(std::shared_ptr<UcxContext>(std::move(context))));
+  return std::unique_ptr<KvPuller>(new KvPuller(std::move(worker)));
+}
+
+KvPuller::~KvPuller() { connections_.clear(); }
+
+absl::StatusOr<std::unique_ptr<UcxPool>> KvPuller::AllocatePool(int64_t bytes) {
+  return UcxPool::Create(worker_->context(), bytes);
+}
+
+void KvPuller::Forget(absl::string_view engine_id, uint64_t epoch) {
+  absl::erase_if(connections_, [&](const auto& entry) {
+    return std::get<0>(entry.first) == engine_id && std::get<1>(entry.first) == epoch;
+  });
+}
+
+void KvPuller::Drop(const TransferMetadata& source, int32_t rank) {
+  connections_.erase(Key(source.engine_id, source.epoch, rank));
+}
+
+absl::StatusOr<RemoteRank*> KvPuller::Connection(const TransferMetadata& source, int32_t rank) {
+  // A newer epoch of an engine means the old process is gone: its connections are stale.
+  absl::erase_if(connections_, [&](const auto& entry) {
+    return std::get<0>(entry.first) == source.engine_id && std::get<1>(entry.first) != source.epoch;
+  });
+  const Key key(source.engine_id, source.epoch, rank);
+  const RankTransferInfo& info = source.ranks[rank];
+  auto it = connections_.find(key);
+  if (it != connections_.end() && it->second->error().ok() && it->second->ConnectedTo(info)) {
+    return it->second.get();
+  }
+  if (it != connections_.end()) connections_.erase(it);
+  TANDEM_ASSIGN_OR_RETURN(
+      std::unique_ptr<RemoteRank> remote,
+      RemoteRank::Connect(worker_.get(), info,
+                          absl::StrCat("source rank ", rank, " of ", SourceName(source))));
+  RemoteRank* raw = remote.get();
+  connections_.emplace(key, std::move(remote));
+  return raw;
+}
+
+absl::Status KvPuller::Execute(const TransferMetadata& source,
+                               absl::Span<const TransferCopy> copies,
+                               absl::Span<std::byte> local_pool, const PullOptions& options) {
+  TANDEM_RETURN_IF_ERROR(ValidateTransferMetadata(source));
+  if (options.max_in_flight < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_in_flight must be >= 1, got ", options.max_in_flight));
+  }
+  if (options.stall_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("stall_timeout must be > 0");
+  }
+  TANDEM_RETURN_IF_ERROR(ValidateCopies(copies, source, static_cast<int64_t>(local_pool.size())));
+
+  // Connect to every source rank the copies read before posting anything.
+  std::vector<RemoteRank*> remote(source.ranks.size(), nullptr);
+  for (const TransferCopy& c : copies) {
+    if (remote[c.src_rank] == nullptr) {
+      TANDEM_ASSIGN_OR_RETURN(remote[c.src_rank], Connection(source, c.src_rank));
+    }
+  }
+
+  std::vector<GetSlot> slots(options.max_in_flight);
+  std::vector<int32_t> free_slots(options.max_in_flight);
+  for (int32_t s = 0; s < options.max_in_flight; ++s) free_slots[s] = s;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = &OnGetDone;
+
+  const int64_t n = static_cast<int64_t>(copies.size());
+  int64_t next = 0;
+  int64_t completed = 0;
+  int32_t in_flight = 0;
+  bool cancelled = false;
+  bool force_closed = false;
+  absl::Status failure;
+  absl::Time last_completion = absl::Now();
+  absl::Time abandon_at = absl::InfiniteFuture();
+  auto fail = [&failure](absl::Status status) {
+    if (failure.ok()) failure = std::move(status);
+  };
+  auto peer_name = [&](int32_t rank) {
+    return remote[rank] != nullptr ? remote[rank]->label()
+                                   : absl::StrCat("source rank ", rank, " of ", SourceName(source));
+  };
+  auto finish = [&](int32_t rank, int64_t length, ucs_status_t status) {
+    if (status == UCS_OK) {
+      ++completed;
+      if (options.progress != nullptr) {
+        Add(&options.progress->completed, 1);
+        Add(&options.progress->completed_bytes, length);
+      }
+      return;
+    }
+    // Gets cancelled by our own force-close land here too; `failure` already says why.
+    fail(absl::UnavailableError(
+        absl::StrCat("get from ", peer_name(rank), ": ", ToStatus(status, "failed").message())));
+  };
+
+  while (true) {
+    if (!cancelled && options.cancel != nullptr &&
+        options.cancel->load(std::memory_order_relaxed)) {
+      cancelled = true;
+    }
+    // Post while the window has room. On shared memory UCX usually completes a get inside
+    // ucp_get_nbx (a copy out of the mapped pool) and returns no request.
+    while (failure.ok() && !cancelled && next < n && in_flight < options.max_in_flight) {
+      const TransferCopy& c = copies[next++];
+      RemoteRank* r = remote[c.src_rank];
+      const int32_t s = free_slots.back();
+      param.user_data = &slots[s];
+      ucs_status_ptr_t request =
+          ucp_get_nbx(r->endpoint(), local_pool.data() + c.dst_offset, c.length,
+                      r->pool_base() + static_cast<uint64_t>(c.src_offset), r->rkey(), &param);
+      if (options.progress != nullptr) Add(&options.progress->posted, 1);
+      if (request == nullptr) {
+        finish(c.src_rank, c.length, UCS_OK);
+      } else if (UCS_PTR_IS_ERR(request)) {
+        finish(c.src_rank, c.length, UCS_PTR_STATUS(request));
+      } else {
+        free_slots.pop_back();
+        slots[s] = GetSlot{request, c.src_rank, c.length, false, UCS_OK};
+        ++in_flight;
+      }
+    }
+    if (in_flight == 0 && (next == n || !failure.ok() || cancelled)) break;
+
+    const unsigned events = worker_->ProgressAll();
+    int32_t reaped = 0;
+    for (int32_t s = 0; s < options.max_in_flight; ++s) {
+      GetSlot& slot = slots[s];
+      if (slot.request == nullptr || !slot.done) continue;
+      ucp_request_free(slot.request);
+      slot.request = nullptr;
+      free_slots.push_back(s);
+      --in_flight;
+      ++reaped;
+      finish(slot.src_rank, slot.length, slot.status);
+    }
+    // The endpoint error callback runs inside ProgressAll; UCX fails that endpoint's gets too.
+    for (RemoteRank* r : remote) {
+      if (r != nullptr && !r->error().ok()) fail(r->error());
+    }
+    const absl::Time now = absl::Now();
+    if (reaped > 0) last_completion = now;
+    if (in_flight == 0) continue;
+
+    if (!force_closed && now - last_completion >= options.stall_timeout) {
+      std::vector<int32_t> owing;
+      for (const GetSlot& slot : slots) {
+        if (slot.request != nullptr && !slot.done &&
+            std::find(owing.begin(), owing.end(), slot.src_rank) == owing.end()) {
+          owing.push_back(slot.src_rank);
+        }
+      }
+      std::sort(owing.begin(), owing.end());
+      fail(absl::DeadlineExceededError(
+          absl::StrCat("KV transfer from ", SourceName(source), " stalled: no get completed for ",
+                       absl::FormatDuration(options.stall_timeout), "; ", in_flight,
+                       " gets outstanding to source rank(s) ", absl::StrJoin(owing, ","), " after ",
+                       completed, " of ", n, " copies")));
+      // Force-closing completes their outstanding gets with UCS_ERR_CANCELED (reaped above on
+      // the next turns) so nothing keeps writing into local_pool after we return.
+      for (int32_t rank : owing) {
+        remote[rank] = nullptr;
+        Drop(source, rank);
+      }
+      force_closed = true;
+      abandon_at = now + RemoteRank::kCloseTimeout;
+      continue;
+    }
+    if (now >= abandon_at) {
+      // UCX did not complete gets on endpoints it force-closed. Hand the requests back (UCX
+      // releases them when they finish) rather than hang; the caller discards the pool.
+      for (GetSlot& slot : slots) {
+        if (slot.request != nullptr) ucp_request_free(slot.request);
+        slot.request = nullptr;
+      }
+      break;
+    }
+    if (events == 0 && reaped == 0) {
+      const absl::Duration until_stall = options.stall_timeout - (now - last_completion);
+      worker_->WaitForEvent(std::clamp(until_stall, absl::ZeroDuration(), kWaitSlice))
+          .IgnoreError();  // a failed arm only means we poll again sooner
+    }
+  }
+
+  // A failed endpoint is never reused: the next Execute reconnects.
+  for (size_t rank = 0; rank < remote.size(); ++rank) {
+    if (remote[rank] != nullptr && !remote[rank]->error().ok()) {
+      Drop(source, static_cast<int32_t>(rank));
+    }
+  }
+  if (cancelled) {
+    return absl::CancelledError(absl::StrCat("KV transfer from ", SourceName(source),
+                                             " cancelled after ", completed, " of ", n, " copies"));
+  }
+  return failure;
+}
+
+}  // namespace tandem

@@ -1,0 +1,95 @@
+// KvPuller: the decode side of the KV transfer (DESIGN.md §6). One per decode rank.
+//
+// Owns a UCX context and worker and a cache of connections (endpoint + unpacked rkey) keyed by
+// (source engine id, epoch, source rank). Execute() pulls a planned list of copies from one
+// source instance into this rank's pool with one ucp_get_nbx per copy:
+//   * every copy is bounds-checked against the source rank's pool and the local pool before
+//     anything is posted (INVALID_ARGUMENT naming the copy);
+//   * at most `max_in_flight` gets are outstanding;
+//   * no completion for `stall_timeout` → DEADLINE_EXCEEDED naming the source ranks still owed
+//     data; their endpoints are force-closed and dropped, so the call returns, never hangs;
+//   * `cancel` set → CANCELLED: posting stops, gets in flight are drained (force-closing their
+//     endpoints if they stall), nothing is left referencing the local pool;
+//   * UCX reporting a source endpoint failed (peer error handling) → UNAVAILABLE naming the
+//     source rank; that connection is dropped and the next Execute reconnects.
+// After a non-OK return the local pool may hold part of the data; the caller discards it.
+//
+// Thread-safety: thread-compatible — one thread at a time (the owning decode rank's thread)
+// calls any method. Connections to an older epoch of an engine are dropped when a newer epoch
+// of the same engine id is first used.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "kv_transfer/transfer_types.h"
+#include "kv_transfer/ucx/remote_rank.h"
+#include "kv_transfer/ucx/ucx_pool.h"
+#include "kv_transfer/ucx/ucx_worker.h"
+
+namespace tandem {
+
+// Live counters of one Execute, for monitoring (and for tests that act mid-transfer).
+struct PullProgress {
+  std::atomic<int64_t> posted{0};           // gets handed to UCX
+  std::atomic<int64_t> completed{0};        // gets finished successfully
+  std::atomic<int64_t> completed_bytes{0};  // bytes of those gets
+};
+
+struct PullOptions {
+  int32_t max_in_flight = 64;                        // ≥ 1
+  absl::Duration stall_timeout = absl::Seconds(10);  // > 0
+  const std::atomic<bool>* cancel = nullptr;         // optional; checked while waiting
+  PullProgress* progress = nullptr;                  // optional
+};
+
+struct KvPullerOptions {
+  UcxOptions ucx;
+};
+
+class KvPuller {
+ public:
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<KvPuller>> Create(
+      const KvPullerOptions& options);
+  ~KvPuller();
+  KvPuller(const KvPuller&) = delete;
+  KvPuller& operator=(const KvPuller&) = delete;
+
+  // Copies copies[i].length bytes from source rank copies[i].src_rank's pool at src_offset to
+  // local_pool at dst_offset, for every i. REQUIRES: copies' destination ranges do not overlap.
+  // Metadata is validated (ValidateTransferMetadata) but the compatibility hash is not: run
+  // CheckHandshake once per (engine id, epoch) first.
+  [[nodiscard]] absl::Status Execute(const TransferMetadata& source,
+                                     absl::Span<const TransferCopy> copies,
+                                     absl::Span<std::byte> local_pool, const PullOptions& options);
+
+  // A pool in this puller's UCX context, for the decode rank's own KV cache.
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<UcxPool>> AllocatePool(int64_t bytes);
+
+  // Drops the cached connections to (engine_id, epoch).
+  void Forget(absl::string_view engine_id, uint64_t epoch);
+  int64_t cached_connections() const { return static_cast<int64_t>(connections_.size()); }
+
+ private:
+  using Key = std::tuple<std::string, uint64_t, int32_t>;  // engine id, epoch, source rank
+
+  explicit KvPuller(std::unique_ptr<UcxWorker> worker) : worker_(std::move(worker)) {}
+  absl::StatusOr<RemoteRank*> Connection(const TransferMetadata& source, int32_t rank);
+  void Drop(const TransferMetadata& source, int32_t rank);
+
+  std::unique_ptr<UcxWorker> worker_;
+  // Declared after the worker: connections close (using the worker) before it is destroyed.
+  absl::flat_hash_map<Key, std::unique_ptr<RemoteRank>> connections_;
+};
+
+}  // namespace tandem

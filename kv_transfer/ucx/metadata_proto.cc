@@ -1,0 +1,161 @@
+#include "kv_transfer/ucx/metadata_proto.h"
+
+#include <cstdint>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "attention/parallel_layout.h"
+#include "common/status_macros.h"
+#include "kv_transfer/fnv1a.h"
+#include "kv_transfer/ucx/transfer_checks.h"
+
+namespace tandem {
+namespace {
+
+// Canonical encoding: fixed-width little-endian integers, strings length-prefixed.
+void AppendLe(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+uint64_t Checksum(absl::string_view worker_address, uint64_t pool_base, int64_t pool_bytes,
+                  absl::string_view rkey) {
+  std::string enc;
+  enc.reserve(worker_address.size() + rkey.size() + 32);
+  AppendLe(enc, worker_address.size());
+  enc.append(worker_address.data(), worker_address.size());
+  AppendLe(enc, pool_base);
+  AppendLe(enc, static_cast<uint64_t>(pool_bytes));
+  AppendLe(enc, rkey.size());
+  enc.append(rkey.data(), rkey.size());
+  return Fnv1a64(enc);
+}
+
+absl::StatusOr<KvDType> DTypeFromProto(v1::KvDType d) {
+  switch (d) {
+    case v1::KV_DTYPE_F32:
+      return KvDType::kF32;
+    case v1::KV_DTYPE_F16:
+      return KvDType::kF16;
+    case v1::KV_DTYPE_BF16:
+      return KvDType::kBF16;
+    default:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("transfer metadata: layout.dtype has unknown value ", static_cast<int>(d)));
+}
+
+v1::KvDType DTypeToProto(KvDType d) {
+  switch (d) {
+    case KvDType::kF32:
+      return v1::KV_DTYPE_F32;
+    case KvDType::kF16:
+      return v1::KV_DTYPE_F16;
+    case KvDType::kBF16:
+      return v1::KV_DTYPE_BF16;
+  }
+  return v1::KV_DTYPE_F32;
+}
+
+}  // namespace
+
+v1::TransferMetadata ToProto(const TransferMetadata& m) {
+  v1::TransferMetadata p;
+  p.set_engine_id(m.engine_id);
+  p.set_epoch(m.epoch);
+  p.set_compat_hash(m.compat_hash);
+  v1::KvLayout* layout = p.mutable_layout();
+  const ParallelConfig& cfg = m.layout.parallel;
+  v1::ParallelConfig* pc = layout->mutable_parallel();
+  pc->set_tp(cfg.tp);
+  pc->set_pcp(cfg.pcp);
+  pc->set_dcp(cfg.dcp);
+  pc->set_block_size(cfg.block_size);
+  pc->set_interleave(cfg.interleave);
+  v1::ModelDims* dims = layout->mutable_dims();
+  dims->set_num_layers(m.layout.dims.num_layers);
+  dims->set_num_q_heads(m.layout.dims.num_q_heads);
+  dims->set_num_kv_heads(m.layout.dims.num_kv_heads);
+  dims->set_head_dim(m.layout.dims.head_dim);
+  layout->set_dtype(DTypeToProto(m.layout.dtype));
+  for (size_t r = 0; r < m.ranks.size(); ++r) {
+    const RankTransferInfo& info = m.ranks[r];
+    const RankPlacement place = PlaceRank(cfg, m.layout.dims, static_cast<int32_t>(r));
+    v1::RankTransferInfo* out = p.add_ranks();
+    out->set_worker_address(info.worker_address);
+    out->set_pool_base(info.pool_base);
+    out->set_pool_bytes(info.pool_bytes);
+    out->set_rkey(info.rkey);
+    out->set_kv_head_begin(place.kv_head_begin);
+    out->set_kv_head_count(place.kv_head_count);
+    out->set_dcp_rank(place.dcp_rank);
+    out->set_checksum(Checksum(info.worker_address, info.pool_base, info.pool_bytes, info.rkey));
+  }
+  return p;
+}
+
+absl::StatusOr<TransferMetadata> FromProto(const v1::TransferMetadata& p) {
+  if (!p.has_layout()) return absl::InvalidArgumentError("transfer metadata: layout is missing");
+  const v1::KvLayout& layout = p.layout();
+  if (!layout.has_parallel()) {
+    return absl::InvalidArgumentError("transfer metadata: layout.parallel is missing");
+  }
+  if (!layout.has_dims()) {
+    return absl::InvalidArgumentError("transfer metadata: layout.dims is missing");
+  }
+  TransferMetadata m;
+  m.engine_id = p.engine_id();
+  m.epoch = p.epoch();
+  m.compat_hash = p.compat_hash();
+  const v1::ParallelConfig& pc = layout.parallel();
+  m.layout.parallel = ParallelConfig{pc.tp(), pc.pcp(), pc.dcp(), pc.block_size(), pc.interleave()};
+  const v1::ModelDims& d = layout.dims();
+  m.layout.dims = ModelDims{d.num_layers(), d.num_q_heads(), d.num_kv_heads(), d.head_dim()};
+  TANDEM_ASSIGN_OR_RETURN(m.layout.dtype, DTypeFromProto(layout.dtype()));
+
+  for (int r = 0; r < p.ranks_size(); ++r) {
+    const v1::RankTransferInfo& in = p.ranks(r);
+    if (in.checksum() !=
+        Checksum(in.worker_address(), in.pool_base(), in.pool_bytes(), in.rkey())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "transfer metadata: ranks[", r,
+          "].checksum does not match its worker_address/pool_base/pool_bytes/rkey (garbled in "
+          "transit or produced by an incompatible peer)"));
+    }
+    m.ranks.push_back(
+        RankTransferInfo{in.worker_address(), in.pool_base(), in.pool_bytes(), in.rkey()});
+  }
+  TANDEM_RETURN_IF_ERROR(ValidateTransferMetadata(m));
+
+  // Placement is derived; a mismatch means the peer places heads or tokens differently.
+  for (int r = 0; r < p.ranks_size(); ++r) {
+    const v1::RankTransferInfo& in = p.ranks(r);
+    const RankPlacement place = PlaceRank(m.layout.parallel, m.layout.dims, r);
+    if (in.kv_head_begin() != place.kv_head_begin || in.kv_head_count() != place.kv_head_count ||
+        in.dcp_rank() != place.dcp_rank) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "transfer metadata: ranks[%d] placement (kv_head_begin=%d, kv_head_count=%d, "
+          "dcp_rank=%d) differs from this build's placement for %s (%d, %d, %d)",
+          r, in.kv_head_begin(), in.kv_head_count(), in.dcp_rank(), m.layout.parallel.ToString(),
+          place.kv_head_begin, place.kv_head_count, place.dcp_rank));
+    }
+  }
+  return m;
+}
+
+std::string SerializeTransferMetadata(const TransferMetadata& metadata) {
+  return ToProto(metadata).SerializeAsString();
+}
+
+absl::StatusOr<TransferMetadata> ParseTransferMetadata(absl::string_view bytes) {
+  v1::TransferMetadata proto;
+  if (!proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transfer metadata: ", bytes.size(),
+                     " bytes are not a serialized tandem.v1.TransferMetadata"));
+  }
+  return FromProto(proto);
+}
+
+}  // namespace tandem

@@ -1,0 +1,79 @@
+// RemoteRank: a destination worker's connection to one source rank — the endpoint and the
+// unpacked rkey of that rank's pool (DESIGN.md §6: cached per (destination rank, source rank)).
+//
+// Error handling: the endpoint asks for UCP_ERR_HANDLING_MODE_PEER when the worker's context
+// has a transport that can detect peer failure (TCP): UCX then calls our error callback (inside
+// ucp_worker_progress, on the worker's thread), error() turns non-OK, outstanding operations
+// complete with an error, and the owner must drop this object. UCX 1.13's shared-memory
+// transports cannot detect peer failure and refuse PEER mode as "unreachable", so with only
+// those (or when PEER mode finds the peer unreachable) the endpoint uses
+// UCP_ERR_HANDLING_MODE_NONE. That is safe for Tandem's pools: shared-memory gets are loads from
+// a segment this process has mapped, which stays valid after the source dies (the stall
+// timeout still bounds anything that would wait on the peer).
+//
+// Ownership: owns the endpoint and the rkey; borrows the worker, which must outlive it.
+// Destruction destroys the rkey and closes the endpoint — forcibly in PEER mode (outstanding
+// operations complete with UCS_ERR_CANCELED, the peer is not waited for), by flushing in NONE
+// mode (UCX documents force-close as undefined without peer error handling) — progressing the
+// worker until the close finishes, bounded by kCloseTimeout. Thread-safety: only on the worker's
+// thread.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kv_transfer/transfer_types.h"
+#include "kv_transfer/ucx/ucx_worker.h"
+
+namespace tandem {
+
+class RemoteRank {
+ public:
+  static constexpr absl::Duration kCloseTimeout = absl::Seconds(2);
+
+  // `label` names the peer in every error ("source rank 1 of engine 'p0' epoch 3").
+  // REQUIRES: info passed ValidateTransferMetadata.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<RemoteRank>> Connect(
+      UcxWorker* worker, const RankTransferInfo& info, std::string label);
+  ~RemoteRank();
+  RemoteRank(const RemoteRank&) = delete;
+  RemoteRank& operator=(const RemoteRank&) = delete;
+
+  ucp_ep_h endpoint() const { return endpoint_; }
+  ucp_rkey_h rkey() const { return rkey_; }
+  uint64_t pool_base() const { return pool_base_; }
+  const std::string& label() const { return label_; }
+
+  // OK while healthy; UNAVAILABLE naming the peer after UCX reported the endpoint failed.
+  const absl::Status& error() const { return error_; }
+
+  // Whether UCX reports this peer's failure (PEER mode) or cannot (NONE mode, shared memory).
+  bool detects_peer_failure() const { return peer_mode_; }
+
+  // True iff this connection was made from exactly this rank info (same epoch can only
+  // republish identical info; anything else means the cache entry is stale).
+  bool ConnectedTo(const RankTransferInfo& info) const;
+
+ private:
+  RemoteRank(UcxWorker* worker, const RankTransferInfo& info, std::string label);
+  ucs_status_t CreateEndpoint(const void* address, bool peer_mode);
+  static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  UcxWorker* const worker_;
+  const std::string worker_address_;
+  const std::string packed_rkey_;
+  const uint64_t pool_base_;
+  const std::string label_;
+  ucp_ep_h endpoint_ = nullptr;
+  ucp_rkey_h rkey_ = nullptr;
+  bool peer_mode_ = false;
+  absl::Status error_;
+};
+
+}  // namespace tandem

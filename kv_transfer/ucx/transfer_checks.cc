@@ -1,0 +1,101 @@
+#include "kv_transfer/ucx/transfer_checks.h"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "attention/parallel_layout.h"
+
+namespace tandem {
+namespace {
+
+// [offset, offset + length) inside [0, limit), without overflow.
+bool RangeInside(int64_t offset, int64_t length, int64_t limit) {
+  return offset >= 0 && length >= 0 && offset <= limit && length <= limit - offset;
+}
+
+std::string Source(const TransferMetadata& m) {
+  return absl::StrCat("source engine '", m.engine_id, "' epoch ", m.epoch);
+}
+
+}  // namespace
+
+absl::Status ValidateTransferMetadata(const TransferMetadata& m) {
+  if (m.engine_id.empty()) {
+    return absl::InvalidArgumentError("transfer metadata: engine_id is empty");
+  }
+  const absl::Status layout =
+      ValidateParallelConfig(m.layout.parallel, m.layout.dims, InstanceRole::kPrefill);
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transfer metadata of ", Source(m), ": layout: ", layout.message()));
+  }
+  if (static_cast<int64_t>(m.ranks.size()) != m.layout.world()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "transfer metadata of ", Source(m), ": ranks has ", m.ranks.size(), " entries but layout (",
+        m.layout.parallel.ToString(), ") has world ", m.layout.world()));
+  }
+  for (size_t r = 0; r < m.ranks.size(); ++r) {
+    const RankTransferInfo& info = m.ranks[r];
+    const std::string field = absl::StrCat("transfer metadata of ", Source(m), ": ranks[", r, "].");
+    if (info.worker_address.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, "worker_address is empty"));
+    }
+    if (info.rkey.empty()) return absl::InvalidArgumentError(absl::StrCat(field, "rkey is empty"));
+    if (info.pool_base == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, "pool_base is 0"));
+    }
+    if (info.pool_bytes <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, "pool_bytes must be > 0, got ", info.pool_bytes));
+    }
+    if (info.pool_base >
+        std::numeric_limits<uint64_t>::max() - static_cast<uint64_t>(info.pool_bytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, "pool_base + pool_bytes overflows the address space"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckHandshake(uint64_t expected_compat_hash, const TransferMetadata& m) {
+  const absl::Status valid = ValidateTransferMetadata(m);
+  if (!valid.ok()) return valid;
+  if (m.compat_hash != expected_compat_hash) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "incompatible KV source: %s has compatibility hash %#x, this instance expects %#x "
+        "(model identity, layers, head_dim, KV heads, KV dtype or protocol version differ)",
+        Source(m), m.compat_hash, expected_compat_hash));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateCopies(absl::Span<const TransferCopy> copies, const TransferMetadata& source,
+                            int64_t local_pool_bytes) {
+  const int64_t num_ranks = static_cast<int64_t>(source.ranks.size());
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const TransferCopy& c = copies[i];
+    if (c.length <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("copy ", i, ": length must be > 0, got ", c.length));
+    }
+    if (c.src_rank < 0 || c.src_rank >= num_ranks) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("copy ", i, ": source rank ", c.src_rank, " outside [0, ", num_ranks, ")"));
+    }
+    const int64_t src_limit = source.ranks[c.src_rank].pool_bytes;
+    if (!RangeInside(c.src_offset, c.length, src_limit)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("copy ", i, ": source range [", c.src_offset, ", +", c.length,
+                       ") exceeds source rank ", c.src_rank, "'s pool of ", src_limit, " bytes"));
+    }
+    if (!RangeInside(c.dst_offset, c.length, local_pool_bytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("copy ", i, ": destination range [", c.dst_offset, ", +", c.length,
+                       ") exceeds the local pool of ", local_pool_bytes, " bytes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem
