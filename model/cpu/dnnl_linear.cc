@@ -37,6 +37,22 @@ dnnl::stream& ThreadStream() {
   return stream;
 }
 
+// Primitives run with a user-provided scratchpad from the calling thread: Debian's oneDNN is
+// built without DNNL_ENABLE_CONCURRENT_EXEC, so in the default "library" mode all primitives
+// share one scratchpad and rank threads executing concurrently would corrupt each other's GEMMs.
+void* ThreadScratchpad(size_t bytes) {
+  thread_local std::vector<char> buffer;
+  if (buffer.size() < bytes + 64) buffer.resize(bytes + 64);
+  const uintptr_t p = reinterpret_cast<uintptr_t>(buffer.data());
+  return reinterpret_cast<void*>((p + 63) & ~uintptr_t{63});
+}
+
+dnnl::primitive_attr UserScratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
 }  // namespace
 
 struct DnnlLinear::Impl {
@@ -49,9 +65,13 @@ struct DnnlLinear::Impl {
   bool has_bias = false;
 
   mutable absl::Mutex mu;
-  mutable std::map<int64_t, dnnl::matmul> primitives ABSL_GUARDED_BY(mu);
+  struct Prepared {
+    dnnl::matmul primitive;
+    memory::desc scratchpad;
+  };
+  mutable std::map<int64_t, Prepared> primitives ABSL_GUARDED_BY(mu);
 
-  absl::StatusOr<dnnl::matmul> PrimitiveFor(int64_t m) const {
+  absl::StatusOr<Prepared> PrimitiveFor(int64_t m) const {
     absl::MutexLock lock(&mu);
     auto it = primitives.find(m);
     if (it != primitives.end()) return it->second;
@@ -61,9 +81,10 @@ struct DnnlLinear::Impl {
       const memory::desc b = has_bias ? memory::desc({1, n}, DType::f32, Tag::ab) : memory::desc();
       const dnnl::matmul::desc d = has_bias ? dnnl::matmul::desc(src, weights_desc, b, dst)
                                             : dnnl::matmul::desc(src, weights_desc, dst);
-      dnnl::matmul prim(dnnl::matmul::primitive_desc(d, engine));
-      primitives.emplace(m, prim);
-      return prim;
+      const dnnl::matmul::primitive_desc pd(d, UserScratchpad(), engine);
+      Prepared prepared{dnnl::matmul(pd), pd.scratchpad_desc()};
+      primitives.emplace(m, prepared);
+      return prepared;
     } catch (const dnnl::error& e) {
       return ToStatus(e, "matmul creation");
     }
@@ -91,12 +112,18 @@ absl::StatusOr<std::unique_ptr<DnnlLinear>> DnnlLinear::Create(const float* w, i
     const memory::desc src({64, k}, DType::f32, Tag::ab);
     const memory::desc dst({64, n}, DType::f32, Tag::ab);
     const memory::desc any({k, n}, DType::f32, Tag::any);
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, any, dst), impl->engine);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, any, dst), UserScratchpad(),
+                                          impl->engine);
     impl->weights_desc = pd.weights_desc();
     impl->weights = memory(impl->weights_desc, impl->engine);
     memory plain({{k, n}, DType::f32, Tag::ba}, impl->engine, const_cast<float*>(w));
     dnnl::stream& stream = ThreadStream();
-    dnnl::reorder(plain, impl->weights).execute(stream, plain, impl->weights);
+    const dnnl::reorder::primitive_desc rpd(plain, impl->weights, UserScratchpad());
+    memory scratch(rpd.scratchpad_desc(), impl->engine,
+                   ThreadScratchpad(rpd.scratchpad_desc().get_size()));
+    dnnl::reorder(rpd).execute(stream, {{DNNL_ARG_FROM, plain},
+                                        {DNNL_ARG_TO, impl->weights},
+                                        {DNNL_ARG_SCRATCHPAD, scratch}});
     if (bias != nullptr) {
       impl->bias = memory({{1, n}, DType::f32, Tag::ab}, impl->engine);
       std::copy(bias, bias + n, static_cast<float*>(impl->bias.get_data_handle()));
@@ -110,7 +137,7 @@ absl::StatusOr<std::unique_ptr<DnnlLinear>> DnnlLinear::Create(const float* w, i
 
 absl::Status DnnlLinear::Forward(const float* x, int64_t m, float* y) const {
   if (m <= 0) return absl::OkStatus();
-  absl::StatusOr<dnnl::matmul> prim = impl_->PrimitiveFor(m);
+  absl::StatusOr<Impl::Prepared> prim = impl_->PrimitiveFor(m);
   if (!prim.ok()) return prim.status();
   const auto start = std::chrono::steady_clock::now();
   try {
@@ -120,7 +147,10 @@ absl::Status DnnlLinear::Forward(const float* x, int64_t m, float* y) const {
     std::unordered_map<int, memory> args = {
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, impl_->weights}, {DNNL_ARG_DST, dst}};
     if (impl_->has_bias) args.emplace(DNNL_ARG_BIAS, impl_->bias);
-    prim->execute(stream, args);
+    memory scratch(prim->scratchpad, impl_->engine,
+                   ThreadScratchpad(prim->scratchpad.get_size()));
+    args.emplace(DNNL_ARG_SCRATCHPAD, scratch);
+    prim->primitive.execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& e) {
     return ToStatus(e, "matmul");
