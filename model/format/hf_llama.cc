@@ -1,0 +1,201 @@
+#include "model/format/hf_llama.h"
+
+#include <sys/stat.h>
+
+#include <limits>
+#include <optional>
+
+#include "absl/container/btree_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "model/format/json_struct.h"
+#include "model/format/llama_tensor_plan.h"
+#include "model/format/parallel_dequant.h"
+
+namespace tandem {
+namespace {
+
+constexpr uint64_t kMaxJsonBytes = 64 << 20;
+
+absl::StatusOr<int32_t> Int32Field(const google::protobuf::Struct& s, absl::string_view key,
+                                   std::optional<int32_t> fallback) {
+  const google::protobuf::Value* v = FindField(s, key);
+  const std::string what = absl::StrCat("config.json: ", key);
+  if (v == nullptr) {
+    if (fallback.has_value()) return *fallback;
+    return absl::NotFoundError(what + " is missing");
+  }
+  TANDEM_ASSIGN_OR_RETURN(const int64_t x, JsonInt(*v, what));
+  if (x <= 0 || x > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " is ", x, " (must be in [1, 2^31))"));
+  }
+  return static_cast<int32_t>(x);
+}
+
+absl::StatusOr<float> FloatField(const google::protobuf::Struct& s, absl::string_view key,
+                                 float fallback) {
+  const google::protobuf::Value* v = FindField(s, key);
+  if (v == nullptr) return fallback;
+  TANDEM_ASSIGN_OR_RETURN(const double x, JsonNumber(*v, absl::StrCat("config.json: ", key)));
+  return static_cast<float>(x);
+}
+
+absl::StatusOr<bool> BoolField(const google::protobuf::Struct& s, absl::string_view key) {
+  const google::protobuf::Value* v = FindField(s, key);
+  if (v == nullptr) return false;
+  return JsonBool(*v, absl::StrCat("config.json: ", key));
+}
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+absl::StatusOr<LlamaConfig> ParseHfLlamaConfig(absl::string_view config_json) {
+  TANDEM_ASSIGN_OR_RETURN(const google::protobuf::Struct s,
+                          ParseJsonObject(config_json, "config.json"));
+  LlamaConfig c;
+  c.architecture = "llama";
+  if (const auto* v = FindField(s, "model_type"); v != nullptr) {
+    TANDEM_ASSIGN_OR_RETURN(const std::string type, JsonString(*v, "config.json: model_type"));
+    if (type != "llama") {
+      return absl::UnimplementedError(
+          absl::StrCat("config.json: model_type '", type, "' is not supported (only 'llama')"));
+    }
+  }
+  if (const auto* v = FindField(s, "hidden_act"); v != nullptr) {
+    TANDEM_ASSIGN_OR_RETURN(const std::string act, JsonString(*v, "config.json: hidden_act"));
+    if (act != "silu") {
+      return absl::UnimplementedError(
+          absl::StrCat("config.json: hidden_act '", act, "' is not supported (only 'silu')"));
+    }
+  }
+  if (FindField(s, "rope_scaling") != nullptr) {
+    return absl::UnimplementedError("config.json: rope_scaling is not supported");
+  }
+  TANDEM_ASSIGN_OR_RETURN(c.vocab_size, Int32Field(s, "vocab_size", std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(c.hidden_size, Int32Field(s, "hidden_size", std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(c.intermediate_size, Int32Field(s, "intermediate_size", std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(c.num_layers, Int32Field(s, "num_hidden_layers", std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(c.num_q_heads, Int32Field(s, "num_attention_heads", std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(c.num_kv_heads, Int32Field(s, "num_key_value_heads", c.num_q_heads));
+  if (FindField(s, "head_dim") == nullptr && c.hidden_size % c.num_q_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: hidden_size ", c.hidden_size,
+                                                   " is not a multiple of num_attention_heads ",
+                                                   c.num_q_heads));
+  }
+  TANDEM_ASSIGN_OR_RETURN(c.head_dim, Int32Field(s, "head_dim", c.hidden_size / c.num_q_heads));
+  TANDEM_ASSIGN_OR_RETURN(c.max_context, Int32Field(s, "max_position_embeddings", 2048));
+  TANDEM_ASSIGN_OR_RETURN(c.rope_theta, FloatField(s, "rope_theta", 10000.f));
+  TANDEM_ASSIGN_OR_RETURN(c.rms_norm_eps, FloatField(s, "rms_norm_eps", 1e-6f));
+  TANDEM_ASSIGN_OR_RETURN(c.tied_embeddings, BoolField(s, "tie_word_embeddings"));
+  TANDEM_ASSIGN_OR_RETURN(c.has_qkv_bias, BoolField(s, "attention_bias"));
+  c.rope_style = RopeStyle::kRotateHalf;
+  TANDEM_RETURN_IF_ERROR(ValidateLlamaConfig(c));
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<HfCheckpoint>> HfCheckpoint::Open(const std::string& dir) {
+  std::unique_ptr<HfCheckpoint> ck(new HfCheckpoint());
+  ck->dir_ = dir;
+  TANDEM_ASSIGN_OR_RETURN(ck->config_json_, ReadFileToString(dir + "/config.json", kMaxJsonBytes));
+  absl::StatusOr<LlamaConfig> config = ParseHfLlamaConfig(ck->config_json_);
+  if (!config.ok()) {
+    return absl::Status(config.status().code(), absl::StrCat(dir, ": ", config.status().message()));
+  }
+  ck->config_ = std::move(*config);
+  const std::string trimmed = dir.substr(0, dir.find_last_not_of('/') + 1);
+  ck->config_.name = trimmed.substr(trimmed.find_last_of('/') + 1);
+  TANDEM_RETURN_IF_ERROR(ck->OpenShards());
+  return ck;
+}
+
+absl::Status HfCheckpoint::OpenShards() {
+  const std::string single = dir_ + "/model.safetensors";
+  const std::string index_path = dir_ + "/model.safetensors.index.json";
+  absl::btree_set<std::string> files;
+  google::protobuf::Struct weight_map;
+  if (FileExists(index_path)) {
+    TANDEM_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(index_path, kMaxJsonBytes));
+    TANDEM_ASSIGN_OR_RETURN(const google::protobuf::Struct index,
+                            ParseJsonObject(text, index_path));
+    const google::protobuf::Value* map = FindField(index, "weight_map");
+    if (map == nullptr || map->kind_case() != google::protobuf::Value::kStructValue) {
+      return absl::InvalidArgumentError(index_path + ": weight_map is missing or not an object");
+    }
+    weight_map = map->struct_value();
+    for (const auto& [tensor, file] : weight_map.fields()) {
+      TANDEM_ASSIGN_OR_RETURN(const std::string name,
+                              JsonString(file, index_path + ": weight_map entry"));
+      if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+        return absl::InvalidArgumentError(
+            absl::StrCat(index_path, ": shard name '", name, "' must be a plain file name"));
+      }
+      files.insert(name);
+    }
+  } else if (FileExists(single)) {
+    files.insert("model.safetensors");
+  } else {
+    return absl::NotFoundError(
+        absl::StrCat(dir_, ": neither model.safetensors nor model.safetensors.index.json"));
+  }
+  for (const std::string& file : files) {
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> shard,
+                            SafetensorsFile::Open(dir_ + "/" + file));
+    for (const SafetensorsTensor& t : shard->tensors()) {
+      if (!shard_of_.emplace(t.name, shards_.size()).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(dir_, ": tensor '", t.name, "' appears in more than one shard"));
+      }
+    }
+    shards_.push_back(std::move(shard));
+  }
+  for (const auto& [tensor, file] : weight_map.fields()) {
+    const SafetensorsFile* shard = ShardOf(tensor);
+    if (shard == nullptr || shard->path() != dir_ + "/" + file.string_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(index_path, ": tensor '", tensor,
+                                                     "' is not in its listed shard '",
+                                                     file.string_value(), "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+const SafetensorsFile* HfCheckpoint::ShardOf(absl::string_view name) const {
+  const auto it = shard_of_.find(name);
+  return it == shard_of_.end() ? nullptr : shards_[it->second].get();
+}
+
+absl::StatusOr<LlamaWeights> HfCheckpoint::LoadWeights() const {
+  LlamaWeights w;
+  w.config = config_;
+  const std::vector<LlamaTensorSlot> plan = PlanLlamaTensors(w.config, &w);
+  for (const LlamaTensorSlot& slot : plan) {
+    const std::string name = HfTensorName(slot.role, slot.layer);
+    const SafetensorsFile* shard = ShardOf(name);
+    if (shard == nullptr) {
+      return absl::NotFoundError(absl::StrCat(dir_, ": missing tensor '", name, "'"));
+    }
+    const SafetensorsTensor& t = *shard->Find(name);
+    if (t.shape != slot.shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(shard->path(), ": tensor '", name, "' has shape ", ShapeString(t.shape),
+                       ", expected ", ShapeString(slot.shape), " from config.json"));
+    }
+    if (t.dtype != "F32" && t.dtype != "F16" && t.dtype != "BF16") {
+      return absl::UnimplementedError(absl::StrCat(shard->path(), ": tensor '", name,
+                                                   "' has dtype ", t.dtype,
+                                                   " (supported: F32, F16, BF16)"));
+    }
+  }
+  for (const LlamaTensorSlot& slot : plan) {
+    const std::string name = HfTensorName(slot.role, slot.layer);
+    TANDEM_ASSIGN_OR_RETURN(*slot.dst, ShardOf(name)->ReadTensor(name));
+  }
+  return w;
+}
+
+}  // namespace tandem

@@ -1,0 +1,154 @@
+#include "model/tools/synthetic_model.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "model/format/content_hash.h"
+#include "model/format/llama_tensor_plan.h"
+#include "model/tools/synthetic_vocab.h"
+
+namespace tandem {
+namespace {
+
+LlamaConfig ConfigOf(const SyntheticModelOptions& o) {
+  LlamaConfig c;
+  c.name = "tandem-synthetic";
+  c.architecture = "llama";
+  c.vocab_size = o.vocab;
+  c.hidden_size = o.hidden;
+  c.intermediate_size = o.intermediate;
+  c.num_layers = o.layers;
+  c.num_q_heads = o.q_heads;
+  c.num_kv_heads = o.kv_heads;
+  c.head_dim = o.head_dim;
+  c.max_context = o.context;
+  c.rope_theta = o.rope_theta;
+  c.rms_norm_eps = o.rms_norm_eps;
+  c.tied_embeddings = o.tied_embeddings;
+  c.has_qkv_bias = o.qkv_bias;
+  return c;
+}
+
+// Uniform values with the given mean and standard deviation from a generator seeded by
+// (seed, name). mt19937_64's output sequence is fixed by the standard and the conversion to
+// float is ours, so the values are identical everywhere (std::*_distribution are not).
+std::vector<float> RandomValues(uint64_t seed, const std::string& name, int64_t n, float mean,
+                                float stddev) {
+  ContentHash h;
+  h.AddU64(seed);
+  h.Add(name);
+  std::mt19937_64 gen(h.value());
+  const float half_width = stddev * std::sqrt(3.f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) {
+    const double u = static_cast<double>(gen() >> 11) * 0x1.0p-53;  // [0, 1)
+    x = mean + half_width * static_cast<float>(2.0 * u - 1.0);
+  }
+  return v;
+}
+
+// (mean, stddev) of a tensor's initialisation; see the header for why.
+std::pair<float, float> InitOf(LlamaTensorRole role, const std::vector<int64_t>& shape,
+                               int hidden) {
+  switch (role) {
+    case LlamaTensorRole::kTokenEmbedding:
+      return {0.f, 1.f};
+    case LlamaTensorRole::kOutput:
+      return {0.f, 2.f / std::sqrt(static_cast<float>(hidden))};
+    case LlamaTensorRole::kOutputNorm:
+    case LlamaTensorRole::kAttnNorm:
+    case LlamaTensorRole::kFfnNorm:
+      return {1.f, 0.1f / std::sqrt(3.f)};
+    case LlamaTensorRole::kBq:
+    case LlamaTensorRole::kBk:
+    case LlamaTensorRole::kBv:
+      return {0.f, 0.1f};
+    default:
+      return {0.f, 1.f / std::sqrt(static_cast<float>(shape.back()))};
+  }
+}
+
+}  // namespace
+
+absl::Status ValidateSyntheticOptions(const SyntheticModelOptions& o) {
+  const std::pair<const char*, int> sizes[] = {
+      {"layers", o.layers},     {"hidden", o.hidden},     {"q-heads", o.q_heads},
+      {"kv-heads", o.kv_heads}, {"head-dim", o.head_dim}, {"intermediate", o.intermediate},
+      {"context", o.context}};
+  for (const auto& [name, v] : sizes) {
+    if (v <= 0) return absl::InvalidArgumentError(absl::StrCat("--", name, " must be positive"));
+  }
+  if (o.q_heads % o.kv_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--q-heads ", o.q_heads, " must be a multiple of --kv-heads ", o.kv_heads));
+  }
+  if (o.vocab < kSyntheticMinVocab) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--vocab must be at least ", kSyntheticMinVocab, " (3 specials + 256 bytes)"));
+  }
+  if (o.dtype != GgmlType::kF32 && o.dtype != GgmlType::kF16 && o.dtype != GgmlType::kQ8_0) {
+    return absl::InvalidArgumentError("--dtype must be f32, f16 or q8_0");
+  }
+  if (o.dtype == GgmlType::kQ8_0 &&
+      (o.hidden % 32 != 0 || o.intermediate % 32 != 0 || (o.q_heads * o.head_dim) % 32 != 0)) {
+    return absl::InvalidArgumentError(
+        "--dtype q8_0 needs hidden, intermediate and q-heads*head-dim to be multiples of 32");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GgufWriter> BuildSyntheticModel(const SyntheticModelOptions& o) {
+  TANDEM_RETURN_IF_ERROR(ValidateSyntheticOptions(o));
+  TANDEM_ASSIGN_OR_RETURN(SyntheticVocab vocab, BuildSyntheticVocab(o.vocab));
+  const LlamaConfig c = ConfigOf(o);
+  GgufWriter w;
+  w.Set("general.architecture", GgufValue::String("llama"));
+  w.Set("general.name", GgufValue::String(c.name));
+  w.Set("tandem.synthetic.seed", GgufValue::Uint64(o.seed));
+  w.Set("llama.context_length", GgufValue::Uint32(static_cast<uint32_t>(o.context)));
+  w.Set("llama.embedding_length", GgufValue::Uint32(static_cast<uint32_t>(o.hidden)));
+  w.Set("llama.block_count", GgufValue::Uint32(static_cast<uint32_t>(o.layers)));
+  w.Set("llama.feed_forward_length", GgufValue::Uint32(static_cast<uint32_t>(o.intermediate)));
+  w.Set("llama.attention.head_count", GgufValue::Uint32(static_cast<uint32_t>(o.q_heads)));
+  w.Set("llama.attention.head_count_kv", GgufValue::Uint32(static_cast<uint32_t>(o.kv_heads)));
+  w.Set("llama.attention.key_length", GgufValue::Uint32(static_cast<uint32_t>(o.head_dim)));
+  w.Set("llama.attention.value_length", GgufValue::Uint32(static_cast<uint32_t>(o.head_dim)));
+  w.Set("llama.rope.dimension_count", GgufValue::Uint32(static_cast<uint32_t>(o.head_dim)));
+  w.Set("llama.rope.freq_base", GgufValue::Float32(o.rope_theta));
+  w.Set("llama.attention.layer_norm_rms_epsilon", GgufValue::Float32(o.rms_norm_eps));
+  w.Set("llama.vocab_size", GgufValue::Uint32(static_cast<uint32_t>(o.vocab)));
+  w.Set("tokenizer.ggml.model", GgufValue::String("gpt2"));
+  w.Set("tokenizer.ggml.pre", GgufValue::String("smollm"));
+  w.Set("tokenizer.ggml.tokens", GgufValue::StringArray(vocab.tokens));
+  std::vector<int32_t> types;
+  for (const TokenKind k : vocab.kinds) types.push_back(static_cast<int32_t>(k));
+  w.Set("tokenizer.ggml.token_type", GgufValue::Int32Array(types));
+  std::vector<std::string> merges;
+  for (const auto& [left, right] : vocab.merges) merges.push_back(left + " " + right);
+  w.Set("tokenizer.ggml.merges", GgufValue::StringArray(std::move(merges)));
+  w.Set("tokenizer.ggml.bos_token_id", GgufValue::Uint32(1));
+  w.Set("tokenizer.ggml.eos_token_id", GgufValue::Uint32(2));
+  w.Set("tokenizer.ggml.padding_token_id", GgufValue::Uint32(2));
+  w.Set("tokenizer.ggml.add_bos_token", GgufValue::Bool(false));
+
+  LlamaWeights unused;
+  for (const LlamaTensorSlot& slot : PlanLlamaTensors(c, &unused)) {
+    const std::string name = GgufTensorName(slot.role, slot.layer);
+    int64_t n = 1;
+    for (const int64_t d : slot.shape) n *= d;
+    const auto [mean, stddev] = InitOf(slot.role, slot.shape, o.hidden);
+    const std::vector<float> values = RandomValues(o.seed, name, n, mean, stddev);
+    const GgmlType type = slot.shape.size() == 1 ? GgmlType::kF32 : o.dtype;
+    TANDEM_RETURN_IF_ERROR(w.AddF32Tensor(name, slot.shape, values, type));
+  }
+  return w;
+}
+
+absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std::string& path) {
+  TANDEM_ASSIGN_OR_RETURN(const GgufWriter w, BuildSyntheticModel(options));
+  return w.WriteFile(path);
+}
+
+}  // namespace tandem

@@ -1,0 +1,51 @@
+// Synthetic Llama models for tests and benchmarks: a small random model with a fixed seed and
+// chosen dimensions, written as GGUF with the byte-level BPE vocabulary of synthetic_vocab.h
+// (eos = <|im_end|>, bos = <|im_start|>, pre-tokenizer "smollm").
+//
+// Initialisation keeps activations O(1) and logits well separated so greedy decoding is
+// stable under the reordered sums of different shardings: uniform weights with
+// std 1/sqrt(fan_in) for projections, std 1 for the embedding, std 2/sqrt(hidden) for the LM
+// head (logit std ~2), norm weights 1 ± 0.1. Each tensor has its own generator seeded from
+// (seed, tensor name), so the same seed gives bit-identical weights on every platform, and
+// models differing only in layer count share their common layers.
+//
+// Pure apart from WriteSyntheticModel; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/format/ggml_types.h"
+#include "model/format/gguf_writer.h"
+
+namespace tandem {
+
+struct SyntheticModelOptions {
+  uint64_t seed = 1;
+  int layers = 2;
+  int hidden = 128;
+  int q_heads = 8;
+  int kv_heads = 2;
+  int head_dim = 16;
+  int intermediate = 256;
+  int vocab = 320;  // 3 specials + 256 bytes + merges (+ reserved tokens past the corpus)
+  int context = 2048;
+  GgmlType dtype = GgmlType::kF32;  // matrices: F32, F16 or Q8_0 (norms stay F32)
+  bool tied_embeddings = false;
+  bool qkv_bias = false;
+  float rope_theta = 10000.f;
+  float rms_norm_eps = 1e-5f;
+};
+
+// InvalidArgument naming the offending option (non-positive sizes, q_heads % kv_heads != 0,
+// unsupported dtype, Q8_0 rows not a multiple of 32, vocab below the minimum).
+[[nodiscard]] absl::Status ValidateSyntheticOptions(const SyntheticModelOptions& options);
+
+[[nodiscard]] absl::StatusOr<GgufWriter> BuildSyntheticModel(const SyntheticModelOptions& options);
+
+[[nodiscard]] absl::Status WriteSyntheticModel(const SyntheticModelOptions& options,
+                                               const std::string& path);
+
+}  // namespace tandem
