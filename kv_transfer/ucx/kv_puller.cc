@@ -191,7 +191,8 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
     if (reaped > 0) last_completion = now;
     if (in_flight == 0) continue;
 
-    if (!force_closed && now - last_completion >= options.stall_timeout) {
+    const bool stalled = now - last_completion >= options.stall_timeout;
+    if (!force_closed && (stalled || cancelled)) {
       std::vector<int32_t> owing;
       for (const GetSlot& slot : slots) {
         if (slot.request != nullptr && !slot.done &&
@@ -200,13 +201,16 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
         }
       }
       std::sort(owing.begin(), owing.end());
-      fail(absl::DeadlineExceededError(
-          absl::StrCat("KV transfer from ", SourceName(source), " stalled: no get completed for ",
-                       absl::FormatDuration(options.stall_timeout), "; ", in_flight,
-                       " gets outstanding to source rank(s) ", absl::StrJoin(owing, ","), " after ",
-                       completed, " of ", n, " copies")));
-      // Force-closing completes their outstanding gets with UCS_ERR_CANCELED (reaped above on
-      // the next turns) so nothing keeps writing into local_pool after we return.
+      if (!cancelled) {
+        fail(absl::DeadlineExceededError(
+            absl::StrCat("KV transfer from ", SourceName(source), " stalled: no get completed for ",
+                         absl::FormatDuration(options.stall_timeout), "; ", in_flight,
+                         " gets outstanding to source rank(s) ", absl::StrJoin(owing, ","),
+                         " after ", completed, " of ", n, " copies")));
+      }
+      // Waiting longer is pointless (stalled) or unwanted (cancelled). Closing the endpoints
+      // completes their outstanding gets with UCS_ERR_CANCELED (reaped on the next turns), so
+      // nothing writes into local_pool after we return; the next Execute reconnects.
       for (int32_t rank : owing) {
         remote[rank] = nullptr;
         Drop(source, rank);

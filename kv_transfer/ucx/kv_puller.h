@@ -8,8 +8,9 @@
 //   * at most `max_in_flight` gets are outstanding;
 //   * no completion for `stall_timeout` → DEADLINE_EXCEEDED naming the source ranks still owed
 //     data; their endpoints are force-closed and dropped, so the call returns, never hangs;
-//   * `cancel` set → CANCELLED: posting stops, gets in flight are drained (force-closing their
-//     endpoints if they stall), nothing is left referencing the local pool;
+//   * `cancel` set → CANCELLED: posting stops; endpoints with gets still in flight are closed
+//     (their gets complete as cancelled) and dropped, so nothing is left referencing the local
+//     pool when Execute returns;
 //   * UCX reporting a source endpoint failed (peer error handling) → UNAVAILABLE naming the
 //     source rank; that connection is dropped and the next Execute reconnects.
 // After a non-OK return the local pool may hold part of the data; the caller discards it.

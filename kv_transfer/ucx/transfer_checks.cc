@@ -20,6 +20,35 @@ std::string Source(const TransferMetadata& m) {
 
 }  // namespace
 
+absl::Status ValidatePackedRkeyShape(absl::string_view rkey) {
+  constexpr size_t kHeader = sizeof(uint64_t) + sizeof(uint8_t);  // md map + memory type
+  if (rkey.size() < kHeader) {
+    return absl::InvalidArgumentError(absl::StrCat("packed rkey is truncated: ", rkey.size(),
+                                                   " bytes, the header alone is ", kHeader));
+  }
+  uint64_t md_map = 0;
+  for (size_t i = 0; i < sizeof(uint64_t); ++i) {
+    md_map |= static_cast<uint64_t>(static_cast<uint8_t>(rkey[i])) << (8 * i);
+  }
+  size_t pos = kHeader;
+  for (int md = 0; md < 64; ++md) {
+    if ((md_map >> md & 1) == 0) continue;
+    if (pos >= rkey.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("packed rkey is truncated: the entry of memory domain ", md,
+                       " starts at byte ", pos, " of ", rkey.size()));
+    }
+    const size_t length = static_cast<uint8_t>(rkey[pos]);
+    pos += 1 + length;
+    if (pos > rkey.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("packed rkey is truncated: the entry of memory domain ", md,
+                       " ends at byte ", pos, " of ", rkey.size()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateTransferMetadata(const TransferMetadata& m) {
   if (m.engine_id.empty()) {
     return absl::InvalidArgumentError("transfer metadata: engine_id is empty");
@@ -42,6 +71,10 @@ absl::Status ValidateTransferMetadata(const TransferMetadata& m) {
       return absl::InvalidArgumentError(absl::StrCat(field, "worker_address is empty"));
     }
     if (info.rkey.empty()) return absl::InvalidArgumentError(absl::StrCat(field, "rkey is empty"));
+    const absl::Status rkey_shape = ValidatePackedRkeyShape(info.rkey);
+    if (!rkey_shape.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, "rkey: ", rkey_shape.message()));
+    }
     if (info.pool_base == 0) {
       return absl::InvalidArgumentError(absl::StrCat(field, "pool_base is 0"));
     }

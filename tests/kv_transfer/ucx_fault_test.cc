@@ -1,0 +1,364 @@
+// Faults across a real process boundary: a stopped or killed source, stalls, cancellation,
+// corrupted metadata and a mismatched compatibility hash. Every case asserts the exact outcome
+// and that the call returns within a bound (never a hang).
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attention/dcp_layout.h"
+#include "gtest/gtest.h"
+#include "kv_transfer/planner.h"
+#include "kv_transfer/ucx/kv_puller.h"
+#include "kv_transfer/ucx/metadata_proto.h"
+#include "kv_transfer/ucx/testing/kv_pattern.h"
+#include "kv_transfer/ucx/transfer_checks.h"
+#include "tests/kv_transfer/status_matchers.h"
+#include "tests/kv_transfer/ucx_test_env.h"
+
+namespace tandem::testing {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr ModelDims kDims{/*num_layers=*/2, /*num_q_heads=*/4, /*num_kv_heads=*/2,
+                          /*head_dim=*/64};
+constexpr int64_t kTokens = 512;
+
+// One source peer (tp=1) and one destination rank (tp=1) whose block tables share no runs, so
+// the plan has one copy per block (32) and several gets are in flight at once.
+class Transfer {
+ public:
+  explicit Transfer(Transport transport) : transport_(transport) {
+    src_ = KvLayout{ParallelConfig{1, 1, 1, 16, 16}, kDims, KvDType::kF32};
+    dst_ = src_;
+    const int64_t used = VirtualBlocksFor(src_.parallel.dcp_geometry(), kTokens);
+    config_.engine_id = "prefill-faults";
+    config_.compat_hash = CompatibilityHash("test-model", src_);
+    config_.layout = src_;
+    config_.blocks = DescendingOddBlocks(used);
+    config_.num_tokens = kTokens;
+    dst_blocks_ = StridedBlocks(used, 2, 0);
+  }
+
+  absl::Status Start() {
+    absl::StatusOr<std::unique_ptr<SourcePeerProcess>> peer = SpawnPeer(transport_, config_);
+    if (!peer.ok()) return peer.status();
+    peer_ = *std::move(peer);
+    absl::StatusOr<TransferPlan> plan =
+        PlanKvTransfer(src_, config_.blocks, dst_, dst_blocks_, kTokens);
+    if (!plan.ok()) return plan.status();
+    copies_ = plan->copies[0];
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<KvPuller>> NewPuller() const {
+    return KvPuller::Create(KvPullerOptions{UcxOptions{UcxSettings(transport_)}});
+  }
+
+  std::vector<std::byte> PoisonedPool() const {
+    std::vector<std::byte> pool(static_cast<size_t>(PoolBytesForBlocks(dst_, dst_blocks_)));
+    PoisonPool(absl::MakeSpan(pool));
+    return pool;
+  }
+
+  absl::Status Verify(const std::vector<std::byte>& pool) const {
+    return VerifyDestinationPool(dst_, 0, dst_blocks_, kTokens, absl::MakeConstSpan(pool));
+  }
+
+  SourcePeerProcess& peer() { return *peer_; }
+  const TransferMetadata& metadata() const { return peer_->metadata(); }
+  const std::vector<TransferCopy>& copies() const { return copies_; }
+  const KvLayout& dst() const { return dst_; }
+
+ private:
+  Transport transport_;
+  KvLayout src_;
+  KvLayout dst_;
+  SourcePeerConfig config_;
+  std::vector<int32_t> dst_blocks_;
+  std::vector<TransferCopy> copies_;
+  std::unique_ptr<SourcePeerProcess> peer_;
+};
+
+PullOptions Options(absl::Duration stall, PullProgress* progress = nullptr,
+                    const std::atomic<bool>* cancel = nullptr) {
+  PullOptions o;
+  o.max_in_flight = 8;
+  o.stall_timeout = stall;
+  o.progress = progress;
+  o.cancel = cancel;
+  return o;
+}
+
+// Spins (yielding) until `posted` gets were handed to UCX, at most `limit`. Polls a counter the
+// transfer thread publishes; no sleep decides the outcome.
+bool AwaitPosted(const PullProgress& progress, int64_t posted, absl::Duration limit) {
+  const absl::Time deadline = absl::Now() + limit;
+  while (progress.posted.load() < posted) {
+    if (absl::Now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+TEST(UcxFaultTest, SharedMemoryGetsCompleteWhileSourceIsStopped) {
+  // Pools allocated through UCX are read with plain loads: no help from the source needed.
+  Transfer t(Transport::kSharedMemory);
+  ASSERT_OK(t.Start());
+  ASSERT_OK(t.peer().Signal(SIGSTOP));
+  auto puller = t.NewPuller();
+  ASSERT_OK(puller);
+  std::vector<std::byte> pool = t.PoisonedPool();
+  EXPECT_OK((*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool),
+                               Options(absl::Seconds(20))));
+  EXPECT_OK(t.Verify(pool));
+}
+
+TEST(UcxFaultTest, TcpStallTimesOutNamingTheSourceRankThenRecovers) {
+  // Over TCP gets are served by the source's progress thread; a stopped source stalls them.
+  Transfer t(Transport::kTcp);
+  ASSERT_OK(t.Start());
+  auto puller = t.NewPuller();
+  ASSERT_OK(puller);
+  ASSERT_OK(t.peer().Signal(SIGSTOP));
+  std::vector<std::byte> pool = t.PoisonedPool();
+  const absl::Duration stall = absl::Milliseconds(300);
+  const absl::Time start = absl::Now();
+  EXPECT_THAT((*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool), Options(stall)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       AllOf(HasSubstr("stalled"), HasSubstr("source rank(s) 0"),
+                             HasSubstr("engine 'prefill-faults' epoch 1"))));
+  EXPECT_LT(absl::Now() - start, stall + RemoteRank::kCloseTimeout + absl::Seconds(2));
+  EXPECT_EQ((*puller)->cached_connections(), 0);
+
+  // The stalled endpoint was dropped; once the source runs again a new pull reconnects.
+  ASSERT_OK(t.peer().Signal(SIGCONT));
+  std::vector<std::byte> again = t.PoisonedPool();
+  EXPECT_OK((*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(again),
+                               Options(absl::Seconds(20))));
+  EXPECT_OK(t.Verify(again));
+}
+
+TEST(UcxFaultTest, TcpSourceKilledMidTransferFailsFastWithUnavailable) {
+  Transfer t(Transport::kTcp);
+  ASSERT_OK(t.Start());
+  auto puller = t.NewPuller();
+  ASSERT_OK(puller);
+  // Stopped first, so the gets are certainly outstanding when the kill lands.
+  ASSERT_OK(t.peer().Signal(SIGSTOP));
+  std::vector<std::byte> pool = t.PoisonedPool();
+  PullProgress progress;
+  const absl::Duration stall = absl::Seconds(60);
+  absl::Status result;
+  std::thread pull([&] {
+    result = (*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool),
+                                Options(stall, &progress));
+  });
+  const bool posted = AwaitPosted(progress, 1, absl::Seconds(20));
+  const absl::Time killed = absl::Now();
+  t.peer().Kill();
+  pull.join();
+  ASSERT_TRUE(posted);
+  EXPECT_EQ(progress.completed.load(), 0);
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("source rank 0")));
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(10));  // detected, not timed out (60 s)
+  EXPECT_EQ((*puller)->cached_connections(), 0);
+}
+
+TEST(UcxFaultTest, TcpSourceKilledBeforeConnectFailsWithUnavailable) {
+  Transfer t(Transport::kTcp);
+  ASSERT_OK(t.Start());
+  t.peer().Kill();
+  auto puller = t.NewPuller();
+  ASSERT_OK(puller);
+  std::vector<std::byte> pool = t.PoisonedPool();
+  const absl::Time start = absl::Now();
+  EXPECT_THAT((*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool),
+                                 Options(absl::Seconds(60))),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("source rank 0")));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ((*puller)->cached_connections(), 0);
+}
+
+TEST(UcxFaultTest, SharedMemorySourceKilledAfterConnectStillReadsMappedPoolsOnly) {
+  // What really happens on one host: a connection made before the source died keeps the pool
+  // segment mapped, so pulls through it still complete with the right bytes (the lease check
+  // at ReleaseKv is what tells decode the source is gone). A new connection fails fast.
+  Transfer t(Transport::kSharedMemory);
+  ASSERT_OK(t.Start());
+  auto puller = t.NewPuller();
+  ASSERT_OK(puller);
+  std::vector<std::byte> first = t.PoisonedPool();
+  ASSERT_OK((*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(first),
+                               Options(absl::Seconds(20))));
+  t.peer().Kill();
+
+  std::vector<std::byte> cached = t.PoisonedPool();
+  EXPECT_OK((*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(cached),
+                               Options(absl::Seconds(5))));
+  EXPECT_OK(t.Verify(cached));
+
+  auto fresh = t.NewPuller();
+  ASSERT_OK(fresh);
+  std::vector<std::byte> pool = t.PoisonedPool();
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(
+      (*fresh)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool), Options(absl::Seconds(60))),
+      StatusIs(absl::StatusCode::kUnavailable,
+               HasSubstr("connecting to source rank 0 of engine 'prefill-faults'")));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ((*fresh)->cached_connections(), 0);
+}
+
+TEST(UcxFaultTest, CancelledBeforeStartPostsNothing) {
+  Transfer t(Transport::kSharedMemory);
+  ASSERT_OK(t.Start());
+  auto puller = t.NewPuller();
+  ASSERT_OK(puller);
+  std::vector<std::byte> pool = t.PoisonedPool();
+  const std::atomic<bool> cancel{true};
+  PullProgress progress;
+  EXPECT_THAT((*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool),
+                                 Options(absl::Seconds(20), &progress, &cancel)),
+              StatusIs(absl::StatusCode::kCancelled, HasSubstr("after 0 of 32 copies")));
+  EXPECT_EQ(progress.posted.load(), 0);
+  EXPECT_TRUE(std::all_of(pool.begin(), pool.end(), [](std::byte b) { return b == kPoison; }));
+}
+
+TEST(UcxFaultTest, CancelMidTransferReturnsPromptlyDropsConnectionsAndAllowsRetry) {
+  Transfer t(Transport::kTcp);
+  ASSERT_OK(t.Start());
+  auto puller = t.NewPuller();
+  ASSERT_OK(puller);
+  ASSERT_OK(t.peer().Signal(SIGSTOP));  // gets stay outstanding until cancelled
+  std::vector<std::byte> pool = t.PoisonedPool();
+  std::atomic<bool> cancel{false};
+  PullProgress progress;
+  absl::Status result;
+  std::thread pull([&] {
+    result = (*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool),
+                                Options(absl::Seconds(60), &progress, &cancel));
+  });
+  const bool posted = AwaitPosted(progress, 8, absl::Seconds(20));  // a full window
+  const absl::Time cancelled = absl::Now();
+  cancel.store(true);
+  pull.join();
+  ASSERT_TRUE(posted);
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kCancelled, HasSubstr("cancelled after 0 of 32")));
+  EXPECT_LT(absl::Now() - cancelled, RemoteRank::kCloseTimeout + absl::Seconds(2));
+  EXPECT_EQ(progress.posted.load(), 8);  // nothing posted past the window after the cancel
+  EXPECT_EQ((*puller)->cached_connections(), 0);
+
+  ASSERT_OK(t.peer().Signal(SIGCONT));
+  std::vector<std::byte> again = t.PoisonedPool();
+  EXPECT_OK((*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(again),
+                               Options(absl::Seconds(20))));
+  EXPECT_OK(t.Verify(again));
+}
+
+TEST(UcxFaultTest, MismatchedCompatibilityHashIsRejectedAtHandshake) {
+  Transfer t(Transport::kSharedMemory);
+  ASSERT_OK(t.Start());
+  KvLayout other = t.dst();
+  other.dtype = KvDType::kBF16;  // the decode side stores a different KV dtype
+  EXPECT_THAT(CheckHandshake(CompatibilityHash("test-model", other), t.metadata()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("incompatible KV source"),
+                             HasSubstr("engine 'prefill-faults' epoch 1"))));
+  EXPECT_THAT(CheckHandshake(CompatibilityHash("another-model", t.dst()), t.metadata()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("compatibility hash")));
+  EXPECT_OK(CheckHandshake(CompatibilityHash("test-model", t.dst()), t.metadata()));
+}
+
+TEST(UcxFaultTest, CorruptedRkeyOnTheWireIsRejectedBeforeUcx) {
+  Transfer t(Transport::kSharedMemory);
+  ASSERT_OK(t.Start());
+  v1::TransferMetadata proto;
+  ASSERT_TRUE(proto.ParseFromString(t.peer().serialized_metadata()));
+  std::string* rkey = proto.mutable_ranks(0)->mutable_rkey();
+  (*rkey)[rkey->size() / 2] ^= 0x5a;
+  EXPECT_THAT(ParseTransferMetadata(proto.SerializeAsString()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ranks[0].checksum")));
+  EXPECT_THAT(ParseTransferMetadata("\x0a\xff\xff garbage"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("not a serialized tandem.v1.TransferMetadata")));
+}
+
+TEST(UcxFaultTest, TruncatedRkeyOrWorkerAddressGetsSpecificErrors) {
+  Transfer t(Transport::kSharedMemory);
+  ASSERT_OK(t.Start());
+  const RankTransferInfo& good = t.metadata().ranks[0];
+  for (size_t keep : {size_t{1}, size_t{9}, size_t{12}, good.rkey.size() - 1}) {
+    SCOPED_TRACE(::testing::Message() << "rkey bytes kept: " << keep);
+    TransferMetadata m = t.metadata();
+    m.ranks[0].rkey.resize(keep);
+    auto puller = t.NewPuller();
+    ASSERT_OK(puller);
+    std::vector<std::byte> pool = t.PoisonedPool();
+    EXPECT_THAT((*puller)->Execute(m, t.copies(), absl::MakeSpan(pool), Options(absl::Seconds(5))),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("ranks[0].rkey"), HasSubstr("truncated"))));
+  }
+  TransferMetadata empty = t.metadata();
+  empty.ranks[0].rkey.clear();
+  auto puller = t.NewPuller();
+  ASSERT_OK(puller);
+  std::vector<std::byte> pool = t.PoisonedPool();
+  EXPECT_THAT(
+      (*puller)->Execute(empty, t.copies(), absl::MakeSpan(pool), Options(absl::Seconds(5))),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ranks[0].rkey is empty")));
+  // UCX checks worker addresses itself (our copy is zero-padded, so it never reads past it).
+  for (size_t keep : {size_t{1}, size_t{20}, good.worker_address.size() / 2}) {
+    SCOPED_TRACE(::testing::Message() << "address bytes kept: " << keep);
+    TransferMetadata m = t.metadata();
+    m.ranks[0].worker_address.resize(keep);
+    EXPECT_THAT((*puller)->Execute(m, t.copies(), absl::MakeSpan(pool), Options(absl::Seconds(5))),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("connecting to source rank 0 of engine 'prefill-faults'")));
+  }
+  EXPECT_EQ((*puller)->cached_connections(), 0);
+}
+
+TEST(UcxFaultTest, OutOfBoundsCopiesAndBadOptionsAreRejectedBeforePosting) {
+  Transfer t(Transport::kSharedMemory);
+  ASSERT_OK(t.Start());
+  auto puller = t.NewPuller();
+  ASSERT_OK(puller);
+  std::vector<std::byte> pool = t.PoisonedPool();
+  PullProgress progress;
+  const int64_t remote_bytes = t.metadata().ranks[0].pool_bytes;
+  std::vector<TransferCopy> copies = t.copies();
+  copies.push_back(TransferCopy{0, remote_bytes - 8, 0, 16});
+  EXPECT_THAT((*puller)->Execute(t.metadata(), copies, absl::MakeSpan(pool),
+                                 Options(absl::Seconds(5), &progress)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("copy 32"), HasSubstr("source rank 0's pool"))));
+  copies.back() = TransferCopy{0, 0, static_cast<int64_t>(pool.size()) - 4, 16};
+  EXPECT_THAT((*puller)->Execute(t.metadata(), copies, absl::MakeSpan(pool),
+                                 Options(absl::Seconds(5), &progress)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("copy 32"), HasSubstr("local pool"))));
+  copies.back() = TransferCopy{1, 0, 0, 16};
+  EXPECT_THAT((*puller)->Execute(t.metadata(), copies, absl::MakeSpan(pool),
+                                 Options(absl::Seconds(5), &progress)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("source rank 1 outside")));
+  PullOptions no_window = Options(absl::Seconds(5), &progress);
+  no_window.max_in_flight = 0;
+  EXPECT_THAT((*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool), no_window),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("max_in_flight")));
+  TransferMetadata extra_rank = t.metadata();
+  extra_rank.ranks.push_back(extra_rank.ranks[0]);
+  EXPECT_THAT((*puller)->Execute(extra_rank, t.copies(), absl::MakeSpan(pool),
+                                 Options(absl::Seconds(5), &progress)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ranks has 2 entries")));
+  EXPECT_EQ(progress.posted.load(), 0);
+  EXPECT_EQ((*puller)->cached_connections(), 0);
+}
+
+}  // namespace
+}  // namespace tandem::testing
