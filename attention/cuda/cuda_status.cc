@@ -1,0 +1,32 @@
+#include "attention/cuda/cuda_status.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::gpu {
+
+absl::Status ToStatus(cudaError_t error, absl::string_view context) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  const std::string message =
+      absl::StrCat(context, ": CUDA error ", cudaGetErrorName(error), " (", static_cast<int>(error),
+                   "): ", cudaGetErrorString(error));
+  switch (error) {
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorSystemDriverMismatch:
+    case cudaErrorCompatNotSupportedOnDevice:
+    case cudaErrorStubLibrary:
+    case cudaErrorDeviceUninitialized:
+    case cudaErrorSystemNotReady:
+      return absl::UnavailableError(message);
+    case cudaErrorMemoryAllocation:
+      return absl::ResourceExhaustedError(message);
+    case cudaErrorLaunchTimeout:
+      return absl::DeadlineExceededError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+}  // namespace tandem::gpu
