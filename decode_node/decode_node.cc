@@ -1,0 +1,283 @@
+#include "decode_node/decode_node.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <thread>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/status_macros.h"
+#include "kv_transfer/planner.h"
+#include "kv_transfer/ucx/metadata_proto.h"
+#include "kv_transfer/ucx/transfer_checks.h"
+#include "model/format/model_loader.h"
+#include "serving/grpc_status.h"
+#include "serving/proto_convert.h"
+
+namespace tandem {
+namespace {
+
+// Capacity re-check interval while a request waits for KV blocks, and cancellation poll
+// interval while a pull runs.
+constexpr absl::Duration kPoll = absl::Milliseconds(5);
+constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
+
+}  // namespace
+
+DecodeNode::DecodeNode(DecodeNodeOptions options) : options_(std::move(options)) {}
+DecodeNode::~DecodeNode() = default;
+
+absl::StatusOr<std::unique_ptr<DecodeNode>> DecodeNode::Create(DecodeNodeOptions options) {
+  options.instance.role = InstanceRole::kDecode;
+  std::unique_ptr<DecodeNode> node(new DecodeNode(std::move(options)));
+  const DecodeNodeOptions& o = node->options_;
+  TANDEM_ASSIGN_OR_RETURN(LoadedModel model, LoadModel(o.model_path));
+  node->config_ = model.weights.config;
+  node->identity_ = model.identity;
+  node->model_name_ = o.model_name.empty() ? model.weights.config.name : o.model_name;
+  node->engine_id_ = absl::StrCat("decode-", o.advertised_address);
+  TANDEM_RETURN_IF_ERROR(
+      ValidateParallelConfig(o.instance.parallel, DimsOf(node->config_), InstanceRole::kDecode));
+  const int32_t world = o.instance.parallel.world();
+  for (int32_t r = 0; r < world; ++r) {
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<KvPuller> p, KvPuller::Create(KvPullerOptions{o.ucx}));
+    node->pullers_.push_back(std::move(p));
+    node->puller_mu_.push_back(std::make_unique<absl::Mutex>());
+  }
+  InstanceOptions io = o.instance;
+  DecodeNode* raw = node.get();
+  io.pool_allocator = [raw](int32_t rank, int64_t bytes) -> absl::StatusOr<std::unique_ptr<KvPoolMemory>> {
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxPool> pool, raw->pullers_[rank]->AllocatePool(bytes));
+    return std::unique_ptr<KvPoolMemory>(std::move(pool));
+  };
+  TANDEM_ASSIGN_OR_RETURN(node->instance_, Instance::Create(model.weights, io));
+  node->blocks_ = std::make_unique<BlockManager>(node->instance_->num_blocks());
+  node->engine_ =
+      std::make_unique<DecodeEngine>(node->instance_.get(), node->blocks_.get(), o.decode);
+  node->started_ = absl::Now();
+  return node;
+}
+
+KvLayout DecodeNode::layout() const {
+  return KvLayout{options_.instance.parallel, DimsOf(config_), options_.instance.kv_dtype};
+}
+
+int32_t DecodeNode::queued() const {
+  absl::MutexLock lock(&mu_);
+  return engine_->queued() + waiting_;
+}
+
+bool DecodeNode::Cancel(const std::string& request_id) { return engine_->Cancel(request_id); }
+
+v1::PrefillService::Stub* DecodeNode::Prefill(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<v1::PrefillService::Stub>& stub = stubs_[address];
+  if (stub == nullptr) {
+    stub = v1::PrefillService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  }
+  return stub.get();
+}
+
+absl::StatusOr<std::shared_ptr<const TransferMetadata>> DecodeNode::Metadata(const v1::KvHandle& kv) {
+  const auto key = std::make_pair(kv.engine_id(), kv.epoch());
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = metadata_.find(key);
+    if (it != metadata_.end()) return it->second;
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  v1::TransferMetadata proto;
+  const grpc::Status s =
+      Prefill(kv.prefill_address())->GetTransferMetadata(&ctx, v1::GetTransferMetadataRequest(), &proto);
+  if (!s.ok()) {
+    return absl::UnavailableError(absl::StrCat("cannot get transfer metadata from prefill ",
+                                               kv.prefill_address(), ": ", s.error_message()));
+  }
+  TANDEM_ASSIGN_OR_RETURN(TransferMetadata meta, FromProto(proto));
+  if (meta.engine_id != kv.engine_id() || meta.epoch != kv.epoch()) {
+    return absl::AbortedError(absl::StrCat(
+        "prefill ", kv.prefill_address(), " now serves engine ", meta.engine_id, " epoch ",
+        meta.epoch, " but the KV handle names engine ", kv.engine_id(), " epoch ", kv.epoch(),
+        " (the prefill instance restarted; its KV is gone)"));
+  }
+  // The handshake: refuse an incompatible pair once, here, not per token.
+  TANDEM_RETURN_IF_ERROR(CheckHandshake(CompatibilityHash(identity_, layout()), meta));
+  TANDEM_RETURN_IF_ERROR(CheckKvCompatible(meta.layout, layout()));
+  auto shared = std::make_shared<const TransferMetadata>(std::move(meta));
+  absl::MutexLock lock(&mu_);
+  metadata_[key] = shared;
+  return shared;
+}
+
+absl::StatusOr<bool> DecodeNode::ReleaseKv(const v1::KvHandle& kv) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  v1::ReleaseKvRequest req;
+  req.set_request_id(kv.request_id());
+  req.set_epoch(kv.epoch());
+  req.set_generation(kv.generation());
+  v1::ReleaseKvResponse resp;
+  const grpc::Status s = Prefill(kv.prefill_address())->ReleaseKv(&ctx, req, &resp);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return resp.lease_held();
+}
+
+absl::StatusOr<std::vector<int32_t>> DecodeNode::WaitForBlocks(
+    const DecodeCall& call, int32_t count, const std::function<bool()>& cancelled) {
+  if (count > blocks_->total_blocks()) {
+    return absl::ResourceExhaustedError(absl::StrCat("request needs ", count,
+                                                     " KV blocks but this decode instance has ",
+                                                     blocks_->total_blocks(), " in total"));
+  }
+  const absl::Time deadline = absl::Now() + options_.queue_timeout;
+  absl::Time expiry = absl::FromUnixMillis(call.kv.lease_expiry_unix_ms());
+  while (true) {
+    absl::StatusOr<std::vector<int32_t>> got = blocks_->Allocate(count);
+    if (got.ok()) return got;
+    const absl::Time now = absl::Now();
+    if (cancelled()) return absl::CancelledError("decode cancelled while waiting for KV capacity");
+    if (now > deadline) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "KV capacity short for ", absl::FormatDuration(options_.queue_timeout),
+          " (queue timeout): ", got.status().message()));
+    }
+    // Keep the prefill's KV alive while waiting: renew at half-life.
+    const absl::Duration left = expiry - now;
+    if (left < options_.rpc_timeout * 2 || left < absl::Seconds(2)) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(now + options_.rpc_timeout));
+      v1::RenewLeaseRequest req;
+      req.set_request_id(call.kv.request_id());
+      req.set_generation(call.kv.generation());
+      v1::RenewLeaseResponse resp;
+      const grpc::Status s = Prefill(call.kv.prefill_address())->RenewLease(&ctx, req, &resp);
+      if (s.ok() && !resp.renewed()) {
+        return absl::AbortedError("the prefill's KV lease expired while waiting for capacity");
+      }
+      if (s.ok()) expiry = absl::FromUnixMillis(resp.lease_expiry_unix_ms());
+    }
+    absl::SleepFor(kPoll);
+  }
+}
+
+absl::Status DecodeNode::Pull(const TransferMetadata& source, const TransferPlan& plan,
+                              const std::function<bool()>& cancelled) {
+  std::atomic<bool> cancel{false};
+  absl::Notification done;
+  std::thread watcher([&] {
+    while (!done.WaitForNotificationWithTimeout(kCancelPoll)) {
+      if (cancelled()) cancel.store(true);
+    }
+  });
+  absl::Cleanup stop = [&] {
+    done.Notify();
+    watcher.join();
+  };
+  PullOptions po;
+  po.max_in_flight = options_.max_in_flight;
+  po.stall_timeout = options_.stall_timeout;
+  po.cancel = &cancel;
+  for (int32_t d = 0; d < static_cast<int32_t>(plan.copies.size()); ++d) {
+    const KvPoolView pool = instance_->pool(d);
+    absl::Span<std::byte> local(static_cast<std::byte*>(pool.base),
+                                PoolBytes(pool.geometry, pool.num_blocks));
+    absl::MutexLock lock(puller_mu_[d].get());
+    TANDEM_RETURN_IF_ERROR(pullers_[d]->Execute(source, plan.copies[d], local, po));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSink sink,
+                                                const std::function<bool()>& cancelled) {
+  const v1::KvHandle& kv = call.kv;
+  if (call.max_new_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens must be >= 1 (got ", call.max_new_tokens, ")"));
+  }
+  if (call.first_token < 0 || call.first_token >= config_.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("first token ", call.first_token,
+                                                   " outside the vocabulary [0, ",
+                                                   config_.vocab_size, ")"));
+  }
+  TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(call.sampling));
+  if (kv.num_tokens() < 1) return absl::InvalidArgumentError("KV handle covers no tokens");
+  const int64_t positions = kv.num_tokens() + call.max_new_tokens;
+  if (config_.max_context > 0 && positions > config_.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt (", kv.num_tokens(), " tokens) + max_new_tokens (", call.max_new_tokens,
+        ") exceeds the model context of ", config_.max_context, " tokens"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++waiting_;
+  }
+  absl::Cleanup not_waiting = [this] {
+    absl::MutexLock lock(&mu_);
+    --waiting_;
+  };
+  // From here on, every failure must give the prefill its KV back.
+  bool released = false;
+  absl::Cleanup release = [&] {
+    if (!released) ReleaseKv(kv).IgnoreError();
+  };
+
+  TANDEM_ASSIGN_OR_RETURN(std::shared_ptr<const TransferMetadata> meta, Metadata(kv));
+  TANDEM_ASSIGN_OR_RETURN(KvLayout src, FromProto(kv.layout()));
+  if (src.parallel.ToString() != meta->layout.parallel.ToString()) {
+    return absl::InvalidArgumentError(absl::StrCat("KV handle layout (", src.parallel.ToString(),
+                                                   ") differs from the prefill's published layout (",
+                                                   meta->layout.parallel.ToString(), ")"));
+  }
+  const KvLayout dst = layout();
+  const int32_t needed =
+      static_cast<int32_t>(VirtualBlocksFor(dst.parallel.dcp_geometry(), positions));
+  TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> blocks, WaitForBlocks(call, needed, cancelled));
+  bool blocks_owned = true;
+  absl::Cleanup free_blocks = [&] {
+    if (blocks_owned) blocks_->Free(blocks).IgnoreError();
+  };
+  std::vector<int32_t> src_blocks(kv.block_table().begin(), kv.block_table().end());
+  TANDEM_ASSIGN_OR_RETURN(TransferPlan plan,
+                          PlanKvTransfer(meta->layout, src_blocks, dst, blocks, kv.num_tokens()));
+  const absl::Time t0 = absl::Now();
+  TANDEM_RETURN_IF_ERROR(Pull(*meta, plan, cancelled));
+  TransferStats stats;
+  stats.micros = absl::ToInt64Microseconds(absl::Now() - t0);
+  stats.bytes = plan.total_bytes();
+  stats.copies = plan.total_copies();
+
+  released = true;
+  absl::StatusOr<bool> held = ReleaseKv(kv);
+  if (!held.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot confirm the KV lease with prefill ", kv.prefill_address(),
+        " after the transfer (", held.status().message(), "); the pulled KV is discarded"));
+  }
+  if (!*held) {
+    return absl::AbortedError(
+        "the prefill's KV lease expired before the transfer finished; the pulled KV is "
+        "discarded (prefill again)");
+  }
+  if (cancelled()) return absl::CancelledError("decode cancelled by the client");
+
+  DecodeRequest req;
+  req.id = call.request_id;
+  req.prompt_len = kv.num_tokens();
+  req.first_token = call.first_token;
+  req.block_table = blocks;
+  req.sampling = call.sampling;
+  req.max_new_tokens = call.max_new_tokens;
+  req.stop_ids = call.stop_ids;
+  req.next_step = call.next_step;
+  DecodeCallbacks cb;
+  cb.on_token = std::move(sink.on_token);
+  cb.on_done = std::move(sink.on_done);
+  TANDEM_RETURN_IF_ERROR(engine_->Add(std::move(req), std::move(cb)));
+  blocks_owned = false;  // the engine frees them when the request ends
+  return stats;
+}
+
+}  // namespace tandem

@@ -1,0 +1,118 @@
+#include "decode_node/decode_service.h"
+
+#include <deque>
+
+#include "absl/synchronization/mutex.h"
+#include "serving/grpc_status.h"
+#include "serving/proto_convert.h"
+
+namespace tandem {
+namespace {
+
+// How often the writing handler re-checks for client cancellation while no event is pending.
+constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
+
+grpc::Status Starting() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode instance is starting (loading the model)");
+}
+
+// Events from the engine thread to the handler thread that owns the gRPC writer.
+struct EventQueue {
+  absl::Mutex mu;
+  std::deque<int32_t> tokens ABSL_GUARDED_BY(mu);
+  bool done ABSL_GUARDED_BY(mu) = false;
+  absl::Status status ABSL_GUARDED_BY(mu);
+  FinishReason reason ABSL_GUARDED_BY(mu) = FinishReason::kLength;
+  int32_t generated ABSL_GUARDED_BY(mu) = 0;
+};
+
+}  // namespace
+
+grpc::Status DecodeServiceImpl::Decode(grpc::ServerContext* ctx, const v1::DecodeRequest* req,
+                                       grpc::ServerWriter<v1::DecodeEvent>* writer) {
+  DecodeNode* node = node_.load();
+  if (node == nullptr) return Starting();
+  DecodeCall call;
+  call.request_id = req->request_id();
+  call.first_token = req->first_token();
+  call.kv = req->kv();
+  call.sampling = FromProto(req->sampling());
+  call.max_new_tokens = req->max_new_tokens();
+  call.stop_ids.assign(req->stop_ids().begin(), req->stop_ids().end());
+  call.next_step = req->next_step();
+  auto q = std::make_shared<EventQueue>();
+  DecodeSink sink;
+  sink.on_token = [q](int32_t t) {
+    absl::MutexLock lock(&q->mu);
+    q->tokens.push_back(t);
+  };
+  sink.on_done = [q](absl::Status s, FinishReason reason, int32_t generated) {
+    absl::MutexLock lock(&q->mu);
+    q->done = true;
+    q->status = std::move(s);
+    q->reason = reason;
+    q->generated = generated;
+  };
+  absl::StatusOr<TransferStats> started =
+      node->Start(call, std::move(sink), [ctx] { return ctx->IsCancelled(); });
+  if (!started.ok()) return ToGrpcStatus(started.status());
+
+  bool cancel_sent = false;
+  while (true) {
+    std::deque<int32_t> tokens;
+    bool done = false;
+    {
+      absl::MutexLock lock(&q->mu);
+      auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) { return q->done || !q->tokens.empty(); };
+      q->mu.AwaitWithTimeout(absl::Condition(&ready), kCancelPoll);
+      tokens.swap(q->tokens);
+      done = q->done;
+    }
+    for (int32_t t : tokens) {
+      v1::DecodeEvent ev;
+      ev.set_token(t);
+      if (!cancel_sent && !writer->Write(ev)) {
+        node->Cancel(call.request_id);  // the stream is gone: stop generating
+        cancel_sent = true;
+      }
+    }
+    if (done) break;
+    if (!cancel_sent && ctx->IsCancelled()) {
+      node->Cancel(call.request_id);
+      cancel_sent = true;
+    }
+  }
+  absl::MutexLock lock(&q->mu);
+  if (!q->status.ok()) return ToGrpcStatus(q->status);
+  if (q->reason == FinishReason::kCancelled || cancel_sent) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "decode cancelled");
+  }
+  v1::DecodeEvent ev;
+  v1::DecodeFinish* fin = ev.mutable_finish();
+  fin->set_reason(FinishReasonName(q->reason));
+  fin->set_generated(q->generated);
+  fin->set_transfer_us(started->micros);
+  fin->set_transfer_bytes(started->bytes);
+  writer->Write(ev);
+  return grpc::Status::OK;
+}
+
+grpc::Status DecodeServiceImpl::Status(grpc::ServerContext*, const v1::StatusRequest*,
+                                       v1::InstanceStatus* resp) {
+  DecodeNode* node = node_.load();
+  if (node == nullptr) return Starting();
+  resp->set_engine_id(node->engine_id());
+  resp->set_role(v1::INSTANCE_ROLE_DECODE);
+  resp->set_model(node->model_name());
+  *resp->mutable_layout() = ToProto(node->layout());
+  v1::InstanceLoad* load = resp->mutable_load();
+  load->set_running(node->running());
+  load->set_queued(node->queued());
+  load->set_free_blocks(node->free_blocks());
+  load->set_total_blocks(node->total_blocks());
+  resp->set_address(node->advertised_address());
+  resp->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - node->started()));
+  return grpc::Status::OK;
+}
+
+}  // namespace tandem

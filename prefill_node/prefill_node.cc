@@ -1,0 +1,183 @@
+#include "prefill_node/prefill_node.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/status_macros.h"
+
+namespace tandem {
+namespace {
+
+// How often a waiting handler re-checks its client's cancellation.
+constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
+
+uint64_t RandomEpoch() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+         static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+}
+
+}  // namespace
+
+PrefillNode::PrefillNode(PrefillNodeOptions options) : options_(std::move(options)) {}
+
+PrefillNode::~PrefillNode() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (reaper_.joinable()) reaper_.join();
+}
+
+absl::StatusOr<std::unique_ptr<PrefillNode>> PrefillNode::Create(PrefillNodeOptions options) {
+  options.instance.role = InstanceRole::kPrefill;
+  std::unique_ptr<PrefillNode> node(new PrefillNode(std::move(options)));
+  const PrefillNodeOptions& o = node->options_;
+  TANDEM_ASSIGN_OR_RETURN(LoadedModel model, LoadModel(o.model_path));
+  node->config_ = model.weights.config;
+  node->model_name_ = o.model_name.empty() ? model.weights.config.name : o.model_name;
+  node->epoch_ = RandomEpoch();
+  node->engine_id_ = o.engine_id.empty() ? absl::StrCat("prefill-", o.advertised_address)
+                                         : o.engine_id;
+  const ModelDims dims = DimsOf(model.weights.config);
+  TANDEM_RETURN_IF_ERROR(ValidateParallelConfig(o.instance.parallel, dims, InstanceRole::kPrefill));
+
+  KvLayout layout{o.instance.parallel, dims, o.instance.kv_dtype};
+  const PoolGeometry geom = RankPoolGeometry(layout, 0);
+  const int64_t blocks = o.instance.kv_bytes_per_rank / geom.block_bytes();
+  if (blocks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("KV budget of ", o.instance.kv_bytes_per_rank,
+                                                   " bytes per rank is below one block (",
+                                                   geom.block_bytes(), " bytes)"));
+  }
+  TransferSourceOptions so;
+  so.engine_id = node->engine_id_;
+  so.epoch = node->epoch_;
+  so.compat_hash = CompatibilityHash(model.identity, layout);
+  so.layout = layout;
+  so.pool_bytes_per_rank = PoolBytes(geom, blocks);
+  so.ucx = o.ucx;
+  TANDEM_ASSIGN_OR_RETURN(node->source_, TransferSource::Create(so));
+
+  InstanceOptions io = o.instance;
+  TransferSource* source = node->source_.get();
+  io.pool_allocator = [source](int32_t rank, int64_t bytes) {
+    return source->BorrowPool(rank, bytes);
+  };
+  TANDEM_ASSIGN_OR_RETURN(node->instance_, Instance::Create(model.weights, io));
+  node->blocks_ = std::make_unique<BlockManager>(node->instance_->num_blocks());
+  node->engine_ =
+      std::make_unique<PrefillEngine>(node->instance_.get(), node->blocks_.get(), o.prefill);
+  node->started_ = absl::Now();
+  node->reaper_ = std::thread([raw = node.get()] { raw->ReapLoop(); });
+  return node;
+}
+
+KvLayout PrefillNode::layout() const {
+  return KvLayout{options_.instance.parallel, DimsOf(config_), options_.instance.kv_dtype};
+}
+
+NodeLoad PrefillNode::Load() const {
+  NodeLoad l;
+  l.running = engine_->running();
+  l.queued = engine_->queued();
+  l.free_blocks = blocks_->free_blocks();
+  l.total_blocks = blocks_->total_blocks();
+  absl::MutexLock lock(&mu_);
+  l.leases = leases_.size();
+  return l;
+}
+
+absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(
+    const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& sampling,
+    uint64_t sample_step, int32_t max_new_tokens, absl::Duration lease, absl::Time deadline,
+    const std::function<bool()>& cancelled) {
+  if (max_new_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens must be >= 0 (got ", max_new_tokens, ")"));
+  }
+  const int64_t total = static_cast<int64_t>(prompt.size()) + max_new_tokens;
+  if (config_.max_context > 0 && total > config_.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt (", prompt.size(), " tokens) + max_new_tokens (", max_new_tokens,
+        ") exceeds the model context of ", config_.max_context, " tokens"));
+  }
+  lease = lease <= absl::ZeroDuration() ? options_.default_lease : std::min(lease, options_.max_lease);
+  struct Wait {
+    absl::Notification done;
+    absl::StatusOr<PrefillOutcome> outcome = absl::UnknownError("pending");
+  };
+  auto wait = std::make_shared<Wait>();
+  PrefillRequest req;
+  req.id = request_id;
+  req.prompt = std::move(prompt);
+  req.sampling = sampling;
+  req.sample_step = sample_step;
+  // The lease is taken inside the engine callback, so the blocks are owned by the lease table
+  // from the instant the prefill finishes, whatever the handler does next.
+  TANDEM_RETURN_IF_ERROR(engine_->Submit(std::move(req), [this, wait, request_id, lease](
+                                                             absl::StatusOr<PrefillResult> r) {
+    if (!r.ok()) {
+      wait->outcome = r.status();
+    } else {
+      PrefillOutcome out;
+      out.first_token = r->first_token;
+      out.num_tokens = r->num_tokens;
+      out.lease_expiry = absl::Now() + lease;
+      out.block_table = r->block_table;
+      absl::MutexLock lock(&mu_);
+      out.generation = leases_.Add(request_id, std::move(r->block_table), out.lease_expiry);
+      wait->outcome = std::move(out);
+    }
+    wait->done.Notify();
+  }));
+  bool cancel_sent = false;
+  while (!wait->done.WaitForNotificationWithTimeout(kCancelPoll)) {
+    if (!cancel_sent && (cancelled() || absl::Now() > deadline)) {
+      engine_->Cancel(request_id);
+      cancel_sent = true;
+    }
+  }
+  if (wait->outcome.ok() && (cancelled() || absl::Now() > deadline)) {
+    // Finished, but nobody will take the KV: free it now rather than at lease expiry.
+    ReleaseKv(request_id, epoch_, wait->outcome->generation);
+    return cancelled() ? absl::CancelledError("prefill cancelled by the client")
+                       : absl::DeadlineExceededError("prefill finished after the deadline");
+  }
+  return std::move(wait->outcome);
+}
+
+bool PrefillNode::ReleaseKv(const std::string& request_id, uint64_t epoch, uint64_t generation) {
+  if (epoch != epoch_) return false;
+  std::optional<std::vector<int32_t>> blocks;
+  {
+    absl::MutexLock lock(&mu_);
+    blocks = leases_.Release(request_id, generation);
+  }
+  if (!blocks.has_value()) return false;
+  blocks_->Free(*blocks).IgnoreError();
+  return true;
+}
+
+std::optional<absl::Time> PrefillNode::RenewLease(const std::string& request_id,
+                                                  uint64_t generation, absl::Duration extend) {
+  extend = extend <= absl::ZeroDuration() ? options_.default_lease
+                                          : std::min(extend, options_.max_lease);
+  absl::MutexLock lock(&mu_);
+  return leases_.Renew(request_id, generation, absl::Now() + extend);
+}
+
+void PrefillNode::ReapLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    // Sleep until the earliest expiry (at most 100 ms so new, shorter leases are seen).
+    const absl::Time wake = std::min(leases_.NextExpiry(), absl::Now() + absl::Milliseconds(100));
+    mu_.AwaitWithDeadline(absl::Condition(&stopping_), wake);
+    if (stopping_) break;
+    std::vector<std::vector<int32_t>> expired = leases_.TakeExpired(absl::Now());
+    for (const auto& blocks : expired) blocks_->Free(blocks).IgnoreError();
+  }
+}
+
+}  // namespace tandem

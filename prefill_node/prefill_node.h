@@ -1,0 +1,105 @@
+// A prefill instance (DESIGN.md §1, §6): a TP×PCP instance whose KV pools are allocated through
+// UCX and published as TransferMetadata, a PrefillEngine, and the lease table that holds each
+// finished prompt's KV until a decode instance releases it or the lease expires.
+//
+// Thread-safety: all public methods are thread-safe (gRPC handlers call them concurrently).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/block_manager.h"
+#include "engine/instance.h"
+#include "engine/prefill_engine.h"
+#include "kv_transfer/transfer_types.h"
+#include "kv_transfer/ucx/transfer_source.h"
+#include "model/format/model_loader.h"
+#include "prefill_node/lease_table.h"
+
+namespace tandem {
+
+struct PrefillNodeOptions {
+  std::string model_path;
+  std::string model_name;  // served name; empty = the model's own name
+  std::string engine_id;   // empty = generated
+  std::string advertised_address;  // what KvHandles name as prefill_address
+  InstanceOptions instance;        // role is forced to kPrefill
+  PrefillOptions prefill;
+  absl::Duration default_lease = absl::Seconds(30);
+  absl::Duration max_lease = absl::Minutes(5);
+  UcxOptions ucx;
+};
+
+struct PrefillOutcome {
+  int32_t first_token = 0;
+  std::vector<int32_t> block_table;
+  int64_t num_tokens = 0;
+  uint64_t generation = 0;
+  absl::Time lease_expiry;
+};
+
+struct NodeLoad {
+  int32_t running = 0, queued = 0, free_blocks = 0, total_blocks = 0, leases = 0;
+};
+
+class PrefillNode {
+ public:
+  static absl::StatusOr<std::unique_ptr<PrefillNode>> Create(PrefillNodeOptions options);
+  ~PrefillNode();
+  PrefillNode(const PrefillNode&) = delete;
+  PrefillNode& operator=(const PrefillNode&) = delete;
+
+  // Runs the prefill and takes a lease on its KV. `cancelled` is polled while waiting; once it
+  // returns true the request is cancelled (blocks freed) and CANCELLED returned. Waits at most
+  // until `deadline`. INVALID_ARGUMENT for bad prompts/sampling, RESOURCE_EXHAUSTED past the
+  // queue timeout.
+  absl::StatusOr<PrefillOutcome> Prefill(const std::string& request_id,
+                                         std::vector<int32_t> prompt, const SamplingParams& sampling,
+                                         uint64_t sample_step, int32_t max_new_tokens,
+                                         absl::Duration lease, absl::Time deadline,
+                                         const std::function<bool()>& cancelled);
+
+  // True when the lease was still held (the blocks are freed either way).
+  bool ReleaseKv(const std::string& request_id, uint64_t epoch, uint64_t generation);
+  std::optional<absl::Time> RenewLease(const std::string& request_id, uint64_t generation,
+                                       absl::Duration extend);
+
+  const TransferMetadata& metadata() const { return source_->metadata(); }
+  const std::string& engine_id() const { return engine_id_; }
+  uint64_t epoch() const { return epoch_; }
+  const std::string& model_name() const { return model_name_; }
+  const std::string& advertised_address() const { return options_.advertised_address; }
+  KvLayout layout() const;
+  NodeLoad Load() const;
+  absl::Time started() const { return started_; }
+  absl::Duration default_lease() const { return options_.default_lease; }
+
+ private:
+  explicit PrefillNode(PrefillNodeOptions options);
+  void ReapLoop();
+
+  PrefillNodeOptions options_;
+  std::string engine_id_;
+  uint64_t epoch_ = 0;
+  std::string model_name_;
+  absl::Time started_;
+  LlamaConfig config_;
+
+  std::unique_ptr<TransferSource> source_;  // owns the pools: destroyed after the instance
+  std::unique_ptr<Instance> instance_;
+  std::unique_ptr<BlockManager> blocks_;
+  std::unique_ptr<PrefillEngine> engine_;
+
+  mutable absl::Mutex mu_;
+  LeaseTable leases_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread reaper_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,96 @@
+#include "prefill_node/prefill_service.h"
+
+#include "absl/time/time.h"
+#include "kv_transfer/ucx/metadata_proto.h"
+#include "serving/grpc_status.h"
+#include "serving/proto_convert.h"
+
+namespace tandem {
+namespace {
+
+absl::Time DeadlineOf(const grpc::ServerContext* ctx) {
+  const auto d = ctx->deadline();
+  if (d == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(d);
+}
+
+grpc::Status Starting() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "prefill instance is starting (loading the model)");
+}
+
+}  // namespace
+
+grpc::Status PrefillServiceImpl::Prefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
+                                         v1::PrefillResponse* resp) {
+  PrefillNode* node = node_.load();
+  if (node == nullptr) return Starting();
+  std::vector<int32_t> prompt(req->prompt_ids().begin(), req->prompt_ids().end());
+  absl::StatusOr<PrefillOutcome> out =
+      node->Prefill(req->request_id(), std::move(prompt), FromProto(req->sampling()),
+                     req->sample_step(), req->max_new_tokens(), absl::Milliseconds(req->lease_ms()),
+                     DeadlineOf(ctx), [ctx] { return ctx->IsCancelled(); });
+  if (!out.ok()) return ToGrpcStatus(out.status());
+  resp->set_first_token(out->first_token);
+  v1::KvHandle* kv = resp->mutable_kv();
+  kv->set_engine_id(node->engine_id());
+  kv->set_epoch(node->epoch());
+  kv->set_request_id(req->request_id());
+  for (int32_t b : out->block_table) kv->add_block_table(b);
+  kv->set_num_tokens(out->num_tokens);
+  *kv->mutable_layout() = ToProto(node->layout());
+  kv->set_lease_expiry_unix_ms(absl::ToUnixMillis(out->lease_expiry));
+  kv->set_generation(out->generation);
+  kv->set_prefill_address(node->advertised_address());
+  return grpc::Status::OK;
+}
+
+grpc::Status PrefillServiceImpl::ReleaseKv(grpc::ServerContext*, const v1::ReleaseKvRequest* req,
+                                           v1::ReleaseKvResponse* resp) {
+  PrefillNode* node = node_.load();
+  if (node == nullptr) return Starting();
+  resp->set_lease_held(node->ReleaseKv(req->request_id(), req->epoch(), req->generation()));
+  return grpc::Status::OK;
+}
+
+grpc::Status PrefillServiceImpl::RenewLease(grpc::ServerContext*, const v1::RenewLeaseRequest* req,
+                                            v1::RenewLeaseResponse* resp) {
+  PrefillNode* node = node_.load();
+  if (node == nullptr) return Starting();
+  const std::optional<absl::Time> expiry = node->RenewLease(
+      req->request_id(), req->generation(), absl::Milliseconds(req->extend_ms()));
+  resp->set_renewed(expiry.has_value());
+  if (expiry.has_value()) resp->set_lease_expiry_unix_ms(absl::ToUnixMillis(*expiry));
+  return grpc::Status::OK;
+}
+
+grpc::Status PrefillServiceImpl::GetTransferMetadata(grpc::ServerContext*,
+                                                     const v1::GetTransferMetadataRequest*,
+                                                     v1::TransferMetadata* resp) {
+  PrefillNode* node = node_.load();
+  if (node == nullptr) return Starting();
+  *resp = ToProto(node->metadata());
+  return grpc::Status::OK;
+}
+
+grpc::Status PrefillServiceImpl::Status(grpc::ServerContext*, const v1::StatusRequest*,
+                                        v1::InstanceStatus* resp) {
+  PrefillNode* node = node_.load();
+  if (node == nullptr) return Starting();
+  resp->set_engine_id(node->engine_id());
+  resp->set_role(v1::INSTANCE_ROLE_PREFILL);
+  resp->set_model(node->model_name());
+  *resp->mutable_layout() = ToProto(node->layout());
+  const NodeLoad l = node->Load();
+  v1::InstanceLoad* load = resp->mutable_load();
+  load->set_running(l.running);
+  load->set_queued(l.queued);
+  load->set_free_blocks(l.free_blocks);
+  load->set_total_blocks(l.total_blocks);
+  load->set_leases(l.leases);
+  resp->set_epoch(node->epoch());
+  resp->set_address(node->advertised_address());
+  resp->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - node->started()));
+  return grpc::Status::OK;
+}
+
+}  // namespace tandem

@@ -1,0 +1,32 @@
+// gRPC adapter of PrefillNode: converts tandem.v1 messages to domain calls and back, nothing else.
+#pragma once
+
+#include <atomic>
+
+#include "prefill_node/prefill_node.h"
+#include "tandem/v1/prefill.grpc.pb.h"
+
+namespace tandem {
+
+// Until SetNode() is called (the model is still loading) every RPC returns UNAVAILABLE.
+class PrefillServiceImpl final : public v1::PrefillService::Service {
+ public:
+  void SetNode(PrefillNode* node) { node_.store(node); }
+
+  grpc::Status Prefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
+                       v1::PrefillResponse* resp) override;
+  grpc::Status ReleaseKv(grpc::ServerContext* ctx, const v1::ReleaseKvRequest* req,
+                         v1::ReleaseKvResponse* resp) override;
+  grpc::Status RenewLease(grpc::ServerContext* ctx, const v1::RenewLeaseRequest* req,
+                          v1::RenewLeaseResponse* resp) override;
+  grpc::Status GetTransferMetadata(grpc::ServerContext* ctx,
+                                   const v1::GetTransferMetadataRequest* req,
+                                   v1::TransferMetadata* resp) override;
+  grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
+                      v1::InstanceStatus* resp) override;
+
+ private:
+  std::atomic<PrefillNode*> node_{nullptr};
+};
+
+}  // namespace tandem

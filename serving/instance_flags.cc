@@ -1,0 +1,54 @@
+#include "serving/instance_flags.h"
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+
+ABSL_FLAG(std::string, model, "", "GGUF model file or HF checkpoint directory");
+ABSL_FLAG(std::string, model_name, "", "served model name (default: the model's own name)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC listen address host:port (0 = any port)");
+ABSL_FLAG(std::string, advertise, "", "address to advertise (default: listen host + bound port)");
+ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
+ABSL_FLAG(std::string, router, "", "router address to send heartbeats to (optional)");
+ABSL_FLAG(std::string, ucx_tls, "", "UCX_TLS for KV transfer, e.g. sm,self or tcp");
+ABSL_FLAG(int32_t, tp, 1, "tensor parallel degree");
+ABSL_FLAG(int32_t, pcp, 1, "prefill context parallel degree (prefill instances only)");
+ABSL_FLAG(int32_t, dcp, 1, "decode context parallel degree (KV token sharding)");
+ABSL_FLAG(int32_t, block_size, 16, "KV block size in tokens per rank");
+ABSL_FLAG(int32_t, interleave, 1, "DCP interleave (tokens per rank before moving on)");
+ABSL_FLAG(int64_t, kv_budget_mb, 256, "KV pool size of each rank, MiB");
+ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache dtype: f32, f16 or bf16");
+ABSL_FLAG(int32_t, threads_per_rank, 0, "CPU threads per rank (0 = cores / ranks)");
+ABSL_FLAG(std::string, backend, "cpu", "compute backend: cpu or cuda");
+
+namespace tandem {
+
+absl::StatusOr<InstanceOptions> InstanceOptionsFromFlags() {
+  InstanceOptions o;
+  o.parallel = ParallelConfig{absl::GetFlag(FLAGS_tp), absl::GetFlag(FLAGS_pcp),
+                              absl::GetFlag(FLAGS_dcp), absl::GetFlag(FLAGS_block_size),
+                              absl::GetFlag(FLAGS_interleave)};
+  o.kv_bytes_per_rank = absl::GetFlag(FLAGS_kv_budget_mb) << 20;
+  const std::string dtype = absl::GetFlag(FLAGS_kv_dtype);
+  if (dtype == "f32") {
+    o.kv_dtype = KvDType::kF32;
+  } else if (dtype == "f16") {
+    o.kv_dtype = KvDType::kF16;
+  } else if (dtype == "bf16") {
+    o.kv_dtype = KvDType::kBF16;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_dtype must be f32, f16 or bf16 (got '", dtype, "')"));
+  }
+  o.threads_per_rank = absl::GetFlag(FLAGS_threads_per_rank);
+  o.backend = absl::GetFlag(FLAGS_backend);
+  return o;
+}
+
+UcxOptions UcxOptionsFromFlags() {
+  UcxOptions u;
+  const std::string tls = absl::GetFlag(FLAGS_ucx_tls);
+  if (!tls.empty()) u.config.emplace_back("TLS", tls);
+  return u;
+}
+
+}  // namespace tandem

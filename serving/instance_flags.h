@@ -1,0 +1,40 @@
+// Command-line flags shared by tandem-prefill and tandem-decode (absl flags; any of them may also
+// come from a config file through --flagfile=FILE, one "--name=value" per line).
+//
+//   --model PATH            GGUF file or HF checkpoint directory
+//   --model_name NAME       served model name (default: the model's general.name)
+//   --listen HOST:PORT      gRPC listen address (port 0 = any free port)
+//   --advertise HOST:PORT   address other nodes should use (default: the listen host + bound port)
+//   --port_file PATH        write the bound port here once serving
+//   --tp --pcp --dcp        parallel layout (pcp must be 1 on decode instances)
+//   --block_size --interleave
+//   --kv_budget_mb MB       KV pool size of each rank
+//   --kv_dtype f32|f16|bf16
+//   --threads_per_rank N    0 = cores / ranks
+//   --backend cpu|cuda
+//   --router HOST:PORT      send heartbeats to this router (optional)
+//   --ucx_tls LIST          UCX_TLS for the KV transfer (e.g. "sm,self" or "tcp"); empty = UCX default
+#pragma once
+
+#include <string>
+
+#include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
+#include "engine/instance.h"
+#include "kv_transfer/ucx/ucx_worker.h"
+
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, model_name);
+ABSL_DECLARE_FLAG(std::string, listen);
+ABSL_DECLARE_FLAG(std::string, advertise);
+ABSL_DECLARE_FLAG(std::string, port_file);
+ABSL_DECLARE_FLAG(std::string, router);
+ABSL_DECLARE_FLAG(std::string, ucx_tls);
+
+namespace tandem {
+
+// InstanceOptions from the layout/KV/backend flags. INVALID_ARGUMENT for a bad kv_dtype.
+absl::StatusOr<InstanceOptions> InstanceOptionsFromFlags();
+UcxOptions UcxOptionsFromFlags();
+
+}  // namespace tandem
