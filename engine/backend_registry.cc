@@ -5,15 +5,33 @@
 #include "engine/cpu_communicator.h"
 #include "model/cpu/cpu_backend.h"
 
+// TANDEM_HAVE_CUDA is a PRIVATE definition of the engine target: this file is the only one that
+// knows what was compiled in (STYLE.md "Interfaces").
+#if defined(TANDEM_HAVE_CUDA)
+#include "engine/nccl_communicator.h"
+#include "model/cuda/cuda_backend.h"
+#endif
+
 namespace tandem {
 
-std::vector<std::string> CompiledBackends() { return {"cpu"}; }
+std::vector<std::string> CompiledBackends() {
+#if defined(TANDEM_HAVE_CUDA)
+  return {"cpu", "cuda"};
+#else
+  return {"cpu"};
+#endif
+}
 
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateBackend(absl::string_view kind,
-                                                              int32_t /*device_index*/) {
+                                                              int32_t device_index) {
   if (kind == "cpu") return CreateCpuBackend();
-  return absl::InvalidArgumentError(absl::StrCat("unknown backend '", kind, "'; compiled in: ",
-                                                 absl::StrJoin(CompiledBackends(), ", ")));
+#if defined(TANDEM_HAVE_CUDA)
+  if (kind == "cuda") return CreateCudaBackend(device_index);
+#else
+  (void)device_index;
+#endif
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown backend '", kind, "'; compiled in: ", absl::StrJoin(CompiledBackends(), ", ")));
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateCommunicators(
@@ -21,7 +39,11 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateCommunicators(
   if (kind == "cpu") {
     return CreateCpuCommunicators(static_cast<int32_t>(device_indices.size()), timeout);
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown backend '", kind, "'"));
+#if defined(TANDEM_HAVE_CUDA)
+  if (kind == "cuda") return CreateNcclCommunicators(device_indices, timeout);
+#endif
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown backend '", kind, "'; compiled in: ", absl::StrJoin(CompiledBackends(), ", ")));
 }
 
 }  // namespace tandem

@@ -6,6 +6,9 @@ namespace tandem::gpu {
 
 absl::Status ToStatus(cudaError_t error, absl::string_view context) {
   if (error == cudaSuccess) return absl::OkStatus();
+  // The runtime also remembers a non-sticky error as the thread's "last error"; it has been
+  // handled here, so clear it lest the next launch check (cudaGetLastError) report it again.
+  (void)cudaGetLastError();
   const std::string message =
       absl::StrCat(context, ": CUDA error ", cudaGetErrorName(error), " (", static_cast<int>(error),
                    "): ", cudaGetErrorString(error));

@@ -5,6 +5,8 @@
 // RESOURCE_EXHAUSTED; a launch that timed out → DEADLINE_EXCEEDED; anything else (bad pointer,
 // kernel fault, invalid configuration) → INTERNAL, because it is a Tandem bug or a broken device,
 // not bad user input. The message names the error, its code and `context` (the failing call).
+// Translating an error also clears the calling thread's CUDA "last error", so a handled failure
+// (say, an out-of-memory cudaMalloc) is not reported again by the next launch check.
 #pragma once
 
 #include <cuda_runtime_api.h>

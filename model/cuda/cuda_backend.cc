@@ -1,0 +1,258 @@
+#include "model/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/str_cat.h"
+#include "attention/cuda/cuda_attention.h"
+#include "attention/cuda/cuda_device.h"
+#include "attention/cuda/cuda_status.h"
+#include "common/status_macros.h"
+#include "model/cuda/attention_runner.h"
+#include "model/cuda/cuda_buffer.h"
+#include "model/cuda/cuda_linear.h"
+#include "model/cuda/cuda_ops.h"
+#include "model/cuda/cuda_stream.h"
+#include "model/cuda/staged_upload.h"
+
+namespace tandem {
+namespace {
+
+// Ops may be called from a thread whose current device is another one (two backends on one test
+// thread): make this backend's device current for the op, restoring the caller's afterwards.
+#define TANDEM_ON_BACKEND_DEVICE()                       \
+  const gpu::ScopedDevice tandem_device_scope_(device_); \
+  TANDEM_RETURN_IF_ERROR(tandem_device_scope_.status())
+
+using gpu::AttentionRunner;
+using gpu::CudaDeviceBuffer;
+using gpu::CudaLinear;
+using gpu::CudaStream;
+using gpu::StagedUpload;
+
+class CublasHandle {
+ public:
+  static absl::StatusOr<std::unique_ptr<CublasHandle>> Create(int32_t device, cudaStream_t stream) {
+    const gpu::ScopedDevice scope(device);
+    TANDEM_RETURN_IF_ERROR(scope.status());
+    cublasHandle_t h = nullptr;
+    TANDEM_RETURN_IF_ERROR(gpu::ToStatus(cublasCreate(&h), "cublasCreate"));
+    auto handle = std::unique_ptr<CublasHandle>(new CublasHandle(device, h));
+    TANDEM_RETURN_IF_ERROR(gpu::ToStatus(cublasSetStream(h, stream), "cublasSetStream"));
+    return handle;
+  }
+  ~CublasHandle() {
+    const gpu::ScopedDevice scope(device_);
+    cublasDestroy(handle_);
+  }
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+  cublasHandle_t get() const { return handle_; }
+
+ private:
+  CublasHandle(int32_t device, cublasHandle_t h) : device_(device), handle_(h) {}
+  const int32_t device_;
+  const cublasHandle_t handle_;
+};
+
+class CudaBackend final : public ComputeBackend {
+ public:
+  static absl::StatusOr<std::unique_ptr<ComputeBackend>> Create(int32_t device) {
+    TANDEM_RETURN_IF_ERROR(gpu::CheckCudaDevice(device));
+    // The rank thread works on this device from now on (kernels launch on the current device).
+    TANDEM_RETURN_IF_CUDA_ERROR(cudaSetDevice(device));
+    std::unique_ptr<CudaBackend> b(new CudaBackend(device));
+    TANDEM_ASSIGN_OR_RETURN(b->stream_, CudaStream::Create(device));
+    const cudaStream_t s = b->stream_->get();
+    TANDEM_ASSIGN_OR_RETURN(b->cublas_, CublasHandle::Create(device, s));
+    TANDEM_ASSIGN_OR_RETURN(b->attention_, AttentionRunner::Create(device, s, kCudaWaitTimeout));
+    TANDEM_ASSIGN_OR_RETURN(b->positions_, StagedUpload::Create(device, s, kCudaWaitTimeout));
+    TANDEM_ASSIGN_OR_RETURN(b->indices_, StagedUpload::Create(device, s, kCudaWaitTimeout));
+    gpu::BindStreamToThisThread(b->stream_);
+    return std::unique_ptr<ComputeBackend>(std::move(b));
+  }
+
+  std::string_view name() const override { return "cuda"; }
+  std::string device_key() const override { return absl::StrCat("cuda:", device_); }
+
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(int64_t bytes) override {
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<CudaDeviceBuffer> b,
+                            CudaDeviceBuffer::Create(device_, bytes));
+    return std::unique_ptr<DeviceBuffer>(std::move(b));
+  }
+
+  absl::Status Upload(void* dst, const void* host_src, int64_t bytes) override {
+    if (bytes <= 0) return CheckBytes(bytes);
+    TANDEM_ON_BACKEND_DEVICE();
+    // A copy from pageable memory first waits for the stream without a bound: drain it here.
+    TANDEM_RETURN_IF_ERROR(Synchronize());
+    TANDEM_RETURN_IF_CUDA_ERROR(
+        cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream()));
+    return absl::OkStatus();
+  }
+
+  absl::Status Download(void* host_dst, const void* src, int64_t bytes) override {
+    if (bytes <= 0) return CheckBytes(bytes);
+    TANDEM_ON_BACKEND_DEVICE();
+    TANDEM_RETURN_IF_ERROR(Synchronize());
+    TANDEM_RETURN_IF_CUDA_ERROR(
+        cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+    return Synchronize();
+  }
+
+  absl::Status Copy(void* dst, const void* src, int64_t bytes) override {
+    TANDEM_ON_BACKEND_DEVICE();
+    if (bytes <= 0 || dst == src) return CheckBytes(bytes);
+    const auto* d = static_cast<const char*>(dst);
+    const auto* s = static_cast<const char*>(src);
+    if (d < s + bytes && s < d + bytes) {
+      // Overlapping ranges (memmove semantics): go through scratch.
+      TANDEM_ASSIGN_OR_RETURN(void* tmp, Scratch(copy_scratch_, bytes));
+      TANDEM_RETURN_IF_CUDA_ERROR(
+          cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice, stream()));
+      src = tmp;
+    }
+    TANDEM_RETURN_IF_CUDA_ERROR(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
+    return absl::OkStatus();
+  }
+
+  absl::Status Synchronize() override {
+    return gpu::PollUntilDone([&] { return cudaStreamQuery(stream()); }, kCudaWaitTimeout,
+                              absl::StrCat("cuda:", device_, " stream synchronize"));
+  }
+
+  absl::StatusOr<std::unique_ptr<LinearOp>> PrepareLinear(const float* w, int64_t n, int64_t k,
+                                                          const float* bias) override {
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<CudaLinear> op,
+                            CudaLinear::Create(device_, stream(), w, n, k, bias, kCudaWaitTimeout));
+    return std::unique_ptr<LinearOp>(std::move(op));
+  }
+
+  absl::Status Linear(const LinearOp& op, const float* x, int64_t m, float* y) override {
+    TANDEM_ON_BACKEND_DEVICE();
+    const auto* linear = dynamic_cast<const CudaLinear*>(&op);
+    if (linear == nullptr || linear->device() != device_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cuda:", device_,
+                       ": the LinearOp was not prepared by a CUDA backend of "
+                       "this device"));
+    }
+    TANDEM_ASSIGN_OR_RETURN(void* x16,
+                            Scratch(bf16_scratch_, m * linear->k() * int64_t{sizeof(uint16_t)}));
+    return linear->Forward(cublas_->get(), x, m, static_cast<uint16_t*>(x16), y);
+  }
+
+  absl::Status Embedding(const float* table, const int32_t* ids, int64_t m, int64_t hidden,
+                         float* out) override {
+    TANDEM_ON_BACKEND_DEVICE();
+    for (int64_t i = 0; i < m; ++i) {
+      if (ids[i] < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("embedding: id ", ids[i], " at row ", i));
+      }
+    }
+    TANDEM_ASSIGN_OR_RETURN(const void* d_ids, indices_->Upload(ids, m * int64_t{sizeof(int32_t)}));
+    return gpu::LaunchEmbedding(table, static_cast<const int32_t*>(d_ids), m, hidden, out,
+                                stream());
+  }
+
+  absl::Status RmsNorm(const float* x, const float* w, int64_t m, int64_t n, float eps,
+                       float* y) override {
+    TANDEM_ON_BACKEND_DEVICE();
+    return gpu::LaunchRmsNorm(x, w, m, n, eps, y, stream());
+  }
+
+  absl::Status Rope(float* x, int64_t m, int32_t heads, int32_t head_dim, const int64_t* positions,
+                    const RopeParams& params) override {
+    TANDEM_ON_BACKEND_DEVICE();
+    TANDEM_ASSIGN_OR_RETURN(const void* d_pos,
+                            positions_->Upload(positions, m * int64_t{sizeof(int64_t)}));
+    return gpu::LaunchRope(x, m, heads, head_dim, static_cast<const int64_t*>(d_pos), params,
+                           stream());
+  }
+
+  absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out) override {
+    TANDEM_ON_BACKEND_DEVICE();
+    return gpu::LaunchSiluMul(gate, up, n, out, stream());
+  }
+
+  absl::Status Add(float* x, const float* y, int64_t n) override {
+    TANDEM_ON_BACKEND_DEVICE();
+    return gpu::LaunchAdd(x, y, n, stream());
+  }
+
+  absl::Status GatherRows(const float* src, const int64_t* index, int64_t m, int64_t cols,
+                          float* dst) override {
+    TANDEM_ON_BACKEND_DEVICE();
+    for (int64_t i = 0; i < m; ++i) {
+      if (index[i] < -1) {
+        return absl::InvalidArgumentError(absl::StrCat("gather_rows: index ", index[i], " at row ",
+                                                       i,
+                                                       " (only -1 is allowed "
+                                                       "below 0)"));
+      }
+    }
+    TANDEM_ASSIGN_OR_RETURN(const void* d_index,
+                            indices_->Upload(index, m * int64_t{sizeof(int64_t)}));
+    return gpu::LaunchGatherRows(src, static_cast<const int64_t*>(d_index), m, cols, dst, stream());
+  }
+
+  absl::Status WriteKv(const KvPoolView& pool, int32_t layer, const int64_t* slots, int64_t m,
+                       const float* k, const float* v) override {
+    TANDEM_ON_BACKEND_DEVICE();
+    return attention_->WriteKv(pool, layer, slots, m, k, v);
+  }
+
+  absl::Status Attention(const KvPoolView& pool, int32_t layer, const AttentionRows& rows,
+                         const float* q, int32_t num_q_heads, float scale, float* out,
+                         float* lse) override {
+    TANDEM_ON_BACKEND_DEVICE();
+    return attention_->Attention(pool, layer, rows, q, num_q_heads, scale, out, lse);
+  }
+
+  absl::Status CorrectPartial(int32_t n, int32_t me, const float* all_lse, int64_t items,
+                              int32_t head_dim, float* out) override {
+    TANDEM_ON_BACKEND_DEVICE();
+    return gpu::LaunchCorrectPartial(n, me, all_lse, items, head_dim, out, nullptr, stream());
+  }
+
+ private:
+  explicit CudaBackend(int32_t device) : device_(device) {}
+
+  cudaStream_t stream() const { return stream_->get(); }
+
+  static absl::Status CheckBytes(int64_t bytes) {
+    if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("negative size ", bytes));
+    return absl::OkStatus();
+  }
+
+  // Grow-only device scratch; growing waits for queued work that may use the old buffer.
+  absl::StatusOr<void*> Scratch(std::unique_ptr<CudaDeviceBuffer>& buf, int64_t bytes) {
+    if (buf == nullptr || buf->bytes() < bytes) {
+      TANDEM_RETURN_IF_ERROR(Synchronize());
+      buf.reset();
+      TANDEM_ASSIGN_OR_RETURN(buf, CudaDeviceBuffer::Create(device_, bytes + bytes / 2));
+    }
+    return buf->data();
+  }
+
+  const int32_t device_;
+  // Destroyed last (declared first): everything below enqueues on it.
+  std::shared_ptr<CudaStream> stream_;
+  std::unique_ptr<CublasHandle> cublas_;
+  std::unique_ptr<AttentionRunner> attention_;
+  std::unique_ptr<StagedUpload> positions_;  // Rope positions (same on every layer of a step)
+  std::unique_ptr<StagedUpload> indices_;    // embedding ids, gather indices
+  std::unique_ptr<CudaDeviceBuffer> bf16_scratch_;
+  std::unique_ptr<CudaDeviceBuffer> copy_scratch_;
+};
+
+#undef TANDEM_ON_BACKEND_DEVICE
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(int32_t device_index) {
+  return CudaBackend::Create(device_index);
+}
+
+}  // namespace tandem

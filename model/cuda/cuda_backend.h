@@ -1,0 +1,36 @@
+// ComputeBackend on one NVIDIA GPU: cuBLAS bf16 GEMMs (fp32 accumulation) and Tandem's CUDA
+// kernels (attention/cuda/, model/cuda/cuda_ops.h), semantics identical to the CPU backend's.
+//
+// * One non-blocking stream per backend; every op enqueues on it and returns. Synchronize,
+//   Download and the first use of new host data wait for the stream, each wait bounded
+//   (kCudaWaitTimeout → DEADLINE_EXCEEDED); asynchronous faults are reported there.
+// * Creating the backend makes its device current on the calling thread and binds its stream to
+//   that thread (model/cuda/cuda_stream.h), which is how the NCCL communicator of the same rank
+//   thread orders its collectives after the backend's kernels. Use a backend from the thread
+//   that created it.
+// * Memory: cudaMalloc (never managed memory). Weights: bf16 [n][k] + f32 bias on the device.
+// * Host index arrays (ids, positions, slots, row metadata, block tables) are uploaded through
+//   pinned staging; host metadata is validated before upload, so bad indices are
+//   INVALID_ARGUMENT, never an illegal GPU address.
+// * device_key() = "cuda:<index>".
+//
+// Creation fails with UNAVAILABLE when the device does not exist or no GPU/driver is usable (the
+// message says which, including the CUDA runtime's reason).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "model/backend.h"
+
+namespace tandem {
+
+// Longest the backend waits for its stream. GPU work of one step takes milliseconds; a wait this
+// long means a hung kernel, and collectives have their own (shorter) communicator timeout.
+inline constexpr absl::Duration kCudaWaitTimeout = absl::Minutes(5);
+
+absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(int32_t device_index);
+
+}  // namespace tandem
