@@ -128,20 +128,28 @@ void DequantQ6_K(const uint8_t* src, float* dst, int64_t blocks) {
 
 }  // namespace
 
-absl::Status Dequantize(GgmlType type, absl::Span<const uint8_t> src, absl::Span<float> dst) {
+absl::Status ValidateDequantize(GgmlType type, int64_t numel, size_t src_bytes) {
   const GgmlTypeInfo& info = GgmlTypeTraits(type);
   if (!info.dequantizable) {
     return absl::UnimplementedError(
         absl::StrCat("cannot dequantise tensor type ", info.name,
                      " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)"));
   }
-  const int64_t n = static_cast<int64_t>(dst.size());
-  const absl::StatusOr<int64_t> bytes = GgmlByteSize(type, n);
+  const absl::StatusOr<int64_t> bytes = GgmlByteSize(type, numel);
   if (!bytes.ok()) return bytes.status();
-  if (*bytes != static_cast<int64_t>(src.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("dequantising ", n, " elements of ", info.name,
-                                                   " needs ", *bytes, " bytes, got ", src.size()));
+  if (*bytes != static_cast<int64_t>(src_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("dequantising ", numel, " elements of ",
+                                                   info.name, " needs ", *bytes, " bytes, got ",
+                                                   src_bytes));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Dequantize(GgmlType type, absl::Span<const uint8_t> src, absl::Span<float> dst) {
+  const int64_t n = static_cast<int64_t>(dst.size());
+  const absl::Status valid = ValidateDequantize(type, n, src.size());
+  if (!valid.ok()) return valid;
+  const GgmlTypeInfo& info = GgmlTypeTraits(type);
   const int64_t blocks = n / info.block_size;
   switch (type) {
     case GgmlType::kF32:

@@ -26,6 +26,10 @@
 
 namespace tandem {
 
+// OK when `src_bytes` bytes of `type` are exactly `numel` elements in whole blocks and Tandem
+// can dequantise the type; otherwise Dequantize's error.
+[[nodiscard]] absl::Status ValidateDequantize(GgmlType type, int64_t numel, size_t src_bytes);
+
 // Converts src (exactly dst.size() elements of `type`, whole blocks) to f32 in dst.
 // Unimplemented for types Tandem cannot dequantise; InvalidArgument on size mismatch.
 [[nodiscard]] absl::Status Dequantize(GgmlType type, absl::Span<const uint8_t> src,

@@ -128,13 +128,12 @@ absl::StatusOr<LlamaWeights> LoadGgufLlama(const GgufFile& f) {
     }
     infos.push_back(info);
   }
+  std::vector<DequantJob> jobs;
+  jobs.reserve(plan.size());
   for (size_t i = 0; i < plan.size(); ++i) {
-    Tensor& t = *plan[i].dst;
-    t.shape = plan[i].shape;
-    t.data.resize(static_cast<size_t>(infos[i]->numel));
-    TANDEM_RETURN_IF_ERROR(
-        DequantizeParallel(infos[i]->type, f.TensorData(*infos[i]), absl::MakeSpan(t.data)));
+    jobs.push_back({infos[i]->type, f.TensorData(*infos[i]), plan[i].shape, plan[i].dst});
   }
+  TANDEM_RETURN_IF_ERROR(DequantizeAll(jobs));
   return w;
 }
 

@@ -173,6 +173,7 @@ absl::StatusOr<LlamaWeights> HfCheckpoint::LoadWeights() const {
   LlamaWeights w;
   w.config = config_;
   const std::vector<LlamaTensorSlot> plan = PlanLlamaTensors(w.config, &w);
+  std::vector<DequantJob> jobs;
   for (const LlamaTensorSlot& slot : plan) {
     const std::string name = HfTensorName(slot.role, slot.layer);
     const SafetensorsFile* shard = ShardOf(name);
@@ -185,16 +186,10 @@ absl::StatusOr<LlamaWeights> HfCheckpoint::LoadWeights() const {
           absl::StrCat(shard->path(), ": tensor '", name, "' has shape ", ShapeString(t.shape),
                        ", expected ", ShapeString(slot.shape), " from config.json"));
     }
-    if (t.dtype != "F32" && t.dtype != "F16" && t.dtype != "BF16") {
-      return absl::UnimplementedError(absl::StrCat(shard->path(), ": tensor '", name,
-                                                   "' has dtype ", t.dtype,
-                                                   " (supported: F32, F16, BF16)"));
-    }
+    TANDEM_ASSIGN_OR_RETURN(const GgmlType type, shard->ConvertibleType(t));
+    jobs.push_back({type, shard->TensorData(t), slot.shape, slot.dst});
   }
-  for (const LlamaTensorSlot& slot : plan) {
-    const std::string name = HfTensorName(slot.role, slot.layer);
-    TANDEM_ASSIGN_OR_RETURN(*slot.dst, ShardOf(name)->ReadTensor(name));
-  }
+  TANDEM_RETURN_IF_ERROR(DequantizeAll(jobs));
   return w;
 }
 

@@ -150,22 +150,20 @@ absl::Span<const uint8_t> SafetensorsFile::TensorData(const SafetensorsTensor& t
   return bytes_.subspan(data_offset_ + t.begin, t.end - t.begin);
 }
 
+absl::StatusOr<GgmlType> SafetensorsFile::ConvertibleType(const SafetensorsTensor& t) const {
+  if (t.dtype == "F32") return GgmlType::kF32;
+  if (t.dtype == "F16") return GgmlType::kF16;
+  if (t.dtype == "BF16") return GgmlType::kBF16;
+  return absl::UnimplementedError(absl::StrCat(path_, ": tensor '", t.name, "' has dtype ", t.dtype,
+                                               " (supported: F32, F16, BF16)"));
+}
+
 absl::StatusOr<Tensor> SafetensorsFile::ReadTensor(absl::string_view name) const {
   const SafetensorsTensor* t = Find(name);
   if (t == nullptr) {
     return absl::NotFoundError(absl::StrCat(path_, ": missing tensor '", name, "'"));
   }
-  GgmlType type;
-  if (t->dtype == "F32") {
-    type = GgmlType::kF32;
-  } else if (t->dtype == "F16") {
-    type = GgmlType::kF16;
-  } else if (t->dtype == "BF16") {
-    type = GgmlType::kBF16;
-  } else {
-    return absl::UnimplementedError(absl::StrCat(path_, ": tensor '", name, "' has dtype ",
-                                                 t->dtype, " (supported: F32, F16, BF16)"));
-  }
+  TANDEM_ASSIGN_OR_RETURN(const GgmlType type, ConvertibleType(*t));
   Tensor out;
   out.shape = t->shape;
   int64_t numel = 1;

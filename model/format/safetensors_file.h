@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "model/format/ggml_types.h"
 #include "model/format/llama_weights.h"
 #include "model/format/mapped_file.h"
 
@@ -50,6 +51,8 @@ class SafetensorsFile {
   absl::Span<const uint8_t> TensorData(const SafetensorsTensor& t) const;
   // F32/F16/BF16 converted to f32.
   absl::StatusOr<Tensor> ReadTensor(absl::string_view name) const;
+  // The GGML type standing for t's dtype (F32, F16, BF16); Unimplemented for other dtypes.
+  absl::StatusOr<GgmlType> ConvertibleType(const SafetensorsTensor& t) const;
 
  private:
   SafetensorsFile() = default;

@@ -7,6 +7,7 @@
 #include "model/format/gguf_writer.h"
 #include "model/tools/synthetic_model.h"
 #include "tests/model/format/gguf_test_util.h"
+#include "tests/model/format/safetensors_test_util.h"
 #include "tests/model/format/status_matchers.h"
 
 namespace tandem {
@@ -119,7 +120,8 @@ TEST(GgufRoundTripTest, EveryValueTypeSurvivesAndTypedGettersCheckTypes) {
 }
 
 TEST(GgufRoundTripTest, WriteFileIsReadableThroughTheMapping) {
-  const std::string path = ::testing::TempDir() + "/roundtrip.gguf";
+  const ::tandem::testing::ScopedTempDir tmp("roundtrip");
+  const std::string path = tmp.path() + "/model.gguf";
   SyntheticModelOptions o;
   o.seed = 9;
   ASSERT_OK(WriteSyntheticModel(o, path));

@@ -1,0 +1,201 @@
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "model/format/hf_llama.h"
+#include "model/format/safetensors_file.h"
+#include "tests/model/format/safetensors_test_util.h"
+#include "tests/model/format/status_matchers.h"
+
+namespace tandem {
+namespace {
+
+using ::tandem::testing::MakeTinyHf;
+using ::tandem::testing::SafetensorsImage;
+using ::tandem::testing::ScopedTempDir;
+using ::tandem::testing::StEntry;
+using ::tandem::testing::TinyHf;
+using ::tandem::testing::WriteFile;
+
+constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
+
+absl::Status Parse(const std::string& bytes) {
+  return SafetensorsFile::FromBytes(bytes, "x.safetensors").status();
+}
+
+TEST(SafetensorsTest, ReadsF32F16Bf16) {
+  const std::string image = SafetensorsImage({{"a", "F32", {2, 3}, {1, 2, 3, 4, 5, 6.5f}},
+                                              {"b", "F16", {2}, {-1.5f, 0.25f}},
+                                              {"c", "BF16", {1, 2}, {3.f, -0.5f}}});
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> f = SafetensorsFile::FromBytes(image, "x");
+  ASSERT_OK(f);
+  ASSERT_EQ((*f)->tensors().size(), 3u);
+  absl::StatusOr<Tensor> a = (*f)->ReadTensor("a");
+  ASSERT_OK(a);
+  EXPECT_EQ(a->shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(a->data, (std::vector<float>{1, 2, 3, 4, 5, 6.5f}));
+  EXPECT_EQ((*f)->ReadTensor("b")->data, (std::vector<float>{-1.5f, 0.25f}));
+  EXPECT_EQ((*f)->ReadTensor("c")->data, (std::vector<float>{3.f, -0.5f}));
+  EXPECT_STATUS_IS((*f)->ReadTensor("d"), absl::StatusCode::kNotFound, "missing tensor 'd'");
+}
+
+TEST(SafetensorsTest, MalformedHeaders) {
+  const std::string good = SafetensorsImage({{"a", "F32", {2}, {1, 2}}});
+  EXPECT_STATUS_IS(Parse("abc"), kInvalid, "truncated safetensors file: 3 bytes");
+  std::string b = good;
+  const uint64_t huge = uint64_t{1} << 40;
+  std::memcpy(b.data(), &huge, 8);
+  EXPECT_STATUS_IS(Parse(b), kInvalid, "safetensors header length 1099511627776 exceeds");
+  b = good;
+  b[8] = '[';
+  EXPECT_STATUS_IS(Parse(b), kInvalid, "safetensors header: not a valid JSON object");
+  auto with_header = [](const std::string& header, size_t data_bytes) {
+    const uint64_t n = header.size();
+    return std::string(reinterpret_cast<const char*>(&n), 8) + header +
+           std::string(data_bytes, '\0');
+  };
+  EXPECT_STATUS_IS(
+      Parse(with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,80]}})", 8)), kInvalid,
+      "tensor 'a' data_offsets [0, 80) lie outside the data section of 8");
+  EXPECT_STATUS_IS(
+      Parse(with_header(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8)), kInvalid,
+      "tensor 'a' spans 8 bytes but its shape and dtype need 12");
+  EXPECT_STATUS_IS(
+      Parse(with_header(R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", 8)), kInvalid,
+      "tensor 'a' has unknown dtype 'Q4'");
+  EXPECT_STATUS_IS(
+      Parse(with_header(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8)), kInvalid,
+      "tensor 'a' has invalid dimension -2");
+  EXPECT_STATUS_IS(
+      Parse(with_header(R"({"a":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", 8)),
+      kInvalid, "dimension is 2.5, not an integer");
+  EXPECT_STATUS_IS(Parse(with_header(R"({"a":{"dtype":"F32","shape":[2]}})", 8)), kInvalid,
+                   "tensor 'a' lacks dtype, shape or data_offsets");
+  EXPECT_STATUS_IS(Parse(with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                     R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                                     8)),
+                   kInvalid, "tensors 'a' and 'b' overlap");
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> f = SafetensorsFile::FromBytes(
+      with_header(R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8), "i.st");
+  ASSERT_OK(f);
+  EXPECT_STATUS_IS((*f)->ReadTensor("a"), absl::StatusCode::kUnimplemented,
+                   "tensor 'a' has dtype I64 (supported: F32, F16, BF16)");
+}
+
+void WriteCheckpoint(const std::string& dir, const TinyHf& hf) {
+  WriteFile(dir + "/config.json", hf.config_json);
+  WriteFile(dir + "/model.safetensors", SafetensorsImage(hf.tensors));
+}
+
+void ExpectMatches(const LlamaWeights& w, const TinyHf& hf) {
+  for (const StEntry& e : hf.tensors) {
+    const Tensor* t = nullptr;
+    if (e.name == "model.embed_tokens.weight") t = &w.token_embedding;
+    if (e.name == "lm_head.weight") t = &w.output;
+    if (e.name == "model.layers.1.mlp.down_proj.weight") t = &w.layers[1].w_down;
+    if (e.name == "model.layers.0.self_attn.k_proj.weight") t = &w.layers[0].wk;
+    if (e.name == "model.layers.1.self_attn.v_proj.bias") t = &w.layers[1].bv;
+    if (t == nullptr) continue;
+    EXPECT_EQ(t->shape, e.shape) << e.name;
+    EXPECT_EQ(t->data, e.values) << e.name;  // values are exact in every dtype used
+  }
+}
+
+TEST(HfLlamaTest, LoadsASingleFileCheckpoint) {
+  const ScopedTempDir tmp("hf_single");
+  const std::string& dir = tmp.path();
+  const TinyHf hf = MakeTinyHf(/*tied=*/false, /*bias=*/true);
+  WriteCheckpoint(dir, hf);
+  absl::StatusOr<std::unique_ptr<HfCheckpoint>> ck = HfCheckpoint::Open(dir);
+  ASSERT_OK(ck);
+  const LlamaConfig& c = (*ck)->config();
+  EXPECT_TRUE(absl::StartsWith(c.name, "hf_single_")) << c.name;
+  EXPECT_EQ(c.vocab_size, 16);
+  EXPECT_EQ(c.hidden_size, 8);
+  EXPECT_EQ(c.num_layers, 2);
+  EXPECT_EQ(c.num_q_heads, 2);
+  EXPECT_EQ(c.num_kv_heads, 1);
+  EXPECT_EQ(c.head_dim, 4);
+  EXPECT_EQ(c.max_context, 256);
+  EXPECT_FLOAT_EQ(c.rope_theta, 500000.f);
+  EXPECT_EQ(c.rope_style, RopeStyle::kRotateHalf);
+  EXPECT_TRUE(c.has_qkv_bias);
+  EXPECT_FALSE(c.tied_embeddings);
+  absl::StatusOr<LlamaWeights> w = (*ck)->LoadWeights();
+  ASSERT_OK(w);
+  ExpectMatches(*w, hf);
+}
+
+TEST(HfLlamaTest, LoadsAShardedTiedCheckpoint) {
+  const ScopedTempDir tmp("hf_sharded");
+  const std::string& dir = tmp.path();
+  const TinyHf hf = MakeTinyHf(/*tied=*/true);
+  WriteFile(dir + "/config.json", hf.config_json);
+  std::vector<StEntry> first(hf.tensors.begin(), hf.tensors.begin() + 5);
+  std::vector<StEntry> second(hf.tensors.begin() + 5, hf.tensors.end());
+  WriteFile(dir + "/model-00001-of-00002.safetensors", SafetensorsImage(first));
+  WriteFile(dir + "/model-00002-of-00002.safetensors", SafetensorsImage(second));
+  std::vector<std::string> map;
+  for (const StEntry& e : first)
+    map.push_back("\"" + e.name + "\":\"model-00001-of-00002.safetensors\"");
+  for (const StEntry& e : second)
+    map.push_back("\"" + e.name + "\":\"model-00002-of-00002.safetensors\"");
+  WriteFile(dir + "/model.safetensors.index.json",
+            "{\"metadata\":{},\"weight_map\":{" + absl::StrJoin(map, ",") + "}}");
+  absl::StatusOr<std::unique_ptr<HfCheckpoint>> ck = HfCheckpoint::Open(dir);
+  ASSERT_OK(ck);
+  EXPECT_EQ((*ck)->shards().size(), 2u);
+  absl::StatusOr<LlamaWeights> w = (*ck)->LoadWeights();
+  ASSERT_OK(w);
+  EXPECT_TRUE(w->config.tied_embeddings);
+  EXPECT_TRUE(w->output.empty());
+  ExpectMatches(*w, hf);
+}
+
+TEST(HfLlamaTest, CheckpointErrors) {
+  const ScopedTempDir tmp("hf_errors");
+  const std::string& dir = tmp.path();
+  TinyHf hf = MakeTinyHf();
+  EXPECT_STATUS_IS(HfCheckpoint::Open(dir), absl::StatusCode::kNotFound, "config.json");
+  WriteFile(dir + "/config.json", hf.config_json);
+  EXPECT_STATUS_IS(HfCheckpoint::Open(dir), absl::StatusCode::kNotFound,
+                   "neither model.safetensors nor model.safetensors.index.json");
+  // Missing tensor.
+  std::vector<StEntry> missing = hf.tensors;
+  missing.erase(missing.begin() + 4);
+  WriteFile(dir + "/model.safetensors", SafetensorsImage(missing));
+  absl::StatusOr<std::unique_ptr<HfCheckpoint>> ck = HfCheckpoint::Open(dir);
+  ASSERT_OK(ck);
+  EXPECT_STATUS_IS((*ck)->LoadWeights(), absl::StatusCode::kNotFound,
+                   "missing tensor '" + hf.tensors[4].name + "'");
+  // Shape mismatch.
+  std::vector<StEntry> reshaped = hf.tensors;
+  reshaped[0].shape = {8, 16};
+  WriteFile(dir + "/model.safetensors", SafetensorsImage(reshaped));
+  ck = HfCheckpoint::Open(dir);
+  ASSERT_OK(ck);
+  EXPECT_STATUS_IS((*ck)->LoadWeights(), kInvalid,
+                   "tensor 'model.embed_tokens.weight' has shape [8, 16], expected [16, 8]");
+  // Unsupported config.
+  WriteFile(dir + "/config.json", R"({"model_type":"mistral"})");
+  EXPECT_STATUS_IS(HfCheckpoint::Open(dir), absl::StatusCode::kUnimplemented,
+                   "model_type 'mistral' is not supported");
+  WriteFile(dir + "/config.json", R"({"model_type":"llama","rope_scaling":{"type":"llama3"}})");
+  EXPECT_STATUS_IS(HfCheckpoint::Open(dir), absl::StatusCode::kUnimplemented,
+                   "rope_scaling is not supported");
+  WriteFile(dir + "/config.json", R"({"model_type":"llama","vocab_size":16})");
+  EXPECT_STATUS_IS(HfCheckpoint::Open(dir), absl::StatusCode::kNotFound,
+                   "config.json: hidden_size is missing");
+  WriteFile(dir + "/config.json", "{not json");
+  EXPECT_STATUS_IS(HfCheckpoint::Open(dir), kInvalid, "config.json: not a valid JSON object");
+  // An index may only name files inside the checkpoint.
+  WriteFile(dir + "/config.json", hf.config_json);
+  WriteFile(dir + "/model.safetensors.index.json",
+            R"({"weight_map":{"model.norm.weight":"../elsewhere.safetensors"}})");
+  EXPECT_STATUS_IS(HfCheckpoint::Open(dir), kInvalid,
+                   "shard name '../elsewhere.safetensors' must be a plain file name");
+}
+
+}  // namespace
+}  // namespace tandem
