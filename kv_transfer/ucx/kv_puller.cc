@@ -35,10 +35,6 @@ std::string SourceName(const TransferMetadata& m) {
   return absl::StrCat("engine '", m.engine_id, "' epoch ", m.epoch);
 }
 
-void Add(std::atomic<int64_t>* counter, int64_t n) {
-  counter->fetch_add(n, std::memory_order_relaxed);
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<KvPuller>> KvPuller::Create(const KvPullerOptions& options) {
@@ -116,6 +112,7 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
   const int64_t n = static_cast<int64_t>(copies.size());
   int64_t next = 0;
   int64_t completed = 0;
+  int64_t completed_bytes = 0;
   int32_t in_flight = 0;
   bool cancelled = false;
   bool force_closed = false;
@@ -132,15 +129,19 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
   auto finish = [&](int32_t rank, int64_t length, ucs_status_t status) {
     if (status == UCS_OK) {
       ++completed;
-      if (options.progress != nullptr) {
-        Add(&options.progress->completed, 1);
-        Add(&options.progress->completed_bytes, length);
-      }
+      completed_bytes += length;
       return;
     }
     // Gets cancelled by our own force-close land here too; `failure` already says why.
     fail(absl::UnavailableError(
         absl::StrCat("get from ", peer_name(rank), ": ", ToStatus(status, "failed").message())));
+  };
+  // Counters are published once per turn, not per get: tiny copies are common.
+  auto publish = [&] {
+    if (options.progress == nullptr) return;
+    options.progress->posted.store(next, std::memory_order_relaxed);
+    options.progress->completed.store(completed, std::memory_order_relaxed);
+    options.progress->completed_bytes.store(completed_bytes, std::memory_order_relaxed);
   };
 
   while (true) {
@@ -148,9 +149,13 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
         options.cancel->load(std::memory_order_relaxed)) {
       cancelled = true;
     }
-    // Post while the window has room. On shared memory UCX usually completes a get inside
-    // ucp_get_nbx (a copy out of the mapped pool) and returns no request.
-    while (failure.ok() && !cancelled && next < n && in_flight < options.max_in_flight) {
+    // Post up to one window's worth per turn, so the cancel flag and endpoint errors are looked
+    // at regularly even when gets complete at once. On shared memory UCX usually completes a
+    // get inside ucp_get_nbx (a copy out of the mapped pool) and returns no request.
+    const absl::Time post_start = options.progress != nullptr ? absl::Now() : absl::Time();
+    for (int32_t budget = options.max_in_flight;
+         budget > 0 && failure.ok() && !cancelled && next < n && in_flight < options.max_in_flight;
+         --budget) {
       const TransferCopy& c = copies[next++];
       RemoteRank* r = remote[c.src_rank];
       const int32_t s = free_slots.back();
@@ -158,7 +163,6 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
       ucs_status_ptr_t request =
           ucp_get_nbx(r->endpoint(), local_pool.data() + c.dst_offset, c.length,
                       r->pool_base() + static_cast<uint64_t>(c.src_offset), r->rkey(), &param);
-      if (options.progress != nullptr) Add(&options.progress->posted, 1);
       if (request == nullptr) {
         finish(c.src_rank, c.length, UCS_OK);
       } else if (UCS_PTR_IS_ERR(request)) {
@@ -169,7 +173,15 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
         ++in_flight;
       }
     }
-    if (in_flight == 0 && (next == n || !failure.ok() || cancelled)) break;
+    if (options.progress != nullptr) {
+      options.progress->post_nanos.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - post_start),
+                                             std::memory_order_relaxed);
+    }
+    publish();
+    if (in_flight == 0) {
+      if (next == n || !failure.ok() || cancelled) break;
+      continue;  // everything posted so far completed at once: nothing to progress or wait for
+    }
 
     const unsigned events = worker_->ProgressAll();
     int32_t reaped = 0;
@@ -235,6 +247,7 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
     }
   }
 
+  publish();
   // A failed endpoint is never reused: the next Execute reconnects.
   for (size_t rank = 0; rank < remote.size(); ++rank) {
     if (remote[rank] != nullptr && !remote[rank]->error().ok()) {

@@ -40,11 +40,15 @@
 
 namespace tandem {
 
-// Live counters of one Execute, for monitoring (and for tests that act mid-transfer).
+// Live counters of one Execute, for monitoring (and for tests that act mid-transfer). Execute
+// publishes them once per turn of its loop (every `max_in_flight` posts at most), not per get.
 struct PullProgress {
   std::atomic<int64_t> posted{0};           // gets handed to UCX
   std::atomic<int64_t> completed{0};        // gets finished successfully
   std::atomic<int64_t> completed_bytes{0};  // bytes of those gets
+  // Wall time spent posting (ucp_get_nbx calls), accumulated. On shared memory UCX copies the
+  // bytes inside ucp_get_nbx, so there this is most of the transfer.
+  std::atomic<int64_t> post_nanos{0};
 };
 
 struct PullOptions {

@@ -2,18 +2,11 @@
 
 namespace tandem::testing {
 
-std::string TransportName(Transport t) { return t == Transport::kTcp ? "Tcp" : "SharedMemory"; }
-
-std::vector<std::pair<std::string, std::string>> UcxSettings(Transport t) {
-  if (t == Transport::kTcp) return {{"TLS", "tcp"}, {"NET_DEVICES", "lo"}};
-  return {{"TLS", "sm,self"}};
-}
-
 absl::StatusOr<std::unique_ptr<SourcePeerProcess>> SpawnPeer(Transport t,
                                                              const SourcePeerConfig& config) {
   SourcePeerProcess::Options options;
   options.executable = TANDEM_KV_SOURCE_PEER;
-  for (const auto& [name, value] : UcxSettings(t)) options.env.emplace_back("UCX_" + name, value);
+  options.env = UcxEnvironment(t);
   return SourcePeerProcess::Spawn(options, config);
 }
 

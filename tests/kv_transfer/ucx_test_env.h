@@ -1,5 +1,5 @@
-// Shared set-up of the two-process UCX tests: transports, the source peer executable, and
-// helpers that pull a planned transfer into freshly poisoned destination pools.
+// Shared set-up of the two-process UCX tests: spawning the source peer helper with a
+// transport's settings, and block tables with gaps.
 #pragma once
 
 #include <memory>
@@ -12,15 +12,9 @@
 #include "kv_transfer/transfer_types.h"
 #include "kv_transfer/ucx/kv_puller.h"
 #include "kv_transfer/ucx/testing/source_peer.h"
+#include "kv_transfer/ucx/testing/transports.h"
 
 namespace tandem::testing {
-
-enum class Transport { kSharedMemory, kTcp };
-
-std::string TransportName(Transport t);
-
-// UCX settings (names without the UCX_ prefix) that pin a transport, for both processes.
-std::vector<std::pair<std::string, std::string>> UcxSettings(Transport t);
 
 // Spawns the kv_source_peer helper with `t`'s settings in its environment.
 absl::StatusOr<std::unique_ptr<SourcePeerProcess>> SpawnPeer(Transport t,

@@ -1,0 +1,181 @@
+#include "bench/transfer/transfer_scenario.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "attention/dcp_layout.h"
+#include "bench/transfer/raw_get_loop.h"
+#include "common/status_macros.h"
+#include "kv_transfer/planner.h"
+#include "kv_transfer/ucx/kv_puller.h"
+#include "kv_transfer/ucx/testing/kv_pattern.h"
+#include "kv_transfer/ucx/testing/source_peer.h"
+#include "kv_transfer/ucx/transfer_checks.h"
+
+namespace tandem::bench {
+namespace {
+
+// A block table as a block manager hands it out after some churn: a fixed permutation of
+// [0, n), so consecutive virtual blocks rarely sit in consecutive physical blocks.
+std::vector<int32_t> ScatteredBlocks(int64_t n, uint64_t seed) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  std::iota(ids.begin(), ids.end(), 0);
+  uint64_t s = seed;
+  for (int64_t i = n - 1; i > 0; --i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    std::swap(ids[i], ids[(s >> 33) % static_cast<uint64_t>(i + 1)]);
+  }
+  return ids;
+}
+
+Timing Summarise(std::vector<absl::Duration> samples) {
+  std::sort(samples.begin(), samples.end());
+  return Timing{samples.front(), samples[samples.size() / 2]};
+}
+
+// utime + stime of a process, all threads, in milliseconds.
+double ProcessCpuMs(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+  std::istringstream fields(text.substr(text.rfind(')') + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i >= 14) ticks += std::stod(field);
+  }
+  return ticks * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace
+
+absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOptions& options) {
+  if (sc.dst.world() != 1) return absl::InvalidArgumentError("benchmark times one decode rank");
+  testing::SourcePeerConfig config;
+  config.engine_id = "bench-" + sc.name;
+  config.compat_hash = CompatibilityHash("bench-model", sc.src);
+  config.layout = sc.src;
+  config.blocks = ScatteredBlocks(VirtualBlocksFor(sc.src.parallel.dcp_geometry(), sc.tokens), 1);
+  config.num_tokens = sc.tokens;
+  const std::vector<int32_t> dst_blocks =
+      ScatteredBlocks(VirtualBlocksFor(sc.dst.parallel.dcp_geometry(), sc.tokens), 2);
+
+  testing::SourcePeerProcess::Options peer_options;
+  peer_options.executable = options.self_executable;
+  peer_options.args = {"--source_peer"};
+  peer_options.env = testing::UcxEnvironment(options.transport);
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<testing::SourcePeerProcess> peer,
+                          testing::SourcePeerProcess::Spawn(peer_options, config));
+  const TransferMetadata& metadata = peer->metadata();
+  TANDEM_RETURN_IF_ERROR(CheckHandshake(CompatibilityHash("bench-model", sc.dst), metadata));
+  TANDEM_ASSIGN_OR_RETURN(TransferPlan plan, PlanKvTransfer(metadata.layout, config.blocks, sc.dst,
+                                                            dst_blocks, sc.tokens));
+  const std::vector<TransferCopy>& copies = plan.copies[0];
+
+  const UcxOptions ucx{testing::UcxSettings(options.transport)};
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<KvPuller> puller, KvPuller::Create(KvPullerOptions{ucx}));
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxPool> pool,
+                          puller->AllocatePool(testing::PoolBytesForBlocks(sc.dst, dst_blocks)));
+  auto* local = static_cast<std::byte*>(pool->base());
+  const absl::Span<std::byte> local_span(local, static_cast<size_t>(pool->bytes()));
+  testing::PoisonPool(local_span);  // also faults every page in before timing
+
+  // The raw loop gets its own worker and endpoints: nothing of KvPuller on its path.
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxContext> raw_context, UcxContext::Create(ucx));
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxWorker> raw_worker,
+                          UcxWorker::Create(std::shared_ptr<UcxContext>(std::move(raw_context))));
+  std::vector<std::unique_ptr<RemoteRank>> raw_remotes;
+  std::vector<RemoteRank*> raw_by_rank(metadata.ranks.size(), nullptr);
+  for (size_t r = 0; r < metadata.ranks.size(); ++r) {
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<RemoteRank> remote,
+                            RemoteRank::Connect(raw_worker.get(), metadata.ranks[r],
+                                                absl::StrCat("raw source rank ", r)));
+    raw_by_rank[r] = remote.get();
+    raw_remotes.push_back(std::move(remote));
+  }
+
+  // Local stand-ins for the source pools, for the memcpy baseline.
+  std::vector<std::vector<std::byte>> local_sources;
+  std::vector<std::byte*> source_ptrs;
+  for (const RankTransferInfo& info : metadata.ranks) {
+    local_sources.emplace_back(static_cast<size_t>(info.pool_bytes), std::byte{1});
+    source_ptrs.push_back(local_sources.back().data());
+  }
+
+  ScenarioResult result;
+  result.copies = static_cast<int64_t>(copies.size());
+  result.bytes = plan.total_bytes();
+  result.source_ranks = static_cast<int32_t>(metadata.ranks.size());
+  PullOptions pull;
+  pull.max_in_flight = options.max_in_flight;
+  pull.stall_timeout = absl::Seconds(30);
+
+  // Warm-up pass, untimed in the statistics: the first pull maps the source pools into this
+  // process (page-table population dominates it) and is verified byte for byte.
+  {
+    const absl::Time start = absl::Now();
+    TANDEM_RETURN_IF_ERROR(puller->Execute(metadata, copies, local_span, pull));
+    result.first_pull = absl::Now() - start;
+    if (options.verify) {
+      TANDEM_RETURN_IF_ERROR(
+          testing::VerifyDestinationPool(sc.dst, 0, dst_blocks, sc.tokens, local_span));
+    }
+    TANDEM_RETURN_IF_ERROR(RawGetLoop(*raw_worker, raw_by_rank, copies, local).status());
+    MemcpyLoop(source_ptrs, copies, local);
+  }
+
+  // Timed passes: planned, raw and memcpy back to back, so the ratios of one pass see the same
+  // machine load (this machine is shared and has 2 cores).
+  std::vector<absl::Duration> planned, raw, copy;
+  std::vector<double> vs_raw, vs_memcpy;
+  result.planned_post_best = absl::InfiniteDuration();
+  double cpu_ms = 0;
+  for (int32_t rep = 0; rep < options.reps; ++rep) {
+    // Whichever reads the source second may find it in cache (it matters for short prompts),
+    // so planned and raw take turns going first.
+    absl::Duration raw_time;
+    if (rep % 2 == 1) {
+      TANDEM_ASSIGN_OR_RETURN(raw_time, RawGetLoop(*raw_worker, raw_by_rank, copies, local));
+    }
+    PullProgress progress;
+    pull.progress = &progress;
+    const double cpu_before = ProcessCpuMs(peer->pid());
+    const absl::Time start = absl::Now();
+    TANDEM_RETURN_IF_ERROR(puller->Execute(metadata, copies, local_span, pull));
+    const absl::Duration elapsed = absl::Now() - start;
+    cpu_ms += ProcessCpuMs(peer->pid()) - cpu_before;
+    planned.push_back(elapsed);
+    result.planned_post_best =
+        std::min(result.planned_post_best, absl::Nanoseconds(progress.post_nanos.load()));
+    if (rep % 2 == 0) {
+      TANDEM_ASSIGN_OR_RETURN(raw_time, RawGetLoop(*raw_worker, raw_by_rank, copies, local));
+    }
+    raw.push_back(raw_time);
+    copy.push_back(MemcpyLoop(source_ptrs, copies, local));
+    vs_raw.push_back(absl::FDivDuration(raw.back(), elapsed));
+    vs_memcpy.push_back(absl::FDivDuration(copy.back(), elapsed));
+  }
+  std::sort(vs_raw.begin(), vs_raw.end());
+  std::sort(vs_memcpy.begin(), vs_memcpy.end());
+  result.planned_vs_raw = vs_raw[vs_raw.size() / 2];
+  result.planned_vs_memcpy = vs_memcpy[vs_memcpy.size() / 2];
+  result.planned = Summarise(planned);
+  result.raw = Summarise(raw);
+  result.memcpy = Summarise(copy);
+  result.source_cpu_ms = cpu_ms;
+  raw_remotes.clear();
+  TANDEM_ASSIGN_OR_RETURN(int exit_status, peer->Shutdown(absl::Seconds(30)));
+  if (exit_status != 0) {
+    return absl::InternalError(absl::StrCat("source peer exited with status ", exit_status));
+  }
+  return result;
+}
+
+}  // namespace tandem::bench

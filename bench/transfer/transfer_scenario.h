@@ -1,0 +1,61 @@
+// One benchmark scenario of transfer_bench: a source peer process (this executable, re-run with
+// --source_peer) holds a filled KV for `src`; this process plans the pull into `dst` and times,
+// on the same UCX-allocated memory and transport:
+//   planned  — KvPuller::Execute of the plan (what Tandem does),
+//   raw      — RawGetLoop over the same copy list (simplest ucp_get loop),
+//   memcpy   — MemcpyLoop over the same copy list between local buffers.
+// After one untimed warm-up pass (which maps the source pools and is verified), each timed pass
+// runs the three back to back; results are best-of and median-of, and the ratios are medians
+// of the per-pass ratios (robust to load drifting on a shared machine).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kv_transfer/transfer_types.h"
+#include "kv_transfer/ucx/testing/transports.h"
+
+namespace tandem::bench {
+
+struct Scenario {
+  std::string name;
+  KvLayout src;
+  KvLayout dst;  // REQUIRES: dst.world() == 1 (one decode rank is timed)
+  int64_t tokens = 0;
+};
+
+struct ScenarioOptions {
+  std::string self_executable;
+  testing::Transport transport = testing::Transport::kSharedMemory;
+  int32_t reps = 7;  // >= 1
+  int32_t max_in_flight = 64;
+  bool verify = true;  // check every byte of the first planned pull
+};
+
+struct Timing {
+  absl::Duration best = absl::InfiniteDuration();
+  absl::Duration median = absl::InfiniteDuration();
+};
+
+struct ScenarioResult {
+  int64_t bytes = 0;   // bytes one destination rank pulls
+  int64_t copies = 0;  // planned copies of that rank
+  int32_t source_ranks = 0;
+  Timing planned;
+  Timing raw;
+  Timing memcpy;
+  double planned_vs_raw = 0;         // median over passes of raw time / planned time
+  double planned_vs_memcpy = 0;      // median over passes of memcpy time / planned time
+  absl::Duration planned_post_best;  // time inside the posting loop, best planned rep
+  absl::Duration first_pull;         // warm-up pull: connection setup and pool mapping included
+  double source_cpu_ms = 0;          // source peer CPU (all threads) during the planned reps
+};
+
+[[nodiscard]] absl::StatusOr<ScenarioResult> RunScenario(const Scenario& scenario,
+                                                         const ScenarioOptions& options);
+
+}  // namespace tandem::bench
