@@ -1,0 +1,31 @@
+#include "router/call_canceller.h"
+
+namespace tandem {
+
+// TryCancel runs under mu_ so that it cannot race with the Registration's destructor (after
+// which the context may be destroyed). It does not call back into this class: the call's
+// completion is delivered to the call's own callback.
+void CallCanceller::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  if (active_ != nullptr) active_->TryCancel();
+}
+
+bool CallCanceller::cancelled() const {
+  absl::MutexLock lock(&mu_);
+  return cancelled_;
+}
+
+CallCanceller::Registration::Registration(CallCanceller* owner, grpc::ClientContext* context)
+    : owner_(owner) {
+  absl::MutexLock lock(&owner_->mu_);
+  owner_->active_ = context;
+  if (owner_->cancelled_) context->TryCancel();
+}
+
+CallCanceller::Registration::~Registration() {
+  absl::MutexLock lock(&owner_->mu_);
+  owner_->active_ = nullptr;
+}
+
+}  // namespace tandem

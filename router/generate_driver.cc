@@ -1,0 +1,308 @@
+#include "router/generate_driver.h"
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "model/tokenizer/streaming_decoder.h"
+#include "router/decode_stream.h"
+#include "router/request_prep.h"
+#include "router/request_state.h"
+#include "router/rpc_status.h"
+#include "router/unary_call.h"
+#include "tandem/v1/prefill.grpc.pb.h"
+
+namespace tandem {
+namespace {
+
+// The KV a prefill node holds for this request, and how to reach that node to release it.
+struct HeldKv {
+  v1::KvHandle handle;
+  std::string node;
+  std::shared_ptr<grpc::Channel> channel;
+};
+
+class Driver {
+ public:
+  Driver(const RouterDeps& deps, absl::Time client_deadline, CallCanceller* canceller,
+         GenerateSink* sink)
+      : deps_(deps),
+        client_deadline_(client_deadline),
+        canceller_(canceller),
+        sink_(sink),
+        start_(absl::Now()) {}
+
+  grpc::Status Run(const v1::GenerateRequest& request);
+
+ private:
+  void Prefill(RequestState& state);
+  void Decode(RequestState& state);
+  // Handles one decode event; false when the call is over for this request.
+  bool OnDecodeEvent(RequestState& state, const v1::DecodeEvent& event);
+  void ReleaseKv();
+  void SendToken(int32_t id, int32_t index);
+  // Status of a failed node call as the request sees it: a retryable failure names the node,
+  // anything else reaches the client exactly as the node sent it.
+  absl::Status NodeError(v1::InstanceRole role, const std::string& node, const absl::Status& s,
+                         bool retryable);
+  std::string NodeRequestId() const;
+  absl::Time UnaryDeadline() const {
+    return std::min(absl::Now() + deps_.options.rpc_timeout, client_deadline_);
+  }
+  void LogEnd(const RequestState* state, const absl::Status& status);
+
+  const RouterDeps& deps_;
+  const absl::Time client_deadline_;
+  CallCanceller* const canceller_;
+  GenerateSink* const sink_;
+  const absl::Time start_;
+
+  std::string request_id_;
+  PreparedRequest prepared_;
+  std::optional<StreamingDecoder> detokenizer_;
+  std::optional<HeldKv> kv_;
+  absl::flat_hash_set<std::string> failed_prefill_;
+  absl::flat_hash_set<std::string> failed_decode_;
+  int node_calls_ = 0;
+  absl::Time first_token_at_ = absl::InfinitePast();
+};
+
+std::string Driver::NodeRequestId() const {
+  // A resumed request must not collide with a lease its earlier attempt may still hold.
+  return node_calls_ == 0 ? request_id_ : absl::StrCat(request_id_, "/", node_calls_);
+}
+
+absl::Status Driver::NodeError(v1::InstanceRole role, const std::string& node,
+                               const absl::Status& s, bool retryable) {
+  if (s.code() == absl::StatusCode::kUnavailable) deps_.pool->ReportFailure(node, role, s);
+  if (!retryable) return s;
+  return absl::Status(s.code(), absl::StrCat(RoleName(role), " node ", node, ": ", s.message()));
+}
+
+void Driver::SendToken(int32_t id, int32_t index) {
+  v1::GenerateResponse response;
+  v1::TokenChunk* chunk = response.mutable_token();
+  chunk->set_id(id);
+  chunk->set_text(detokenizer_->Push(id));
+  chunk->set_index(index);
+  if (first_token_at_ == absl::InfinitePast()) first_token_at_ = absl::Now();
+  sink_->Send(std::move(response));
+}
+
+void Driver::Prefill(RequestState& state) {
+  absl::StatusOr<NodeLease> node = deps_.pool->Pick(v1::INSTANCE_ROLE_PREFILL, failed_prefill_);
+  if (!node.ok()) {
+    state.Fail(node.status());
+    return;
+  }
+  const PrefillPlan plan = state.NextPrefill();
+  v1::PrefillRequest request;
+  request.set_request_id(NodeRequestId());
+  request.mutable_prompt_ids()->Add(plan.prompt_ids.begin(), plan.prompt_ids.end());
+  *request.mutable_sampling() = SamplingToProto(prepared_.sampling);
+  request.set_sample_step(plan.sample_step);
+  request.set_max_new_tokens(plan.max_new_tokens);
+  ++node_calls_;
+
+  UnaryCall<v1::PrefillRequest, v1::PrefillResponse> call(std::move(request), UnaryDeadline());
+  auto stub = v1::PrefillService::NewStub(node->channel());
+  call.Start([&stub](auto* ctx, auto* req, auto* resp, auto done) {
+    stub->async()->Prefill(ctx, req, resp, std::move(done));
+  });
+  absl::StatusOr<v1::PrefillResponse> response;
+  {
+    CallCanceller::Registration registration(canceller_, call.context());
+    response = call.Wait();
+  }
+  if (!response.ok()) {
+    if (canceller_->cancelled()) {
+      state.Fail(absl::CancelledError("request cancelled by the client"));
+      return;
+    }
+    const bool retryable = IsRetryablePrefillError(response.status().code());
+    if (retryable) failed_prefill_.insert(node->address());
+    state.OnPrefillFailed(
+        NodeError(v1::INSTANCE_ROLE_PREFILL, node->address(), response.status(), retryable));
+    return;
+  }
+  kv_ = HeldKv{std::move(*response->mutable_kv()), node->address(), node->channel()};
+  const int32_t index = static_cast<int32_t>(state.streamed().size());
+  if (const std::optional<int32_t> token = state.OnPrefillOk(response->first_token())) {
+    SendToken(*token, index);
+  }
+}
+
+bool Driver::OnDecodeEvent(RequestState& state, const v1::DecodeEvent& event) {
+  switch (event.event_case()) {
+    case v1::DecodeEvent::kToken: {
+      const int32_t token = event.token();
+      if (const std::optional<int32_t> index = state.OnDecodeToken(token)) {
+        SendToken(token, *index);
+      }
+      return state.phase() == RequestPhase::kDecode;
+    }
+    case v1::DecodeEvent::kFinish:
+      state.OnDecodeFinished(event.finish().reason() == "stop" ? FinishReason::kStop
+                                                               : FinishReason::kLength);
+      return false;
+    case v1::DecodeEvent::EVENT_NOT_SET:
+      return true;
+  }
+  return true;
+}
+
+void Driver::Decode(RequestState& state) {
+  absl::StatusOr<NodeLease> node = deps_.pool->Pick(v1::INSTANCE_ROLE_DECODE, failed_decode_);
+  if (!node.ok()) {
+    state.Fail(node.status());
+    return;
+  }
+  const DecodePlan plan = state.NextDecode();
+  v1::DecodeRequest request;
+  request.set_request_id(kv_->handle.request_id().empty() ? NodeRequestId()
+                                                          : kv_->handle.request_id());
+  request.set_first_token(plan.first_token);
+  *request.mutable_kv() = kv_->handle;
+  *request.mutable_sampling() = SamplingToProto(prepared_.sampling);
+  request.set_max_new_tokens(plan.max_new_tokens);
+  request.mutable_stop_ids()->Add(prepared_.stop_ids.begin(), prepared_.stop_ids.end());
+  request.set_next_step(plan.next_step);
+
+  const absl::Duration idle = deps_.options.decode_idle_timeout;
+  const absl::Time deadline = std::min(
+      client_deadline_, absl::Now() + deps_.options.rpc_timeout + idle * (plan.max_new_tokens + 1));
+  DecodeStream stream(node->channel(), std::move(request), deadline);
+  CallCanceller::Registration registration(canceller_, stream.context());
+  absl::Status failure;
+  while (true) {
+    DecodeStream::ReadResult next = stream.Read(idle);
+    if (next.kind == DecodeStream::ReadResult::Kind::kEvent) {
+      if (OnDecodeEvent(state, next.event)) continue;
+      if (next.event.has_finish()) {
+        // Collect the final status so the node sees a clean end rather than a cancellation.
+        stream.Read(idle);
+      }
+      return;
+    }
+    if (next.kind == DecodeStream::ReadResult::Kind::kIdle) {
+      failure = absl::DeadlineExceededError(absl::StrCat(
+          "no decode event for ", absl::ToInt64Milliseconds(idle), " ms (decode idle timeout)"));
+    } else if (next.status.ok()) {
+      failure = absl::UnknownError("decode stream ended without a finish event");
+    } else {
+      failure = StatusFromGrpc(next.status);
+    }
+    break;
+  }
+  if (canceller_->cancelled()) {
+    state.Fail(absl::CancelledError("request cancelled by the client"));
+    return;
+  }
+  const bool retryable = IsRetryableDecodeError(failure.code());
+  if (retryable) failed_decode_.insert(node->address());
+  state.OnDecodeFailed(NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable));
+}
+
+void Driver::ReleaseKv() {
+  v1::ReleaseKvRequest request;
+  request.set_request_id(kv_->handle.request_id());
+  request.set_epoch(kv_->handle.epoch());
+  request.set_generation(kv_->handle.generation());
+  // Not bounded by the client: a cancelled client is exactly when the blocks must be freed.
+  UnaryCall<v1::ReleaseKvRequest, v1::ReleaseKvResponse> call(
+      std::move(request), absl::Now() + deps_.options.rpc_timeout);
+  auto stub = v1::PrefillService::NewStub(kv_->channel);
+  call.Start([&stub](auto* ctx, auto* req, auto* resp, auto done) {
+    stub->async()->ReleaseKv(ctx, req, resp, std::move(done));
+  });
+  const absl::StatusOr<v1::ReleaseKvResponse> response = call.Wait();
+  if (!response.ok()) {
+    deps_.log(absl::StrCat("request ", request_id_, ": ReleaseKv on prefill node ", kv_->node,
+                           " failed (its lease will expire): ", response.status().ToString()));
+  }
+  kv_.reset();
+}
+
+void Driver::LogEnd(const RequestState* state, const absl::Status& status) {
+  const absl::Time now = absl::Now();
+  deps_.log(absl::StrCat(
+      "request ", request_id_, ": ", status.ok() ? "OK" : status.ToString(),
+      " prompt_tokens=", prepared_.prompt.size(),
+      " completion_tokens=", state != nullptr ? state->streamed().size() : 0, " ttft_us=",
+      first_token_at_ == absl::InfinitePast() ? 0
+                                              : absl::ToInt64Microseconds(first_token_at_ - start_),
+      " total_us=", absl::ToInt64Microseconds(now - start_),
+      " retries=", state != nullptr ? state->retries() : 0));
+}
+
+grpc::Status Driver::Run(const v1::GenerateRequest& request) {
+  request_id_ = request.request_id();
+  if (request_id_.empty()) {
+    request_id_ = absl::StrCat("req-", absl::Hex(absl::ToUnixMicros(start_)), "-",
+                               deps_.request_counter->fetch_add(1));
+  }
+  absl::StatusOr<PreparedRequest> prepared = PrepareRequest(*deps_.model, request);
+  if (!prepared.ok()) {
+    LogEnd(nullptr, prepared.status());
+    return StatusToGrpc(prepared.status());
+  }
+  prepared_ = *std::move(prepared);
+  detokenizer_.emplace(deps_.model->tokenizer(), /*skip_special=*/true);
+
+  RequestState state(prepared_.prompt, prepared_.max_tokens, prepared_.stop_ids,
+                     deps_.options.max_attempts);
+  while (state.phase() == RequestPhase::kPrefill || state.phase() == RequestPhase::kDecode) {
+    if (canceller_->cancelled()) {
+      state.Fail(absl::CancelledError("request cancelled by the client"));
+      break;
+    }
+    if (state.kv_to_release() && state.phase() == RequestPhase::kPrefill) {
+      ReleaseKv();
+      state.OnKvReleased();
+    }
+    if (state.phase() == RequestPhase::kPrefill) {
+      Prefill(state);
+    } else {
+      Decode(state);
+    }
+  }
+  if (state.kv_to_release()) {
+    ReleaseKv();
+    state.OnKvReleased();
+  }
+  if (state.phase() == RequestPhase::kFailed) {
+    LogEnd(&state, state.error());
+    return StatusToGrpc(state.error());
+  }
+
+  v1::GenerateResponse response;
+  v1::GenerateFinal* final = response.mutable_final();
+  final->set_finish_reason(std::string(FinishReasonName(state.finish_reason())));
+  final->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(prepared_.prompt.size()));
+  final->mutable_usage()->set_completion_tokens(static_cast<int32_t>(state.streamed().size()));
+  final->set_request_id(request_id_);
+  final->set_text_tail(detokenizer_->Flush());
+  final->set_retries(state.retries());
+  if (first_token_at_ != absl::InfinitePast()) {
+    final->set_ttft_us(absl::ToInt64Microseconds(first_token_at_ - start_));
+  }
+  final->set_total_us(absl::ToInt64Microseconds(absl::Now() - start_));
+  sink_->Send(std::move(response));
+  LogEnd(&state, absl::OkStatus());
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+grpc::Status RunGenerate(const RouterDeps& deps, const v1::GenerateRequest& request,
+                         absl::Time client_deadline, CallCanceller* canceller, GenerateSink* sink) {
+  Driver driver(deps, client_deadline, canceller, sink);
+  return driver.Run(request);
+}
+
+}  // namespace tandem

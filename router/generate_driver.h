@@ -1,0 +1,49 @@
+// Runs one Router.Generate request on the calling thread: validate, tokenise, then prefill /
+// decode (with retries and mid-stream resume decided by RequestState), streaming TokenChunks and
+// the GenerateFinal to a sink. Returns the status the client receives.
+//
+// Every outgoing call has a deadline: unary calls min(now + rpc_timeout, client deadline);
+// Decode min(client deadline, now + rpc_timeout + idle_timeout · (max_new_tokens + 1)) and, in
+// between, at most idle_timeout between two events. A cancellation (CallCanceller) stops the
+// call in flight. If the request ends while the router still owns a prefill node's KV lease
+// (cancelled or failed between Prefill and Decode, the first token was a stop id, max_tokens
+// was 1, or a Decode call ended before taking the KV), ReleaseKv is sent to that node with its
+// own deadline, independent of the client.
+//
+// Thread-safety: RunGenerate may run on many threads at once; the dependencies are shared.
+#pragma once
+
+#include <grpcpp/support/status.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "absl/time/time.h"
+#include "router/call_canceller.h"
+#include "router/node_pool.h"
+#include "router/router_log.h"
+#include "router/router_options.h"
+#include "router/served_model.h"
+#include "tandem/v1/router.pb.h"
+
+namespace tandem {
+
+// Receives the request's responses in order (the Generate reactor's write queue).
+class GenerateSink {
+ public:
+  virtual ~GenerateSink() = default;
+  virtual void Send(v1::GenerateResponse response) = 0;
+};
+
+struct RouterDeps {
+  const ServedModel* model = nullptr;
+  NodePool* pool = nullptr;
+  RouterOptions options;
+  LogFn log;
+  std::atomic<uint64_t>* request_counter = nullptr;  // for router-assigned request ids
+};
+
+grpc::Status RunGenerate(const RouterDeps& deps, const v1::GenerateRequest& request,
+                         absl::Time client_deadline, CallCanceller* canceller, GenerateSink* sink);
+
+}  // namespace tandem

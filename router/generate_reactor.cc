@@ -1,0 +1,87 @@
+#include "router/generate_reactor.h"
+
+#include <grpcpp/server_context.h>
+
+#include <utility>
+
+#include "absl/time/time.h"
+
+namespace tandem {
+
+GenerateReactor* GenerateReactor::Start(grpc::CallbackServerContext* context,
+                                        const v1::GenerateRequest* request, const RouterDeps* deps,
+                                        RequestThreads* threads) {
+  auto* reactor = new GenerateReactor();
+  const absl::Time deadline = absl::FromChrono(context->deadline());
+  threads->Spawn([reactor, request, deps, deadline] {
+    const grpc::Status status =
+        RunGenerate(*deps, *request, deadline, &reactor->canceller_, reactor);
+    reactor->Close(status);
+  });
+  return reactor;
+}
+
+void GenerateReactor::Send(v1::GenerateResponse response) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (broken_) return;
+    if (writing_) {
+      queue_.push_back(std::move(response));
+      return;
+    }
+    writing_ = true;
+    current_ = std::move(response);
+  }
+  StartWrite(&current_);
+}
+
+void GenerateReactor::OnWriteDone(bool ok) {
+  bool write_next = false;
+  bool finish = false;
+  grpc::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ok) {
+      broken_ = true;
+      queue_.clear();
+    }
+    if (!queue_.empty()) {
+      current_ = std::move(queue_.front());
+      queue_.pop_front();
+      write_next = true;
+    } else {
+      writing_ = false;
+      if (closing_ && !finished_) {
+        finished_ = true;
+        finish = true;
+        status = final_status_;
+      }
+    }
+  }
+  if (!ok) canceller_.Cancel();  // nobody is reading any more
+  if (write_next) {
+    StartWrite(&current_);
+  } else if (finish) {
+    Finish(status);
+  }
+}
+
+void GenerateReactor::Close(grpc::Status status) {
+  bool finish = false;
+  {
+    absl::MutexLock lock(&mu_);
+    closing_ = true;
+    final_status_ = status;
+    if (!writing_ && !finished_) {
+      finished_ = true;
+      finish = true;
+    }
+  }
+  if (finish) Finish(status);  // may delete this (OnDone inline); nothing may follow
+}
+
+void GenerateReactor::OnCancel() { canceller_.Cancel(); }
+
+void GenerateReactor::OnDone() { delete this; }
+
+}  // namespace tandem

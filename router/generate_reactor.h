@@ -1,0 +1,53 @@
+// The server side of one Router.Generate stream (gRPC callback API). The request itself runs on
+// its own thread (RunGenerate, which blocks on node calls); this reactor queues its responses
+// and writes them one at a time, and turns gRPC's OnCancel into a CallCanceller cancellation.
+//
+// Lifetime: created by the service, deletes itself in OnDone, which gRPC calls only after
+// Finish. Finish is called once, after the request thread closed the stream and every queued
+// response was written; the request thread touches the reactor for the last time in Close().
+// gRPC may run OnWriteDone/OnDone inline inside StartWrite/Finish, so neither is called with
+// the reactor's mutex held, and nothing touches members after Finish.
+#pragma once
+
+#include <grpcpp/support/server_callback.h>
+
+#include <deque>
+
+#include "absl/synchronization/mutex.h"
+#include "router/call_canceller.h"
+#include "router/generate_driver.h"
+#include "router/request_threads.h"
+#include "tandem/v1/router.pb.h"
+
+namespace tandem {
+
+class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse>,
+                              public GenerateSink {
+ public:
+  // Starts the request on a new thread of `threads`. `deps` must outlive the request.
+  static GenerateReactor* Start(grpc::CallbackServerContext* context,
+                                const v1::GenerateRequest* request, const RouterDeps* deps,
+                                RequestThreads* threads);
+
+  void Send(v1::GenerateResponse response) override;
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  GenerateReactor() = default;
+  // Ends the stream with `status` once the queue is drained. The request thread's last call.
+  void Close(grpc::Status status);
+
+  CallCanceller canceller_;
+  absl::Mutex mu_;
+  std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);
+  v1::GenerateResponse current_;  // the write in flight (touched only by the writing side)
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;  // a write failed: the client is gone
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish was called
+  grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tandem

@@ -1,0 +1,95 @@
+// tandem-router: parses flags, loads the model's tokenizer and metadata, starts the router and
+// waits for SIGINT/SIGTERM. Every flag may also come from a file: --flagfile=router.flags
+// (one --name=value per line). See docs/router.md.
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "router/router_options.h"
+#include "router/router_server.h"
+#include "router/served_model.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:50050", "gRPC listen address host:port (port 0 = any)");
+ABSL_FLAG(std::string, model, "", "GGUF model file (only tokenizer and metadata are read)");
+ABSL_FLAG(std::string, model_name, "", "served model name (default: the file's general.name)");
+ABSL_FLAG(std::string, prefill, "", "static prefill nodes, comma-separated host:port");
+ABSL_FLAG(std::string, decode, "", "static decode nodes, comma-separated host:port");
+ABSL_FLAG(std::string, prefill_policy, "least_loaded", "round_robin | least_loaded");
+ABSL_FLAG(std::string, decode_policy, "least_loaded", "round_robin | least_loaded");
+ABSL_FLAG(int32_t, health_interval_ms, 1000, "period of node Status polls");
+ABSL_FLAG(int32_t, rpc_timeout_ms, 60000, "deadline of each unary call to a node");
+ABSL_FLAG(int32_t, decode_idle_timeout_ms, 30000, "max gap between two decode stream events");
+ABSL_FLAG(int32_t, max_attempts, 3, "retryable node failures one request may take");
+ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
+
+namespace {
+
+absl::StatusOr<tandem::RouterOptions> OptionsFromFlags() {
+  tandem::RouterOptions o;
+  o.listen = absl::GetFlag(FLAGS_listen);
+  auto prefill = tandem::ParseAddressList(absl::GetFlag(FLAGS_prefill));
+  if (!prefill.ok()) return prefill.status();
+  o.prefill_nodes = *std::move(prefill);
+  auto decode = tandem::ParseAddressList(absl::GetFlag(FLAGS_decode));
+  if (!decode.ok()) return decode.status();
+  o.decode_nodes = *std::move(decode);
+  auto prefill_policy = tandem::ParsePolicyKind(absl::GetFlag(FLAGS_prefill_policy));
+  if (!prefill_policy.ok()) return prefill_policy.status();
+  o.prefill_policy = *prefill_policy;
+  auto decode_policy = tandem::ParsePolicyKind(absl::GetFlag(FLAGS_decode_policy));
+  if (!decode_policy.ok()) return decode_policy.status();
+  o.decode_policy = *decode_policy;
+  o.health_interval = absl::Milliseconds(absl::GetFlag(FLAGS_health_interval_ms));
+  o.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
+  o.decode_idle_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_decode_idle_timeout_ms));
+  o.max_attempts = absl::GetFlag(FLAGS_max_attempts);
+  return o;
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "tandem-router: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "tandem-router --model=M.gguf --prefill=HOST:PORT,... --decode=HOST:PORT,... "
+      "[--listen=HOST:PORT] [--flagfile=FILE]");
+  absl::ParseCommandLine(argc, argv);
+  // Block the shutdown signals before any thread starts, so they are only taken by sigwait.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const absl::StatusOr<tandem::RouterOptions> options = OptionsFromFlags();
+  if (!options.ok()) return Fail(options.status());
+  if (absl::GetFlag(FLAGS_model).empty())
+    return Fail(absl::InvalidArgumentError("--model is required"));
+  auto model =
+      tandem::ServedModel::Load(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_model_name));
+  if (!model.ok()) return Fail(model.status());
+  auto router = tandem::RouterServer::Start(*options, *std::move(model));
+  if (!router.ok()) return Fail(router.status());
+  if (const std::string port_file = absl::GetFlag(FLAGS_port_file); !port_file.empty()) {
+    if (absl::Status s = tandem::WriteRouterPortFile(port_file, (*router)->port()); !s.ok()) {
+      return Fail(s);
+    }
+  }
+  int signal = 0;
+  sigwait(&signals, &signal);
+  std::fprintf(stderr, "tandem-router: signal %d, shutting down\n", signal);
+  (*router)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,61 @@
+// Node selection for one fleet (all prefill or all decode instances). Pure logic: the caller
+// passes the healthy candidates it knows about; nothing here talks to a node.
+//
+//   round_robin   cycles through the candidates in the order given (the node pool lists them by
+//                 address, so the cycle is stable while the fleet is unchanged).
+//   least_loaded  smallest queue depth (running + queued, from the node's last Status), then
+//                 most free KV blocks, then fewest calls this router has in flight on the node
+//                 (fresher than the polled load, so a burst between two polls still spreads),
+//                 then the smallest address. Fully deterministic.
+//
+// Exclusions: a request that failed on some nodes asks for another; excluded nodes are skipped
+// unless every candidate is excluded, in which case they are eligible again (one flaky node is
+// better than failing the request).
+//
+// Thread-safety: NodeSelector is safe to call from several threads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace tandem {
+
+enum class PolicyKind { kRoundRobin, kLeastLoaded };
+
+// "round_robin" or "least_loaded"; INVALID_ARGUMENT naming the valid values otherwise.
+[[nodiscard]] absl::StatusOr<PolicyKind> ParsePolicyKind(absl::string_view name);
+absl::string_view PolicyKindName(PolicyKind kind);
+
+struct NodeCandidate {
+  std::string address;
+  int32_t running = 0;  // from the node's last Status
+  int32_t queued = 0;
+  int32_t free_blocks = 0;
+  int32_t inflight = 0;  // calls this router currently has open on the node
+};
+
+class NodeSelector {
+ public:
+  explicit NodeSelector(PolicyKind kind) : kind_(kind) {}
+  NodeSelector(const NodeSelector&) = delete;
+  NodeSelector& operator=(const NodeSelector&) = delete;
+
+  PolicyKind kind() const { return kind_; }
+
+  // Index into `candidates` of the chosen node; nullopt when `candidates` is empty.
+  std::optional<size_t> Pick(absl::Span<const NodeCandidate> candidates,
+                             const absl::flat_hash_set<std::string>& excluded = {});
+
+ private:
+  const PolicyKind kind_;
+  std::atomic<uint64_t> next_{0};  // round-robin cursor
+};
+
+}  // namespace tandem

@@ -1,0 +1,135 @@
+// The router's view of the fleet: static nodes from flags plus nodes registered through
+// Router.Heartbeat (dropped once their ttl passes without a heartbeat), each with a gRPC
+// channel, its health and its last InstanceStatus.
+//
+// A node is keyed by (role, address): one process may serve both roles on one port. A node is
+// healthy after a successful Status poll that reports the expected role and the served model
+// (an empty model is accepted), and unhealthy from the first failed poll or from a call that
+// found it unreachable, until a later poll succeeds. New nodes start unhealthy: the router has
+// no load figures for them yet. Health transitions and registrations are logged.
+//
+// Pick hands out a NodeLease that counts the call as in flight on that node (least_loaded uses
+// the count to spread bursts between polls) until the lease is destroyed.
+//
+// Thread-safety: all methods are thread-safe. Times are passed in, so tests control the clock.
+#pragma once
+
+#include <grpcpp/channel.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "router/node_policy.h"
+#include "router/router_log.h"
+#include "tandem/v1/router.pb.h"
+
+namespace tandem {
+
+absl::string_view RoleName(v1::InstanceRole role);  // "prefill" | "decode" | "unspecified"
+
+// Insecure channel with short reconnect backoff (a restarted node is usable again quickly).
+std::shared_ptr<grpc::Channel> DefaultNodeChannel(const std::string& address);
+
+class NodeLease {
+ public:
+  NodeLease(std::string address, std::shared_ptr<grpc::Channel> channel,
+            std::shared_ptr<std::atomic<int32_t>> inflight);
+  ~NodeLease();
+  NodeLease(NodeLease&& other) noexcept = default;
+  NodeLease& operator=(NodeLease&& other) noexcept = delete;
+  NodeLease(const NodeLease&) = delete;
+  NodeLease& operator=(const NodeLease&) = delete;
+
+  const std::string& address() const { return address_; }
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+
+ private:
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::shared_ptr<std::atomic<int32_t>> inflight_;  // null once moved from
+};
+
+class NodePool {
+ public:
+  using ChannelFactory = std::function<std::shared_ptr<grpc::Channel>(const std::string&)>;
+
+  NodePool(std::string model_name, PolicyKind prefill_policy, PolicyKind decode_policy, LogFn log,
+           ChannelFactory channel_factory = DefaultNodeChannel);
+  NodePool(const NodePool&) = delete;
+  NodePool& operator=(const NodePool&) = delete;
+
+  // INVALID_ARGUMENT for an empty address or a role other than prefill/decode; ALREADY_EXISTS
+  // when the node is listed twice.
+  [[nodiscard]] absl::Status AddStatic(const std::string& address, v1::InstanceRole role);
+
+  // Registers or refreshes a node. INVALID_ARGUMENT for an empty address, an unknown role or a
+  // ttl <= 0. Returns true when the node is new (the caller may want it polled at once). A
+  // heartbeat for a static node is accepted and changes nothing.
+  [[nodiscard]] absl::StatusOr<bool> Heartbeat(const std::string& address, v1::InstanceRole role,
+                                               absl::Duration ttl, absl::Time now);
+
+  // Drops heartbeat nodes whose last heartbeat is older than their ttl.
+  void Expire(absl::Time now);
+
+  struct PollTarget {
+    std::string address;
+    v1::InstanceRole role;
+    std::shared_ptr<grpc::Channel> channel;
+  };
+  std::vector<PollTarget> PollTargets() const;
+
+  // Result of a Status poll.
+  void ReportStatus(const std::string& address, v1::InstanceRole role,
+                    const v1::InstanceStatus& status, absl::Time now);
+  // A failed poll, or a call that found the node unreachable.
+  void ReportFailure(const std::string& address, v1::InstanceRole role, const absl::Status& error);
+
+  // A healthy node of `role` chosen by that fleet's policy, avoiding `excluded` when possible.
+  // UNAVAILABLE naming the role when no node of the role is healthy.
+  [[nodiscard]] absl::StatusOr<NodeLease> Pick(v1::InstanceRole role,
+                                               const absl::flat_hash_set<std::string>& excluded);
+
+  // Every node (prefill first, then decode; by address), with health and last status.
+  v1::ClusterStatusResponse Snapshot(absl::Time now) const;
+
+ private:
+  struct Node {
+    std::shared_ptr<grpc::Channel> channel;
+    bool from_heartbeat = false;
+    absl::Duration ttl;
+    absl::Time last_heartbeat;
+    bool healthy = false;
+    bool polled = false;  // a status was received at least once
+    v1::InstanceStatus status;
+    absl::Time last_seen = absl::InfinitePast();
+    std::string last_error;
+    std::shared_ptr<std::atomic<int32_t>> inflight = std::make_shared<std::atomic<int32_t>>(0);
+  };
+  using Key = std::pair<int, std::string>;  // (role, address)
+
+  NodeSelector& SelectorFor(v1::InstanceRole role);
+  void SetHealth(const Key& key, Node& node, bool healthy, std::string error)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string model_name_;
+  const LogFn log_;
+  const ChannelFactory channel_factory_;
+  NodeSelector prefill_selector_;
+  NodeSelector decode_selector_;
+
+  mutable absl::Mutex mu_;
+  std::map<Key, Node> nodes_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tandem

@@ -1,0 +1,70 @@
+#include "router/request_prep.h"
+
+#include "common/status_macros.h"
+#include "router/request_validation.h"
+
+namespace tandem {
+namespace {
+
+PromptInput PromptFromProto(const v1::GenerateRequest& request) {
+  PromptInput prompt;
+  switch (request.prompt_case()) {
+    case v1::GenerateRequest::kText:
+      prompt.kind = PromptInput::Kind::kText;
+      prompt.text = request.text();
+      break;
+    case v1::GenerateRequest::kTokenIds:
+      prompt.kind = PromptInput::Kind::kTokenIds;
+      prompt.token_ids.assign(request.token_ids().ids().begin(), request.token_ids().ids().end());
+      break;
+    case v1::GenerateRequest::kChat:
+      prompt.kind = PromptInput::Kind::kChat;
+      for (const v1::ChatMessage& m : request.chat().messages()) {
+        prompt.chat.push_back({m.role(), m.content()});
+      }
+      break;
+    case v1::GenerateRequest::PROMPT_NOT_SET:
+      break;
+  }
+  return prompt;
+}
+
+}  // namespace
+
+SamplingParams SamplingFromProto(const v1::SamplingParams& proto) {
+  SamplingParams p;
+  p.temperature = proto.temperature();
+  p.top_k = proto.top_k();
+  p.top_p = proto.top_p();
+  p.seed = proto.seed();
+  return p;
+}
+
+v1::SamplingParams SamplingToProto(const SamplingParams& params) {
+  v1::SamplingParams p;
+  p.set_temperature(params.temperature);
+  p.set_top_k(params.top_k);
+  p.set_top_p(params.top_p);
+  p.set_seed(params.seed);
+  return p;
+}
+
+absl::StatusOr<PreparedRequest> PrepareRequest(const ServedModel& model,
+                                               const v1::GenerateRequest& request) {
+  const ModelLimits& limits = model.limits();
+  TANDEM_RETURN_IF_ERROR(ValidateModelName(request.model(), limits));
+  const PromptInput input = PromptFromProto(request);
+  TANDEM_RETURN_IF_ERROR(ValidatePromptInput(input));
+  TANDEM_RETURN_IF_ERROR(ValidateMaxTokens(request.max_tokens()));
+  PreparedRequest out;
+  TANDEM_ASSIGN_OR_RETURN(out.sampling, NormalizeSampling(SamplingFromProto(request.sampling())));
+  out.prompt = model.Tokenize(input);
+  TANDEM_RETURN_IF_ERROR(ValidatePromptIds(out.prompt, limits));
+  TANDEM_RETURN_IF_ERROR(
+      ValidateLengths(static_cast<int64_t>(out.prompt.size()), request.max_tokens(), limits));
+  out.max_tokens = request.max_tokens();
+  if (!request.ignore_eos()) out.stop_ids = model.tokenizer().stop_ids();
+  return out;
+}
+
+}  // namespace tandem

@@ -1,0 +1,36 @@
+// Configuration of a router process (flags in router/main.cc map 1:1 onto these fields).
+// Pure; no I/O.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "router/node_policy.h"
+
+namespace tandem {
+
+struct RouterOptions {
+  std::string listen = "0.0.0.0:50050";    // host:port; port 0 = any free port
+  std::vector<std::string> prefill_nodes;  // static fleet; more may join by heartbeat
+  std::vector<std::string> decode_nodes;
+  PolicyKind prefill_policy = PolicyKind::kLeastLoaded;
+  PolicyKind decode_policy = PolicyKind::kLeastLoaded;
+  absl::Duration health_interval = absl::Seconds(1);       // Status poll period (and poll deadline)
+  absl::Duration rpc_timeout = absl::Seconds(60);          // deadline of each unary call to a node
+  absl::Duration decode_idle_timeout = absl::Seconds(30);  // max gap between decode events
+  int max_attempts = 3;  // retryable node failures a request may take (the last is returned)
+};
+
+// INVALID_ARGUMENT naming the field: empty listen address, non-positive durations,
+// max_attempts < 1, an empty entry in a node list.
+[[nodiscard]] absl::Status ValidateRouterOptions(const RouterOptions& options);
+
+// "a:1,b:2" -> {"a:1", "b:2"}; surrounding spaces trimmed; "" -> {}. INVALID_ARGUMENT for an
+// empty entry ("a:1,,b:2").
+[[nodiscard]] absl::StatusOr<std::vector<std::string>> ParseAddressList(absl::string_view list);
+
+}  // namespace tandem

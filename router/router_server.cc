@@ -1,0 +1,86 @@
+#include "router/router_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace tandem {
+
+absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
+    const RouterOptions& options, std::unique_ptr<ServedModel> model, LogFn log) {
+  if (absl::Status s = ValidateRouterOptions(options); !s.ok()) return s;
+  std::unique_ptr<RouterServer> r(new RouterServer());
+  r->model_ = std::move(model);
+  r->pool_ = std::make_unique<NodePool>(r->model_->limits().name, options.prefill_policy,
+                                        options.decode_policy, log);
+  for (const std::string& address : options.prefill_nodes) {
+    if (absl::Status s = r->pool_->AddStatic(address, v1::INSTANCE_ROLE_PREFILL); !s.ok()) {
+      return s;
+    }
+  }
+  for (const std::string& address : options.decode_nodes) {
+    if (absl::Status s = r->pool_->AddStatic(address, v1::INSTANCE_ROLE_DECODE); !s.ok()) {
+      return s;
+    }
+  }
+  r->deps_ = RouterDeps{r->model_.get(), r->pool_.get(), options, log, &r->request_counter_};
+  // A poll must end before the next one would start, but a loaded node deserves a second.
+  const absl::Duration poll_timeout =
+      std::min(std::max(options.health_interval, absl::Seconds(1)), options.rpc_timeout);
+  r->health_ =
+      std::make_unique<HealthChecker>(r->pool_.get(), options.health_interval, poll_timeout);
+  r->service_ = std::make_unique<RouterService>(&r->deps_, r->health_.get(), &r->threads_);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &r->port_);
+  builder.RegisterService(r->service_.get());
+  r->server_ = builder.BuildAndStart();
+  if (r->server_ == nullptr || r->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  log(absl::StrCat("serving model '", r->model_->limits().name, "' on port ", r->port_, " (",
+                   options.prefill_nodes.size(), " static prefill, ", options.decode_nodes.size(),
+                   " static decode nodes; policies ", PolicyKindName(options.prefill_policy), "/",
+                   PolicyKindName(options.decode_policy), ")"));
+  return r;
+}
+
+void RouterServer::Shutdown(absl::Duration grace) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  // Past the deadline gRPC cancels the remaining calls; their reactors' OnCancel cancels the
+  // node calls, so every request thread ends and Shutdown returns.
+  if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  threads_.JoinAll();
+  health_.reset();
+}
+
+RouterServer::~RouterServer() { Shutdown(); }
+
+absl::Status WriteRouterPortFile(const std::string& path, int port) {
+  const std::string tmp = absl::StrCat(path, ".tmp");
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    out.close();
+    if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem

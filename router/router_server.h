@@ -1,0 +1,67 @@
+// A running router: the served model, the node pool and its health checker, and the gRPC
+// server exposing tandem.v1.Router plus the standard health service and reflection.
+//
+// Start binds options.listen (port 0 = any free port; port() tells which). Shutdown stops
+// accepting requests, lets in-flight ones finish for `grace`, then cancels them (their calls to
+// nodes are cancelled, KV leases released) and waits for their threads; it is idempotent and
+// also run by the destructor.
+//
+// Thread-safety: port() and model() are safe from any thread; Shutdown from one thread.
+#pragma once
+
+#include <grpcpp/server.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "router/generate_driver.h"
+#include "router/health_checker.h"
+#include "router/node_pool.h"
+#include "router/request_threads.h"
+#include "router/router_log.h"
+#include "router/router_options.h"
+#include "router/router_service.h"
+#include "router/served_model.h"
+
+namespace tandem {
+
+class RouterServer {
+ public:
+  // INVALID_ARGUMENT for bad options or node lists; UNAVAILABLE when the address cannot be bound.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<RouterServer>> Start(
+      const RouterOptions& options, std::unique_ptr<ServedModel> model, LogFn log = LogToStderr);
+
+  ~RouterServer();
+  RouterServer(const RouterServer&) = delete;
+  RouterServer& operator=(const RouterServer&) = delete;
+
+  int port() const { return port_; }
+  const ServedModel& model() const { return *model_; }
+  void Shutdown(absl::Duration grace = absl::Seconds(5));
+
+ private:
+  RouterServer() = default;
+
+  // Declaration order is destruction order reversed: the server goes first, then the request
+  // threads, the health checker, the pool and the model they all use.
+  std::unique_ptr<ServedModel> model_;
+  std::unique_ptr<NodePool> pool_;
+  std::atomic<uint64_t> request_counter_{0};
+  RouterDeps deps_;
+  std::unique_ptr<HealthChecker> health_;
+  RequestThreads threads_;
+  std::unique_ptr<RouterService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+// Writes "<port>\n" to `path` through a temporary file renamed into place, so a reader polling
+// for the file never sees it half-written.
+[[nodiscard]] absl::Status WriteRouterPortFile(const std::string& path, int port);
+
+}  // namespace tandem

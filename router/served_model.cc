@@ -1,0 +1,61 @@
+#include "router/served_model.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "model/tokenizer/chat.h"
+#include "model/tokenizer/gguf_tokenizer.h"
+
+namespace tandem {
+
+absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const std::string& path,
+                                                               const std::string& name) {
+  TANDEM_ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+  return FromGguf(*file, name);
+}
+
+absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::FromGguf(const GgufFile& file,
+                                                                   const std::string& name) {
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, TokenizerFromGguf(file));
+  absl::string_view arch = "llama";
+  if (file.Has("general.architecture")) {
+    TANDEM_ASSIGN_OR_RETURN(arch, file.GetString("general.architecture"));
+  }
+  ModelLimits limits;
+  TANDEM_ASSIGN_OR_RETURN(limits.context_length,
+                          file.GetInt(absl::StrCat(arch, ".context_length")));
+  if (limits.context_length <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(file.path(), ": ", arch, ".context_length ",
+                                                   limits.context_length, " is not positive"));
+  }
+  limits.vocab_size = tokenizer->vocab_size();
+  limits.name = name;
+  if (limits.name.empty()) {
+    if (!file.Has("general.name")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file.path(), " has no general.name; give the served name explicitly"));
+    }
+    TANDEM_ASSIGN_OR_RETURN(const absl::string_view general_name, file.GetString("general.name"));
+    limits.name = std::string(general_name);
+  }
+  return std::unique_ptr<ServedModel>(new ServedModel(std::move(tokenizer), std::move(limits)));
+}
+
+std::vector<int32_t> ServedModel::Tokenize(const PromptInput& prompt) const {
+  switch (prompt.kind) {
+    case PromptInput::Kind::kText:
+      return tokenizer_->Encode(prompt.text, /*parse_special=*/true);
+    case PromptInput::Kind::kChat:
+      return tokenizer_->Encode(FormatChatMl(prompt.chat, /*add_generation_prompt=*/true),
+                                /*parse_special=*/true);
+    case PromptInput::Kind::kTokenIds:
+      return prompt.token_ids;
+    case PromptInput::Kind::kUnset:
+      break;
+  }
+  return {};
+}
+
+}  // namespace tandem

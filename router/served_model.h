@@ -1,0 +1,49 @@
+// What the router knows about the model it serves: the tokenizer and the limits requests are
+// validated against (name, vocabulary size, context length). Built from a GGUF file's metadata
+// only: the router never loads weights.
+//
+// Immutable after construction; safe to share between request threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/format/gguf_file.h"
+#include "model/tokenizer/tokenizer.h"
+#include "router/request_validation.h"
+
+namespace tandem {
+
+class ServedModel {
+ public:
+  // `name` empty = the file's general.name. Errors: those of GgufFile::Open and
+  // TokenizerFromGguf; NotFound when <arch>.context_length is missing; InvalidArgument when no
+  // name is given and general.name is absent, or the context length is not positive.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ServedModel>> Load(const std::string& path,
+                                                                         const std::string& name);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ServedModel>> FromGguf(
+      const GgufFile& file, const std::string& name);
+
+  ServedModel(const ServedModel&) = delete;
+  ServedModel& operator=(const ServedModel&) = delete;
+
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const ModelLimits& limits() const { return limits_; }
+
+  // Token ids of a prompt that passed ValidatePromptInput: text with special tokens parsed,
+  // chat as ChatML with the assistant turn opened, token ids as given. BOS is prepended to text
+  // and chat prompts when the model asks for it.
+  std::vector<int32_t> Tokenize(const PromptInput& prompt) const;
+
+ private:
+  ServedModel(std::unique_ptr<Tokenizer> tokenizer, ModelLimits limits)
+      : tokenizer_(std::move(tokenizer)), limits_(std::move(limits)) {}
+
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ModelLimits limits_;
+};
+
+}  // namespace tandem

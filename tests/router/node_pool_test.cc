@@ -1,0 +1,183 @@
+#include "router/node_pool.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tandem {
+namespace {
+
+using testing::ElementsAre;
+using testing::HasSubstr;
+
+constexpr auto kPrefill = v1::INSTANCE_ROLE_PREFILL;
+constexpr auto kDecode = v1::INSTANCE_ROLE_DECODE;
+
+class NodePoolTest : public testing::Test {
+ protected:
+  NodePool MakePool(PolicyKind policy = PolicyKind::kLeastLoaded) {
+    return NodePool("smol", policy, policy, [this](const std::string& line) {
+      absl::MutexLock lock(&mu_);
+      log_.push_back(line);
+    });
+  }
+  static v1::InstanceStatus Status(v1::InstanceRole role, int running, int queued, int free,
+                                   std::string model = "smol") {
+    v1::InstanceStatus s;
+    s.set_role(role);
+    s.set_model(std::move(model));
+    s.mutable_load()->set_running(running);
+    s.mutable_load()->set_queued(queued);
+    s.mutable_load()->set_free_blocks(free);
+    s.mutable_load()->set_total_blocks(100);
+    return s;
+  }
+  std::vector<std::string> Log() {
+    absl::MutexLock lock(&mu_);
+    return log_;
+  }
+
+  const absl::Time t0_ = absl::FromUnixSeconds(1000);
+  absl::Mutex mu_;
+  std::vector<std::string> log_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(NodePoolTest, StaticNodesAreCheckedAndStartUnhealthy) {
+  NodePool pool = MakePool();
+  ASSERT_TRUE(pool.AddStatic("127.0.0.1:1", kDecode).ok());
+  const absl::Status dup = pool.AddStatic("127.0.0.1:1", kDecode);
+  EXPECT_EQ(dup.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(dup.message(), "decode node 127.0.0.1:1 is listed twice");
+  // The same address may serve the other role.
+  EXPECT_TRUE(pool.AddStatic("127.0.0.1:1", kPrefill).ok());
+  const absl::Status bad = pool.AddStatic("x:1", v1::INSTANCE_ROLE_UNSPECIFIED);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.message(), "node x:1 has role unspecified (want prefill or decode)");
+  EXPECT_EQ(pool.AddStatic("", kDecode).message(), "node address is empty");
+
+  const absl::StatusOr<NodeLease> none = pool.Pick(kDecode, {});
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(none.status().message(), "no healthy decode node (1 known, none healthy)");
+}
+
+TEST_F(NodePoolTest, NoNodeOfARoleIsUnavailableNamingTheRole) {
+  NodePool pool = MakePool();
+  ASSERT_TRUE(pool.AddStatic("a:1", kDecode).ok());
+  pool.ReportStatus("a:1", kDecode, Status(kDecode, 0, 0, 10), t0_);
+  const absl::StatusOr<NodeLease> none = pool.Pick(kPrefill, {});
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(none.status().message(), "no healthy prefill node (0 known, none healthy)");
+}
+
+TEST_F(NodePoolTest, HealthFollowsPollsAndFailuresWithLoggedTransitions) {
+  NodePool pool = MakePool();
+  ASSERT_TRUE(pool.AddStatic("a:1", kPrefill).ok());
+  pool.ReportStatus("a:1", kPrefill, Status(kPrefill, 0, 0, 10), t0_);
+  ASSERT_TRUE(pool.Pick(kPrefill, {}).ok());
+  pool.ReportStatus("a:1", kPrefill, Status(kPrefill, 1, 0, 9), t0_);  // no transition
+  pool.ReportFailure("a:1", kPrefill, absl::UnavailableError("connection refused"));
+  EXPECT_EQ(pool.Pick(kPrefill, {}).status().code(), absl::StatusCode::kUnavailable);
+  pool.ReportStatus("a:1", kPrefill, Status(kPrefill, 0, 0, 10), t0_);
+  EXPECT_TRUE(pool.Pick(kPrefill, {}).ok());
+  EXPECT_THAT(Log(), ElementsAre("prefill node a:1 is healthy",
+                                 "prefill node a:1 is unhealthy: UNAVAILABLE: connection refused",
+                                 "prefill node a:1 is healthy"));
+}
+
+TEST_F(NodePoolTest, WrongRoleOrModelMakesANodeUnhealthy) {
+  NodePool pool = MakePool();
+  ASSERT_TRUE(pool.AddStatic("a:1", kPrefill).ok());
+  ASSERT_TRUE(pool.AddStatic("b:1", kPrefill).ok());
+  pool.ReportStatus("a:1", kPrefill, Status(kDecode, 0, 0, 10), t0_);
+  pool.ReportStatus("b:1", kPrefill, Status(kPrefill, 0, 0, 10, "other"), t0_);
+  EXPECT_EQ(pool.Pick(kPrefill, {}).status().code(), absl::StatusCode::kUnavailable);
+  const v1::ClusterStatusResponse snap = pool.Snapshot(t0_);
+  ASSERT_EQ(snap.nodes_size(), 2);
+  EXPECT_EQ(snap.nodes(0).last_error(), "node reports role decode, expected prefill");
+  EXPECT_EQ(snap.nodes(1).last_error(), "node serves model 'other', the router serves 'smol'");
+}
+
+TEST_F(NodePoolTest, LeastLoadedUsesPolledLoadAndInflightCalls) {
+  NodePool pool = MakePool(PolicyKind::kLeastLoaded);
+  for (const char* a : {"a:1", "b:1", "c:1"}) ASSERT_TRUE(pool.AddStatic(a, kDecode).ok());
+  pool.ReportStatus("a:1", kDecode, Status(kDecode, 2, 0, 50), t0_);
+  pool.ReportStatus("b:1", kDecode, Status(kDecode, 1, 0, 50), t0_);
+  pool.ReportStatus("c:1", kDecode, Status(kDecode, 1, 0, 50), t0_);
+  absl::StatusOr<NodeLease> first = pool.Pick(kDecode, {});
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->address(), "b:1");  // b and c tie; b sorts first
+  absl::StatusOr<NodeLease> second = pool.Pick(kDecode, {});
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->address(), "c:1");  // b has a call in flight now
+  EXPECT_EQ(pool.Pick(kDecode, {"b:1", "c:1"})->address(), "a:1");
+}
+
+TEST_F(NodePoolTest, LeaseReleaseEndsTheInflightCount) {
+  NodePool pool = MakePool(PolicyKind::kLeastLoaded);
+  for (const char* a : {"a:1", "b:1"}) ASSERT_TRUE(pool.AddStatic(a, kDecode).ok());
+  pool.ReportStatus("a:1", kDecode, Status(kDecode, 0, 0, 50), t0_);
+  pool.ReportStatus("b:1", kDecode, Status(kDecode, 0, 0, 50), t0_);
+  {
+    absl::StatusOr<NodeLease> lease = pool.Pick(kDecode, {});
+    EXPECT_EQ(lease->address(), "a:1");
+    EXPECT_EQ(pool.Pick(kDecode, {})->address(), "b:1");
+  }
+  EXPECT_EQ(pool.Pick(kDecode, {})->address(), "a:1");
+}
+
+TEST_F(NodePoolTest, HeartbeatRegistersAndExpiryDrops) {
+  NodePool pool = MakePool();
+  ASSERT_TRUE(pool.AddStatic("s:1", kDecode).ok());
+  EXPECT_EQ(*pool.Heartbeat("h:1", kDecode, absl::Milliseconds(500), t0_), true);
+  EXPECT_EQ(*pool.Heartbeat("h:1", kDecode, absl::Milliseconds(500), t0_ + absl::Milliseconds(300)),
+            false);
+  EXPECT_EQ(*pool.Heartbeat("s:1", kDecode, absl::Milliseconds(1), t0_), false);  // static stays
+  pool.Expire(t0_ + absl::Milliseconds(700));  // 400 ms since the last heartbeat: kept
+  v1::ClusterStatusResponse snap = pool.Snapshot(t0_ + absl::Milliseconds(700));
+  ASSERT_EQ(snap.nodes_size(), 2);
+  EXPECT_EQ(snap.nodes(0).address(), "h:1");
+  EXPECT_EQ(snap.nodes(0).source(), "heartbeat");
+  EXPECT_EQ(snap.nodes(1).source(), "static");
+  pool.Expire(t0_ + absl::Milliseconds(801));
+  snap = pool.Snapshot(t0_ + absl::Milliseconds(801));
+  ASSERT_EQ(snap.nodes_size(), 1);
+  EXPECT_EQ(snap.nodes(0).address(), "s:1");
+  EXPECT_THAT(Log(), ElementsAre("decode node h:1 registered by heartbeat (ttl 500 ms)",
+                                 "decode node h:1 dropped: no heartbeat for 501 ms (ttl 500 ms)"));
+}
+
+TEST_F(NodePoolTest, HeartbeatArgumentsAreChecked) {
+  NodePool pool = MakePool();
+  const absl::StatusOr<bool> ttl = pool.Heartbeat("h:1", kDecode, absl::ZeroDuration(), t0_);
+  EXPECT_EQ(ttl.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ttl.status().message(), "heartbeat ttl must be > 0 ms (got 0)");
+  EXPECT_EQ(pool.Heartbeat("", kDecode, absl::Seconds(1), t0_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      pool.Heartbeat("h:1", v1::INSTANCE_ROLE_UNSPECIFIED, absl::Seconds(1), t0_).status().code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(NodePoolTest, SnapshotListsPrefillThenDecodeWithLastStatus) {
+  NodePool pool = MakePool();
+  ASSERT_TRUE(pool.AddStatic("d:1", kDecode).ok());
+  ASSERT_TRUE(pool.AddStatic("p:1", kPrefill).ok());
+  pool.ReportStatus("p:1", kPrefill, Status(kPrefill, 3, 1, 42), t0_);
+  const v1::ClusterStatusResponse snap = pool.Snapshot(t0_ + absl::Milliseconds(250));
+  EXPECT_EQ(snap.model(), "smol");
+  ASSERT_EQ(snap.nodes_size(), 2);
+  EXPECT_EQ(snap.nodes(0).address(), "p:1");
+  EXPECT_EQ(snap.nodes(0).role(), kPrefill);
+  EXPECT_TRUE(snap.nodes(0).healthy());
+  EXPECT_EQ(snap.nodes(0).status().load().free_blocks(), 42);
+  EXPECT_EQ(snap.nodes(0).last_seen_ms_ago(), 250);
+  EXPECT_EQ(snap.nodes(1).address(), "d:1");
+  EXPECT_FALSE(snap.nodes(1).healthy());
+  EXPECT_EQ(snap.nodes(1).last_seen_ms_ago(), -1);  // never polled
+}
+
+}  // namespace
+}  // namespace tandem
