@@ -44,7 +44,7 @@ absl::StatusOr<std::unique_ptr<KvPuller>> KvPuller::Create(const KvPullerOptions
   return std::unique_ptr<KvPuller>(new KvPuller(std::move(worker)));
 }
 
-KvPuller::~KvPuller() { connections_.clear(); }
+KvPuller::~KvPuller() = default;
 
 absl::StatusOr<std::unique_ptr<UcxPool>> KvPuller::AllocatePool(int64_t bytes) {
   return UcxPool::Create(worker_->context(), bytes);
@@ -153,6 +153,7 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
     // at regularly even when gets complete at once. On shared memory UCX usually completes a
     // get inside ucp_get_nbx (a copy out of the mapped pool) and returns no request.
     const absl::Time post_start = options.progress != nullptr ? absl::Now() : absl::Time();
+    const int64_t completed_before = completed;
     for (int32_t budget = options.max_in_flight;
          budget > 0 && failure.ok() && !cancelled && next < n && in_flight < options.max_in_flight;
          --budget) {
@@ -177,6 +178,8 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
       options.progress->post_nanos.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - post_start),
                                              std::memory_order_relaxed);
     }
+    // Gets that completed inside ucp_get_nbx are progress too: the stall clock restarts.
+    if (completed != completed_before) last_completion = absl::Now();
     publish();
     if (in_flight == 0) {
       if (next == n || !failure.ok() || cancelled) break;
