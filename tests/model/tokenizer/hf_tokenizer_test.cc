@@ -1,0 +1,104 @@
+// tokenizer.json loading on a small hand-written vocabulary. The expected ids were checked by
+// loading the same JSON (with all merges as strings) in HF `tokenizers` during development.
+#include "model/tokenizer/hf_tokenizer.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_replace.h"
+#include "gtest/gtest.h"
+#include "tests/model/format/safetensors_test_util.h"
+#include "tests/model/format/status_matchers.h"
+
+namespace tandem {
+namespace {
+
+using ::tandem::testing::ScopedTempDir;
+using ::tandem::testing::WriteFile;
+
+// Merges mix "a b" strings and ["a", "b"] pairs (both forms occur in the wild).
+constexpr const char* kJson = R"({
+  "version": "1.0",
+  "added_tokens": [
+    {"id": 19, "content": "<|im_end|>", "special": true},
+    {"id": 20, "content": "<tool>", "special": false}],
+  "normalizer": null,
+  "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+    {"type": "Digits", "individual_digits": true},
+    {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}]},
+  "decoder": {"type": "ByteLevel"},
+  "model": {"type": "BPE", "byte_fallback": false,
+    "vocab": {"h": 0, "e": 1, "l": 2, "o": 3, "Ġ": 4, "w": 5, "r": 6, "d": 7, "1": 8, "2": 9,
+              "he": 10, "ll": 11, "llo": 12, "hello": 13, "Ġw": 14, "or": 15, "Ġwor": 16,
+              "ld": 17, "Ġworld": 18},
+    "merges": ["h e", "l l", "ll o", "he llo", ["Ġ", "w"], ["o", "r"], ["Ġw", "or"], "l d",
+               "Ġwor ld"]}
+})";
+
+using Ids = std::vector<int32_t>;
+
+TEST(HfTokenizerTest, EncodesLikeHf) {
+  HfSpecialIds ids;
+  ids.eos_id = 19;
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = TokenizerFromHfJson(kJson, ids);
+  ASSERT_OK(t);
+  const Tokenizer& tok = **t;
+  EXPECT_EQ(tok.vocab_size(), 21);
+  EXPECT_EQ(tok.pre_tokenizer(), PreTokenizerKind::kDigitsGpt2);
+  EXPECT_EQ(tok.Encode("hello world12<|im_end|>", /*parse_special=*/true), (Ids{13, 18, 8, 9, 19}));
+  EXPECT_EQ(tok.Encode("world"), (Ids{5, 15, 17}));
+  EXPECT_EQ(tok.Encode("a<tool>hello"), (Ids{20, 13}));  // 'a' has no token; <tool> always
+  EXPECT_EQ(tok.Encode("hellohello"), (Ids{13, 13}));
+  EXPECT_EQ(tok.Decode({13, 18, 19}), "hello world<|im_end|>");
+  EXPECT_EQ(tok.stop_ids(), (Ids{19}));
+  EXPECT_EQ(tok.Kind(20), TokenKind::kUserDefined);
+}
+
+TEST(HfTokenizerTest, RejectsWhatItCannotReproduce) {
+  const std::string json = kJson;
+  auto with = [&](const std::string& from, const std::string& to) {
+    return TokenizerFromHfJson(absl::StrReplaceAll(json, {{from, to}}), {}).status();
+  };
+  EXPECT_STATUS_IS(with(R"("normalizer": null)", R"("normalizer": {"type": "NFC"})"),
+                   absl::StatusCode::kUnimplemented, "normalizers are not supported");
+  EXPECT_STATUS_IS(with(R"("type": "BPE")", R"("type": "WordPiece")"),
+                   absl::StatusCode::kUnimplemented, "only model type 'BPE'");
+  EXPECT_STATUS_IS(with(R"("byte_fallback": false)", R"("byte_fallback": true)"),
+                   absl::StatusCode::kUnimplemented, "byte_fallback");
+  EXPECT_STATUS_IS(
+      with(R"({"type": "Digits", "individual_digits": true},)", R"({"type": "Metaspace"},)"),
+      absl::StatusCode::kUnimplemented, "pre_tokenizer Sequence[Metaspace, ByteLevel]");
+  EXPECT_STATUS_IS(with(R"("Ġworld": 18)", R"("Ġworld": 25)"), absl::StatusCode::kInvalidArgument,
+                   "no token has id 18 (ids must be dense)");
+  EXPECT_STATUS_IS(with(R"("l d",)", R"("l q",)"), absl::StatusCode::kInvalidArgument,
+                   "BPE merge #7 'l q' uses a token missing from the vocabulary");
+  EXPECT_STATUS_IS(with(R"("l d",)", R"("ld",)"), absl::StatusCode::kInvalidArgument,
+                   "merge 'ld' has no space");
+  EXPECT_STATUS_IS(TokenizerFromHfJson("[1, 2]", {}), absl::StatusCode::kInvalidArgument,
+                   "tokenizer.json: not a valid JSON object");
+}
+
+TEST(HfTokenizerTest, DirectoryTakesIdsFromConfigFiles) {
+  const ScopedTempDir dir("hf_tok");
+  WriteFile(dir.path() + "/tokenizer.json", kJson);
+  WriteFile(dir.path() + "/config.json", R"({"bos_token_id": 0, "eos_token_id": [19, 20]})");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = TokenizerFromHfDirectory(dir.path());
+  ASSERT_OK(t);
+  EXPECT_EQ((*t)->bos_id(), 0);
+  EXPECT_EQ((*t)->eos_id(), 19);
+  // Without config.json, tokenizer_config.json names the EOS by its text.
+  const ScopedTempDir dir2("hf_tok2");
+  WriteFile(dir2.path() + "/tokenizer.json", kJson);
+  WriteFile(dir2.path() + "/tokenizer_config.json",
+            R"({"eos_token": {"content": "<|im_end|>"}, "add_bos_token": false})");
+  t = TokenizerFromHfDirectory(dir2.path());
+  ASSERT_OK(t);
+  EXPECT_EQ((*t)->eos_id(), 19);
+  EXPECT_FALSE((*t)->bos_id().has_value());
+  const ScopedTempDir empty("hf_tok3");
+  EXPECT_STATUS_IS(TokenizerFromHfDirectory(empty.path()), absl::StatusCode::kNotFound,
+                   "tokenizer.json");
+}
+
+}  // namespace
+}  // namespace tandem

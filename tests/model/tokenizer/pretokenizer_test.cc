@@ -1,0 +1,64 @@
+// Expected pieces were produced by HF `tokenizers` (ByteLevel(use_regex=True), Digits(
+// individual_digits=True), and Split(<Llama 3 regex>, "isolated")) during development; the
+// matchers must agree with them exactly.
+#include "model/tokenizer/pretokenizer.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tandem {
+namespace {
+
+std::vector<std::string> Pieces(PreTokenizerKind kind, const std::string& text) {
+  std::vector<std::string> out;
+  for (const absl::string_view p : PreTokenize(kind, text)) out.emplace_back(p);
+  return out;
+}
+
+using V = std::vector<std::string>;
+
+TEST(PreTokenizerTest, Gpt2) {
+  const auto k = PreTokenizerKind::kGpt2;
+  EXPECT_EQ(Pieces(k, "Hello  world\n\n  it's 'x  "),
+            (V{"Hello", " ", " world", "\n\n ", " it", "'s", " '", "x", "  "}));
+  EXPECT_EQ(Pieces(k, "a\nb  c\t\td  "), (V{"a", "\n", "b", " ", " c", "\t", "\t", "d", "  "}));
+  EXPECT_EQ(Pieces(k, "x  \n y"), (V{"x", "  \n", " y"}));
+  EXPECT_EQ(Pieces(k, " 123abc'S"), (V{" 123", "abc", "'", "S"}));
+  EXPECT_EQ(Pieces(k, "¡¿Qué?!"), (V{"¡¿", "Qué", "?!"}));
+  EXPECT_EQ(Pieces(k, ""), V{});
+}
+
+TEST(PreTokenizerTest, DigitsThenGpt2) {
+  const auto k = PreTokenizerKind::kDigitsGpt2;
+  EXPECT_EQ(Pieces(k, "a٣b²c12 x⅓"), (V{"a", "٣", "b", "²", "c", "1", "2", " x", "⅓"}));
+  EXPECT_EQ(Pieces(k, "The café costs 12.50€."),
+            (V{"The", " café", " costs", " ", "1", "2", ".", "5", "0", "€."}));
+}
+
+TEST(PreTokenizerTest, Llama3) {
+  const auto k = PreTokenizerKind::kLlama3;
+  EXPECT_EQ(Pieces(k, "Hello  WORLD's 12345 x\n\n  y"),
+            (V{"Hello", " ", " WORLD", "'s", " ", "123", "45", " x", "\n\n", " ", " y"}));
+  EXPECT_EQ(Pieces(k, "a.\n\n\tb!!\r\nc"), (V{"a", ".\n\n", "\tb", "!!\r\n", "c"}));
+  EXPECT_EQ(Pieces(k, "I'LL 'Ve 1234567 ;-)  \n"),
+            (V{"I", "'LL", " '", "Ve", " ", "123", "456", "7", " ;-)", "  \n"}));
+}
+
+TEST(PreTokenizerTest, IllFormedBytesAreKeptAsPunctuation) {
+  const std::string text = "ab\xFF\xFE cd";
+  const V pieces = Pieces(PreTokenizerKind::kGpt2, text);
+  EXPECT_EQ(pieces, (V{"ab", "\xFF\xFE", " cd"}));
+}
+
+TEST(PreTokenizerTest, GgufPreNames) {
+  EXPECT_EQ(PreTokenizerForGgufPre("smollm"), PreTokenizerKind::kDigitsGpt2);
+  EXPECT_EQ(PreTokenizerForGgufPre("gpt-2"), PreTokenizerKind::kGpt2);
+  EXPECT_EQ(PreTokenizerForGgufPre("default"), PreTokenizerKind::kGpt2);
+  EXPECT_EQ(PreTokenizerForGgufPre("llama-bpe"), PreTokenizerKind::kLlama3);
+  EXPECT_FALSE(PreTokenizerForGgufPre("qwen2").has_value());
+}
+
+}  // namespace
+}  // namespace tandem
