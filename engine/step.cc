@@ -36,7 +36,14 @@ absl::StatusOr<StepPlan> BuildStepPlan(const StepInput& input, const DcpGeometry
     }
     plan.block_ids.insert(plan.block_ids.end(), req.block_table.begin(), req.block_table.end());
     plan.block_offsets.push_back(static_cast<int64_t>(plan.block_ids.size()));
-    if (req.want_logits) plan.logit_rows.push_back(plan.num_rows() - 1);
+    if (req.all_logits) {
+      for (int64_t row = plan.num_rows() - static_cast<int64_t>(req.tokens.size());
+           row < plan.num_rows(); ++row) {
+        plan.logit_rows.push_back(row);
+      }
+    } else if (req.want_logits) {
+      plan.logit_rows.push_back(plan.num_rows() - 1);
+    }
     lengths.push_back(static_cast<int64_t>(req.tokens.size()));
   }
   plan.pcp = PartitionForPcp(lengths, pcp);

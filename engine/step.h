@@ -17,6 +17,7 @@ struct StepRequest {
   std::vector<int32_t> tokens;       // tokens at positions [start, start + size)
   std::vector<int32_t> block_table;  // virtual block ids; covers positions < start + size
   bool want_logits = false;          // produce logits for the last token
+  bool all_logits = false;           // produce logits for every token (scoring, perplexity)
 };
 
 struct StepInput {
@@ -31,7 +32,8 @@ struct StepPlan {
   // Block tables in CSR form (see BlockTablesView).
   std::vector<int32_t> block_ids;
   std::vector<int64_t> block_offsets;
-  // Batch-order row of each requested logit row, in request order.
+  // Batch-order row of each requested logit row, in request order (all rows of a request with
+  // all_logits, in position order).
   std::vector<int64_t> logit_rows;
   PcpPartition pcp;
 
