@@ -1,0 +1,269 @@
+#include "tests/router/fake_nodes.h"
+
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+#include <grpcpp/server_context.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tests/router/test_model.h"
+
+namespace tandem::testing_router {
+namespace {
+
+std::unique_ptr<grpc::Server> StartServer(grpc::Service* service, std::string* address) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server != nullptr && port != 0) *address = absl::StrCat("127.0.0.1:", port);
+  return server;
+}
+
+void StopServer(grpc::Server* server) {
+  // Streams a test left hanging are cancelled at the deadline.
+  if (server != nullptr) server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+}
+
+v1::InstanceStatus FakeStatus(v1::InstanceRole role, const std::string& name,
+                              const std::string& address) {
+  v1::InstanceStatus status;
+  status.set_engine_id(name);
+  status.set_role(role);
+  status.set_model(kTestModelName);
+  status.set_address(address);
+  status.set_epoch(1);
+  status.mutable_load()->set_free_blocks(100);
+  status.mutable_load()->set_total_blocks(128);
+  return status;
+}
+
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, grpc::Status status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(std::move(status));
+  return reactor;
+}
+
+}  // namespace
+
+int32_t TokenForStep(uint64_t step) { return ByteToken(static_cast<char>('a' + step % 26)); }
+
+FakePrefill::FakePrefill(std::string name, std::shared_ptr<PrefillScript> script)
+    : name_(std::move(name)), script_(std::move(script)) {
+  server_ = StartServer(this, &address_);
+}
+
+FakePrefill::~FakePrefill() { StopServer(server_.get()); }
+
+std::vector<v1::PrefillRequest> FakePrefill::prefills() const {
+  absl::MutexLock lock(&mu_);
+  return prefills_;
+}
+
+std::vector<v1::ReleaseKvRequest> FakePrefill::releases() const {
+  absl::MutexLock lock(&mu_);
+  return releases_;
+}
+
+std::vector<v1::KvHandle> FakePrefill::handles() const {
+  absl::MutexLock lock(&mu_);
+  return handles_;
+}
+
+bool FakePrefill::WaitForReleases(size_t n, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  const auto enough = [this, n]()
+                          ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return releases_.size() >= n; };
+  return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+}
+
+grpc::ServerUnaryReactor* FakePrefill::Prefill(grpc::CallbackServerContext* ctx,
+                                               const v1::PrefillRequest* request,
+                                               v1::PrefillResponse* response) {
+  std::optional<grpc::Status> failure;
+  int32_t token = TokenForStep(request->sample_step());
+  {
+    absl::MutexLock lock(&script_->mu);
+    if (!script_->failures.empty()) {
+      failure = script_->failures.front();
+      script_->failures.pop_front();
+    }
+    if (script_->first_token.has_value()) token = *script_->first_token;
+  }
+  absl::MutexLock lock(&mu_);
+  prefills_.push_back(*request);
+  if (failure.has_value()) return Reply(ctx, *failure);
+  response->set_first_token(token);
+  v1::KvHandle* kv = response->mutable_kv();
+  kv->set_engine_id(name_);
+  kv->set_epoch(7);
+  kv->set_request_id(request->request_id());
+  kv->set_num_tokens(request->prompt_ids_size());
+  kv->set_generation(next_generation_++);
+  kv->add_block_table(3);
+  kv->set_prefill_address(address_);
+  handles_.push_back(*kv);
+  return Reply(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* FakePrefill::ReleaseKv(grpc::CallbackServerContext* ctx,
+                                                 const v1::ReleaseKvRequest* request,
+                                                 v1::ReleaseKvResponse* response) {
+  absl::MutexLock lock(&mu_);
+  releases_.push_back(*request);
+  response->set_lease_held(true);
+  return Reply(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* FakePrefill::Status(grpc::CallbackServerContext* ctx,
+                                              const v1::StatusRequest*,
+                                              v1::InstanceStatus* response) {
+  *response = FakeStatus(v1::INSTANCE_ROLE_PREFILL, name_, address_);
+  return Reply(ctx, grpc::Status::OK);
+}
+
+// One Decode call: writes the scripted events one at a time; a hanging stream finishes only
+// when cancelled. Finish is decided under the lock and called outside it (it may run OnDone,
+// which deletes the stream, inline).
+class FakeDecode::Stream final : public grpc::ServerWriteReactor<v1::DecodeEvent> {
+ public:
+  Stream(FakeDecode* owner, const v1::DecodeRequest& request, DecodeBehaviour behaviour)
+      : owner_(owner),
+        request_(request),
+        behaviour_(behaviour),
+        to_emit_(request.max_new_tokens() - 1) {
+    Advance();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      End(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+      return;
+    }
+    Advance();
+  }
+
+  void OnCancel() override {
+    owner_->NoteCancelled();
+    bool end = false;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      end = hanging_;
+    }
+    if (end) End(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void Advance() {
+    if (written_ == behaviour_.hang_after) {
+      bool end = false;
+      {
+        absl::MutexLock lock(&mu_);
+        hanging_ = true;
+        end = cancelled_;
+      }
+      if (end) End(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+      return;
+    }
+    if (written_ == behaviour_.die_after) {
+      End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "fake decode node died"));
+      return;
+    }
+    event_.Clear();
+    if (written_ < to_emit_) {
+      event_.set_token(TokenForStep(request_.next_step() + written_));
+      ++written_;
+      StartWrite(&event_);
+      return;
+    }
+    if (!finish_sent_) {
+      finish_sent_ = true;
+      event_.mutable_finish()->set_reason("length");
+      event_.mutable_finish()->set_generated(request_.max_new_tokens());
+      StartWrite(&event_);
+      return;
+    }
+    End(grpc::Status::OK);
+  }
+
+  void End(grpc::Status status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    Finish(std::move(status));
+  }
+
+  FakeDecode* const owner_;
+  const v1::DecodeRequest request_;
+  const DecodeBehaviour behaviour_;
+  const int to_emit_;
+  int written_ = 0;
+  bool finish_sent_ = false;
+  v1::DecodeEvent event_;
+  absl::Mutex mu_;
+  bool hanging_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+FakeDecode::FakeDecode(std::string name, std::shared_ptr<DecodeScript> script)
+    : name_(std::move(name)), script_(std::move(script)) {
+  server_ = StartServer(this, &address_);
+}
+
+FakeDecode::~FakeDecode() { StopServer(server_.get()); }
+
+std::vector<v1::DecodeRequest> FakeDecode::requests() const {
+  absl::MutexLock lock(&mu_);
+  return requests_;
+}
+
+int FakeDecode::cancelled() const {
+  absl::MutexLock lock(&mu_);
+  return cancelled_;
+}
+
+bool FakeDecode::WaitForCancelled(int n, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  const auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return cancelled_ >= n; };
+  return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+}
+
+void FakeDecode::NoteCancelled() {
+  absl::MutexLock lock(&mu_);
+  ++cancelled_;
+}
+
+grpc::ServerWriteReactor<v1::DecodeEvent>* FakeDecode::Decode(grpc::CallbackServerContext*,
+                                                              const v1::DecodeRequest* request) {
+  DecodeBehaviour behaviour;
+  {
+    absl::MutexLock lock(&script_->mu);
+    if (!script_->calls.empty()) {
+      behaviour = script_->calls.front();
+      script_->calls.pop_front();
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    requests_.push_back(*request);
+  }
+  return new Stream(this, *request, behaviour);
+}
+
+grpc::ServerUnaryReactor* FakeDecode::Status(grpc::CallbackServerContext* ctx,
+                                             const v1::StatusRequest*,
+                                             v1::InstanceStatus* response) {
+  *response = FakeStatus(v1::INSTANCE_ROLE_DECODE, name_, address_);
+  return Reply(ctx, grpc::Status::OK);
+}
+
+}  // namespace tandem::testing_router

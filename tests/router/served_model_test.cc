@@ -1,0 +1,76 @@
+#include "router/served_model.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/format/gguf_file.h"
+#include "model/format/gguf_writer.h"
+#include "tests/router/test_model.h"
+
+namespace tandem {
+namespace {
+
+using testing::ElementsAre;
+using testing_router::ByteToken;
+using testing_router::MakeTestModel;
+
+TEST(ServedModelTest, LimitsComeFromMetadata) {
+  const std::unique_ptr<ServedModel> model = MakeTestModel(64);
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(model->limits().name, "tiny-test");
+  EXPECT_EQ(model->limits().vocab_size, testing_router::kTestVocab);
+  EXPECT_EQ(model->limits().context_length, 64);
+  EXPECT_THAT(model->tokenizer().stop_ids(), testing::UnorderedElementsAre(0, 2));
+}
+
+TEST(ServedModelTest, TokenizesEachPromptKind) {
+  const std::unique_ptr<ServedModel> model = MakeTestModel(64);
+  ASSERT_NE(model, nullptr);
+  PromptInput text;
+  text.kind = PromptInput::Kind::kText;
+  text.text = "hex<|im_end|>";
+  EXPECT_THAT(model->Tokenize(text), ElementsAre(259, ByteToken('x'), 2));  // specials parsed
+
+  PromptInput chat;
+  chat.kind = PromptInput::Kind::kChat;
+  chat.chat = {{"user", "hi"}};
+  // <|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n
+  const std::vector<int32_t> ids = model->Tokenize(chat);
+  ASSERT_GE(ids.size(), 4u);
+  EXPECT_EQ(ids.front(), 1);
+  EXPECT_EQ(model->tokenizer().Decode(ids),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+
+  PromptInput raw;
+  raw.kind = PromptInput::Kind::kTokenIds;
+  raw.token_ids = {7, 8, 9};
+  EXPECT_THAT(model->Tokenize(raw), ElementsAre(7, 8, 9));
+}
+
+TEST(ServedModelTest, ExplicitNameWinsAndMissingContextIsNotFound) {
+  GgufWriter writer;
+  writer.Set("general.architecture", GgufValue::String("llama"));
+  writer.Set("tokenizer.ggml.model", GgufValue::String("gpt2"));
+  writer.Set("tokenizer.ggml.tokens", GgufValue::StringArray({"a", "b"}));
+  writer.Set("tokenizer.ggml.merges", GgufValue::StringArray({}));
+  absl::StatusOr<std::unique_ptr<GgufFile>> file =
+      GgufFile::FromBytes(writer.Serialize(), "m.gguf");
+  ASSERT_TRUE(file.ok()) << file.status();
+  const absl::StatusOr<std::unique_ptr<ServedModel>> missing = ServedModel::FromGguf(**file, "x");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), testing::HasSubstr("llama.context_length"));
+
+  writer.Set("llama.context_length", GgufValue::Uint32(16));
+  file = GgufFile::FromBytes(writer.Serialize(), "m.gguf");
+  ASSERT_TRUE(file.ok()) << file.status();
+  const absl::StatusOr<std::unique_ptr<ServedModel>> unnamed = ServedModel::FromGguf(**file, "");
+  EXPECT_EQ(unnamed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(unnamed.status().message(),
+            "m.gguf has no general.name; give the served name explicitly");
+  const absl::StatusOr<std::unique_ptr<ServedModel>> named = ServedModel::FromGguf(**file, "mine");
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ((*named)->limits().name, "mine");
+  EXPECT_EQ((*named)->limits().context_length, 16);
+}
+
+}  // namespace
+}  // namespace tandem
