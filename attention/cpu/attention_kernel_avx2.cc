@@ -14,6 +14,7 @@ struct Avx2Traits {
   static constexpr int kQueryBlock = 4;
   // 4 queries × 2 tokens = 8 accumulators + 2 K rows + 1 query: 11 of the 16 ymm registers.
   static constexpr int kTokenBlock = 2;
+  static constexpr int kValueChunks = 2;
 
   static V Zero() { return _mm256_setzero_ps(); }
   static V Set1(float x) { return _mm256_set1_ps(x); }
@@ -30,11 +31,43 @@ struct Avx2Traits {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
+  static V MaskTail(V x, int32_t valid) {
+    const __m256 lane = _mm256_setr_ps(0.f, 1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f);
+    const __m256 keep = _mm256_cmp_ps(lane, _mm256_set1_ps(static_cast<float>(valid)), _CMP_LT_OQ);
+    return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x, keep);
+  }
   static float ReduceMax(V v) {
     __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+  }
+
+  // Reduces the 8 accumulators of a 4-query × 2-token block in one transposing tree and stores
+  // query q's two sums at p[q·kPieceTokens ..].
+  static void StoreSums(const V (&acc)[4][2], float* p) {
+    V pair[4];  // pair[q]: per 128-bit half, partial sums of acc[q][0] and acc[q][1]
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      pair[q] = _mm256_add_ps(_mm256_unpacklo_ps(acc[q][0], acc[q][1]),
+                              _mm256_unpackhi_ps(acc[q][0], acc[q][1]));
+    }
+    // quad[i]: per 128-bit half, [q=2i t0, q=2i t1, q=2i+1 t0, q=2i+1 t1] partial sums.
+    V quad[2];
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; ++i) {
+      quad[i] = _mm256_add_ps(_mm256_shuffle_ps(pair[2 * i], pair[2 * i + 1], 0x44),
+                              _mm256_shuffle_ps(pair[2 * i], pair[2 * i + 1], 0xee));
+    }
+    // Fold the halves: low half of the result for queries 0/1, high half for queries 2/3.
+    const V sums = _mm256_add_ps(_mm256_permute2f128_ps(quad[0], quad[1], 0x20),
+                                 _mm256_permute2f128_ps(quad[0], quad[1], 0x31));
+    alignas(32) float s[8];
+    _mm256_store_ps(s, sums);
+    for (int q = 0; q < 4; ++q) {
+      p[q * kPieceTokens] = s[2 * q];
+      p[q * kPieceTokens + 1] = s[2 * q + 1];
+    }
   }
 
   // Same range reduction and polynomial as the AVX-512 path; 2^n built in the exponent field

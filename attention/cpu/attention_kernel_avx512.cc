@@ -14,6 +14,7 @@ struct Avx512Traits {
   static constexpr int kQueryBlock = 4;
   // 4 queries × 4 tokens = 16 accumulators + 4 K rows + 1 query: 21 of the 32 zmm registers.
   static constexpr int kTokenBlock = 4;
+  static constexpr int kValueChunks = 4;
 
   static V Zero() { return _mm512_setzero_ps(); }
   static V Set1(float x) { return _mm512_set1_ps(x); }
@@ -25,7 +26,40 @@ struct Avx512Traits {
   static V Max(V a, V b) { return _mm512_max_ps(a, b); }
   static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static float ReduceAdd(V v) { return _mm512_reduce_add_ps(v); }
+  static V MaskTail(V x, int32_t valid) {
+    const __mmask16 keep = valid >= 16 ? 0xffff : valid <= 0 ? 0 : (1u << valid) - 1;
+    return _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), keep, x);
+  }
   static float ReduceMax(V v) { return _mm512_reduce_max_ps(v); }
+
+  // Reduces the 16 accumulators of a 4-query × 4-token block in one transposing tree (30
+  // shuffles instead of 64) and stores query q's four sums at p[q·kPieceTokens ..].
+  static void StoreSums(const V (&acc)[4][4], float* p) {
+    V pair[8];  // pair[i]: per 128-bit block, partial sums of acc #2i and #2i+1
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      const V a = acc[(2 * i) / 4][(2 * i) % 4];
+      const V b = acc[(2 * i + 1) / 4][(2 * i + 1) % 4];
+      pair[i] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    }
+    V quad[4];  // quad[i]: per 128-bit block, lane j holds a partial sum of acc #4i+j
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      quad[i] = _mm512_add_ps(_mm512_shuffle_ps(pair[2 * i], pair[2 * i + 1], 0x44),
+                              _mm512_shuffle_ps(pair[2 * i], pair[2 * i + 1], 0xee));
+    }
+    // Fold the four 128-bit blocks: [A01 A23 B01 B23] from quads 0/1, [C01 C23 D01 D23] from 2/3.
+    const V x0 = _mm512_add_ps(_mm512_shuffle_f32x4(quad[0], quad[1], 0x88),
+                               _mm512_shuffle_f32x4(quad[0], quad[1], 0xdd));
+    const V x1 = _mm512_add_ps(_mm512_shuffle_f32x4(quad[2], quad[3], 0x88),
+                               _mm512_shuffle_f32x4(quad[2], quad[3], 0xdd));
+    const V sums =
+        _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xdd));
+    _mm_storeu_ps(p, _mm512_castps512_ps128(sums));
+    _mm_storeu_ps(p + kPieceTokens, _mm512_extractf32x4_ps(sums, 1));
+    _mm_storeu_ps(p + 2 * kPieceTokens, _mm512_extractf32x4_ps(sums, 2));
+    _mm_storeu_ps(p + 3 * kPieceTokens, _mm512_extractf32x4_ps(sums, 3));
+  }
 
   // e^x = 2^n · e^r with n = round(x·log2 e), |r| ≤ ln2/2, e^r by a degree-7 polynomial
   // (relative error ~1e-7); lanes below the f32 normal range give exactly 0.

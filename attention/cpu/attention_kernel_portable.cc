@@ -14,6 +14,7 @@ struct PortableTraits {
   static constexpr int kLanes = 1;
   static constexpr int kQueryBlock = 4;
   static constexpr int kTokenBlock = 2;
+  static constexpr int kValueChunks = 1;
 
   static V Zero() { return 0.f; }
   static V Set1(float x) { return x; }
@@ -26,7 +27,14 @@ struct PortableTraits {
   static V Fma(V a, V b, V c) { return a * b + c; }
   static float ReduceAdd(V v) { return v; }
   static float ReduceMax(V v) { return v; }
+
+  static void StoreSums(const V (&acc)[4][2], float* p) {
+    for (int q = 0; q < 4; ++q) {
+      for (int t = 0; t < 2; ++t) p[q * kPieceTokens + t] = acc[q][t];
+    }
+  }
   static V Exp(V x) { return expf(x); }
+  static V MaskTail(V x, int32_t valid) { return valid > 0 ? x : -INFINITY; }
 
   static V LoadKv(const float* p, KvF32) { return *p; }
   static V LoadKv(const uint16_t* p, KvF16) { return HalfToFloat(*p); }

@@ -7,9 +7,12 @@
 // only the traits, intrinsics and C library functions.
 //
 // Traits interface (V is the vector of kLanes floats):
-//   kLanes, kQueryBlock (queries scored together), kTokenBlock (tokens scored together)
+//   kLanes, kQueryBlock (queries scored together), kTokenBlock (tokens scored together),
+//   kValueChunks (vectors of each V row accumulated together)
+//   StoreSums(acc[kQueryBlock][kTokenBlock], p): p[q·kPieceTokens + t] = Σ lanes of acc[q][t]
 //   Zero, Set1, Load, Store, Add, Sub, Mul, Max, Fma(a, b, c) = a·b + c, ReduceAdd, ReduceMax
 //   Exp(x): e^x per lane, exactly 0 below −87.3 (so e^−inf = 0)
+//   MaskTail(x, valid): x with lanes >= valid set to −inf (valid may be <= 0 or >= kLanes)
 //   LoadKv(const Storage*, Tag) → V, StoreKv(Storage*, V, Tag) for Tag in KvF32, KvF16, KvBF16
 //
 // Algorithm (per tile): scale q once; walk the token range in pieces of ≤ kPieceTokens tokens
@@ -20,6 +23,7 @@
 #pragma once
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "attention/cpu/attention_kernel.h"
@@ -36,12 +40,21 @@ struct KvBF16 {
   using Storage = uint16_t;
 };
 
+inline constexpr int kCacheLine = 64;
+
+// Into L2 (the "T1" hint): the line is needed about a piece later, and keeping it out of L1
+// leaves L1 to the rows being computed on. (Templated on the traits for internal linkage.)
+template <class T>
+inline void PrefetchLine(const void* p) {
+  __builtin_prefetch(p, 0, 2);
+}
+
 // Scores kQ consecutive queries (scaled, [kQ][head_dim] at qs) against the n K rows at k:
 // p[q·kPieceTokens + t] = qs[q]·k[t] for t < n. Entries in [n, kPieceTokens) may be written
 // with values the caller masks.
 template <class T, class E, int kQ>
 inline void ScoreQueries(const float* qs, int32_t head_dim, const typename E::Storage* k, int32_t n,
-                         float* p) {
+                         float* p, const typename E::Storage* pf) {
   using V = typename T::V;
   constexpr int kT = T::kTokenBlock;
   for (int32_t t0 = 0; t0 < n; t0 += kT) {
@@ -62,6 +75,11 @@ inline void ScoreQueries(const float* qs, int32_t head_dim, const typename E::St
       V kv[kT];
 #pragma GCC unroll 16
       for (int tt = 0; tt < kT; ++tt) kv[tt] = T::LoadKv(rows[tt] + c, E{});
+      if (pf != nullptr) {
+#pragma GCC unroll 16
+        for (int tt = 0; tt < kT; ++tt)
+          PrefetchLine<T>(pf + static_cast<int64_t>(t0 + tt) * head_dim + c);
+      }
 #pragma GCC unroll 16
       for (int qq = 0; qq < kQ; ++qq) {
         const V qv = T::Load(qs + static_cast<int64_t>(qq) * head_dim + c);
@@ -69,10 +87,55 @@ inline void ScoreQueries(const float* qs, int32_t head_dim, const typename E::St
         for (int tt = 0; tt < kT; ++tt) acc[qq][tt] = T::Fma(qv, kv[tt], acc[qq][tt]);
       }
     }
+    if constexpr (kQ == T::kQueryBlock) {
+      T::StoreSums(acc, p + t0);  // all kQ·kT reductions at once, sharing shuffles
+    } else {
+#pragma GCC unroll 16
+      for (int qq = 0; qq < kQ; ++qq) {
+#pragma GCC unroll 16
+        for (int tt = 0; tt < kT; ++tt) p[qq * kPieceTokens + t0 + tt] = T::ReduceAdd(acc[qq][tt]);
+      }
+    }
+  }
+}
+
+// acc[q][c .. c + kC·lanes) += Σ_t p[q·kPieceTokens + t] · v[t][c .. c + kC·lanes) for kQ
+// queries and the n V rows at v: kQ·kC accumulators stay in registers across the tokens.
+template <class T, class E, int kQ, int kC>
+inline void AccumulateColumns(const float* p, int32_t head_dim, const typename E::Storage* v,
+                              int32_t n, float* acc, int32_t c, const typename E::Storage* pf) {
+  using V = typename T::V;
+  V a[kQ][kC];
+#pragma GCC unroll 16
+  for (int qq = 0; qq < kQ; ++qq) {
+#pragma GCC unroll 16
+    for (int cc = 0; cc < kC; ++cc) {
+      a[qq][cc] = T::Load(acc + static_cast<int64_t>(qq) * head_dim + c + cc * T::kLanes);
+    }
+  }
+  for (int32_t t = 0; t < n; ++t) {
+    const typename E::Storage* row = v + static_cast<int64_t>(t) * head_dim + c;
+    V vv[kC];
+#pragma GCC unroll 16
+    for (int cc = 0; cc < kC; ++cc) vv[cc] = T::LoadKv(row + cc * T::kLanes, E{});
+    if (pf != nullptr) {
+      const char* line = reinterpret_cast<const char*>(pf + static_cast<int64_t>(t) * head_dim + c);
+      constexpr int kBytes = kC * T::kLanes * static_cast<int>(sizeof(*pf));
+#pragma GCC unroll 16
+      for (int off = 0; off < kBytes; off += kCacheLine) PrefetchLine<T>(line + off);
+    }
 #pragma GCC unroll 16
     for (int qq = 0; qq < kQ; ++qq) {
+      const V w = T::Set1(p[qq * kPieceTokens + t]);
 #pragma GCC unroll 16
-      for (int tt = 0; tt < kT; ++tt) p[qq * kPieceTokens + t0 + tt] = T::ReduceAdd(acc[qq][tt]);
+      for (int cc = 0; cc < kC; ++cc) a[qq][cc] = T::Fma(w, vv[cc], a[qq][cc]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int qq = 0; qq < kQ; ++qq) {
+#pragma GCC unroll 16
+    for (int cc = 0; cc < kC; ++cc) {
+      T::Store(acc + static_cast<int64_t>(qq) * head_dim + c + cc * T::kLanes, a[qq][cc]);
     }
   }
 }
@@ -80,41 +143,35 @@ inline void ScoreQueries(const float* qs, int32_t head_dim, const typename E::St
 // acc[q][:] += Σ_t p[q·kPieceTokens + t] · v[t][:] for kQ queries and the n V rows at v.
 template <class T, class E, int kQ>
 inline void AccumulateValues(const float* p, int32_t head_dim, const typename E::Storage* v,
-                             int32_t n, float* acc) {
-  using V = typename T::V;
-  for (int32_t c = 0; c < head_dim; c += T::kLanes) {
-    V a[kQ];
-#pragma GCC unroll 16
-    for (int qq = 0; qq < kQ; ++qq) a[qq] = T::Load(acc + static_cast<int64_t>(qq) * head_dim + c);
-    for (int32_t t = 0; t < n; ++t) {
-      const V vv = T::LoadKv(v + static_cast<int64_t>(t) * head_dim + c, E{});
-#pragma GCC unroll 16
-      for (int qq = 0; qq < kQ; ++qq) a[qq] = T::Fma(T::Set1(p[qq * kPieceTokens + t]), vv, a[qq]);
-    }
-#pragma GCC unroll 16
-    for (int qq = 0; qq < kQ; ++qq) T::Store(acc + static_cast<int64_t>(qq) * head_dim + c, a[qq]);
+                             int32_t n, float* acc, const typename E::Storage* pf) {
+  constexpr int kC = T::kValueChunks;
+  int32_t c = 0;
+  for (; c + kC * T::kLanes <= head_dim; c += kC * T::kLanes) {
+    AccumulateColumns<T, E, kQ, kC>(p, head_dim, v, n, acc, c, pf);
   }
+  for (; c < head_dim; c += T::kLanes)
+    AccumulateColumns<T, E, kQ, 1>(p, head_dim, v, n, acc, c, pf);
 }
 
 template <class T, class E>
 inline void ScoreAll(const float* qs, int32_t nq, int32_t head_dim, const typename E::Storage* k,
-                     int32_t n, float* p) {
+                     int32_t n, float* p, const typename E::Storage* pf) {
   static_assert(T::kQueryBlock == 4, "the dispatch below covers blocks of up to 4 queries");
   for (int32_t i = 0; i < nq; i += 4) {
     const float* qi = qs + static_cast<int64_t>(i) * head_dim;
     float* pi = p + i * kPieceTokens;
     switch (nq - i) {
       case 1:
-        ScoreQueries<T, E, 1>(qi, head_dim, k, n, pi);
+        ScoreQueries<T, E, 1>(qi, head_dim, k, n, pi, i == 0 ? pf : nullptr);
         break;
       case 2:
-        ScoreQueries<T, E, 2>(qi, head_dim, k, n, pi);
+        ScoreQueries<T, E, 2>(qi, head_dim, k, n, pi, i == 0 ? pf : nullptr);
         break;
       case 3:
-        ScoreQueries<T, E, 3>(qi, head_dim, k, n, pi);
+        ScoreQueries<T, E, 3>(qi, head_dim, k, n, pi, i == 0 ? pf : nullptr);
         break;
       default:
-        ScoreQueries<T, E, 4>(qi, head_dim, k, n, pi);
+        ScoreQueries<T, E, 4>(qi, head_dim, k, n, pi, i == 0 ? pf : nullptr);
         break;
     }
   }
@@ -122,47 +179,46 @@ inline void ScoreAll(const float* qs, int32_t nq, int32_t head_dim, const typena
 
 template <class T, class E>
 inline void AccumulateAll(const float* p, int32_t nq, int32_t head_dim,
-                          const typename E::Storage* v, int32_t n, float* acc) {
+                          const typename E::Storage* v, int32_t n, float* acc,
+                          const typename E::Storage* pf) {
   for (int32_t i = 0; i < nq; i += 4) {
     const float* pi = p + i * kPieceTokens;
     float* ai = acc + static_cast<int64_t>(i) * head_dim;
     switch (nq - i) {
       case 1:
-        AccumulateValues<T, E, 1>(pi, head_dim, v, n, ai);
+        AccumulateValues<T, E, 1>(pi, head_dim, v, n, ai, i == 0 ? pf : nullptr);
         break;
       case 2:
-        AccumulateValues<T, E, 2>(pi, head_dim, v, n, ai);
+        AccumulateValues<T, E, 2>(pi, head_dim, v, n, ai, i == 0 ? pf : nullptr);
         break;
       case 3:
-        AccumulateValues<T, E, 3>(pi, head_dim, v, n, ai);
+        AccumulateValues<T, E, 3>(pi, head_dim, v, n, ai, i == 0 ? pf : nullptr);
         break;
       default:
-        AccumulateValues<T, E, 4>(pi, head_dim, v, n, ai);
+        AccumulateValues<T, E, 4>(pi, head_dim, v, n, ai, i == 0 ? pf : nullptr);
         break;
     }
   }
 }
 
-// Tokens of the next block prefetched when a block starts.
-inline constexpr int64_t kPrefetchTokens = 32;
-
-template <class T>
-inline void PrefetchBytes(const void* p, int64_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off);
-}
-
 // Turns the raw scores of one query's piece (p, kPieceTokens floats, valid below `valid`) into
 // softmax weights relative to the query's running max m, rescaling l and acc when m grows.
 template <class T>
-inline void SoftmaxStep(float* p, int32_t valid, int32_t head_dim, float& m, float& l, float* acc) {
+[[gnu::always_inline]] inline void SoftmaxStep(float* p, int32_t valid, int32_t head_dim, float& m,
+                                               float& l, float* acc) {
   using V = typename T::V;
-  for (int32_t t = valid; t < kPieceTokens; ++t) p[t] = -INFINITY;
+  constexpr int kVectors = kPieceTokens / T::kLanes;
+  V x[kVectors];
   V mx = T::Set1(-INFINITY);
-  for (int32_t t = 0; t < kPieceTokens; t += T::kLanes) mx = T::Max(mx, T::Load(p + t));
+#pragma GCC unroll 16
+  for (int i = 0; i < kVectors; ++i) {
+    x[i] = T::MaskTail(T::Load(p + i * T::kLanes), valid - i * T::kLanes);
+    mx = T::Max(mx, x[i]);
+  }
   const float piece_max = T::ReduceMax(mx);
   if (piece_max == -INFINITY) {  // nothing visible in this piece: weights 0, state unchanged
-    for (int32_t t = 0; t < kPieceTokens; ++t) p[t] = 0.f;
+#pragma GCC unroll 16
+    for (int i = 0; i < kVectors; ++i) T::Store(p + i * T::kLanes, T::Zero());
     return;
   }
   if (piece_max > m) {
@@ -170,16 +226,18 @@ inline void SoftmaxStep(float* p, int32_t valid, int32_t head_dim, float& m, flo
       const float corr = expf(m - piece_max);
       l *= corr;
       const V cv = T::Set1(corr);
-      for (int32_t c = 0; c < head_dim; c += T::kLanes)
+      for (int32_t c = 0; c < head_dim; c += T::kLanes) {
         T::Store(acc + c, T::Mul(T::Load(acc + c), cv));
+      }
     }
     m = piece_max;
   }
   const V mv = T::Set1(m);
   V sum = T::Zero();
-  for (int32_t t = 0; t < kPieceTokens; t += T::kLanes) {
-    const V e = T::Exp(T::Sub(T::Load(p + t), mv));
-    T::Store(p + t, e);
+#pragma GCC unroll 16
+  for (int i = 0; i < kVectors; ++i) {
+    const V e = T::Exp(T::Sub(x[i], mv));
+    T::Store(p + i * T::kLanes, e);
     sum = T::Add(sum, e);
   }
   l += T::ReduceAdd(sum);
@@ -214,7 +272,6 @@ void AttendTileTyped(const TileArgs& a) {
   }
 
   const int64_t row_elems = bs * d;
-  const int64_t row_bytes = row_elems * static_cast<int64_t>(sizeof(S));
   for (int64_t j = a.token_begin; j < end;) {
     const int64_t b = j / bs;
     const int64_t off = j - b * bs;
@@ -224,27 +281,25 @@ void AttendTileTyped(const TileArgs& a) {
     const int32_t n = static_cast<int32_t>(len);
     const S* k = reinterpret_cast<const S*>(a.kv_base + a.block_ids[b] * a.block_bytes) + off * d;
     const S* v = k + row_elems;
-    // Blocks sit at unrelated addresses, so the hardware prefetcher cannot run ahead across a
-    // block boundary: start fetching the head of the next block's K and V rows now (the
-    // prefetcher follows the rest of a long block on its own).
-    if (off == 0 && (b + 1) * bs < end) {
-      const std::byte* next = a.kv_base + a.block_ids[b + 1] * a.block_bytes;
-      int64_t next_tokens = end - (b + 1) * bs;
-      if (next_tokens > kPrefetchTokens) next_tokens = kPrefetchTokens;
-      if (next_tokens > bs) next_tokens = bs;
-      const int64_t bytes = next_tokens * d * static_cast<int64_t>(sizeof(S));
-      PrefetchBytes<T>(next, bytes);
-      PrefetchBytes<T>(next + row_bytes, bytes);
+    // The next piece's rows, fetched while this piece is computed: blocks sit at unrelated
+    // addresses, so the hardware prefetcher cannot run ahead across a block boundary, and the
+    // V rows are read only after all of the piece's scores. Its V rows are prefetched during
+    // this piece's scoring, its K rows during this piece's V accumulation.
+    const S* next_k = nullptr;
+    if (j + len < end) {
+      const int64_t nb = (j + len) / bs;
+      next_k = reinterpret_cast<const S*>(a.kv_base + a.block_ids[nb] * a.block_bytes) +
+               (j + len - nb * bs) * d;
     }
-
-    ScoreAll<T, E>(qs, nq, d, k, n, p);
+    const S* next_v = next_k == nullptr ? nullptr : next_k + row_elems;
+    ScoreAll<T, E>(qs, nq, d, k, n, p, next_v);
     for (int32_t i = 0; i < nq; ++i) {
       int64_t valid = a.visible[i] - j;
       valid = valid < 0 ? 0 : (valid > n ? n : valid);
       SoftmaxStep<T>(p + i * kPieceTokens, static_cast<int32_t>(valid), d, m[i], l[i],
                      acc + static_cast<int64_t>(i) * d);
     }
-    AccumulateAll<T, E>(p, nq, d, v, n, acc);
+    AccumulateAll<T, E>(p, nq, d, v, n, acc, next_k);
     j += len;
   }
 
