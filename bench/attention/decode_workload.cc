@@ -19,6 +19,10 @@ absl::StatusOr<std::unique_ptr<DecodeWorkload>> DecodeWorkload::Create(const Dec
                      " block_size=", s.block_size, " layers=", s.layers, ")"));
   }
   std::unique_ptr<DecodeWorkload> w(new DecodeWorkload(s));
+  if (!w->pool_bytes_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate the ", w->pool_bytes_.size(), "-byte KV pool"));
+  }
   TANDEM_RETURN_IF_ERROR(ValidateAttentionCall(w->pool_, 0, w->Rows(), s.kv_heads * s.gqa));
   return w;
 }
@@ -32,7 +36,7 @@ DecodeWorkload::DecodeWorkload(const DecodeShape& s) : shape_(s) {
   g.dtype = s.dtype;
   const int64_t blocks_per_seq = (s.tokens + s.block_size - 1) / s.block_size;
   const int64_t num_blocks = blocks_per_seq * s.seqs;
-  pool_bytes_.resize(tandem::PoolBytes(g, num_blocks));
+  pool_bytes_ = BenchBuffer(tandem::PoolBytes(g, num_blocks), s.huge_pages);
   pool_ = KvPoolView{pool_bytes_.data(), num_blocks, g};
 
   std::mt19937_64 rng(7);

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "attention/cpu/paged_attention.h"
+#include "bench/attention/bench_buffer.h"
 #include "bench/attention/bench_clock.h"
 
 namespace tandem::bench {
@@ -26,6 +27,7 @@ struct DecodeShape {
   int32_t block_size = 16;
   int32_t layers = 3;
   KvDType dtype = KvDType::kF32;
+  bool huge_pages = false;  // back the pool with transparent huge pages
 };
 
 class DecodeWorkload {
@@ -49,7 +51,7 @@ class DecodeWorkload {
   AttentionRows Rows() const;
 
   DecodeShape shape_;
-  std::vector<uint8_t> pool_bytes_;
+  BenchBuffer pool_bytes_;
   KvPoolView pool_;
   std::vector<int32_t> table_ids_;
   std::vector<int64_t> table_offsets_;
