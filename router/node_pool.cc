@@ -218,7 +218,7 @@ v1::ClusterStatusResponse NodePool::Snapshot(absl::Time now) const {
     n->set_role(static_cast<v1::InstanceRole>(key.first));
     n->set_healthy(node.healthy);
     n->set_source(node.from_heartbeat ? "heartbeat" : "static");
-    *n->mutable_status() = node.status;
+    if (node.last_seen != absl::InfinitePast()) *n->mutable_status() = node.status;
     n->set_last_seen_ms_ago(node.last_seen == absl::InfinitePast()
                                 ? -1
                                 : absl::ToInt64Milliseconds(now - node.last_seen));

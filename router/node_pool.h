@@ -100,7 +100,8 @@ class NodePool {
   [[nodiscard]] absl::StatusOr<NodeLease> Pick(v1::InstanceRole role,
                                                const absl::flat_hash_set<std::string>& excluded);
 
-  // Every node (prefill first, then decode; by address), with health and last status.
+  // Every node (prefill first, then decode; by address), with health and its last status
+  // (absent until a poll succeeded; last_seen_ms_ago is then -1).
   v1::ClusterStatusResponse Snapshot(absl::Time now) const;
 
  private:

@@ -1,0 +1,69 @@
+// tandem: command-line client of a Tandem router.
+//   tandem generate --router ADDR (--prompt TEXT | --prompt_ids 1,2,3 | --chat MSG [--system S])
+//                   [--max_tokens N --temperature T --top_k K --top_p P --seed S --ignore_eos]
+//   tandem status --router ADDR
+// Parses flags and wires; the work is in client/cli_runner.h and client/cli_format.h.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/time/time.h"
+#include "client/cli_format.h"
+#include "client/cli_runner.h"
+#include "tandem/v1/router.grpc.pb.h"
+
+ABSL_FLAG(std::string, router, "127.0.0.1:50050", "router address host:port");
+ABSL_FLAG(std::string, model, "", "model name (default: the router's)");
+ABSL_FLAG(std::string, prompt, "", "prompt text (special tokens are parsed)");
+ABSL_FLAG(std::string, prompt_ids, "", "prompt as comma-separated token ids");
+ABSL_FLAG(std::string, chat, "", "a user message, formatted with the model's chat template");
+ABSL_FLAG(std::string, system, "", "system message for --chat");
+ABSL_FLAG(int32_t, max_tokens, 64, "tokens to generate");
+ABSL_FLAG(float, temperature, 0.f, "0 = greedy");
+ABSL_FLAG(int32_t, top_k, 0, "0 = disabled");
+ABSL_FLAG(float, top_p, 1.f, "nucleus sampling mass, in (0, 1]");
+ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
+ABSL_FLAG(bool, ignore_eos, false, "keep generating past stop tokens");
+ABSL_FLAG(int32_t, timeout_ms, 600000, "deadline of the whole call");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "tandem generate --router ADDR (--prompt TEXT | --prompt_ids 1,2,3 | --chat MSG) ...\n"
+      "tandem status --router ADDR");
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  const std::string command = positional.size() == 2 ? positional[1] : "";
+  if (command != "generate" && command != "status") {
+    std::fprintf(stderr, "usage:\n%s\n", absl::ProgramUsageMessage().data());
+    return 2;
+  }
+  auto stub = tandem::v1::Router::NewStub(
+      grpc::CreateChannel(absl::GetFlag(FLAGS_router), grpc::InsecureChannelCredentials()));
+  const absl::Duration timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  if (command == "status") return tandem::RunStatus(*stub, timeout, std::cout, std::cerr);
+
+  tandem::GenerateArgs args;
+  args.model = absl::GetFlag(FLAGS_model);
+  args.prompt = absl::GetFlag(FLAGS_prompt);
+  args.prompt_ids = absl::GetFlag(FLAGS_prompt_ids);
+  args.chat = absl::GetFlag(FLAGS_chat);
+  args.system = absl::GetFlag(FLAGS_system);
+  args.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  args.temperature = absl::GetFlag(FLAGS_temperature);
+  args.top_k = absl::GetFlag(FLAGS_top_k);
+  args.top_p = absl::GetFlag(FLAGS_top_p);
+  args.seed = absl::GetFlag(FLAGS_seed);
+  args.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+  const absl::StatusOr<tandem::v1::GenerateRequest> request = tandem::BuildGenerateRequest(args);
+  if (!request.ok()) {
+    std::cerr << tandem::FormatErrorLine(request.status()) << "\n";
+    return 1;
+  }
+  return tandem::RunGenerate(*stub, *request, timeout, std::cout, std::cerr);
+}
