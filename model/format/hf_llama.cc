@@ -1,7 +1,5 @@
 #include "model/format/hf_llama.h"
 
-#include <sys/stat.h>
-
 #include <limits>
 #include <optional>
 
@@ -11,6 +9,7 @@
 #include "common/status_macros.h"
 #include "model/format/json_struct.h"
 #include "model/format/llama_tensor_plan.h"
+#include "model/format/mapped_file.h"
 #include "model/format/parallel_dequant.h"
 
 namespace tandem {
@@ -45,11 +44,6 @@ absl::StatusOr<bool> BoolField(const google::protobuf::Struct& s, absl::string_v
   const google::protobuf::Value* v = FindField(s, key);
   if (v == nullptr) return false;
   return JsonBool(*v, absl::StrCat("config.json: ", key));
-}
-
-bool FileExists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
 }
 
 }  // namespace
@@ -118,7 +112,7 @@ absl::Status HfCheckpoint::OpenShards() {
   const std::string index_path = dir_ + "/model.safetensors.index.json";
   absl::btree_set<std::string> files;
   google::protobuf::Struct weight_map;
-  if (FileExists(index_path)) {
+  if (PathExists(index_path)) {
     TANDEM_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(index_path, kMaxJsonBytes));
     TANDEM_ASSIGN_OR_RETURN(const google::protobuf::Struct index,
                             ParseJsonObject(text, index_path));
@@ -136,7 +130,7 @@ absl::Status HfCheckpoint::OpenShards() {
       }
       files.insert(name);
     }
-  } else if (FileExists(single)) {
+  } else if (PathExists(single)) {
     files.insert("model.safetensors");
   } else {
     return absl::NotFoundError(

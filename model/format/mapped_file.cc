@@ -24,6 +24,11 @@ struct FdCloser {
 
 }  // namespace
 
+bool PathExists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
 absl::Status ErrnoStatus(int error_number, absl::string_view context) {
   return absl::Status(absl::ErrnoToStatusCode(error_number),
                       absl::StrCat(context, ": ", std::strerror(error_number)));

@@ -37,6 +37,9 @@ class MappedFile {
   size_t size_;
 };
 
+// True when something exists at `path` (file or directory).
+bool PathExists(const std::string& path);
+
 // errno -> absl::Status with `context` (e.g. "open /x/y") prefixed: the one place Tandem's
 // model loading translates the errno space.
 absl::Status ErrnoStatus(int error_number, absl::string_view context);

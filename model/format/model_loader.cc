@@ -13,6 +13,7 @@
 #include "model/format/gguf_file.h"
 #include "model/format/gguf_llama.h"
 #include "model/format/hf_llama.h"
+#include "model/format/mapped_file.h"
 #include "model/tokenizer/gguf_tokenizer.h"
 #include "model/tokenizer/hf_tokenizer.h"
 
@@ -90,8 +91,7 @@ absl::StatusOr<LoadedModel> LoadHf(const std::string& dir, const LoadOptions& op
                kIdentityWindow, &hash);
   }
   out.identity = absl::StrCat("hf-", hash.Hex());
-  struct stat st;
-  if (::stat((dir + "/tokenizer.json").c_str(), &st) == 0) {
+  if (PathExists(dir + "/tokenizer.json")) {
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, TokenizerFromHfDirectory(dir));
     out.tokenizer = std::move(tokenizer);
     progress.Stage(absl::StrCat("built tokenizer (", out.tokenizer->vocab_size(), " tokens)"));

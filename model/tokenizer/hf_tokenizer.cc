@@ -1,13 +1,12 @@
 #include "model/tokenizer/hf_tokenizer.h"
 
-#include <sys/stat.h>
-
 #include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "model/format/json_struct.h"
+#include "model/format/mapped_file.h"
 
 namespace tandem {
 namespace {
@@ -148,11 +147,6 @@ absl::Status ReadAddedTokens(const Struct& root, TokenizerSpec& spec,
   return absl::OkStatus();
 }
 
-bool FileExists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-
 // An int or the first entry of a list of ints; -1 when absent.
 absl::StatusOr<int32_t> IdField(const Struct& s, absl::string_view key) {
   const Value* v = FindField(s, key);
@@ -212,7 +206,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfDirectory(const std::s
                           ReadFileToString(dir + "/tokenizer.json", kMaxJsonBytes));
   HfSpecialIds ids;
   std::string bos_text, eos_text;
-  if (FileExists(dir + "/config.json")) {
+  if (PathExists(dir + "/config.json")) {
     TANDEM_ASSIGN_OR_RETURN(const std::string text,
                             ReadFileToString(dir + "/config.json", kMaxJsonBytes));
     TANDEM_ASSIGN_OR_RETURN(const Struct config, ParseJsonObject(text, "config.json"));
@@ -220,7 +214,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfDirectory(const std::s
     TANDEM_ASSIGN_OR_RETURN(ids.eos_id, IdField(config, "eos_token_id"));
     TANDEM_ASSIGN_OR_RETURN(ids.pad_id, IdField(config, "pad_token_id"));
   }
-  if (FileExists(dir + "/tokenizer_config.json")) {
+  if (PathExists(dir + "/tokenizer_config.json")) {
     TANDEM_ASSIGN_OR_RETURN(const std::string text,
                             ReadFileToString(dir + "/tokenizer_config.json", kMaxJsonBytes));
     TANDEM_ASSIGN_OR_RETURN(const Struct tc, ParseJsonObject(text, "tokenizer_config.json"));

@@ -63,6 +63,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerSpec spec)
         t->bytes_[i] = text;
         if (t->special_ids_.try_emplace(text, id).second && !text.empty()) {
           t->specials_.emplace_back(text, id);
+          t->special_first_byte_[static_cast<uint8_t>(text[0])] = true;
         }
         break;
       case TokenKind::kByte:
@@ -104,6 +105,10 @@ std::vector<int32_t> Tokenizer::Encode(absl::string_view text, bool parse_specia
   if (spec_add_bos_ && with_bos) out.push_back(bos_id_);
   size_t plain_begin = 0;
   for (size_t p = 0; p < text.size();) {
+    if (!special_first_byte_[static_cast<uint8_t>(text[p])]) {
+      ++p;
+      continue;
+    }
     const std::pair<std::string, int32_t>* match = nullptr;
     for (const auto& special : specials_) {
       if (!parse_special && kinds_[special.second] == TokenKind::kControl) continue;

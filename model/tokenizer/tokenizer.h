@@ -9,6 +9,7 @@
 // Immutable after Create; every method is safe to call from several threads.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -96,6 +97,7 @@ class Tokenizer {
   std::optional<BpeMerger> bpe_;
   // Special tokens matched in text: (text, id), longest first.
   std::vector<std::pair<std::string, int32_t>> specials_;
+  std::array<bool, 256> special_first_byte_{};  // a special token may start with this byte
   absl::flat_hash_map<std::string, int32_t> special_ids_;
   int32_t bos_id_ = -1, eos_id_ = -1;
   bool spec_add_bos_ = false;
