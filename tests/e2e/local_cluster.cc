@@ -1,0 +1,259 @@
+#include "tests/e2e/local_cluster.h"
+
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "tandem/v1/decode.grpc.pb.h"
+#include "tandem/v1/prefill.grpc.pb.h"
+
+namespace tandem::testing {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string Tail(const std::string& text, int lines) {
+  size_t pos = text.size();
+  for (int i = 0; i <= lines && pos != std::string::npos && pos > 0; ++i) {
+    pos = text.rfind('\n', pos - 1);
+  }
+  return pos == std::string::npos ? text : text.substr(pos + 1);
+}
+
+// How often readiness is re-checked while waiting for a process (bounded by the deadline).
+constexpr absl::Duration kPoll = absl::Milliseconds(50);
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const ClusterSpec& spec,
+                                                                  absl::Duration timeout) {
+  std::unique_ptr<LocalCluster> c(new LocalCluster());
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/tandem-e2e-XXXXXX");
+  if (mkdtemp(templ.data()) == nullptr) return absl::InternalError("mkdtemp failed");
+  c->dir_ = templ;
+  const absl::Time deadline = absl::Now() + timeout;
+  const std::string decode_model = spec.decode_model_path.empty() ? spec.model_path : spec.decode_model_path;
+  for (size_t i = 0; i < spec.prefill.size(); ++i) {
+    std::vector<std::string> args = {"--model=" + spec.model_path, "--listen=127.0.0.1:0",
+                                     "--kv_budget_mb=16"};
+    args.insert(args.end(), spec.prefill[i].flags.begin(), spec.prefill[i].flags.end());
+    absl::StatusOr<std::string> addr =
+        c->Spawn(absl::StrCat("prefill", i), TANDEM_PREFILL_BIN, args, deadline);
+    if (!addr.ok()) return addr.status();
+    c->prefill_.push_back(*addr);
+  }
+  for (size_t i = 0; i < spec.decode.size(); ++i) {
+    std::vector<std::string> args = {"--model=" + decode_model, "--listen=127.0.0.1:0",
+                                     "--kv_budget_mb=16"};
+    args.insert(args.end(), spec.decode[i].flags.begin(), spec.decode[i].flags.end());
+    absl::StatusOr<std::string> addr =
+        c->Spawn(absl::StrCat("decode", i), TANDEM_DECODE_BIN, args, deadline);
+    if (!addr.ok()) return addr.status();
+    c->decode_.push_back(*addr);
+  }
+  std::vector<std::string> rargs = {"--model=" + spec.model_path, "--listen=127.0.0.1:0",
+                                    "--prefill=" + absl::StrJoin(c->prefill_, ","),
+                                    "--decode=" + absl::StrJoin(c->decode_, ","),
+                                    "--health_interval_ms=100"};
+  rargs.insert(rargs.end(), spec.router_flags.begin(), spec.router_flags.end());
+  absl::StatusOr<std::string> raddr = c->Spawn("router", TANDEM_ROUTER_BIN, rargs, deadline);
+  if (!raddr.ok()) return raddr.status();
+  c->router_address_ = *raddr;
+  c->router_ = v1::Router::NewStub(
+      grpc::CreateChannel(c->router_address_, grpc::InsecureChannelCredentials()));
+  if (absl::Status s = c->WaitHealthy(deadline); !s.ok()) return s;
+  return c;
+}
+
+absl::StatusOr<std::string> LocalCluster::Spawn(const std::string& name, const std::string& binary,
+                                                std::vector<std::string> args, absl::Time deadline) {
+  const std::string port_file = absl::StrCat(dir_, "/", name, ".port");
+  const std::string log = absl::StrCat(dir_, "/", name, ".log");
+  args.push_back("--port_file=" + port_file);
+  std::vector<char*> argv;
+  std::string bin = binary;
+  argv.push_back(bin.data());
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    // Only async-signal-safe calls between fork and exec.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  processes_.push_back({name, pid, log});
+  while (absl::Now() < deadline) {
+    const std::string port = ReadFile(port_file);
+    if (!port.empty()) return absl::StrCat("127.0.0.1:", std::atoi(port.c_str()));
+    int wstatus = 0;
+    if (waitpid(pid, &wstatus, WNOHANG) == pid) {
+      processes_.back().pid = -1;
+      return absl::InternalError(absl::StrCat(name, " exited during start-up (status ", wstatus,
+                                              "):\n", Tail(ReadFile(log), 20)));
+    }
+    absl::SleepFor(kPoll);
+  }
+  return absl::DeadlineExceededError(absl::StrCat(name, " not ready in time:\n", Tail(ReadFile(log), 20)));
+}
+
+absl::Status LocalCluster::WaitHealthy(absl::Time deadline) {
+  const size_t want = prefill_.size() + decode_.size();
+  std::string last;
+  while (absl::Now() < deadline) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    v1::ClusterStatusResponse resp;
+    const grpc::Status s = router_->ClusterStatus(&ctx, v1::ClusterStatusRequest(), &resp);
+    size_t healthy = 0;
+    if (s.ok()) {
+      for (const auto& n : resp.nodes()) healthy += n.healthy();
+      if (healthy == want) return absl::OkStatus();
+    }
+    last = s.ok() ? absl::StrCat(healthy, " of ", want, " nodes healthy") : s.error_message();
+    absl::SleepFor(kPoll);
+  }
+  return absl::DeadlineExceededError(absl::StrCat("router never saw every node healthy: ", last,
+                                                  "\n", LogTails()));
+}
+
+LocalCluster::~LocalCluster() {
+  for (Process& p : processes_) {
+    if (p.pid > 0) kill(p.pid, SIGTERM);
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  for (Process& p : processes_) {
+    if (p.pid <= 0) continue;
+    while (waitpid(p.pid, nullptr, WNOHANG) == 0) {
+      if (absl::Now() > deadline) {
+        kill(p.pid, SIGKILL);
+        waitpid(p.pid, nullptr, 0);
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    p.pid = -1;
+  }
+  if (!dir_.empty() && std::getenv("TANDEM_E2E_KEEP_LOGS") == nullptr) {
+    for (const Process& p : processes_) {
+      std::remove(p.log.c_str());
+      std::remove(absl::StrCat(dir_, "/", p.name, ".port").c_str());
+    }
+    rmdir(dir_.c_str());
+  }
+}
+
+void LocalCluster::Kill(const std::string& role, int index) {
+  const std::string name = absl::StrCat(role, index);
+  for (Process& p : processes_) {
+    if (p.name == name && p.pid > 0) {
+      kill(p.pid, SIGKILL);
+      waitpid(p.pid, nullptr, 0);
+      p.pid = -1;
+    }
+  }
+}
+
+std::string LocalCluster::LogTails(int lines) const {
+  std::string out;
+  for (const Process& p : processes_) {
+    absl::StrAppend(&out, "---- ", p.name, " (", p.log, ")\n", Tail(ReadFile(p.log), lines), "\n");
+  }
+  return out;
+}
+
+GenerateOutcome LocalCluster::Generate(
+    const v1::GenerateRequest& request, absl::Duration timeout,
+    const std::function<void(int32_t, grpc::ClientContext&)>& on_token) {
+  GenerateOutcome out;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = router_->Generate(&ctx, request);
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    if (resp.has_token()) {
+      out.tokens.push_back(resp.token().id());
+      out.indices.push_back(resp.token().index());
+      out.text += resp.token().text();
+      if (on_token) on_token(resp.token().index(), ctx);
+    } else if (resp.has_final()) {
+      out.final = resp.final();
+      out.text += resp.final().text_tail();
+    }
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+absl::StatusOr<std::vector<InstanceLoadView>> LocalCluster::Loads() {
+  std::vector<InstanceLoadView> out;
+  auto ask = [&](const std::string& addr, bool prefill) -> absl::Status {
+    auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    v1::InstanceStatus st;
+    const grpc::Status s =
+        prefill ? v1::PrefillService::NewStub(channel)->Status(&ctx, v1::StatusRequest(), &st)
+                : v1::DecodeService::NewStub(channel)->Status(&ctx, v1::StatusRequest(), &st);
+    if (!s.ok()) return absl::UnavailableError(absl::StrCat(addr, ": ", s.error_message()));
+    out.push_back({addr, st.load()});
+    return absl::OkStatus();
+  };
+  for (const std::string& a : prefill_) {
+    if (absl::Status s = ask(a, true); !s.ok()) return s;
+  }
+  for (const std::string& a : decode_) {
+    if (absl::Status s = ask(a, false); !s.ok()) return s;
+  }
+  return out;
+}
+
+absl::Status LocalCluster::WaitIdle(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  std::string last;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<std::vector<InstanceLoadView>> loads = Loads();
+    if (loads.ok()) {
+      bool idle = true;
+      last.clear();
+      for (const InstanceLoadView& v : *loads) {
+        const v1::InstanceLoad& l = v.load;
+        const bool ok = l.free_blocks() == l.total_blocks() && l.leases() == 0 && l.running() == 0 &&
+                        l.queued() == 0;
+        idle = idle && ok;
+        absl::StrAppend(&last, v.address, ": free ", l.free_blocks(), "/", l.total_blocks(),
+                        " leases ", l.leases(), " running ", l.running(), " queued ", l.queued(), "; ");
+      }
+      if (idle) return absl::OkStatus();
+    } else {
+      last = std::string(loads.status().message());
+    }
+    absl::SleepFor(kPoll);
+  }
+  return absl::DeadlineExceededError(absl::StrCat("cluster not idle: ", last));
+}
+
+}  // namespace tandem::testing

@@ -1,0 +1,90 @@
+// A real local cluster for end-to-end tests: router + prefill + decode processes on 127.0.0.1,
+// started from the built binaries, each listening on port 0 and reporting its port (and
+// readiness) through a port file. Children get SIGKILL if the test process dies (PDEATHSIG), and
+// the destructor stops every process it started (SIGTERM, bounded wait, SIGKILL) and reaps it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "tandem/v1/router.grpc.pb.h"
+
+namespace tandem::testing {
+
+struct NodeSpec {
+  std::vector<std::string> flags;  // e.g. {"--tp=2", "--dcp=2"}
+};
+
+struct ClusterSpec {
+  std::string model_path;
+  std::string decode_model_path;  // empty = model_path (different: incompatible-pair tests)
+  std::vector<NodeSpec> prefill;
+  std::vector<NodeSpec> decode;
+  std::vector<std::string> router_flags;
+};
+
+struct GenerateOutcome {
+  grpc::Status status;
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> indices;  // TokenChunk.index of each token
+  std::string text;
+  v1::GenerateFinal final;
+};
+
+struct InstanceLoadView {
+  std::string address;
+  v1::InstanceLoad load;
+};
+
+class LocalCluster {
+ public:
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const ClusterSpec& spec,
+                                                             absl::Duration timeout = absl::Minutes(2));
+  ~LocalCluster();
+  LocalCluster(const LocalCluster&) = delete;
+  LocalCluster& operator=(const LocalCluster&) = delete;
+
+  const std::string& router_address() const { return router_address_; }
+  const std::vector<std::string>& prefill_addresses() const { return prefill_; }
+  const std::vector<std::string>& decode_addresses() const { return decode_; }
+
+  // Streams one request; `on_token` sees each token as it arrives (may cancel `ctx`).
+  GenerateOutcome Generate(const v1::GenerateRequest& request, absl::Duration timeout,
+                           const std::function<void(int32_t index, grpc::ClientContext&)>& on_token = nullptr);
+
+  // Status of every prefill and decode instance.
+  absl::StatusOr<std::vector<InstanceLoadView>> Loads();
+  // Waits until every instance reports free blocks == total, no leases, nothing running or queued.
+  absl::Status WaitIdle(absl::Duration timeout);
+
+  // SIGKILLs a node process ("prefill" or "decode", index).
+  void Kill(const std::string& role, int index);
+  // The last lines of every process's log, for failure messages.
+  std::string LogTails(int lines = 15) const;
+
+ private:
+  struct Process {
+    std::string name;
+    pid_t pid = -1;
+    std::string log;
+  };
+  LocalCluster() = default;
+  absl::StatusOr<std::string> Spawn(const std::string& name, const std::string& binary,
+                                    std::vector<std::string> args, absl::Time deadline);
+  absl::Status WaitHealthy(absl::Time deadline);
+
+  std::string dir_;
+  std::vector<Process> processes_;
+  std::string router_address_;
+  std::vector<std::string> prefill_, decode_;
+  std::unique_ptr<v1::Router::Stub> router_;
+};
+
+}  // namespace tandem::testing

@@ -1,0 +1,19 @@
+// Reference outputs for end-to-end tests: greedy generation on one in-process, single-rank
+// combined instance (no transfer) of the same model file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem::testing {
+
+// Greedy tokens (no stop tokens: exactly max_tokens each) for every prompt.
+std::vector<std::vector<int32_t>> ReferenceGreedy(const std::string& model_path,
+                                                  const std::vector<std::vector<int32_t>>& prompts,
+                                                  int32_t max_tokens);
+
+// A synthetic GGUF model in a fresh temp dir (written once per process and seed).
+std::string SyntheticModelPath(uint64_t seed = 7);
+
+}  // namespace tandem::testing
