@@ -1,0 +1,228 @@
+// GPU decode attention bandwidth: KV bytes the paged attention kernel reads per second, divided
+// by the device memory bandwidth measured in the same run (a streaming read kernel; a
+// device-to-device copy is reported alongside), and by the H200's nominal 4.8 TB/s.
+//
+// Workloads are decode steps (one row per request at the end of its context) over a
+// block-major, head-major pool with shuffled block tables, through the same host API the CUDA
+// backend uses (attention/cuda/cuda_attention.h). KV bytes per step count K and V of every
+// visible token of every KV head once (GQA heads sharing a KV head re-read it from L2).
+//
+// Output: one line per measurement, then `RESULT gpu_decode_attention_bw_ratio=<x>` for the
+// headline workload (bf16, 64 requests × 4096 tokens, 8 KV heads × GQA 4, head_dim 128).
+// Exit status 1 (with the reason) when no GPU is usable.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/cuda/attention_launch_plan.h"
+#include "attention/cuda/cuda_attention.h"
+#include "attention/cuda/cuda_device.h"
+#include "attention/cuda/cuda_status.h"
+
+namespace tandem::gpu {
+namespace {
+
+constexpr double kNominalBytesPerSecond = 4.8e12;  // H200 HBM3e
+
+#define BENCH_CHECK(call)                                                                  \
+  do {                                                                                     \
+    const absl::Status bench_status_ = (call);                                             \
+    if (!bench_status_.ok()) {                                                             \
+      std::fprintf(stderr, "gpu_attention_bench: %s\n", bench_status_.ToString().c_str()); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+#define BENCH_CUDA(call) BENCH_CHECK(ToStatus((call), #call))
+
+// RAII device allocation for the benchmark's buffers.
+class DeviceMemory {
+ public:
+  explicit DeviceMemory(size_t bytes) : bytes_(bytes) { BENCH_CUDA(cudaMalloc(&p_, bytes)); }
+  ~DeviceMemory() { cudaFree(p_); }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  void* get() const { return p_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_;
+};
+
+// Streams `n` float4 once; the sum is stored only if it equals a value it never has, so the
+// loads cannot be removed.
+__global__ void ReadKernel(const float4* p, int64_t n, float* sink) {
+  float acc = 0.f;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float4 v = p[i];
+    acc += v.x + v.y + v.z + v.w;
+  }
+  if (acc == 123456.789f) *sink = acc;
+}
+
+// Seconds per call of `run`, averaged over `iters` calls after `warmup`, timed with events.
+template <typename Run>
+double TimeIt(int warmup, int iters, const Run& run) {
+  for (int i = 0; i < warmup; ++i) run();
+  cudaEvent_t start, stop;
+  BENCH_CUDA(cudaEventCreate(&start));
+  BENCH_CUDA(cudaEventCreate(&stop));
+  BENCH_CUDA(cudaEventRecord(start));
+  for (int i = 0; i < iters; ++i) run();
+  BENCH_CUDA(cudaEventRecord(stop));
+  BENCH_CUDA(cudaEventSynchronize(stop));
+  float ms = 0.f;
+  BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms / 1e3 / iters;
+}
+
+double ReadBandwidth(size_t bytes) {
+  DeviceMemory buf(bytes), sink(sizeof(float));
+  BENCH_CUDA(cudaMemset(buf.get(), 0, bytes));
+  int sms = 0, per_sm = 0;
+  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  BENCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ReadKernel, 256, 0));
+  const int64_t n = static_cast<int64_t>(bytes / sizeof(float4));
+  const double s = TimeIt(2, 10, [&] {
+    ReadKernel<<<sms * per_sm, 256>>>(static_cast<const float4*>(buf.get()), n,
+                                      static_cast<float*>(sink.get()));
+  });
+  BENCH_CUDA(cudaGetLastError());
+  return bytes / s;
+}
+
+double CopyBandwidth(size_t bytes) {
+  DeviceMemory a(bytes), b(bytes);
+  BENCH_CUDA(cudaMemset(a.get(), 0, bytes));
+  const double s =
+      TimeIt(2, 10, [&] { cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice); });
+  BENCH_CUDA(cudaGetLastError());
+  return 2.0 * bytes / s;  // every byte is read once and written once
+}
+
+struct Workload {
+  const char* name;
+  KvDType dtype;
+  int32_t requests;
+  int64_t context;
+  int32_t kv_heads;
+  int32_t group;
+  int32_t head_dim;
+  int32_t block_size;
+};
+
+struct Measured {
+  double seconds = 0;
+  double kv_bytes = 0;
+  AttentionSplit split;
+};
+
+Measured RunDecode(const Workload& w) {
+  PoolGeometry g{w.kv_heads, 1, w.block_size, w.head_dim, w.dtype};
+  const DcpGeometry dcp{w.block_size, 1, 1};
+  const int64_t blocks_per_request = VirtualBlocksFor(dcp, w.context);
+  const int64_t blocks = blocks_per_request * w.requests;
+  DeviceMemory pool(PoolBytes(g, blocks));
+  // 0x3c bytes are small finite values in f32, f16 and bf16 alike.
+  BENCH_CUDA(cudaMemset(pool.get(), 0x3c, pool.bytes()));
+
+  std::vector<int32_t> ids(blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(1));
+  std::vector<int64_t> offsets(w.requests + 1);
+  for (int32_t r = 0; r <= w.requests; ++r) offsets[r] = r * blocks_per_request;
+  std::vector<int32_t> request(w.requests);
+  std::iota(request.begin(), request.end(), 0);
+  const std::vector<int64_t> position(w.requests, w.context - 1);
+  const AttentionRows host{w.requests,
+                           request.data(),
+                           position.data(),
+                           BlockTablesView{ids.data(), offsets.data(), w.requests},
+                           dcp,
+                           0};
+  std::vector<std::byte> blob;
+  const PackedRowsLayout layout = PackAttentionRows(host, blob);
+  DeviceMemory dblob(layout.bytes);
+  BENCH_CUDA(cudaMemcpy(dblob.get(), blob.data(), layout.bytes, cudaMemcpyHostToDevice));
+
+  const int32_t hq = w.kv_heads * w.group;
+  const int64_t items = int64_t{w.requests} * hq;
+  DeviceMemory q(items * w.head_dim * sizeof(float)), out(items * w.head_dim * sizeof(float)),
+      lse(items * sizeof(float));
+  BENCH_CUDA(cudaMemset(q.get(), 0x3c, q.bytes()));
+  PagedAttentionArgs a;
+  a.pool = KvPoolView{pool.get(), blocks, g};
+  a.layer = 0;
+  a.rows = RowsInBlob(host, layout, dblob.get());
+  a.q = static_cast<const float*>(q.get());
+  a.num_q_heads = hq;
+  a.scale = 1.f / std::sqrt(static_cast<float>(w.head_dim));
+  a.out = static_cast<float*>(out.get());
+  a.lse = static_cast<float*>(lse.get());
+  a.split = PlanAttentionSplit(items, MaxVisibleTokens(host));
+  DeviceMemory scratch(std::max<int64_t>(1, AttentionScratchFloats(a.split, items, w.head_dim)) *
+                       sizeof(float));
+  a.scratch = static_cast<float*>(scratch.get());
+
+  Measured m;
+  m.split = a.split;
+  m.seconds = TimeIt(3, 20, [&] { BENCH_CHECK(LaunchPagedAttention(a, nullptr)); });
+  BENCH_CUDA(cudaDeviceSynchronize());
+  m.kv_bytes = static_cast<double>(w.requests) * w.context * w.kv_heads * 2.0 * w.head_dim *
+               KvDTypeBytes(w.dtype);
+  return m;
+}
+
+int Main() {
+  BENCH_CHECK(CheckCudaDevice(0));
+  cudaDeviceProp prop;
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("gpu: %s, %d SMs, %.1f GiB, compute capability %d.%d\n", prop.name,
+              prop.multiProcessorCount, prop.totalGlobalMem / double(1 << 30), prop.major,
+              prop.minor);
+  const double read_bw = ReadBandwidth(size_t{4} << 30);
+  const double copy_bw = CopyBandwidth(size_t{2} << 30);
+  std::printf(
+      "memory bandwidth, streaming read kernel (4 GiB): %.0f GB/s (%.2f of nominal 4.8 TB/s)\n",
+      read_bw / 1e9, read_bw / kNominalBytesPerSecond);
+  std::printf("memory bandwidth, device-to-device copy (2 GiB, read+write): %.0f GB/s\n",
+              copy_bw / 1e9);
+
+  const std::vector<Workload> workloads = {
+      {"bf16 64x4096 Hkv=8 G=4 D=128 (headline)", KvDType::kBF16, 64, 4096, 8, 4, 128, 16},
+      {"f16  64x4096 Hkv=8 G=4 D=128", KvDType::kF16, 64, 4096, 8, 4, 128, 16},
+      {"f32  64x4096 Hkv=8 G=4 D=128", KvDType::kF32, 64, 4096, 8, 4, 128, 16},
+      {"bf16 4x32768 Hkv=8 G=4 D=128 (split keys)", KvDType::kBF16, 4, 32768, 8, 4, 128, 16},
+      {"bf16 256x1024 Hkv=3 G=3 D=64 (SmolLM2 shape)", KvDType::kBF16, 256, 1024, 3, 3, 64, 16},
+  };
+  double headline = 0;
+  for (const Workload& w : workloads) {
+    const Measured m = RunDecode(w);
+    const double bw = m.kv_bytes / m.seconds;
+    std::printf(
+        "decode attention %s: %.3f ms/step, %.1f MB KV, %.0f GB/s = %.3f of measured read "
+        "bandwidth, %.3f of nominal 4.8 TB/s (splits %d x %lld tokens)\n",
+        w.name, m.seconds * 1e3, m.kv_bytes / 1e6, bw / 1e9, bw / read_bw,
+        bw / kNominalBytesPerSecond, m.split.num_splits,
+        static_cast<long long>(m.split.tokens_per_split));
+    if (&w == &workloads.front()) headline = bw / read_bw;
+  }
+  std::printf("RESULT gpu_decode_attention_bw_ratio=%.3f\n", headline);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tandem::gpu
+
+int main() { return tandem::gpu::Main(); }
