@@ -13,7 +13,9 @@
 #include "model/format/gguf_file.h"
 #include "model/format/gguf_llama.h"
 #include "model/format/hf_llama.h"
+#include "model/format/json_struct.h"
 #include "model/format/mapped_file.h"
+#include "model/tokenizer/chat.h"
 #include "model/tokenizer/gguf_tokenizer.h"
 #include "model/tokenizer/hf_tokenizer.h"
 
@@ -65,6 +67,11 @@ absl::StatusOr<LoadedModel> LoadGguf(const std::string& path, const LoadOptions&
     out.tokenizer = std::move(tokenizer);
     progress.Stage(absl::StrCat("built tokenizer (", out.tokenizer->vocab_size(), " tokens)"));
   }
+  if (file->Has("tokenizer.chat_template")) {
+    TANDEM_ASSIGN_OR_RETURN(const absl::string_view tmpl,
+                            file->GetString("tokenizer.chat_template"));
+    out.default_system_prompt = DefaultSystemPrompt(tmpl);
+  }
   if (options.load_weights) {
     TANDEM_ASSIGN_OR_RETURN(out.weights, LoadGgufLlama(*file));
     progress.Stage(absl::StrCat("dequantised ", out.weights.config.num_layers, " layers to f32"));
@@ -95,6 +102,16 @@ absl::StatusOr<LoadedModel> LoadHf(const std::string& dir, const LoadOptions& op
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, TokenizerFromHfDirectory(dir));
     out.tokenizer = std::move(tokenizer);
     progress.Stage(absl::StrCat("built tokenizer (", out.tokenizer->vocab_size(), " tokens)"));
+  }
+  if (PathExists(dir + "/tokenizer_config.json")) {
+    TANDEM_ASSIGN_OR_RETURN(const std::string text,
+                            ReadFileToString(dir + "/tokenizer_config.json", 64 << 20));
+    TANDEM_ASSIGN_OR_RETURN(const google::protobuf::Struct config,
+                            ParseJsonObject(text, "tokenizer_config.json"));
+    if (const google::protobuf::Value* t = FindField(config, "chat_template");
+        t != nullptr && t->kind_case() == google::protobuf::Value::kStringValue) {
+      out.default_system_prompt = DefaultSystemPrompt(t->string_value());
+    }
   }
   if (options.load_weights) {
     TANDEM_ASSIGN_OR_RETURN(out.weights, ck->LoadWeights());

@@ -33,6 +33,8 @@ struct LoadedModel {
   std::shared_ptr<const Tokenizer> tokenizer;  // null when the checkpoint has none
   std::string identity;
   std::string format;  // "gguf" or "hf"
+  // The chat template's default system message (chat.h DefaultSystemPrompt); empty if none.
+  std::string default_system_prompt;
 };
 
 [[nodiscard]] absl::StatusOr<LoadedModel> LoadModel(const std::string& path,

@@ -79,6 +79,8 @@ TEST_F(RealModelTest, ConfigShapesAndValues) {
   EXPECT_NEAR(sum, 150.635773, 1e-3);
   ASSERT_NE(m->tokenizer, nullptr);
   EXPECT_EQ(m->tokenizer->vocab_size(), 49152);
+  EXPECT_EQ(m->default_system_prompt,
+            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   std::printf("load of the 135M model took %.2f s\n", seconds);
   EXPECT_LT(seconds, 20.0);  // generous: sanitizer builds are ~10x slower
 }

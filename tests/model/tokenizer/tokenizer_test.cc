@@ -163,6 +163,30 @@ TEST_F(SyntheticTokenizerTest, ChatMlPrompt) {
   EXPECT_EQ(tok_->Decode(ids), prompt);
 }
 
+TEST(ChatTest, DefaultSystemPromptFromTemplates) {
+  // SmolLM2's template as stored in its GGUF (real newlines inside the Jinja literal).
+  const std::string smollm2 =
+      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+      "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+      "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+      "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}";
+  const std::string expected =
+      "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+  EXPECT_EQ(DefaultSystemPrompt(smollm2), expected);
+  // The same template with escaped newlines (as some tokenizer_config.json files hold it).
+  std::string escaped = smollm2;
+  for (size_t at; (at = escaped.find('\n')) != std::string::npos;) escaped.replace(at, 1, "\\n");
+  EXPECT_EQ(DefaultSystemPrompt(escaped), expected);
+  EXPECT_EQ(DefaultSystemPrompt("{{'<|im_start|>' + message['role']}}"), "");
+  const ChatMessage user[] = {{"user", "Hi"}};
+  EXPECT_EQ(FormatChatMl(user, true, "Sys"),
+            "<|im_start|>system\nSys<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  const ChatMessage with_system[] = {{"system", "Mine"}, {"user", "Hi"}};
+  EXPECT_EQ(FormatChatMl(with_system, false, "Sys"),
+            "<|im_start|>system\nMine<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+}
+
 TEST_F(SyntheticTokenizerTest, IdsAreValidatedAndBadOnesDecodeVisibly) {
   EXPECT_TRUE(tok_->ValidateIds({0, 5, 319}).ok());
   EXPECT_STATUS_IS(tok_->ValidateIds({5, 320}), absl::StatusCode::kInvalidArgument,
