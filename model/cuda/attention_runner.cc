@@ -49,7 +49,9 @@ absl::Status AttentionRunner::WriteKv(const KvPoolView& pool, int32_t layer, con
 
 absl::Status AttentionRunner::ValidateRows(const KvPoolView& pool, int32_t layer,
                                            const AttentionRows& rows, int32_t num_q_heads) {
-  if (blob_ == validated_blob_ && SamePool(pool, validated_pool_) && layer == validated_layer_ &&
+  // The layer is not part of the key: its range is checked on every call by
+  // CheckPagedAttentionArgs, and nothing else in the validation depends on it.
+  if (blob_ == validated_blob_ && SamePool(pool, validated_pool_) &&
       num_q_heads == validated_heads_ && SameRowScalars(rows, validated_rows_)) {
     return absl::OkStatus();
   }
@@ -69,7 +71,6 @@ absl::Status AttentionRunner::ValidateRows(const KvPoolView& pool, int32_t layer
   TANDEM_RETURN_IF_ERROR(ValidateAttentionCall(pool, layer, real, num_q_heads));
   validated_blob_ = blob_;
   validated_pool_ = pool;
-  validated_layer_ = layer;
   validated_heads_ = num_q_heads;
   validated_rows_ = rows;
   return absl::OkStatus();

@@ -64,7 +64,6 @@ class AttentionRunner {
   std::vector<std::byte> blob_;
   std::vector<std::byte> validated_blob_;
   KvPoolView validated_pool_;
-  int32_t validated_layer_ = -1;
   int32_t validated_heads_ = 0;
   AttentionRows validated_rows_;
   // Reused host arrays for validating the non-padding rows.
