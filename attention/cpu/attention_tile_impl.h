@@ -19,7 +19,7 @@
 // that never cross a block; per piece score all queries against the K rows, mask tokens past
 // each query's causal limit, update each query's running max / sum / accumulator (online
 // softmax), then accumulate the V rows. K and V of each piece are read from memory once for the
-// whole tile; the next block is prefetched while the current one is processed.
+// whole tile; the next piece's rows are prefetched while the current one is computed.
 #pragma once
 
 #include <math.h>
@@ -51,7 +51,7 @@ inline void PrefetchLine(const void* p) {
 
 // Scores kQ consecutive queries (scaled, [kQ][head_dim] at qs) against the n K rows at k:
 // p[q·kPieceTokens + t] = qs[q]·k[t] for t < n. Entries in [n, kPieceTokens) may be written
-// with values the caller masks.
+// with values the caller masks. When pf is not null, also prefetches the first n rows at pf.
 template <class T, class E, int kQ>
 inline void ScoreQueries(const float* qs, int32_t head_dim, const typename E::Storage* k, int32_t n,
                          float* p, const typename E::Storage* pf) {
@@ -100,7 +100,8 @@ inline void ScoreQueries(const float* qs, int32_t head_dim, const typename E::St
 }
 
 // acc[q][c .. c + kC·lanes) += Σ_t p[q·kPieceTokens + t] · v[t][c .. c + kC·lanes) for kQ
-// queries and the n V rows at v: kQ·kC accumulators stay in registers across the tokens.
+// queries and the n V rows at v: kQ·kC accumulators stay in registers across the tokens. When
+// pf is not null, also prefetches the same columns of the first n rows at pf.
 template <class T, class E, int kQ, int kC>
 inline void AccumulateColumns(const float* p, int32_t head_dim, const typename E::Storage* v,
                               int32_t n, float* acc, int32_t c, const typename E::Storage* pf) {
