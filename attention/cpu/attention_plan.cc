@@ -1,7 +1,6 @@
 #include "attention/cpu/attention_plan.h"
 
 #include <algorithm>
-#include <numeric>
 
 namespace tandem::attention_cpu {
 namespace {
@@ -16,10 +15,11 @@ void FormTiles(const AttentionPlanInput& in, AttentionPlan& plan) {
   const int32_t heads_per_tile = std::min(in.group_size, in.max_tile_queries);
   const int32_t head_groups = static_cast<int32_t>(CeilDiv(in.group_size, heads_per_tile));
   const int32_t rows_per_tile = std::max(1, in.max_tile_queries / heads_per_tile);
-  for (int64_t run = 0; run < in.num_rows;) {
+  const int64_t rows_in_tiles = static_cast<int64_t>(plan.order.size());
+  for (int64_t run = 0; run < rows_in_tiles;) {
     const int32_t req = in.request[plan.order[run]];
     int64_t run_end = run;
-    while (run_end < in.num_rows && in.request[plan.order[run_end]] == req) ++run_end;
+    while (run_end < rows_in_tiles && in.request[plan.order[run_end]] == req) ++run_end;
     for (int64_t first = run; first < run_end; first += rows_per_tile) {
       const int32_t rows = static_cast<int32_t>(std::min<int64_t>(rows_per_tile, run_end - first));
       // Sorted by position, so the tile's last row sees the most tokens.
@@ -100,10 +100,14 @@ AttentionPlan PlanAttention(const AttentionPlanInput& in) {
   AttentionPlan plan;
   plan.visible.resize(in.num_rows);
   for (int64_t i = 0; i < in.num_rows; ++i) {
-    plan.visible[i] = LocalLen(in.dcp, in.dcp_rank, in.position[i] + 1);
+    if (in.position[i] < 0) {  // padding row: no keys, and its request index is not to be read
+      plan.visible[i] = 0;
+      plan.padding.push_back(i);
+    } else {
+      plan.visible[i] = LocalLen(in.dcp, in.dcp_rank, in.position[i] + 1);
+      plan.order.push_back(i);
+    }
   }
-  plan.order.resize(in.num_rows);
-  std::iota(plan.order.begin(), plan.order.end(), int64_t{0});
   std::stable_sort(plan.order.begin(), plan.order.end(), [&](int64_t a, int64_t b) {
     if (in.request[a] != in.request[b]) return in.request[a] < in.request[b];
     return in.position[a] < in.position[b];

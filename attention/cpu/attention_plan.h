@@ -1,6 +1,7 @@
 // Work plan of one PagedAttention call (internal to attention/cpu; pure logic, no threads).
 //
-// Rows are sorted by (request, position) and cut into tiles: consecutive rows of one request
+// Padding rows (negative position) are set aside. The other rows are sorted by (request,
+// position) and cut into tiles: consecutive rows of one request
 // times a range of the GQA heads of a KV head, at most max_tile_queries queries, so one pass over
 // the KV serves the whole tile (decode: one row, all its GQA heads; prefill: several rows).
 // Each (tile, KV head) is one unit over the tile's visible local tokens. When there are too few
@@ -21,7 +22,7 @@ namespace tandem::attention_cpu {
 struct AttentionPlanInput {
   int64_t num_rows = 0;
   const int32_t* request = nullptr;   // [num_rows]
-  const int64_t* position = nullptr;  // [num_rows] global positions, >= 0
+  const int64_t* position = nullptr;  // [num_rows] global positions; < 0: padding row
   DcpGeometry dcp;
   int32_t dcp_rank = 0;
   int32_t num_kv_heads = 1;
@@ -62,7 +63,8 @@ struct PlanMerge {
 };
 
 struct AttentionPlan {
-  std::vector<int64_t> order;    // row indices sorted by (request, position)
+  std::vector<int64_t> order;    // non-padding row indices sorted by (request, position)
+  std::vector<int64_t> padding;  // padding rows (position < 0): in no tile, they see no key
   std::vector<int64_t> visible;  // [num_rows] local tokens each row sees: LocalLen(position + 1)
   std::vector<PlanTile> tiles;
   std::vector<PlanUnit> units;
@@ -76,7 +78,8 @@ struct AttentionPlan {
 // Relative cost of running `unit` (used for the thread split; exposed for tests).
 int64_t UnitCost(const AttentionPlan& plan, const PlanUnit& unit);
 
-// REQUIRES: request/position describe valid rows; num_kv_heads, group_size, head_dim,
+// REQUIRES: request/position describe valid rows (the request of a padding row is never read);
+// num_kv_heads, group_size, head_dim,
 // threads, max_tile_queries, min_split_tokens >= 1; dcp valid.
 AttentionPlan PlanAttention(const AttentionPlanInput& in);
 

@@ -1,5 +1,7 @@
 #include "attention/cpu/paged_attention.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <vector>
 
@@ -131,6 +133,11 @@ void PagedAttention(const KvPoolView& pool, int32_t layer, const AttentionRows& 
   in.max_tile_queries = attention_cpu::kMaxTileQueries;
   const AttentionPlan plan = attention_cpu::PlanAttention(in);
 
+  const int64_t d = g.head_dim;
+  for (int64_t row : plan.padding) {
+    std::fill(out + row * num_q_heads * d, out + (row + 1) * num_q_heads * d, 0.f);
+    std::fill(lse + row * num_q_heads, lse + (row + 1) * num_q_heads, -INFINITY);
+  }
   std::vector<float> partials(plan.partial_floats);
   const CallContext ctx{
       pool,           layer, rows, q,    num_q_heads,

@@ -11,7 +11,8 @@
 // local KV head h / (num_q_heads / pool.geometry.num_kv_heads).
 //
 // Output per (row, head): o normalised over the local keys, and lse = natural-log
-// log Σ exp(score) with score = scale·q·k. No local keys → lse = −inf and o = 0.
+// log Σ exp(score) with score = scale·q·k. No local keys → lse = −inf and o = 0; so for a
+// padding row (negative position, attention_args.h), whose request and table are never read.
 // Accumulation is fp32 for every KV dtype.
 //
 // Threads: uses up to ThreadsForThisThread() threads (common/parallel_for.h). Reentrant.

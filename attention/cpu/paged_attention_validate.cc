@@ -89,14 +89,12 @@ absl::Status ValidateAttentionCall(const KvPoolView& pool, int32_t layer, const 
   // The furthest position each request is attended at decides how much of its table is read.
   std::vector<int64_t> furthest(rows.tables.num_requests, -1);
   for (int64_t i = 0; i < rows.num_rows; ++i) {
-    const int32_t r = rows.request[i];
     const int64_t p = rows.position[i];
+    if (p < 0) continue;  // padding row: no keys, request index unused
+    const int32_t r = rows.request[i];
     if (r < 0 || r >= rows.tables.num_requests) {
       return absl::InvalidArgumentError(absl::StrCat("row ", i, ": request ", r, " is outside [0, ",
                                                      rows.tables.num_requests, ")"));
-    }
-    if (p < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("row ", i, ": position ", p, " < 0"));
     }
     const int64_t needed = VirtualBlocksFor(rows.dcp, p + 1);
     if (rows.tables.num_blocks(r) < needed) {

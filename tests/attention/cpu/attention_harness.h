@@ -33,6 +33,8 @@ struct AttentionCase {
 // Adds a decode row for a request whose cache holds `context` earlier tokens: the row is the new
 // token at position `context`, written before attending, so the request's kv_len is context + 1.
 void AddDecodeRequest(AttentionCase& c, int64_t context);
+// Adds a padding row (negative position) with a request index that must never be read.
+void AddPaddingRow(AttentionCase& c);
 // Adds a prefill request of `length` tokens whose last `rows` tokens are the current chunk
 // (rows at positions length − rows .. length − 1; the earlier ones are cached).
 void AddPrefillRequest(AttentionCase& c, int64_t length, int64_t rows);
@@ -67,7 +69,8 @@ struct DenseOutput {
 DenseOutput DenseReference(const AttentionCase& c, const AttentionData& d);
 
 // Worst item of the comparison. out_rel: ‖o − o_ref‖₂ / ‖o_ref‖₂ per (row, head);
-// lse_rel: |lse − lse_ref| / max(1, |lse_ref|).
+// lse_rel: |lse − lse_ref| / max(1, |lse_ref|). An item without keys (lse_ref = −inf) must be
+// exactly lse = −inf and o = 0, else both errors are +inf.
 struct AttentionError {
   double out_rel = 0;
   double lse_rel = 0;

@@ -41,7 +41,9 @@ AttentionPlanInput Input(const Rows& rows, DcpGeometry dcp, int32_t rank, int32_
 void CheckPlan(const AttentionPlanInput& in, const AttentionPlan& plan) {
   ASSERT_EQ(static_cast<int64_t>(plan.visible.size()), in.num_rows);
   for (int64_t r = 0; r < in.num_rows; ++r) {
-    EXPECT_EQ(plan.visible[r], LocalLen(in.dcp, in.dcp_rank, in.position[r] + 1));
+    if (in.position[r] >= 0) {
+      EXPECT_EQ(plan.visible[r], LocalLen(in.dcp, in.dcp_rank, in.position[r] + 1));
+    }
   }
   // Each (row, GQA head) lies in exactly one tile; tiles hold one request and fit the limit.
   std::map<std::pair<int64_t, int32_t>, int32_t> tile_of;
@@ -60,7 +62,14 @@ void CheckPlan(const AttentionPlanInput& in, const AttentionPlan& plan) {
     }
     EXPECT_EQ(tile.tokens, most);
   }
-  EXPECT_EQ(static_cast<int64_t>(tile_of.size()), in.num_rows * in.group_size);
+  int64_t padding = 0;
+  for (int64_t r = 0; r < in.num_rows; ++r) padding += in.position[r] < 0 ? 1 : 0;
+  EXPECT_EQ(static_cast<int64_t>(plan.padding.size()), padding);
+  for (int64_t r : plan.padding) {
+    EXPECT_LT(in.position[r], 0);
+    EXPECT_EQ(plan.visible[r], 0);
+  }
+  EXPECT_EQ(static_cast<int64_t>(tile_of.size()), (in.num_rows - padding) * in.group_size);
 
   // Per (tile, KV head), the units' ranges partition [0, tile.tokens) (or are one empty unit).
   std::map<std::pair<int32_t, int32_t>, std::vector<const PlanUnit*>> units_of;
@@ -128,6 +137,10 @@ TEST(AttentionPlanTest, RandomBatchesSatisfyTheContract) {
         rows.request.push_back(r);
         rows.position.push_back(static_cast<int64_t>(rng() % 700));
       }
+    }
+    if (rng() % 3 == 0) {  // a padding row, whose request index is garbage
+      rows.request.push_back(-5);
+      rows.position.push_back(-1);
     }
     const AttentionPlanInput in = Input(
         rows, dcp, static_cast<int32_t>(rng() % n), 1 + static_cast<int32_t>(rng() % 3),

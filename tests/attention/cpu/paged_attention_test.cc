@@ -18,6 +18,7 @@ namespace tandem {
 namespace {
 
 using testing::AddDecodeRequest;
+using testing::AddPaddingRow;
 using testing::AddPrefillRequest;
 using testing::AttentionCase;
 using testing::AttentionData;
@@ -45,7 +46,8 @@ void ExpectEmptyPartialsAreExact(const AttentionCase& c, const ShardedOutput& go
   const int32_t hq = c.num_q_heads();
   for (int32_t rank = 0; rank < c.dcp.dcp; ++rank) {
     for (int64_t i = 0; i < c.num_rows(); ++i) {
-      if (LocalLen(c.dcp, rank, c.row_position[i] + 1) != 0) continue;
+      const int64_t p = c.row_position[i];
+      if (p >= 0 && LocalLen(c.dcp, rank, p + 1) != 0) continue;
       for (int32_t h = 0; h < hq; ++h) {
         const int64_t item = i * hq + h;
         ASSERT_EQ(got.ranks[rank].lse[item], -INFINITY) << "rank " << rank << " row " << i;
@@ -112,7 +114,8 @@ class ShardedAttentionTest : public ::testing::TestWithParam<KvDType> {
 };
 
 // Every (N, B, I) of the grid with the edge context lengths 0, 1, B−1, B·N, B·N+1 as decode
-// rows, one chunked-prefill request and one request absent from the call, rows shuffled.
+// rows, one chunked-prefill request, one request absent from the call and a padding row, rows
+// shuffled.
 TEST_P(ShardedAttentionTest, EdgeLengthsOnEveryGeometry) {
   int32_t index = 0;
   for (int32_t n : {1, 2, 3, 4, 8}) {
@@ -123,6 +126,7 @@ TEST_P(ShardedAttentionTest, EdgeLengthsOnEveryGeometry) {
         AttentionCase c = NewCase(DcpGeometry{b, n, i}, 1 + index % 2, group, 16);
         for (int64_t ctx : {0, 1, b - 1, b * n, b * n + 1}) AddDecodeRequest(c, ctx);
         c.kv_len.push_back(0);
+        AddPaddingRow(c);
         const int64_t length = b * n + 1 + static_cast<int64_t>(rng_() % (b * n));
         AddPrefillRequest(c, length, std::min<int64_t>(length, 6));
         ShuffleRows(c, rng_);
@@ -135,7 +139,7 @@ TEST_P(ShardedAttentionTest, EdgeLengthsOnEveryGeometry) {
 }
 
 // Random geometry, head dims 16/64/128, GQA 1/2/4, mixed decode and prefill requests with
-// contexts up to several hundred tokens, 1–3 threads.
+// contexts up to several hundred tokens, some padding rows, 1–3 threads.
 TEST_P(ShardedAttentionTest, RandomMixedBatches) {
   for (int trial = 0; trial < 8; ++trial) {
     const int32_t n = std::vector<int32_t>{1, 2, 3, 4, 8}[rng_() % 5];
