@@ -105,6 +105,19 @@ absl::StatusOr<SyntheticVocab> BuildSyntheticVocab(int vocab_size) {
     v.tokens.push_back(left + right);
     v.kinds.push_back(TokenKind::kNormal);
   }
+  // Past what the corpus teaches: letter pairs ("ab", then " ab"), which no merge produces but
+  // which decode to readable text when a random model samples them; then reserved controls.
+  for (const absl::string_view prefix : {"", "Ġ"}) {
+    for (char a = 'a'; a <= 'z'; ++a) {
+      for (char b = 'a'; b <= 'z'; ++b) {
+        if (static_cast<int>(v.tokens.size()) >= vocab_size) break;
+        std::string text = absl::StrCat(prefix, std::string{a, b});
+        if (!known.insert(text).second) continue;
+        v.tokens.push_back(std::move(text));
+        v.kinds.push_back(TokenKind::kNormal);
+      }
+    }
+  }
   for (int i = 0; static_cast<int>(v.tokens.size()) < vocab_size; ++i) {
     v.tokens.push_back(absl::StrCat("<|reserved_", i, "|>"));
     v.kinds.push_back(TokenKind::kControl);

@@ -1,10 +1,11 @@
 // The byte-level BPE vocabulary of synthetic models: ChatML specials, the 256 byte tokens and
-// merges learned from a small built-in English/chat corpus, padded with reserved control
-// tokens when the requested size exceeds what the corpus supports. Deterministic: the same
-// size always gives the same vocabulary.
+// merges learned from a small built-in English/chat corpus. When the requested size exceeds
+// what the corpus teaches, the rest is letter pairs ("ab", " ab": normal tokens no merge
+// produces, so encoding never emits them but they decode to readable text), then reserved
+// control tokens. Deterministic: the same size always gives the same vocabulary.
 //
 // Layout: 0 <|endoftext|>, 1 <|im_start|>, 2 <|im_end|> (control), 3..258 bytes 0x00..0xFF,
-// then one token per merge, then <|reserved_N|>. Pure; thread-safe.
+// then one token per distinct merge result, letter pairs, <|reserved_N|>. Pure; thread-safe.
 #pragma once
 
 #include <string>

@@ -2,6 +2,7 @@
 #include "model/tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -161,6 +162,31 @@ TEST_F(SyntheticTokenizerTest, ChatMlPrompt) {
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 1), 3);
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 2);
   EXPECT_EQ(tok_->Decode(ids), prompt);
+}
+
+TEST(SyntheticVocabTest, LargeVocabulariesStayUniqueAndDecodable) {
+  EXPECT_STATUS_IS(BuildSyntheticVocab(258), absl::StatusCode::kInvalidArgument,
+                   "vocabulary size 258 is below the minimum 259");
+  absl::StatusOr<SyntheticVocab> v = BuildSyntheticVocab(2000);
+  ASSERT_OK(v);
+  ASSERT_EQ(v->tokens.size(), 2000u);
+  EXPECT_EQ(std::set<std::string>(v->tokens.begin(), v->tokens.end()).size(), 2000u);
+  // Corpus merges and letter pairs run out before 2000: the tail is reserved control tokens.
+  const auto reserved = std::count_if(v->tokens.begin(), v->tokens.end(), [](const std::string& t) {
+    return t.rfind("<|reserved_", 0) == 0;
+  });
+  ASSERT_GT(reserved, 0);
+  EXPECT_EQ(v->tokens.back(), "<|reserved_" + std::to_string(reserved - 1) + "|>");
+  EXPECT_EQ(v->kinds.back(), TokenKind::kControl);
+  TokenizerSpec spec;
+  spec.tokens = v->tokens;
+  spec.kinds = v->kinds;
+  spec.merges = v->merges;
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::Create(std::move(spec));
+  ASSERT_OK(t);
+  const auto pair = std::find(v->tokens.begin(), v->tokens.end(), "Ġqz");
+  ASSERT_NE(pair, v->tokens.end());
+  EXPECT_EQ((*t)->Decode({static_cast<int32_t>(pair - v->tokens.begin())}), " qz");
 }
 
 TEST(ChatTest, DefaultSystemPromptFromTemplates) {
