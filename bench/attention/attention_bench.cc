@@ -5,7 +5,12 @@
 //   RESULT decode_attention_bw_ratio=<f32 attention GB/s ÷ read GB/s>   (best pass of each).
 //
 //   attention_bench                      # 16 seqs × 4096 tokens × 8 KV heads × 128, GQA 4
+//   attention_bench --huge_pages         # pool and read buffer on transparent huge pages
+//   attention_bench --threads=1 --cpu_time   # one core; robust when other jobs share the CPU
 //   attention_bench --tokens=512 --layers=2 --dtypes=f32 --read_mib=256   # quick, mostly cache
+//
+// The default working set (3 layers × 512 MiB of f32 KV, read in turn) is far above the 260 MiB
+// L3, so both numbers come from DRAM.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
