@@ -1,7 +1,9 @@
 // The real router library, served on 127.0.0.1:0 with real gRPC, against fake prefill/decode
 // nodes in this process (fake_nodes.h). Every wait is a bounded wait on a condition.
 #include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
+#include <grpcpp/support/byte_buffer.h>
 
 #include <memory>
 #include <string>
@@ -14,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/router_server.h"
+#include "router/unary_call.h"
 #include "tandem/v1/router.grpc.pb.h"
 #include "tests/router/fake_nodes.h"
 #include "tests/router/test_model.h"
@@ -485,6 +488,29 @@ TEST_F(RouterIntegrationTest, HeartbeatRegistersANodeAndExpiryRemovesIt) {
   ASSERT_TRUE(
       WaitForCluster([](const v1::ClusterStatusResponse& c) { return c.nodes_size() == 1; }));
   EXPECT_EQ(Cluster().nodes(0).role(), v1::INSTANCE_ROLE_PREFILL);
+}
+
+TEST_F(RouterIntegrationTest, ServesTheStandardHealthService) {
+  StartRouter({}, {});
+  // grpc.health.v1.Health/Check with an empty HealthCheckRequest; the reply is
+  // HealthCheckResponse{status: SERVING (1)}, i.e. the bytes 08 01.
+  grpc::GenericStub generic(channel_);
+  grpc::Slice empty("");
+  UnaryCall<grpc::ByteBuffer, grpc::ByteBuffer> call(grpc::ByteBuffer(&empty, 1),
+                                                     absl::Now() + kWait);
+  call.Start([&generic](auto* ctx, auto* req, auto* resp, auto done) {
+    generic.UnaryCall(ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), req, resp,
+                      std::move(done));
+  });
+  absl::StatusOr<grpc::ByteBuffer> reply = call.Wait();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(reply->Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 
 }  // namespace
