@@ -209,6 +209,19 @@ TEST_P(ShardedAttentionTest, HeadDimsOffTheVectorWidth) {
   }
 }
 
+// Blocks larger than a scoring piece, or not a multiple of it: pieces split blocks unevenly.
+TEST_P(ShardedAttentionTest, BlocksOfOtherSizes) {
+  for (const DcpGeometry& dcp : {DcpGeometry{24, 2, 8}, DcpGeometry{32, 3, 32},
+                                 DcpGeometry{7, 2, 7}, DcpGeometry{64, 1, 1}}) {
+    AttentionCase c = NewCase(dcp, 2, 2, 32);
+    AddDecodeRequest(c, 5 * dcp.block_size * dcp.dcp + 3);
+    AddDecodeRequest(c, dcp.block_size - 1);
+    AddPrefillRequest(c, 3 * dcp.block_size + 5, 7);
+    ShuffleRows(c, rng_);
+    Check(c, 2);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllKvDTypes, ShardedAttentionTest,
                          ::testing::Values(KvDType::kF32, KvDType::kF16, KvDType::kBF16),
                          [](const ::testing::TestParamInfo<KvDType>& info) {
