@@ -166,6 +166,9 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
   std::sort(vs_memcpy.begin(), vs_memcpy.end());
   result.planned_vs_raw = vs_raw[vs_raw.size() / 2];
   result.planned_vs_memcpy = vs_memcpy[vs_memcpy.size() / 2];
+  result.planned_passes = planned;
+  result.raw_passes = raw;
+  result.memcpy_passes = copy;
   result.planned = Summarise(planned);
   result.raw = Summarise(raw);
   result.memcpy = Summarise(copy);

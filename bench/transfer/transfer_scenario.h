@@ -48,6 +48,7 @@ struct ScenarioResult {
   Timing planned;
   Timing raw;
   Timing memcpy;
+  std::vector<absl::Duration> planned_passes, raw_passes, memcpy_passes;  // in pass order
   double planned_vs_raw = 0;         // median over passes of raw time / planned time
   double planned_vs_memcpy = 0;      // median over passes of memcpy time / planned time
   absl::Duration planned_post_best;  // time inside the posting loop, best planned rep
