@@ -15,7 +15,7 @@ ABSL_FLAG(int32_t, pcp, 1, "prefill context parallel degree (prefill instances o
 ABSL_FLAG(int32_t, dcp, 1, "decode context parallel degree (KV token sharding)");
 ABSL_FLAG(int32_t, block_size, 16, "KV block size in tokens per rank");
 ABSL_FLAG(int32_t, interleave, 1, "DCP interleave (tokens per rank before moving on)");
-ABSL_FLAG(int64_t, kv_budget_mb, 256, "KV pool size of each rank, MiB");
+ABSL_FLAG(double, kv_budget_mb, 256, "KV pool size of each rank, MiB (fractions allowed)");
 ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache dtype: f32, f16 or bf16");
 ABSL_FLAG(int32_t, threads_per_rank, 0, "CPU threads per rank (0 = cores / ranks)");
 ABSL_FLAG(std::string, backend, "cpu", "compute backend: cpu or cuda");
@@ -27,7 +27,7 @@ absl::StatusOr<InstanceOptions> InstanceOptionsFromFlags() {
   o.parallel = ParallelConfig{absl::GetFlag(FLAGS_tp), absl::GetFlag(FLAGS_pcp),
                               absl::GetFlag(FLAGS_dcp), absl::GetFlag(FLAGS_block_size),
                               absl::GetFlag(FLAGS_interleave)};
-  o.kv_bytes_per_rank = absl::GetFlag(FLAGS_kv_budget_mb) << 20;
+  o.kv_bytes_per_rank = static_cast<int64_t>(absl::GetFlag(FLAGS_kv_budget_mb) * (1 << 20));
   const std::string dtype = absl::GetFlag(FLAGS_kv_dtype);
   if (dtype == "f32") {
     o.kv_dtype = KvDType::kF32;

@@ -108,7 +108,10 @@ absl::StatusOr<std::string> LocalCluster::Spawn(const std::string& name, const s
   processes_.push_back({name, pid, log});
   while (absl::Now() < deadline) {
     const std::string port = ReadFile(port_file);
-    if (!port.empty()) return absl::StrCat("127.0.0.1:", std::atoi(port.c_str()));
+    if (!port.empty()) {
+      processes_.back().address = absl::StrCat("127.0.0.1:", std::atoi(port.c_str()));
+      return processes_.back().address;
+    }
     int wstatus = 0;
     if (waitpid(pid, &wstatus, WNOHANG) == pid) {
       processes_.back().pid = -1;
@@ -222,11 +225,9 @@ absl::StatusOr<std::vector<InstanceLoadView>> LocalCluster::Loads() {
     out.push_back({addr, st.load()});
     return absl::OkStatus();
   };
-  for (const std::string& a : prefill_) {
-    if (absl::Status s = ask(a, true); !s.ok()) return s;
-  }
-  for (const std::string& a : decode_) {
-    if (absl::Status s = ask(a, false); !s.ok()) return s;
+  for (const Process& p : processes_) {
+    if (p.pid <= 0 || p.name == "router") continue;
+    if (absl::Status s = ask(p.address, p.name.rfind("prefill", 0) == 0); !s.ok()) return s;
   }
   return out;
 }

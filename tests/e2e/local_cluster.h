@@ -59,7 +59,7 @@ class LocalCluster {
   GenerateOutcome Generate(const v1::GenerateRequest& request, absl::Duration timeout,
                            const std::function<void(int32_t index, grpc::ClientContext&)>& on_token = nullptr);
 
-  // Status of every prefill and decode instance.
+  // Status of every prefill and decode instance still running (killed ones are skipped).
   absl::StatusOr<std::vector<InstanceLoadView>> Loads();
   // Waits until every instance reports free blocks == total, no leases, nothing running or queued.
   absl::Status WaitIdle(absl::Duration timeout);
@@ -74,6 +74,7 @@ class LocalCluster {
     std::string name;
     pid_t pid = -1;
     std::string log;
+    std::string address;
   };
   LocalCluster() = default;
   absl::StatusOr<std::string> Spawn(const std::string& name, const std::string& binary,
