@@ -1,0 +1,161 @@
+// model_bench: the real model on one CPU instance (tp=1, every core).
+//   * prefill tokens/s for a 512-token prompt and the share of prefill time inside oneDNN's
+//     GEMMs (goal >= 0.8: everything else — attention, norms, RoPE — must be small);
+//   * decode tokens/s at batch 1 and 16, and the weight bytes streamed per decode step ÷ time,
+//     against a STREAM-like read bandwidth measured in the same run.
+// Last line: RESULT prefill_gemm_fraction=<x>. Record results in docs/PERFORMANCE.md.
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/time/clock.h"
+#include "bench/attention/bench_buffer.h"
+#include "bench/attention/read_bandwidth.h"
+#include "common/parallel_for.h"
+#include "engine/instance.h"
+#include "model/cpu/dnnl_linear.h"
+#include "model/format/model_loader.h"
+
+ABSL_FLAG(std::string, model, "", "GGUF model (default: $TANDEM_MODEL)");
+ABSL_FLAG(int32_t, prompt_tokens, 512, "prefill prompt length");
+ABSL_FLAG(int32_t, decode_steps, 24, "timed decode steps per batch size");
+ABSL_FLAG(int32_t, repeats, 3, "timed prefill runs (best is reported)");
+ABSL_FLAG(int64_t, bw_mib, 1024, "read-bandwidth buffer, MiB (well above the L3 size)");
+
+namespace tandem {
+namespace {
+
+struct Timed {
+  double wall = 0, gemm = 0;
+};
+
+std::vector<int32_t> Blocks(int32_t first, int32_t count) {
+  std::vector<int32_t> b(count);
+  for (int32_t i = 0; i < count; ++i) b[i] = first + i;
+  return b;
+}
+
+int Main() {
+  std::string path = absl::GetFlag(FLAGS_model);
+  if (path.empty() && std::getenv("TANDEM_MODEL") != nullptr) path = std::getenv("TANDEM_MODEL");
+  if (path.empty()) {
+    std::fprintf(stderr, "model_bench: pass --model or set TANDEM_MODEL (deploy/fetch-model.sh)\n");
+    return 2;
+  }
+  absl::StatusOr<LoadedModel> model = LoadModel(path);
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
+    return 1;
+  }
+  const LlamaConfig c = model->weights.config;
+  InstanceOptions o;
+  o.kv_bytes_per_rank = int64_t{512} << 20;
+  absl::StatusOr<std::unique_ptr<Instance>> inst = Instance::Create(model->weights, o);
+  if (!inst.ok()) {
+    std::fprintf(stderr, "%s\n", inst.status().ToString().c_str());
+    return 1;
+  }
+  model->weights = LlamaWeights();
+  std::mt19937_64 rng(1);
+  auto random_prompt = [&](int n) {
+    std::vector<int32_t> p(n);
+    for (int32_t& t : p) t = static_cast<int32_t>(rng() % c.vocab_size);
+    return p;
+  };
+  auto run = [&](const StepInput& step) -> Timed {
+    DnnlLinear::ResetTotalSeconds();
+    const absl::Time t0 = absl::Now();
+    absl::StatusOr<std::vector<float>> r = (*inst)->Run(step);
+    Timed t{absl::ToDoubleSeconds(absl::Now() - t0), DnnlLinear::TotalSeconds()};
+    if (!r.ok()) {
+      std::fprintf(stderr, "step failed: %s\n", r.status().ToString().c_str());
+      std::exit(1);
+    }
+    return t;
+  };
+  const int32_t bs = o.parallel.block_size;
+
+  // ---- prefill ----
+  const int32_t n = absl::GetFlag(FLAGS_prompt_tokens);
+  const int32_t prompt_blocks = (n + bs - 1) / bs;
+  StepInput prefill;
+  prefill.requests.push_back({0, random_prompt(n), Blocks(0, prompt_blocks), true});
+  run(prefill);  // warm-up: oneDNN primitives for these shapes
+  Timed best{1e30, 0};
+  for (int i = 0; i < absl::GetFlag(FLAGS_repeats); ++i) {
+    const Timed t = run(prefill);
+    if (t.wall < best.wall) best = t;
+  }
+  const double gemm_fraction = best.gemm / best.wall;
+
+  // ---- decode ----
+  const int64_t h = c.hidden_size, d = c.head_dim;
+  const int64_t weight_bytes =
+      4 * (c.num_layers * ((c.num_q_heads + 2 * c.num_kv_heads) * d * h + h * c.num_q_heads * d +
+                           3 * h * c.intermediate_size) +
+           static_cast<int64_t>(c.vocab_size) * h);
+  struct DecodeResult {
+    int batch;
+    double step_s;
+  };
+  std::vector<DecodeResult> decode;
+  const int32_t steps = absl::GetFlag(FLAGS_decode_steps);
+  const int32_t ctx = 64;
+  const int32_t seq_blocks = (ctx + steps + 2 + bs - 1) / bs;
+  for (int batch : {1, 16}) {
+    StepInput p;
+    for (int r = 0; r < batch; ++r) {
+      p.requests.push_back({0, random_prompt(ctx), Blocks(r * seq_blocks, seq_blocks), false});
+    }
+    run(p);
+    std::vector<int32_t> last(batch, 1);
+    double total = 0;
+    for (int s = -2; s < steps; ++s) {  // two warm-up steps
+      StepInput step;
+      for (int r = 0; r < batch; ++r) {
+        step.requests.push_back({ctx + s + 2, {last[r]}, Blocks(r * seq_blocks, seq_blocks), true});
+      }
+      const Timed t = run(step);
+      if (s >= 0) total += t.wall;
+    }
+    decode.push_back({batch, total / steps});
+  }
+
+  // ---- memory bandwidth, same run ----
+  const int64_t floats = (absl::GetFlag(FLAGS_bw_mib) << 20) / 4;
+  bench::BenchBuffer buf(floats * 4, /*huge_pages=*/false);
+  float* f = reinterpret_cast<float*>(buf.data());
+  ParallelFor(floats, 1 << 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) f[i] = static_cast<float>(i & 1023);
+  });
+  double bw_s = 1e30;
+  for (int i = 0; i < 3; ++i) bw_s = std::min(bw_s, bench::TimedReadPass(f, floats, bench::BenchClock::kWall).seconds);
+  const double bw = floats * 4.0 / bw_s / 1e9;
+
+  std::printf("model: %s (%d layers, hidden %d, vocab %d), f32 weights %.0f MB, %d threads\n",
+              c.name.c_str(), c.num_layers, c.hidden_size, c.vocab_size, weight_bytes / 1e6,
+              ThreadsForThisThread());
+  std::printf("%-28s %12s\n", "measure", "value");
+  std::printf("%-28s %12.1f\n", "prefill tokens/s", n / best.wall);
+  std::printf("%-28s %12.3f\n", "prefill wall s", best.wall);
+  std::printf("%-28s %12.3f\n", "prefill GEMM s", best.gemm);
+  for (const DecodeResult& r : decode) {
+    std::printf("decode batch %-2d tokens/s      %12.1f\n", r.batch, r.batch / r.step_s);
+    std::printf("decode batch %-2d weights GB/s  %12.2f\n", r.batch, weight_bytes / r.step_s / 1e9);
+  }
+  std::printf("%-28s %12.2f\n", "read bandwidth GB/s", bw);
+  std::printf("RESULT decode_weight_stream_bw_ratio=%.3f\n", weight_bytes / decode[0].step_s / 1e9 / bw);
+  std::printf("RESULT prefill_gemm_fraction=%.3f\n", gemm_fraction);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tandem
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return tandem::Main();
+}
