@@ -76,7 +76,8 @@ int main(int argc, char** argv) {
       std::vector<tandem::ChatMessage> messages;
       if (!absl::GetFlag(FLAGS_system).empty()) messages.push_back({"system", absl::GetFlag(FLAGS_system)});
       messages.push_back({"user", text});
-      text = tandem::FormatChatMl(messages);
+      text = tandem::FormatChatMl(messages, /*add_generation_prompt=*/true,
+                                  model->default_system_prompt);
     }
     prompt = tok->Encode(text, /*parse_special=*/true);
   }
