@@ -8,6 +8,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "bench/transfer/transfer_scenario.h"
 #include "kv_transfer/ucx/testing/source_peer.h"
@@ -20,9 +21,10 @@ ABSL_FLAG(int32_t, kv_heads, 8, "KV heads");
 ABSL_FLAG(int32_t, head_dim, 128, "head dimension");
 ABSL_FLAG(int32_t, block_size, 16, "tokens per block (B)");
 ABSL_FLAG(int32_t, reps, 7, "timed passes per scenario (after one warm-up pass)");
-ABSL_FLAG(int32_t, max_in_flight, 64, "KvPuller get window");
+ABSL_FLAG(int32_t, max_in_flight, 1024, "KvPuller get window");
 ABSL_FLAG(bool, tcp, false, "also run every scenario over TCP loopback");
 ABSL_FLAG(bool, token_granular, true, "include the token-interleaved (one copy per row) case");
+ABSL_FLAG(std::string, scenario, "", "run only scenarios whose name contains this");
 ABSL_FLAG(bool, passes, false, "print every timed pass (ms)");
 ABSL_FLAG(bool, verify, true, "verify every byte of the warm-up pull of each scenario");
 
@@ -71,6 +73,7 @@ int Main(const char* self) {
                 absl::GetFlag(FLAGS_layers), absl::GetFlag(FLAGS_kv_heads),
                 absl::GetFlag(FLAGS_head_dim), absl::GetFlag(FLAGS_block_size));
     for (const Scenario& sc : Scenarios()) {
+      if (!absl::StrContains(sc.name, absl::GetFlag(FLAGS_scenario))) continue;
       ScenarioOptions options;
       options.self_executable = self;
       options.transport = transport;

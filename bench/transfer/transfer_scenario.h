@@ -32,7 +32,7 @@ struct ScenarioOptions {
   std::string self_executable;
   testing::Transport transport = testing::Transport::kSharedMemory;
   int32_t reps = 7;  // >= 1
-  int32_t max_in_flight = 64;
+  int32_t max_in_flight = 1024;
   bool verify = true;  // check every byte of the first planned pull
 };
 

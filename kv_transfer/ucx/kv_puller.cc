@@ -16,19 +16,29 @@ namespace {
 // Longest single block on the worker's event fd: bounds how late a cancel flag is noticed.
 constexpr absl::Duration kWaitSlice = absl::Milliseconds(10);
 
-// One outstanding get. UCX's completion callback marks it done; Execute frees it.
+// Gets posted per turn of Execute's loop before it looks at the cancel flag, completions and
+// endpoint errors again. On shared memory a get copies inside ucp_get_nbx, so this bounds the
+// work between cancel checks (64 block-sized gets ≈ 128 MiB ≈ 20 ms here).
+constexpr int32_t kPostsPerTurn = 64;
+
+// One outstanding get. UCX's completion callback (inside ucp_worker_progress, on Execute's
+// thread) marks it done and queues its index on `done_list`; Execute frees it. The list is
+// reserved for the whole window up front, so the callback never allocates.
 struct GetSlot {
   void* request = nullptr;  // null while the slot is free
   int32_t src_rank = -1;
   int64_t length = 0;
   bool done = false;
   ucs_status_t status = UCS_OK;
+  int32_t index = 0;
+  std::vector<int32_t>* done_list = nullptr;
 };
 
 void OnGetDone(void* /*request*/, ucs_status_t status, void* user_data) {
   auto* slot = static_cast<GetSlot*>(user_data);
   slot->done = true;
   slot->status = status;
+  slot->done_list->push_back(slot->index);
 }
 
 std::string SourceName(const TransferMetadata& m) {
@@ -104,6 +114,8 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
 
   std::vector<GetSlot> slots(options.max_in_flight);
   std::vector<int32_t> free_slots(options.max_in_flight);
+  std::vector<int32_t> done_slots;
+  done_slots.reserve(options.max_in_flight);
   for (int32_t s = 0; s < options.max_in_flight; ++s) free_slots[s] = s;
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -149,12 +161,12 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
         options.cancel->load(std::memory_order_relaxed)) {
       cancelled = true;
     }
-    // Post up to one window's worth per turn, so the cancel flag and endpoint errors are looked
-    // at regularly even when gets complete at once. On shared memory UCX usually completes a
+    // Post at most kPostsPerTurn per turn, so the cancel flag and endpoint errors are looked at
+    // regularly even when gets complete at once. On shared memory UCX usually completes a
     // get inside ucp_get_nbx (a copy out of the mapped pool) and returns no request.
     const absl::Time post_start = options.progress != nullptr ? absl::Now() : absl::Time();
     const int64_t completed_before = completed;
-    for (int32_t budget = options.max_in_flight;
+    for (int32_t budget = kPostsPerTurn;
          budget > 0 && failure.ok() && !cancelled && next < n && in_flight < options.max_in_flight;
          --budget) {
       const TransferCopy& c = copies[next++];
@@ -170,7 +182,7 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
         finish(c.src_rank, c.length, UCS_PTR_STATUS(request));
       } else {
         free_slots.pop_back();
-        slots[s] = GetSlot{request, c.src_rank, c.length, false, UCS_OK};
+        slots[s] = GetSlot{request, c.src_rank, c.length, false, UCS_OK, s, &done_slots};
         ++in_flight;
       }
     }
@@ -187,17 +199,16 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
     }
 
     const unsigned events = worker_->ProgressAll();
-    int32_t reaped = 0;
-    for (int32_t s = 0; s < options.max_in_flight; ++s) {
+    const int32_t reaped = static_cast<int32_t>(done_slots.size());
+    for (int32_t s : done_slots) {
       GetSlot& slot = slots[s];
-      if (slot.request == nullptr || !slot.done) continue;
       ucp_request_free(slot.request);
       slot.request = nullptr;
       free_slots.push_back(s);
       --in_flight;
-      ++reaped;
       finish(slot.src_rank, slot.length, slot.status);
     }
+    done_slots.clear();
     // The endpoint error callback runs inside ProgressAll; UCX fails that endpoint's gets too.
     for (RemoteRank* r : remote) {
       if (r != nullptr && !r->error().ok()) fail(r->error());
@@ -241,9 +252,12 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
         if (slot.request != nullptr) ucp_request_free(slot.request);
         slot.request = nullptr;
       }
+      done_slots.clear();
       break;
     }
-    if (events == 0 && reaped == 0) {
+    const bool can_post =
+        failure.ok() && !cancelled && next < n && in_flight < options.max_in_flight;
+    if (events == 0 && reaped == 0 && !can_post) {
       const absl::Duration until_stall = options.stall_timeout - (now - last_completion);
       worker_->WaitForEvent(std::clamp(until_stall, absl::ZeroDuration(), kWaitSlice))
           .IgnoreError();  // a failed arm only means we poll again sooner

@@ -41,7 +41,7 @@
 namespace tandem {
 
 // Live counters of one Execute, for monitoring (and for tests that act mid-transfer). Execute
-// publishes them once per turn of its loop (every `max_in_flight` posts at most), not per get.
+// publishes them once per turn of its loop (every 64 posts at most), not per get.
 struct PullProgress {
   std::atomic<int64_t> posted{0};           // gets handed to UCX
   std::atomic<int64_t> completed{0};        // gets finished successfully
@@ -52,7 +52,9 @@ struct PullProgress {
 };
 
 struct PullOptions {
-  int32_t max_in_flight = 64;                        // ≥ 1
+  // ≥ 1. Tiny gets over TCP need a deep window to keep the source busy (measured: 64 → 0.3× the
+  // raw loop for 256-byte gets, 1024 → parity); memory cost is one small slot per get.
+  int32_t max_in_flight = 1024;
   absl::Duration stall_timeout = absl::Seconds(10);  // > 0
   const std::atomic<bool>* cancel = nullptr;         // optional; checked while waiting
   PullProgress* progress = nullptr;                  // optional
