@@ -1,5 +1,7 @@
 #include "model/cpu/cpu_backend.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -33,8 +35,14 @@ class CpuBackend final : public ComputeBackend {
 
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(int64_t bytes) override {
     if (bytes < 0) return absl::InvalidArgumentError("negative allocation");
-    const int64_t rounded = (std::max<int64_t>(bytes, 1) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
+    // Large buffers (KV pools, weights) are 2 MiB aligned and advised to use transparent huge
+    // pages: KV blocks are read scattered, and 4 KiB pages cost a TLB miss per block (measured
+    // by bench/attention: f32 decode attention 10.3 → 13.0 GB/s on one core).
+    constexpr int64_t kHuge = int64_t{2} << 20;
+    const int64_t align = bytes >= kHuge ? kHuge : 64;
+    const int64_t rounded = (std::max<int64_t>(bytes, 1) + align - 1) / align * align;
+    void* p = std::aligned_alloc(align, rounded);
+    if (p != nullptr && align == kHuge) madvise(p, rounded, MADV_HUGEPAGE);
     if (p == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
     }
@@ -94,14 +102,18 @@ class CpuBackend final : public ComputeBackend {
     cpu::GatherRows(src, index, m, cols, dst);
     return absl::OkStatus();
   }
+  // The kernels trust their arguments; the checks are O(rows + blocks), negligible next to the
+  // attention itself, and turn an indexing bug upstream into an error instead of a wild write.
   absl::Status WriteKv(const KvPoolView& pool, int32_t layer, const int64_t* slots, int64_t m,
                        const float* k, const float* v) override {
+    if (absl::Status s = ValidateKvCacheWrite(pool, layer, slots, m); !s.ok()) return s;
     WriteKvCache(pool, layer, slots, m, k, v);
     return absl::OkStatus();
   }
   absl::Status Attention(const KvPoolView& pool, int32_t layer, const AttentionRows& rows,
                          const float* q, int32_t num_q_heads, float scale, float* out,
                          float* lse) override {
+    if (absl::Status s = ValidateAttentionCall(pool, layer, rows, num_q_heads); !s.ok()) return s;
     PagedAttention(pool, layer, rows, q, num_q_heads, scale, out, lse);
     return absl::OkStatus();
   }
