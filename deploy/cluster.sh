@@ -22,16 +22,18 @@
 # Exit codes: 0 success; 1 runtime failure; 2 usage or config error; 3 `status`: cluster is down.
 set -euo pipefail
 
-readonly REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+readonly REPO
 readonly ROLES=(router prefill decode)
 readonly STOP_TIMEOUT_S=15
 
 log() { echo "cluster.sh: $*" >&2; }
+indent() { sed 's/^/    /'; }
 die() { log "error: $*"; exit 1; }
 config_error() { log "config error: $*"; exit 2; }
 
 usage() {
-  sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -41,6 +43,8 @@ cfg_file="" cfg_name="" cfg_model="auto" cfg_build_dir="build" cfg_startup_timeo
 inst_names=() inst_roles=() inst_flags=()  # one entry per process; flags newline-separated
 router_flags=""
 line_roles=() line_numbers=() line_flags=()  # one entry per router/prefill/decode line
+n_router=0 n_prefill=0 n_decode=0
+declare -A seen_settings=()
 
 # Keys cluster.sh sets itself (per role); a config may not set them.
 reserved_key() {
@@ -58,99 +62,108 @@ reserved_key() {
 # The port part of host:port ("" when there is none).
 port_of() { [[ $1 == *:* ]] && echo "${1##*:}" || echo ""; }
 
+# The value of --NAME in newline-separated FLAGS, else DEFAULT.
+flag_value() {  # flag_value NAME DEFAULT FLAGS
+  if [[ $3 == *"--$1="* ]]; then
+    local v=${3#*--"$1"=}
+    echo "${v%%$'\n'*}"
+  else
+    echo "$2"
+  fi
+}
+
+# One `key=value` setting line.
+parse_setting() {
+  local where=$1 key=${2%%=*} value=${2#*=}
+  [ -n "$value" ] || config_error "$where: '$key' has an empty value"
+  [ -z "${seen_settings[$key]:-}" ] || config_error "$where: '$key' given twice"
+  seen_settings[$key]=1
+  case "$key" in
+    model) cfg_model=$value ;;
+    build_dir) cfg_build_dir=$value ;;
+    name)
+      [[ $value =~ ^[A-Za-z0-9._-]+$ ]] || config_error "$where: name may use [A-Za-z0-9._-]"
+      cfg_name=$value
+      ;;
+    startup_timeout_s)
+      [[ $value =~ ^[1-9][0-9]*$ ]] || config_error "$where: startup_timeout_s must be > 0"
+      cfg_startup_timeout_s=$value
+      ;;
+    *) config_error "$where: unknown setting '$key' (model, build_dir, name, startup_timeout_s)" ;;
+  esac
+}
+
+# One `router|prefill|decode key=value...` line: records the line and expands it into `count`
+# instances, numbered per role.
+parse_process_line() {
+  local where=$1 lineno=$2 role=$3 count=1 flags="" tok key value l v i
+  shift 3
+  local -A seen=()
+  for tok in "$@"; do
+    [[ $tok == *=* ]] || config_error "$where: expected key=value, got '$tok'"
+    key=${tok%%=*}
+    value=${tok#*=}
+    key=${key//-/_}
+    [[ $key =~ ^[a-z][a-z0-9_]*$ ]] || config_error "$where: bad key '$key'"
+    [ -n "$value" ] || config_error "$where: '$key' has an empty value"
+    [ -z "${seen[$key]:-}" ] || config_error "$where: '$key' given twice"
+    seen[$key]=1
+    if [ "$key" = count ]; then
+      [[ $value =~ ^[1-9][0-9]*$ ]] || config_error "$where: count must be a positive integer"
+      [ "$role" != router ] || config_error "$where: there is exactly one router (no count)"
+      count=$value
+    elif reserved_key "$role" "$key"; then
+      config_error "$where: '$key' is set by cluster.sh and may not appear on a $role line"
+    else
+      flags+="--$key=$value"$'\n'
+    fi
+  done
+  if [ "$count" -gt 1 ]; then
+    for l in listen advertise; do
+      v=$(flag_value "$l" "" "$flags")
+      if [ -n "$v" ] && { [ "$l" = advertise ] || [ "$(port_of "$v")" != 0 ]; }; then
+        config_error "$where: count=$count instances cannot share $l=$v (use port 0)"
+      fi
+    done
+  fi
+  line_roles+=("$role")
+  line_numbers+=("$lineno")
+  line_flags+=("$flags")
+  if [ "$role" = router ]; then
+    n_router=$((n_router + 1))
+    router_flags=$flags
+    return
+  fi
+  for ((i = 0; i < count; i++)); do
+    if [ "$role" = prefill ]; then
+      inst_names+=("prefill-$n_prefill")
+      n_prefill=$((n_prefill + 1))
+    else
+      inst_names+=("decode-$n_decode")
+      n_decode=$((n_decode + 1))
+    fi
+    inst_roles+=("$role")
+    inst_flags+=("$flags")
+  done
+}
+
 parse_config() {
   cfg_file=$1
   [ -f "$cfg_file" ] || config_error "no such config file: $cfg_file"
   cfg_name=$(basename "$cfg_file")
   cfg_name=${cfg_name%.conf}
-  local lineno=0 line role key value count tok flags n_router=0 n_prefill=0 n_decode=0 toks
-  local -A seen_global=() seen_key=()
+  local lineno=0 line toks where
   while IFS= read -r line || [ -n "$line" ]; do
     lineno=$((lineno + 1))
     line=${line%%#*}
     read -ra toks <<<"$line" || true
     [ ${#toks[@]} -eq 0 ] && continue
-    local where="$cfg_file:$lineno"
+    where="$cfg_file:$lineno"
     case "${toks[0]}" in
-      router | prefill | decode)
-        role=${toks[0]}
-        count=1
-        flags=""
-        seen_key=()
-        for tok in "${toks[@]:1}"; do
-          [[ $tok == *=* ]] || config_error "$where: expected key=value, got '$tok'"
-          key=${tok%%=*}
-          value=${tok#*=}
-          key=${key//-/_}
-          [[ $key =~ ^[a-z][a-z0-9_]*$ ]] || config_error "$where: bad key '$key'"
-          [ -n "$value" ] || config_error "$where: '$key' has an empty value"
-          [ -z "${seen_key[$key]:-}" ] || config_error "$where: '$key' given twice"
-          seen_key[$key]=1
-          if [ "$key" = count ]; then
-            [[ $value =~ ^[1-9][0-9]*$ ]] || config_error "$where: count must be a positive integer"
-            [ "$role" != router ] || config_error "$where: there is exactly one router (no count)"
-            count=$value
-            continue
-          fi
-          if reserved_key "$role" "$key"; then
-            config_error "$where: '$key' is set by cluster.sh and may not appear on a $role line"
-          fi
-          flags+="--$key=$value"$'\n'
-        done
-        if [ "$count" -gt 1 ]; then
-          local l
-          for l in listen advertise; do
-            if [[ $flags == *"--$l="* ]]; then
-              local v=${flags#*--$l=}
-              v=${v%%$'\n'*}
-              if [ "$l" = advertise ] || [ "$(port_of "$v")" != 0 ]; then
-                config_error "$where: count=$count instances cannot share $l=$v (use port 0)"
-              fi
-            fi
-          done
-        fi
-        line_roles+=("$role")
-        line_numbers+=("$lineno")
-        line_flags+=("$flags")
-        if [ "$role" = router ]; then
-          n_router=$((n_router + 1))
-          router_flags=$flags
-          continue
-        fi
-        local i idx
-        for ((i = 0; i < count; i++)); do
-          if [ "$role" = prefill ]; then
-            idx=$n_prefill
-            n_prefill=$((n_prefill + 1))
-          else
-            idx=$n_decode
-            n_decode=$((n_decode + 1))
-          fi
-          inst_names+=("$role-$idx")
-          inst_roles+=("$role")
-          inst_flags+=("$flags")
-        done
-        ;;
+      router | prefill | decode) parse_process_line "$where" "$lineno" "${toks[@]}" ;;
       *=*)
         [ ${#toks[@]} -eq 1 ] || config_error "$where: a setting is one key=value (got '$line')"
-        key=${toks[0]%%=*}
-        value=${toks[0]#*=}
-        [ -n "$value" ] || config_error "$where: '$key' has an empty value"
-        [ -z "${seen_global[$key]:-}" ] || config_error "$where: '$key' given twice"
-        seen_global[$key]=1
-        case "$key" in
-          model) cfg_model=$value ;;
-          build_dir) cfg_build_dir=$value ;;
-          name)
-            [[ $value =~ ^[A-Za-z0-9._-]+$ ]] || config_error "$where: name may use [A-Za-z0-9._-]"
-            cfg_name=$value
-            ;;
-          startup_timeout_s)
-            [[ $value =~ ^[1-9][0-9]*$ ]] || config_error "$where: startup_timeout_s must be > 0"
-            cfg_startup_timeout_s=$value
-            ;;
-          *) config_error "$where: unknown setting '$key' (model, build_dir, name, startup_timeout_s)" ;;
-        esac
+        parse_setting "$where" "${toks[0]}"
         ;;
       *) config_error "$where: expected a setting (key=value) or a router/prefill/decode line" ;;
     esac
@@ -178,7 +191,7 @@ binary_of() {
 flags_of() {
   local out
   out=$("$1" --helpfull 2>&1 || true)
-  sed -n 's/^ *--\([A-Za-z0-9_]*\) (.*/\1/p' <<<"$out"
+  sed -n 's/^    --\([A-Za-z0-9_]*\) (.*/\1/p' <<<"$out"
 }
 
 # Checks every configured flag name against the binaries that exist (one --helpfull each).
@@ -260,11 +273,12 @@ start_instance() {
   { printf '%q' "$bin"; printf ' %q' "$@"; echo; } >"$run_dir/$name.cmd"
   # The child records its own pid before exec'ing the binary, so the pid is right even if
   # setsid had to fork.
+  # shellcheck disable=SC2016 # $$ and $1 are the child's, not ours
   setsid bash -c 'echo $$ >"$1.new" && mv "$1.new" "$1" && shift && exec "$@"' \
     _ "$pidfile" "$bin" "$@" >"$run_dir/$name.log" 2>&1 </dev/null 9>&- &
   local deadline=$((SECONDS + 10)) pid start
   until [ -s "$pidfile" ]; do
-    [ $SECONDS -lt $deadline ] || die "$name did not start (see $run_dir/$name.log)"
+    [ "$SECONDS" -lt "$deadline" ] || die "$name did not start (see $run_dir/$name.log)"
     sleep 0.05
   done
   read -r pid <"$pidfile"
@@ -275,7 +289,7 @@ start_instance() {
 
 fail_instance() {
   log "error: $1 $2; last lines of $run_dir/$1.log:"
-  tail -n 20 "$run_dir/$1.log" | sed 's/^/    /' >&2
+  tail -n 20 "$run_dir/$1.log" | indent >&2
   exit 1
 }
 
@@ -290,7 +304,7 @@ wait_ready() {
       pending+=("$name")
     done
     [ ${#pending[@]} -eq 0 ] && return 0
-    if [ $SECONDS -ge $deadline ]; then
+    if [ "$SECONDS" -ge "$deadline" ]; then
       fail_instance "${pending[0]}" "not ready after ${cfg_startup_timeout_s}s (startup_timeout_s)"
     fi
     sleep 0.2
@@ -304,15 +318,6 @@ address_of() {
     0.0.0.0 | "" | "[::]") host=127.0.0.1 ;;
   esac
   echo "$host:$3"
-}
-
-flag_value() {  # flag_value NAME DEFAULT FLAGS
-  if [[ $3 == *"--$1="* ]]; then
-    local v=${3#*--$1=}
-    echo "${v%%$'\n'*}"
-  else
-    echo "$2"
-  fi
 }
 
 node_address() {
@@ -361,7 +366,7 @@ stop_all() {
     while :; do
       left=0
       for i in "${!names[@]}"; do instance_alive "${names[$i]}" && left=1; done
-      [ $left -eq 0 ] || [ $SECONDS -ge $deadline ] && break
+      [ $left -eq 0 ] || [ "$SECONDS" -ge "$deadline" ] && break
       sleep 0.1
     done
     for i in "${!names[@]}"; do
@@ -374,7 +379,7 @@ stop_all() {
     deadline=$((SECONDS + 5))
     for i in "${!names[@]}"; do
       while instance_alive "${names[$i]}"; do
-        [ $SECONDS -lt $deadline ] || die "${names[$i]} (pid ${pids[$i]}) survived SIGKILL"
+        [ "$SECONDS" -lt "$deadline" ] || die "${names[$i]} (pid ${pids[$i]}) survived SIGKILL"
         sleep 0.1
       done
     done
@@ -492,9 +497,9 @@ cmd_up() {
     for name in "${inst_names[@]}"; do
       instance_alive "$name" || fail_instance "$name" "exited"
     done
-    if [ $SECONDS -ge $deadline ]; then
+    if [ "$SECONDS" -ge "$deadline" ]; then
       log "error: router $router_addr does not report every node healthy after ${cfg_startup_timeout_s}s:"
-      sed 's/^/    /' <<<"$last_fleet" >&2
+      indent <<<"$last_fleet" >&2
       fail_instance router "still waiting for healthy nodes"
     fi
     sleep 0.2
@@ -502,7 +507,7 @@ cmd_up() {
   trap - EXIT INT TERM
   cp "$cfg_file" "$run_dir/cluster.conf"
   echo "$router_addr" >"$run_dir/router.addr"
-  sed 's/^/    /' <<<"$last_fleet" >&2
+  indent <<<"$last_fleet" >&2
   log "cluster $cfg_name is up; router at $router_addr"
   echo "$router_addr"
 }

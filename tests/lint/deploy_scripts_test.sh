@@ -89,7 +89,8 @@ grep -q -- "--kv_budget_mb=8" <<<"$out" || fail "good.conf: kv-budget-mb not map
 # status/down of a cluster that never ran: down is a no-op, status says down with exit code 3.
 rc=0
 out=$(bash "$cluster" status "$tmp/good.conf" 2>&1) || rc=$?
-[ "$rc" -eq 3 ] && grep -q "cluster good is down" <<<"$out" || fail "status of a down cluster: rc=$rc $out"
+[ "$rc" -eq 3 ] || fail "status of a down cluster exits $rc, want 3"
+grep -q "cluster good is down" <<<"$out" || fail "status of a down cluster says: $out"
 bash "$cluster" down "$tmp/good.conf" >/dev/null 2>&1 || fail "down of a down cluster failed"
 
 rc=0
