@@ -42,7 +42,7 @@ struct DecodeNodeOptions {
   absl::Duration queue_timeout = absl::Seconds(30);  // waiting for KV capacity
   absl::Duration rpc_timeout = absl::Seconds(10);    // calls to prefill instances
   absl::Duration stall_timeout = absl::Seconds(10);  // KV pull without progress
-  int32_t max_in_flight = 64;                        // gets outstanding per rank
+  int32_t max_in_flight = 1024;  // gets outstanding per rank (64 starves small-row TCP pulls)
   UcxOptions ucx;
 };
 
