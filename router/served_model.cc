@@ -40,7 +40,14 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::FromGguf(const GgufFil
     TANDEM_ASSIGN_OR_RETURN(const absl::string_view general_name, file.GetString("general.name"));
     limits.name = std::string(general_name);
   }
-  return std::unique_ptr<ServedModel>(new ServedModel(std::move(tokenizer), std::move(limits)));
+  std::string default_system;
+  if (file.Has("tokenizer.chat_template")) {
+    TANDEM_ASSIGN_OR_RETURN(const absl::string_view chat_template,
+                            file.GetString("tokenizer.chat_template"));
+    default_system = DefaultSystemPrompt(chat_template);
+  }
+  return std::unique_ptr<ServedModel>(
+      new ServedModel(std::move(tokenizer), std::move(limits), std::move(default_system)));
 }
 
 std::vector<int32_t> ServedModel::Tokenize(const PromptInput& prompt) const {
@@ -48,8 +55,9 @@ std::vector<int32_t> ServedModel::Tokenize(const PromptInput& prompt) const {
     case PromptInput::Kind::kText:
       return tokenizer_->Encode(prompt.text, /*parse_special=*/true);
     case PromptInput::Kind::kChat:
-      return tokenizer_->Encode(FormatChatMl(prompt.chat, /*add_generation_prompt=*/true),
-                                /*parse_special=*/true);
+      return tokenizer_->Encode(
+          FormatChatMl(prompt.chat, /*add_generation_prompt=*/true, default_system_),
+          /*parse_special=*/true);
     case PromptInput::Kind::kTokenIds:
       return prompt.token_ids;
     case PromptInput::Kind::kUnset:

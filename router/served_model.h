@@ -34,16 +34,20 @@ class ServedModel {
   const ModelLimits& limits() const { return limits_; }
 
   // Token ids of a prompt that passed ValidatePromptInput: text with special tokens parsed,
-  // chat as ChatML with the assistant turn opened, token ids as given. BOS is prepended to text
-  // and chat prompts when the model asks for it.
+  // chat as ChatML with the assistant turn opened (and, like the model's chat template, its
+  // default system message when the conversation does not start with one), token ids as given.
+  // BOS is prepended to text and chat prompts when the model asks for it.
   std::vector<int32_t> Tokenize(const PromptInput& prompt) const;
 
  private:
-  ServedModel(std::unique_ptr<Tokenizer> tokenizer, ModelLimits limits)
-      : tokenizer_(std::move(tokenizer)), limits_(std::move(limits)) {}
+  ServedModel(std::unique_ptr<Tokenizer> tokenizer, ModelLimits limits, std::string default_system)
+      : tokenizer_(std::move(tokenizer)),
+        limits_(std::move(limits)),
+        default_system_(std::move(default_system)) {}
 
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelLimits limits_;
+  std::string default_system_;  // from tokenizer.chat_template; empty = none
 };
 
 }  // namespace tandem

@@ -46,6 +46,24 @@ TEST(ServedModelTest, TokenizesEachPromptKind) {
   EXPECT_THAT(model->Tokenize(raw), ElementsAre(7, 8, 9));
 }
 
+TEST(ServedModelTest, ChatGetsTheTemplatesDefaultSystemMessage) {
+  const std::unique_ptr<ServedModel> model = MakeTestModel(
+      256,
+      "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are Tiny.<|im_end|>\n' "
+      "}}{% endif %}{% for message in messages %}...{% endfor %}");
+  ASSERT_NE(model, nullptr);
+  PromptInput chat;
+  chat.kind = PromptInput::Kind::kChat;
+  chat.chat = {{"user", "hi"}};
+  EXPECT_EQ(model->tokenizer().Decode(model->Tokenize(chat)),
+            "<|im_start|>system\nYou are Tiny.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  chat.chat.insert(chat.chat.begin(), ChatMessage{"system", "Be brief."});
+  EXPECT_EQ(model->tokenizer().Decode(model->Tokenize(chat)),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+            "<|im_start|>assistant\n");
+}
+
 TEST(ServedModelTest, ExplicitNameWinsAndMissingContextIsNotFound) {
   GgufWriter writer;
   writer.Set("general.architecture", GgufValue::String("llama"));

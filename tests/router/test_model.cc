@@ -11,7 +11,8 @@
 
 namespace tandem::testing_router {
 
-std::unique_ptr<ServedModel> MakeTestModel(int64_t context_length) {
+std::unique_ptr<ServedModel> MakeTestModel(int64_t context_length,
+                                           const std::string& chat_template) {
   std::vector<std::string> tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
   std::vector<int32_t> types(3, static_cast<int32_t>(TokenKind::kControl));
   for (int b = 0; b < 256; ++b) {
@@ -32,6 +33,9 @@ std::unique_ptr<ServedModel> MakeTestModel(int64_t context_length) {
   writer.Set("tokenizer.ggml.merges", GgufValue::StringArray({"h e"}));
   writer.Set("tokenizer.ggml.bos_token_id", GgufValue::Uint32(1));
   writer.Set("tokenizer.ggml.eos_token_id", GgufValue::Uint32(2));
+  if (!chat_template.empty()) {
+    writer.Set("tokenizer.chat_template", GgufValue::String(chat_template));
+  }
   absl::StatusOr<std::unique_ptr<GgufFile>> file =
       GgufFile::FromBytes(writer.Serialize(), "tiny-test.gguf");
   EXPECT_TRUE(file.ok()) << file.status();

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "router/served_model.h"
 
@@ -18,6 +19,8 @@ inline constexpr char kTestModelName[] = "tiny-test";
 // The token of one byte.
 constexpr int32_t ByteToken(char c) { return 3 + static_cast<uint8_t>(c); }
 
-std::unique_ptr<ServedModel> MakeTestModel(int64_t context_length);
+// `chat_template` (tokenizer.chat_template) is omitted when empty.
+std::unique_ptr<ServedModel> MakeTestModel(int64_t context_length,
+                                           const std::string& chat_template = "");
 
 }  // namespace tandem::testing_router
