@@ -39,7 +39,7 @@ int RunGenerate(v1::Router::StubInterface& router, const v1::GenerateRequest& re
     }
   }
   const grpc::Status status = reader->Finish();
-  if (stats.tokens > 0 || !stats.finish_reason.empty()) out << "\n";
+  if (stats.tokens > 0 || !stats.finish_reason.empty()) out << "\n" << std::flush;
   if (!status.ok()) {
     err << FormatErrorLine(ToAbsl(status)) << "\n";
     return 1;
