@@ -54,7 +54,7 @@ case "$state" in
 esac
 if [ "$stop_at_exit" -eq 1 ]; then
   trap 'step "shutting the cluster down"; cluster down "$CONFIG"' EXIT
-  trap 'exit 130' INT TERM
+  trap 'echo >&2; exit 130' INT TERM
 fi
 
 step "starting the cluster ($CONFIG: router + prefill tp=3 + decode tp=1)"
