@@ -55,20 +55,8 @@ absl::Status AttentionRunner::ValidateRows(const KvPoolView& pool, int32_t layer
       num_q_heads == validated_heads_ && SameRowScalars(rows, validated_rows_)) {
     return absl::OkStatus();
   }
-  // The CPU validator rejects negative positions; here they are padding rows, which read no
-  // request, table or key, so only the other rows are checked.
-  real_request_.clear();
-  real_position_.clear();
-  for (int64_t i = 0; i < rows.num_rows; ++i) {
-    if (rows.position[i] < 0) continue;
-    real_request_.push_back(rows.request[i]);
-    real_position_.push_back(rows.position[i]);
-  }
-  AttentionRows real = rows;
-  real.num_rows = static_cast<int64_t>(real_position_.size());
-  real.request = real_request_.data();
-  real.position = real_position_.data();
-  TANDEM_RETURN_IF_ERROR(ValidateAttentionCall(pool, layer, real, num_q_heads));
+  // The validator exempts padding rows (negative positions): they read no request, table or key.
+  TANDEM_RETURN_IF_ERROR(ValidateAttentionCall(pool, layer, rows, num_q_heads));
   validated_blob_ = blob_;
   validated_pool_ = pool;
   validated_heads_ = num_q_heads;

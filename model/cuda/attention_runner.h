@@ -66,9 +66,6 @@ class AttentionRunner {
   KvPoolView validated_pool_;
   int32_t validated_heads_ = 0;
   AttentionRows validated_rows_;
-  // Reused host arrays for validating the non-padding rows.
-  std::vector<int32_t> real_request_;
-  std::vector<int64_t> real_position_;
 };
 
 }  // namespace tandem::gpu
