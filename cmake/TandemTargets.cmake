@@ -71,3 +71,11 @@ function(tandem_test)
     set_tests_properties(${ARG_NAME} PROPERTIES SKIP_RETURN_CODE 77)
   endif()
 endfunction()
+
+# Warning policy for a target with .cu sources: nvcc warnings are errors, and the host compiler
+# gets the same -Wall -Wextra -Werror as the rest of Tandem.
+function(tandem_cuda_target target)
+  target_compile_options(${target} PRIVATE
+    "$<$<COMPILE_LANGUAGE:CUDA>:SHELL:--Werror all-warnings>"
+    "$<$<COMPILE_LANGUAGE:CUDA>:SHELL:-Xcompiler -Wall,-Wextra,-Werror,-Wno-missing-field-initializers>")
+endfunction()

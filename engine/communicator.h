@@ -11,7 +11,8 @@
 //                  (TP ranks keep identical residual streams).
 //   Broadcast      bytes of root's buffer copied into every rank's buffer.
 //   Barrier        returns once every member has entered it.
-// Sums are computed in a fixed rank order, so results are deterministic run to run.
+// Sums are computed in a fixed order, identical on every rank, so results are deterministic
+// run to run (the CPU implementation sums in rank order; NCCL in its own fixed order).
 //
 // Errors: a collective returns a non-OK status when the group was aborted (Abort() from any
 // member, e.g. because one rank failed) or when peers do not arrive within the group's timeout
