@@ -119,9 +119,10 @@ class RouterIntegrationTest : public testing::Test {
     return r;
   }
 
-  Reply Generate(const v1::GenerateRequest& request) {
+  // `with_deadline` false sends no deadline at all (the router must still bound its calls).
+  Reply Generate(const v1::GenerateRequest& request, bool with_deadline = true) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+    if (with_deadline) ctx.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
     Reply reply;
     std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
         stub_->Generate(&ctx, request);
@@ -198,6 +199,16 @@ TEST_F(RouterIntegrationTest, HappyPathStreamsEveryTokenInOrderWithText) {
 
   EXPECT_THAT(Log(), testing::Contains(HasSubstr(
                          "request happy-1: OK prompt_tokens=2 completion_tokens=5 ttft_us=")));
+}
+
+TEST_F(RouterIntegrationTest, RequestWithoutAClientDeadlineIsServed) {
+  FakePrefill prefill("p0", prefill_script_);
+  FakeDecode decode("d0", decode_script_);
+  StartRouter({&prefill}, {&decode});
+  ASSERT_TRUE(WaitAllHealthy(2));
+  const Reply reply = Generate(TextRequest("hi", 3), /*with_deadline=*/false);
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  EXPECT_EQ(Ids(reply.tokens), Expected(3));
 }
 
 TEST_F(RouterIntegrationTest, ChatPromptIsFormattedAndStopTokenFromPrefillEndsTheRequest) {
