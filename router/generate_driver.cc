@@ -13,8 +13,9 @@
 #include "router/decode_stream.h"
 #include "router/request_prep.h"
 #include "router/request_state.h"
-#include "router/rpc_status.h"
 #include "router/unary_call.h"
+#include "serving/grpc_status.h"
+#include "serving/proto_convert.h"
 #include "tandem/v1/prefill.grpc.pb.h"
 
 namespace tandem {
@@ -104,7 +105,7 @@ void Driver::Prefill(RequestState& state) {
   v1::PrefillRequest request;
   request.set_request_id(NodeRequestId());
   request.mutable_prompt_ids()->Add(plan.prompt_ids.begin(), plan.prompt_ids.end());
-  *request.mutable_sampling() = SamplingToProto(prepared_.sampling);
+  *request.mutable_sampling() = ToProto(prepared_.sampling);
   request.set_sample_step(plan.sample_step);
   request.set_max_new_tokens(plan.max_new_tokens);
   ++node_calls_;
@@ -168,7 +169,7 @@ void Driver::Decode(RequestState& state) {
                                                           : kv_->handle.request_id());
   request.set_first_token(plan.first_token);
   *request.mutable_kv() = kv_->handle;
-  *request.mutable_sampling() = SamplingToProto(prepared_.sampling);
+  *request.mutable_sampling() = ToProto(prepared_.sampling);
   request.set_max_new_tokens(plan.max_new_tokens);
   request.mutable_stop_ids()->Add(prepared_.stop_ids.begin(), prepared_.stop_ids.end());
   request.set_next_step(plan.next_step);
@@ -195,7 +196,7 @@ void Driver::Decode(RequestState& state) {
     } else if (next.status.ok()) {
       failure = absl::UnknownError("decode stream ended without a finish event");
     } else {
-      failure = StatusFromGrpc(next.status);
+      failure = FromGrpcStatus(next.status);
     }
     break;
   }
@@ -249,7 +250,7 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
   absl::StatusOr<PreparedRequest> prepared = PrepareRequest(*deps_.model, request);
   if (!prepared.ok()) {
     LogEnd(nullptr, prepared.status());
-    return StatusToGrpc(prepared.status());
+    return ToGrpcStatus(prepared.status());
   }
   prepared_ = *std::move(prepared);
   detokenizer_.emplace(deps_.model->tokenizer(), /*skip_special=*/true);
@@ -277,7 +278,7 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
   }
   if (state.phase() == RequestPhase::kFailed) {
     LogEnd(&state, state.error());
-    return StatusToGrpc(state.error());
+    return ToGrpcStatus(state.error());
   }
 
   v1::GenerateResponse response;

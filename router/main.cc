@@ -16,6 +16,7 @@
 #include "router/router_options.h"
 #include "router/router_server.h"
 #include "router/served_model.h"
+#include "serving/server_runner.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50050", "gRPC listen address host:port (port 0 = any)");
 ABSL_FLAG(std::string, model, "", "GGUF model file (only tokenizer and metadata are read)");
@@ -83,7 +84,7 @@ int main(int argc, char** argv) {
   auto router = tandem::RouterServer::Start(*options, *std::move(model));
   if (!router.ok()) return Fail(router.status());
   if (const std::string port_file = absl::GetFlag(FLAGS_port_file); !port_file.empty()) {
-    if (absl::Status s = tandem::WriteRouterPortFile(port_file, (*router)->port()); !s.ok()) {
+    if (absl::Status s = tandem::WritePortFile(port_file, (*router)->port()); !s.ok()) {
       return Fail(s);
     }
   }

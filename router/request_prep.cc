@@ -2,6 +2,7 @@
 
 #include "common/status_macros.h"
 #include "router/request_validation.h"
+#include "serving/proto_convert.h"
 
 namespace tandem {
 namespace {
@@ -31,24 +32,6 @@ PromptInput PromptFromProto(const v1::GenerateRequest& request) {
 
 }  // namespace
 
-SamplingParams SamplingFromProto(const v1::SamplingParams& proto) {
-  SamplingParams p;
-  p.temperature = proto.temperature();
-  p.top_k = proto.top_k();
-  p.top_p = proto.top_p();
-  p.seed = proto.seed();
-  return p;
-}
-
-v1::SamplingParams SamplingToProto(const SamplingParams& params) {
-  v1::SamplingParams p;
-  p.set_temperature(params.temperature);
-  p.set_top_k(params.top_k);
-  p.set_top_p(params.top_p);
-  p.set_seed(params.seed);
-  return p;
-}
-
 absl::StatusOr<PreparedRequest> PrepareRequest(const ServedModel& model,
                                                const v1::GenerateRequest& request) {
   const ModelLimits& limits = model.limits();
@@ -57,7 +40,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const ServedModel& model,
   TANDEM_RETURN_IF_ERROR(ValidatePromptInput(input));
   TANDEM_RETURN_IF_ERROR(ValidateMaxTokens(request.max_tokens()));
   PreparedRequest out;
-  TANDEM_ASSIGN_OR_RETURN(out.sampling, NormalizeSampling(SamplingFromProto(request.sampling())));
+  TANDEM_ASSIGN_OR_RETURN(out.sampling, NormalizeSampling(FromProto(request.sampling())));
   out.prompt = model.Tokenize(input);
   TANDEM_RETURN_IF_ERROR(ValidatePromptIds(out.prompt, limits));
   TANDEM_RETURN_IF_ERROR(

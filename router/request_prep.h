@@ -23,7 +23,4 @@ struct PreparedRequest {
 [[nodiscard]] absl::StatusOr<PreparedRequest> PrepareRequest(const ServedModel& model,
                                                              const v1::GenerateRequest& request);
 
-SamplingParams SamplingFromProto(const v1::SamplingParams& proto);
-v1::SamplingParams SamplingToProto(const SamplingParams& params);
-
 }  // namespace tandem

@@ -60,8 +60,4 @@ class RouterServer {
   bool shut_down_ = false;
 };
 
-// Writes "<port>\n" to `path` through a temporary file renamed into place, so a reader polling
-// for the file never sees it half-written.
-[[nodiscard]] absl::Status WriteRouterPortFile(const std::string& path, int port);
-
 }  // namespace tandem

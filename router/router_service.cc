@@ -2,7 +2,7 @@
 
 #include "absl/time/clock.h"
 #include "router/generate_reactor.h"
-#include "router/rpc_status.h"
+#include "serving/grpc_status.h"
 
 namespace tandem {
 
@@ -27,7 +27,7 @@ grpc::ServerUnaryReactor* RouterService::Heartbeat(grpc::CallbackServerContext* 
       request->address(), request->role(), absl::Milliseconds(request->ttl_ms()), absl::Now());
   if (added.ok() && *added) health_->PollNow();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(StatusToGrpc(added.status()));
+  reactor->Finish(ToGrpcStatus(added.status()));
   return reactor;
 }
 

@@ -28,7 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "router/rpc_status.h"
+#include "serving/grpc_status.h"
 
 namespace tandem {
 
@@ -86,7 +86,7 @@ class UnaryCall {
       }
     }
     absl::MutexLock lock(&s.mu);
-    if (!s.status.ok()) return StatusFromGrpc(s.status);
+    if (!s.status.ok()) return FromGrpcStatus(s.status);
     return std::move(s.response);
   }
 
