@@ -1,0 +1,240 @@
+// PrefillEngine / DecodeEngine / Instance behaviour on the small random model: validation, KV
+// capacity waits, cancellation, stop conditions and continuous batching — and that every path
+// returns its blocks.
+#include <random>
+
+#include "absl/synchronization/notification.h"
+#include "engine/combined_engine.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/engine/test_model.h"
+
+namespace tandem {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::RandomWeights;
+using testing::SmallConfig;
+
+const LlamaWeights& Weights() {
+  static const LlamaWeights* w = new LlamaWeights(RandomWeights(SmallConfig(), 17));
+  return *w;
+}
+
+std::unique_ptr<Instance> MakeInstance(int64_t kv_bytes = int64_t{1} << 20) {
+  InstanceOptions o;
+  o.parallel.block_size = 4;
+  o.kv_bytes_per_rank = kv_bytes;
+  auto inst = Instance::Create(Weights(), o);
+  EXPECT_TRUE(inst.ok()) << inst.status();
+  return std::move(inst).value();
+}
+
+std::vector<int32_t> Prompt(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> p(n);
+  for (int32_t& t : p) t = static_cast<int32_t>(rng() % 300);
+  return p;
+}
+
+struct PrefillWait {
+  absl::Notification done;
+  absl::StatusOr<PrefillResult> result = absl::UnknownError("pending");
+  PrefillCallback Callback() {
+    return [this](absl::StatusOr<PrefillResult> r) {
+      result = std::move(r);
+      done.Notify();
+    };
+  }
+};
+
+TEST(EnginesTest, InstanceRejectsInvalidLayoutsNamingTheRule) {
+  struct Case {
+    ParallelConfig p;
+    InstanceRole role;
+    const char* rule;
+  };
+  const Case cases[] = {
+      {{3, 1, 1, 16, 1}, InstanceRole::kCombined, "tp must divide the number of query heads"},
+      {{16, 1, 1, 16, 1}, InstanceRole::kCombined, "tp must divide the number of query heads"},
+      {{1, 2, 1, 16, 1}, InstanceRole::kDecode, "pcp must be 1 on a decode instance"},
+      {{2, 1, 2, 16, 1}, InstanceRole::kDecode, "would mix KV heads"},
+      {{4, 1, 4, 16, 1}, InstanceRole::kCombined, "would mix KV heads"},
+      {{8, 1, 3, 16, 1}, InstanceRole::kCombined, "dcp must divide tp*pcp"},
+      {{1, 3, 2, 16, 1}, InstanceRole::kPrefill, "dcp must divide tp*pcp"},
+      {{1, 1, 1, 16, 3}, InstanceRole::kCombined, "block_size % interleave"},
+      {{1, 1, 1, 0, 1}, InstanceRole::kCombined, "block_size must be >= 1"},
+      {{0, 1, 1, 16, 1}, InstanceRole::kCombined, "tp must be >= 1"},
+      {{1, 0, 1, 16, 1}, InstanceRole::kPrefill, "pcp must be >= 1"},
+      {{2, 2, 3, 16, 1}, InstanceRole::kPrefill, "dcp must divide tp*pcp"},
+  };
+  for (const Case& c : cases) {
+    InstanceOptions o;
+    o.parallel = c.p;
+    o.role = c.role;
+    const auto inst = Instance::Create(Weights(), o);
+    EXPECT_EQ(inst.status().code(), absl::StatusCode::kInvalidArgument) << c.p.ToString();
+    EXPECT_THAT(inst.status().message(), HasSubstr(c.rule)) << c.p.ToString();
+  }
+  InstanceOptions tiny;
+  tiny.kv_bytes_per_rank = 100;
+  EXPECT_THAT(Instance::Create(Weights(), tiny).status().message(), HasSubstr("smaller than one block"));
+}
+
+TEST(EnginesTest, PrefillRejectsRequestsThatCanNeverRun) {
+  auto inst = MakeInstance(int64_t{64} << 10);  // 64 KiB: 32 blocks of 4 tokens
+  BlockManager blocks(inst->num_blocks());
+  PrefillEngine engine(inst.get(), &blocks, PrefillOptions{});
+  PrefillWait w;
+  EXPECT_THAT(engine.Submit(PrefillRequest{"a", {}, {}, 0, 0, false}, w.Callback()).message(),
+              HasSubstr("prompt is empty"));
+  EXPECT_THAT(engine.Submit(PrefillRequest{"b", {1, 320}, {}, 0, 0, false}, w.Callback()).message(),
+              HasSubstr("token id 320"));
+  EXPECT_EQ(engine.Submit(PrefillRequest{"c", Prompt(200, 1), {}, 0, 0, false}, w.Callback()).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(engine.Submit(PrefillRequest{"d", {1}, SamplingParams{-1.f, 0, 1.f, 0}, 0, 0, false},
+                          w.Callback())
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(w.done.HasBeenNotified());
+  EXPECT_EQ(blocks.free_blocks(), blocks.total_blocks());
+}
+
+TEST(EnginesTest, PrefillWaitsForCapacityThenTimesOut) {
+  auto inst = MakeInstance(int64_t{64} << 10);
+  BlockManager blocks(inst->num_blocks());
+  PrefillOptions po;
+  po.queue_timeout = absl::Milliseconds(150);
+  PrefillEngine engine(inst.get(), &blocks, po);
+  std::vector<int32_t> taken = *blocks.Allocate(blocks.total_blocks() - 2);
+  PrefillWait w;
+  ASSERT_TRUE(engine.Submit(PrefillRequest{"a", Prompt(40, 2), {}, 0, 0, false}, w.Callback()).ok());
+  ASSERT_TRUE(w.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(w.result.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(w.result.status().message(), HasSubstr("queue timeout"));
+  // Freed capacity lets the next one through.
+  ASSERT_TRUE(blocks.Free(taken).ok());
+  PrefillWait w2;
+  ASSERT_TRUE(engine.Submit(PrefillRequest{"b", Prompt(40, 2), {}, 0, 0, false}, w2.Callback()).ok());
+  ASSERT_TRUE(w2.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(w2.result.ok()) << w2.result.status();
+  EXPECT_EQ(w2.result->num_tokens, 40);
+  ASSERT_TRUE(blocks.Free(w2.result->block_table).ok());
+  EXPECT_EQ(blocks.free_blocks(), blocks.total_blocks());
+}
+
+TEST(EnginesTest, CancellingAQueuedPrefillFreesNothingAndReportsCancelled) {
+  auto inst = MakeInstance(int64_t{64} << 10);
+  BlockManager blocks(inst->num_blocks());
+  PrefillOptions po;
+  po.queue_timeout = absl::Minutes(1);
+  PrefillEngine engine(inst.get(), &blocks, po);
+  std::vector<int32_t> taken = *blocks.Allocate(blocks.total_blocks());
+  PrefillWait w;
+  ASSERT_TRUE(engine.Submit(PrefillRequest{"x", Prompt(10, 3), {}, 0, 0, false}, w.Callback()).ok());
+  EXPECT_TRUE(engine.Cancel("x"));
+  ASSERT_TRUE(w.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(w.result.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_FALSE(engine.Cancel("x"));
+  ASSERT_TRUE(blocks.Free(taken).ok());
+  EXPECT_EQ(blocks.free_blocks(), blocks.total_blocks());
+}
+
+GenerateResult Generate(CombinedEngine& engine, GenerateRequest req) {
+  absl::StatusOr<GenerateResult> r = engine.GenerateBlocking(std::move(req), absl::Seconds(60));
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : GenerateResult{};
+}
+
+TEST(EnginesTest, StopTokensAndTokenBudgetEndRequests) {
+  auto inst = MakeInstance();
+  CombinedEngine engine(inst.get(), PrefillOptions{}, DecodeOptions{});
+  GenerateRequest req;
+  req.prompt = Prompt(9, 4);
+  req.max_new_tokens = 12;
+  const GenerateResult full = Generate(engine, req);
+  ASSERT_EQ(full.tokens.size(), 12u);
+  EXPECT_EQ(full.reason, FinishReason::kLength);
+  // Make the 5th generated token a stop token: generation ends before it, and it is not emitted.
+  req.stop_ids = {full.tokens[4]};
+  const GenerateResult stopped = Generate(engine, req);
+  const auto first = std::find(full.tokens.begin(), full.tokens.end(), full.tokens[4]);
+  EXPECT_EQ(stopped.tokens, std::vector<int32_t>(full.tokens.begin(), first));
+  EXPECT_EQ(stopped.reason, FinishReason::kStop);
+  req.stop_ids.clear();
+  req.max_new_tokens = 1;
+  const GenerateResult one = Generate(engine, req);
+  EXPECT_EQ(one.tokens, std::vector<int32_t>{full.tokens[0]});
+  EXPECT_EQ(engine.blocks().free_blocks(), engine.blocks().total_blocks());
+}
+
+TEST(EnginesTest, RequestsJoiningMidwayDoNotChangeOthersOutput) {
+  auto inst = MakeInstance();
+  CombinedEngine engine(inst.get(), PrefillOptions{}, DecodeOptions{});
+  GenerateRequest a;
+  a.id = "a";
+  a.prompt = Prompt(13, 5);
+  a.max_new_tokens = 40;
+  GenerateRequest b;
+  b.id = "b";
+  b.prompt = Prompt(30, 6);
+  b.max_new_tokens = 10;
+  const GenerateResult a_alone = Generate(engine, a);
+  const GenerateResult b_alone = Generate(engine, b);
+  // b joins while a is decoding (after a's 5th token) and leaves before it.
+  absl::Notification a_done, b_done;
+  absl::StatusOr<GenerateResult> a_res = absl::UnknownError(""), b_res = absl::UnknownError("");
+  int a_tokens = 0;
+  ASSERT_TRUE(engine
+                  .Generate(
+                      a,
+                      [&](int32_t) {
+                        if (++a_tokens == 5) {
+                          EXPECT_TRUE(engine
+                                          .Generate(b, [](int32_t) {},
+                                                    [&](absl::StatusOr<GenerateResult> r) {
+                                                      b_res = std::move(r);
+                                                      b_done.Notify();
+                                                    })
+                                          .ok());
+                        }
+                      },
+                      [&](absl::StatusOr<GenerateResult> r) {
+                        a_res = std::move(r);
+                        a_done.Notify();
+                      })
+                  .ok());
+  ASSERT_TRUE(a_done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(b_done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(a_res.ok() && b_res.ok());
+  EXPECT_EQ(a_res->tokens, a_alone.tokens);
+  EXPECT_EQ(b_res->tokens, b_alone.tokens);
+  EXPECT_EQ(engine.blocks().free_blocks(), engine.blocks().total_blocks());
+}
+
+TEST(EnginesTest, CancellingADecodingRequestFreesItsBlocks) {
+  auto inst = MakeInstance();
+  CombinedEngine engine(inst.get(), PrefillOptions{}, DecodeOptions{});
+  GenerateRequest req;
+  req.id = "long";
+  req.prompt = Prompt(20, 7);
+  req.max_new_tokens = 200;
+  absl::Notification done;
+  absl::StatusOr<GenerateResult> res = absl::UnknownError("");
+  int n = 0;
+  ASSERT_TRUE(engine
+                  .Generate(
+                      req, [&](int32_t) { if (++n == 3) engine.Cancel("long"); },
+                      [&](absl::StatusOr<GenerateResult> r) {
+                        res = std::move(r);
+                        done.Notify();
+                      })
+                  .ok());
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(n, 200);
+  EXPECT_EQ(engine.blocks().free_blocks(), engine.blocks().total_blocks());
+}
+
+}  // namespace
+}  // namespace tandem
