@@ -79,6 +79,10 @@ ls "$TANDEM_RUN_DIR"/*.pid >/dev/null 2>&1 && fail "pid files left after down"
 rc=0
 bash "$cluster" status "$tmp/e2e.conf" >/dev/null 2>&1 || rc=$?
 [ "$rc" -eq 3 ] || fail "status after down exited $rc, want 3"
+# In sanitizer builds the processes report leaks and UB at exit into their logs.
+if grep -lE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$TANDEM_RUN_DIR"/*.log; then
+  fail "sanitizer reports in the cluster logs: $(grep -hE -A5 'Sanitizer|runtime error:' "$TANDEM_RUN_DIR"/*.log | head -40)"
+fi
 
 # A node that cannot start: up fails, shows the node's log, and stops the rest.
 sed 's/prefill  tp=2/prefill  tp=3/' "$tmp/e2e.conf" >"$tmp/bad.conf"
