@@ -282,7 +282,7 @@ start_instance() {
     sleep 0.05
   done
   read -r pid <"$pidfile"
-  start=$(proc_starttime "$pid") || fail_instance "$name" "exited at once"
+  start=$(proc_starttime "$pid") || fail_instance "$name" "exited before it was ready"
   echo "$pid $start" >"$pidfile.new"
   mv "$pidfile.new" "$pidfile"
 }
