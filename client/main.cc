@@ -14,6 +14,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/flag_dashes.h"
 #include "absl/time/time.h"
 #include "client/cli_format.h"
 #include "client/cli_runner.h"
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "tandem generate --router ADDR (--prompt TEXT | --prompt_ids 1,2,3 | --chat MSG) ...\n"
       "tandem status --router ADDR");
+  tandem::NormalizeFlagDashes(argc, argv);
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   const std::string command = positional.size() == 2 ? positional[1] : "";
   if (command != "generate" && command != "status") {

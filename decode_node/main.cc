@@ -1,9 +1,12 @@
 // tandem-decode: parses flags, wires a DecodeNode to its gRPC service, serves until SIGTERM.
+#include <grpcpp/health_check_service_interface.h>
+
 #include <cstdio>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/flag_dashes.h"
 #include "decode_node/decode_node.h"
 #include "decode_node/decode_service.h"
 #include "serving/heartbeat.h"
@@ -26,6 +29,7 @@ int Fail(const absl::Status& s) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Tandem decode instance. See docs/configuration.md.");
+  tandem::NormalizeFlagDashes(argc, argv);
   absl::ParseCommandLine(argc, argv);
   tandem::InstallShutdownSignals();
   absl::StatusOr<tandem::InstanceOptions> instance = tandem::InstanceOptionsFromFlags();
@@ -35,6 +39,9 @@ int main(int argc, char** argv) {
   absl::StatusOr<tandem::RunningServer> server =
       tandem::StartGrpcServer(absl::GetFlag(FLAGS_listen), {&service});
   if (!server.ok()) return Fail(server.status());
+  // The standard health service says NOT_SERVING until the model is loaded and the node wired.
+  grpc::HealthCheckServiceInterface* health = server->server->GetHealthCheckService();
+  if (health != nullptr) health->SetServingStatus(false);
   const std::string advertise = absl::GetFlag(FLAGS_advertise).empty()
                                     ? tandem::WithPort(absl::GetFlag(FLAGS_listen), server->port)
                                     : absl::GetFlag(FLAGS_advertise);
@@ -53,6 +60,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<tandem::DecodeNode>> node = tandem::DecodeNode::Create(o);
   if (!node.ok()) return Fail(node.status());
   service.SetNode(node->get());
+  if (health != nullptr) health->SetServingStatus(true);
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     if (absl::Status s = tandem::WritePortFile(absl::GetFlag(FLAGS_port_file), server->port);
         !s.ok()) {
@@ -69,6 +77,7 @@ int main(int argc, char** argv) {
   const int sig = tandem::WaitForShutdownSignal();
   std::fprintf(stderr, "tandem-decode: signal %d, shutting down\n", sig);
   heartbeat.reset();
+  if (health != nullptr) health->SetServingStatus(false);
   server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->server->Wait();
   service.SetNode(nullptr);

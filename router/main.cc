@@ -10,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/flag_dashes.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "tandem-router --model=M.gguf --prefill=HOST:PORT,... --decode=HOST:PORT,... "
       "[--listen=HOST:PORT] [--flagfile=FILE]");
+  tandem::NormalizeFlagDashes(argc, argv);
   absl::ParseCommandLine(argc, argv);
   // Block the shutdown signals before any thread starts, so they are only taken by sigwait.
   sigset_t signals;
