@@ -10,7 +10,7 @@ packages=(
   libabsl-dev
   libgtest-dev libgmock-dev
   libbenchmark-dev
-  libdnnl-dev
+  libdnnl-dev libopenblas-dev
   python3 python3-pip python3-yaml unzip
   iproute2 procps
 )
