@@ -1,0 +1,33 @@
+// The life of an instance process around its node (shared by tandem-prefill and tandem-decode):
+// the gRPC server starts first on --listen (the standard health service answering NOT_SERVING
+// while the model loads), `start` creates the node for the advertised address and wires it into
+// the service, then the process becomes ready (health SERVING, --port_file written), sends
+// heartbeats to --router if given, and serves until SIGINT/SIGTERM, when it stops heartbeats,
+// reports NOT_SERVING, drains the server (bounded) and calls `stop`.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tandem/v1/common.pb.h"
+
+namespace tandem {
+
+struct NodeProcess {
+  std::string program;  // for log lines, e.g. "tandem-prefill"
+  grpc::Service* service = nullptr;
+  v1::InstanceRole role = v1::INSTANCE_ROLE_UNSPECIFIED;
+  // Creates the node serving at `advertise` and wires it into `service`; returns a one-line
+  // description for the log ("serving M on A (...)").
+  std::function<absl::StatusOr<std::string>(const std::string& advertise)> start;
+  // Unwires and destroys the node (after the server has stopped).
+  std::function<void()> stop;
+};
+
+// Call InstallShutdownSignals() before any thread starts, then this. Returns the exit code.
+int RunNodeProcess(const NodeProcess& process);
+
+}  // namespace tandem
