@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
 #include "tandem/v1/decode.grpc.pb.h"
 #include "tandem/v1/prefill.grpc.pb.h"
 
@@ -159,6 +160,17 @@ LocalCluster::~LocalCluster() {
       absl::SleepFor(absl::Milliseconds(20));
     }
     p.pid = -1;
+  }
+  // Sanitizer builds: a child's report (leak at exit, memory error) must fail the test, not
+  // vanish with its log.
+  for (const Process& p : processes_) {
+    const std::string log = ReadFile(p.log);
+    for (const char* marker : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"}) {
+      if (log.find(marker) != std::string::npos) {
+        ADD_FAILURE() << p.name << " reported a sanitizer error:\n" << Tail(log, 60);
+        break;
+      }
+    }
   }
   if (!dir_.empty() && std::getenv("TANDEM_E2E_KEEP_LOGS") == nullptr) {
     for (const Process& p : processes_) {
