@@ -86,7 +86,10 @@ class CpuBackend final : public ComputeBackend {
   }
   absl::Status Rope(float* x, int64_t m, int32_t heads, int32_t head_dim, const int64_t* positions,
                     const RopeParams& params) override {
-    cpu::Rope(x, m, heads, head_dim, positions, params);
+    int64_t max_pos = 0;
+    for (int64_t i = 0; i < m; ++i) max_pos = std::max(max_pos, positions[i]);
+    rope_.Ensure(max_pos, head_dim, params.theta);
+    cpu::Rope(x, m, heads, head_dim, positions, params.style, rope_);
     return absl::OkStatus();
   }
   absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out) override {
@@ -122,6 +125,9 @@ class CpuBackend final : public ComputeBackend {
     CorrectPartialInPlace(n, me, all_lse, items, head_dim, out, nullptr);
     return absl::OkStatus();
   }
+
+ private:
+  cpu::RopeTable rope_;
 };
 
 }  // namespace

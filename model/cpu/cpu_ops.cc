@@ -1,10 +1,12 @@
 #include "model/cpu/cpu_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "common/parallel_for.h"
+#include "model/cpu/silu_avx512.h"
 
 namespace tandem::cpu {
 namespace {
@@ -20,42 +22,61 @@ void RmsNorm(const float* x, const float* w, int64_t m, int64_t n, float eps, fl
       const float* xi = x + i * n;
       float* yi = y + i * n;
       double ss = 0.0;
+#pragma omp simd reduction(+ : ss)
       for (int64_t j = 0; j < n; ++j) ss += static_cast<double>(xi[j]) * xi[j];
       const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+#pragma omp simd
       for (int64_t j = 0; j < n; ++j) yi[j] = xi[j] * scale * w[j];
     }
   });
 }
 
-void Rope(float* x, int64_t m, int32_t heads, int32_t head_dim, const int64_t* positions,
-          const RopeParams& params) {
+void RopeTable::Ensure(int64_t max_position, int32_t head_dim, float theta) {
   const int32_t half = head_dim / 2;
-  std::vector<double> inv_freq(half);
-  for (int32_t i = 0; i < half; ++i) {
-    inv_freq[i] = std::pow(static_cast<double>(params.theta), -2.0 * i / head_dim);
+  if (half != half_ || theta != theta_) {
+    half_ = half;
+    theta_ = theta;
+    capacity_ = 0;
+    cos_.clear();
+    sin_.clear();
   }
+  if (max_position < capacity_) return;
+  // Grow geometrically so a decode stream extends the table rarely.
+  const int64_t capacity = std::max<int64_t>(max_position + 1, capacity_ * 2);
+  cos_.resize(capacity * half);
+  sin_.resize(capacity * half);
+  for (int64_t pos = capacity_; pos < capacity; ++pos) {
+    for (int32_t i = 0; i < half; ++i) {
+      const double angle =
+          static_cast<double>(pos) * std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
+      cos_[pos * half + i] = static_cast<float>(std::cos(angle));
+      sin_[pos * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  capacity_ = capacity;
+}
+
+void Rope(float* x, int64_t m, int32_t heads, int32_t head_dim, const int64_t* positions,
+          RopeStyle style, const RopeTable& table) {
+  const int32_t half = head_dim / 2;
   ParallelFor(m, 8, [&](int64_t begin, int64_t end) {
-    std::vector<float> cos_v(half), sin_v(half);
     for (int64_t r = begin; r < end; ++r) {
-      const double pos = static_cast<double>(positions[r]);
-      for (int32_t i = 0; i < half; ++i) {
-        const double angle = pos * inv_freq[i];
-        cos_v[i] = static_cast<float>(std::cos(angle));
-        sin_v[i] = static_cast<float>(std::sin(angle));
-      }
+      const float* c = table.cos(positions[r]);
+      const float* sn = table.sin(positions[r]);
       for (int32_t h = 0; h < heads; ++h) {
         float* v = x + (r * heads + h) * head_dim;
-        if (params.style == RopeStyle::kAdjacentPairs) {
+        if (style == RopeStyle::kAdjacentPairs) {
           for (int32_t i = 0; i < half; ++i) {
             const float a = v[2 * i], b = v[2 * i + 1];
-            v[2 * i] = a * cos_v[i] - b * sin_v[i];
-            v[2 * i + 1] = a * sin_v[i] + b * cos_v[i];
+            v[2 * i] = a * c[i] - b * sn[i];
+            v[2 * i + 1] = a * sn[i] + b * c[i];
           }
         } else {
+#pragma omp simd
           for (int32_t i = 0; i < half; ++i) {
             const float a = v[i], b = v[i + half];
-            v[i] = a * cos_v[i] - b * sin_v[i];
-            v[i + half] = a * sin_v[i] + b * cos_v[i];
+            v[i] = a * c[i] - b * sn[i];
+            v[i + half] = a * sn[i] + b * c[i];
           }
         }
       }
@@ -63,8 +84,18 @@ void Rope(float* x, int64_t m, int32_t heads, int32_t head_dim, const int64_t* p
   });
 }
 
+namespace {
+
+const bool kHaveAvx512 = __builtin_cpu_supports("avx512f");
+
+}  // namespace
+
 void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   ParallelFor(n, 16384, [&](int64_t begin, int64_t end) {
+    if (kHaveAvx512) {
+      SiluMulAvx512(gate, up, begin, end, out);
+      return;
+    }
     for (int64_t i = begin; i < end; ++i) {
       const float g = gate[i];
       out[i] = g / (1.f + std::exp(-g)) * up[i];

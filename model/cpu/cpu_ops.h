@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "model/backend.h"
 
@@ -12,11 +13,27 @@ namespace tandem::cpu {
 // y[i][:] = x[i][:] · w / sqrt(mean(x[i]²) + eps); y may alias x.
 void RmsNorm(const float* x, const float* w, int64_t m, int64_t n, float eps, float* y);
 
-// Rotary embedding in place on x [m][heads][head_dim] at positions[m], base `theta`.
-// kAdjacentPairs rotates (x[2i], x[2i+1]); kRotateHalf rotates (x[i], x[i + head_dim/2]); both
-// with frequency theta^(−2i/head_dim).
+// cos/sin of pos·theta^(−2i/head_dim) for positions [0, capacity), computed in double once and
+// grown on demand (RoPE otherwise costs a sincos per (row, pair) per layer). Not thread-safe:
+// one per backend (rank thread).
+class RopeTable {
+ public:
+  // Makes positions [0, max_position] available for (theta, head_dim); rebuilds on a change.
+  void Ensure(int64_t max_position, int32_t head_dim, float theta);
+  const float* cos(int64_t pos) const { return cos_.data() + pos * half_; }
+  const float* sin(int64_t pos) const { return sin_.data() + pos * half_; }
+
+ private:
+  int32_t half_ = 0;
+  float theta_ = 0.f;
+  int64_t capacity_ = 0;
+  std::vector<float> cos_, sin_;
+};
+
+// Rotary embedding in place on x [m][heads][head_dim] at positions[m] (all within the table).
+// kAdjacentPairs rotates (x[2i], x[2i+1]); kRotateHalf rotates (x[i], x[i + head_dim/2]).
 void Rope(float* x, int64_t m, int32_t heads, int32_t head_dim, const int64_t* positions,
-          const RopeParams& params);
+          RopeStyle style, const RopeTable& table);
 
 // out = silu(gate) · up; out may alias gate or up.
 void SiluMul(const float* gate, const float* up, int64_t n, float* out);
