@@ -10,7 +10,6 @@
 #include "attention/lse_merge.h"
 #include "model/cpu/cpu_ops.h"
 #include "model/cpu/dnnl_linear.h"
-#include "model/cpu/prefill_attention.h"
 
 namespace tandem {
 namespace {
@@ -118,21 +117,8 @@ class CpuBackend final : public ComputeBackend {
                          const float* q, int32_t num_q_heads, float scale, float* out,
                          float* lse) override {
     if (absl::Status s = ValidateAttentionCall(pool, layer, rows, num_q_heads); !s.ok()) return s;
-    const std::vector<std::vector<int64_t>> groups = cpu::GemmAttentionGroups(rows);
-    if (groups.empty()) {
-      PagedAttention(pool, layer, rows, q, num_q_heads, scale, out, lse);
-      return absl::OkStatus();
-    }
-    // Rows of long prefill chunks go through GEMMs; the kernel sees them as padding (no keys)
-    // and handles the rest.
-    std::vector<int64_t> positions(rows.position, rows.position + rows.num_rows);
-    for (const auto& list : groups) {
-      for (int64_t i : list) positions[i] = -1;
-    }
-    AttentionRows rest = rows;
-    rest.position = positions.data();
-    PagedAttention(pool, layer, rest, q, num_q_heads, scale, out, lse);
-    return cpu::RunGemmPrefillAttention(pool, layer, rows, groups, q, num_q_heads, scale, out, lse);
+    PagedAttention(pool, layer, rows, q, num_q_heads, scale, out, lse);
+    return absl::OkStatus();
   }
   absl::Status CorrectPartial(int32_t n, int32_t me, const float* all_lse, int64_t items,
                               int32_t head_dim, float* out) override {

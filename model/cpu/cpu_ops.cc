@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "common/parallel_for.h"
-#include "model/cpu/avx512_math.h"
+#include "model/cpu/silu_avx512.h"
 
 namespace tandem::cpu {
 namespace {

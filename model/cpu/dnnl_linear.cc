@@ -9,7 +9,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "model/cpu/dnnl_common.h"
 
 namespace tandem {
 namespace {
@@ -17,11 +16,42 @@ namespace {
 using dnnl::memory;
 using Tag = dnnl::memory::format_tag;
 using DType = dnnl::memory::data_type;
-using dnnl_internal::CpuEngine;
-using dnnl_internal::ThreadScratchpad;
-using dnnl_internal::ThreadStream;
-using dnnl_internal::ToStatus;
-using dnnl_internal::UserScratchpad;
+
+// oneDNN's C++ API reports errors by throwing dnnl::error; this file is the only place that
+// catches them, turning each into an absl::Status.
+absl::Status ToStatus(const dnnl::error& e, const char* what) {
+  return absl::InternalError(absl::StrCat("oneDNN ", what, " failed: ", e.what(), " (status ",
+                                          static_cast<int>(e.status), ")"));
+}
+
+std::atomic<int64_t> g_total_nanos{0};
+
+const dnnl::engine& CpuEngine() {
+  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+// One in-order CPU stream per calling thread (streams are cheap but not free to create).
+dnnl::stream& ThreadStream() {
+  thread_local dnnl::stream stream(CpuEngine());
+  return stream;
+}
+
+// Primitives run with a user-provided scratchpad from the calling thread: Debian's oneDNN is
+// built without DNNL_ENABLE_CONCURRENT_EXEC, so in the default "library" mode all primitives
+// share one scratchpad and rank threads executing concurrently would corrupt each other's GEMMs.
+void* ThreadScratchpad(size_t bytes) {
+  thread_local std::vector<char> buffer;
+  if (buffer.size() < bytes + 64) buffer.resize(bytes + 64);
+  const uintptr_t p = reinterpret_cast<uintptr_t>(buffer.data());
+  return reinterpret_cast<void*>((p + 63) & ~uintptr_t{63});
+}
+
+dnnl::primitive_attr UserScratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
 
 }  // namespace
 
@@ -66,8 +96,8 @@ DnnlLinear::~DnnlLinear() = default;
 int64_t DnnlLinear::n() const { return impl_->n; }
 int64_t DnnlLinear::k() const { return impl_->k; }
 
-absl::StatusOr<std::unique_ptr<DnnlLinear>> DnnlLinear::Create(const float* w, int64_t n, int64_t k,
-                                                               const float* bias) {
+absl::StatusOr<std::unique_ptr<DnnlLinear>> DnnlLinear::Create(const float* w, int64_t n,
+                                                               int64_t k, const float* bias) {
   if (n <= 0 || k <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("linear: bad shape [", n, "][", k, "]"));
   }
@@ -91,9 +121,9 @@ absl::StatusOr<std::unique_ptr<DnnlLinear>> DnnlLinear::Create(const float* w, i
     const dnnl::reorder::primitive_desc rpd(plain, impl->weights, UserScratchpad());
     memory scratch(rpd.scratchpad_desc(), impl->engine,
                    ThreadScratchpad(rpd.scratchpad_desc().get_size()));
-    dnnl::reorder(rpd).execute(
-        stream,
-        {{DNNL_ARG_FROM, plain}, {DNNL_ARG_TO, impl->weights}, {DNNL_ARG_SCRATCHPAD, scratch}});
+    dnnl::reorder(rpd).execute(stream, {{DNNL_ARG_FROM, plain},
+                                        {DNNL_ARG_TO, impl->weights},
+                                        {DNNL_ARG_SCRATCHPAD, scratch}});
     if (bias != nullptr) {
       impl->bias = memory({{1, n}, DType::f32, Tag::ab}, impl->engine);
       std::copy(bias, bias + n, static_cast<float*>(impl->bias.get_data_handle()));
@@ -117,18 +147,22 @@ absl::Status DnnlLinear::Forward(const float* x, int64_t m, float* y) const {
     std::unordered_map<int, memory> args = {
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, impl_->weights}, {DNNL_ARG_DST, dst}};
     if (impl_->has_bias) args.emplace(DNNL_ARG_BIAS, impl_->bias);
-    memory scratch(prim->scratchpad, impl_->engine, ThreadScratchpad(prim->scratchpad.get_size()));
+    memory scratch(prim->scratchpad, impl_->engine,
+                   ThreadScratchpad(prim->scratchpad.get_size()));
     args.emplace(DNNL_ARG_SCRATCHPAD, scratch);
     prim->primitive.execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& e) {
     return ToStatus(e, "matmul");
   }
-  dnnl_internal::AddGemmTime(std::chrono::steady_clock::now() - start);
+  g_total_nanos.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now() - start)
+                              .count(),
+                          std::memory_order_relaxed);
   return absl::OkStatus();
 }
 
-double DnnlLinear::TotalSeconds() { return dnnl_internal::GemmSeconds(); }
-void DnnlLinear::ResetTotalSeconds() { dnnl_internal::ResetGemmSeconds(); }
+double DnnlLinear::TotalSeconds() { return g_total_nanos.load() * 1e-9; }
+void DnnlLinear::ResetTotalSeconds() { g_total_nanos.store(0); }
 
 }  // namespace tandem

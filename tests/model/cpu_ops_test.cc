@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/cpu/avx512_math.h"
+#include "model/cpu/silu_avx512.h"
 
 namespace tandem::cpu {
 namespace {

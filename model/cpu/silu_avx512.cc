@@ -1,4 +1,4 @@
-#include "model/cpu/avx512_math.h"
+#include "model/cpu/silu_avx512.h"
 
 #include <immintrin.h>
 
@@ -39,20 +39,6 @@ void SiluMulAvx512(const float* gate, const float* up, int64_t begin, int64_t en
     _mm512_storeu_ps(out + i, _mm512_mul_ps(silu, _mm512_loadu_ps(up + i)));
   }
   for (; i < end; ++i) out[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
-}
-
-float ExpShiftSumAvx512(float* x, int64_t n, float shift) {
-  const __m512 s = _mm512_set1_ps(shift);
-  __m512 acc = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 e = Exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), s));
-    _mm512_storeu_ps(x + i, e);
-    acc = _mm512_add_ps(acc, e);
-  }
-  float sum = _mm512_reduce_add_ps(acc);
-  for (; i < n; ++i) sum += (x[i] = std::exp(x[i] - shift));
-  return sum;
 }
 
 }  // namespace tandem::cpu
