@@ -21,6 +21,7 @@
 #include "engine/combined_engine.h"
 #include "gtest/gtest.h"
 #include "tests/attention/cuda/cuda_test_util.h"
+#include "tests/engine/generate_all.h"
 #include "tests/engine/test_model.h"
 
 namespace tandem {
@@ -52,34 +53,21 @@ std::vector<GenRun> Generate(const LlamaWeights& w, const std::string& backend,
   if (!inst.ok()) return {};
   CombinedEngine engine(inst->get(), PrefillOptions{kMaxPrefillTokens, 64, absl::Seconds(30)},
                         DecodeOptions{});
-  struct Slot {
-    absl::Notification done;
-    absl::StatusOr<GenerateResult> result = absl::UnknownError("pending");
-  };
-  std::vector<std::unique_ptr<Slot>> slots;
+  std::vector<GenerateRequest> requests;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    slots.push_back(std::make_unique<Slot>());
     GenerateRequest req;
     req.id = std::to_string(i);
     req.prompt = prompts[i];
     req.max_new_tokens = kNewTokens;
     req.return_logits = true;
-    Slot* s = slots.back().get();
-    EXPECT_TRUE(engine
-                    .Generate(
-                        std::move(req), [](int32_t) {},
-                        [s](absl::StatusOr<GenerateResult> r) {
-                          s->result = std::move(r);
-                          s->done.Notify();
-                        })
-                    .ok());
+    requests.push_back(std::move(req));
   }
   std::vector<GenRun> out;
-  for (auto& s : slots) {
-    EXPECT_TRUE(s->done.WaitForNotificationWithTimeout(absl::Seconds(120)));
-    EXPECT_TRUE(s->result.ok()) << backend << ": " << s->result.status();
-    if (!s->result.ok()) return {};
-    out.push_back({s->result->tokens, s->result->logits});
+  for (absl::StatusOr<GenerateResult>& r :
+       testing::GenerateAll(engine, std::move(requests), absl::Seconds(120))) {
+    EXPECT_TRUE(r.ok()) << backend << ": " << r.status();
+    if (!r.ok()) return {};
+    out.push_back({r->tokens, r->logits});
   }
   EXPECT_EQ(engine.blocks().free_blocks(), engine.blocks().total_blocks()) << "leaked blocks";
   return out;
