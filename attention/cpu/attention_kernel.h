@@ -8,7 +8,7 @@
 //
 // Three implementations exist (attention_kernel_{avx512,avx2,portable}.cc), each compiled with
 // its own ISA flags and only ever called after a CPU check (SelectKernels). They share the
-// templates of attention_tile_impl.h.
+// templates of attention_tile_impl.h and attention_tile_query_lanes.h.
 //
 // Thread-safety: the functions are pure over their arguments; distinct calls may run in parallel
 // when their outputs and scratch do not overlap.
@@ -26,6 +26,12 @@ namespace tandem::attention_cpu {
 inline constexpr int32_t kMaxTileQueries = 16;
 // Tokens scored per step of the online softmax (one AVX-512 vector of scores).
 inline constexpr int32_t kPieceTokens = 16;
+
+// Tiles of at least this many queries with head_dim 64 or 128 take the query-lanes path on
+// AVX-512 (attention_tile_query_lanes.h); smaller ones — decode rows, whose K reads stream from
+// DRAM, where that path's per-element broadcasts cost more than the reductions they save — keep
+// the key-lanes path.
+inline constexpr int32_t kQueryLanesMinQueries = 5;
 
 struct TileArgs {
   // K row of (layer, local KV head) in block id 0, i.e. pool base + that head/layer's offset.
@@ -56,8 +62,12 @@ struct TileArgs {
   float* scratch = nullptr;
 };
 
+// Either path fits: key lanes use [nq][2·head_dim + kPieceTokens]; query lanes use
+// [head_dim][16] + [nq][head_dim] + [kPieceTokens][16] + [kPieceTokens][head_dim].
 inline constexpr int64_t TileScratchFloats(int32_t num_queries, int32_t head_dim) {
-  return static_cast<int64_t>(num_queries) * (2 * static_cast<int64_t>(head_dim) + kPieceTokens);
+  const int64_t d = head_dim;
+  return static_cast<int64_t>(num_queries) * (2 * d + kPieceTokens) +
+         static_cast<int64_t>(kPieceTokens) * (2 * d + kPieceTokens);
 }
 
 struct KernelTable {

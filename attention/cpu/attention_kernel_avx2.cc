@@ -3,7 +3,7 @@
 #include <immintrin.h>
 
 #include "attention/cpu/attention_kernel.h"
-#include "attention/cpu/attention_tile_impl.h"
+#include "attention/cpu/attention_tile_query_lanes.h"
 
 namespace tandem::attention_cpu {
 namespace {

@@ -3,7 +3,7 @@
 #include <immintrin.h>
 
 #include "attention/cpu/attention_kernel.h"
-#include "attention/cpu/attention_tile_impl.h"
+#include "attention/cpu/attention_tile_query_lanes.h"
 
 namespace tandem::attention_cpu {
 namespace {
@@ -31,6 +31,10 @@ struct Avx512Traits {
     return _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), keep, x);
   }
   static float ReduceMax(V v) { return _mm512_reduce_max_ps(v); }
+  static V MaskFrom(V x, V limit, float pos) {
+    const __mmask16 hidden = _mm512_cmp_ps_mask(_mm512_set1_ps(pos), limit, _CMP_GE_OQ);
+    return _mm512_mask_mov_ps(x, hidden, _mm512_set1_ps(-INFINITY));
+  }
 
   // Reduces the 16 accumulators of a 4-query × 4-token block in one transposing tree (30
   // shuffles instead of 64) and stores query q's four sums at p[q·kPieceTokens ..].

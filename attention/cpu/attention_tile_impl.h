@@ -14,8 +14,11 @@
 //   Exp(x): e^x per lane, exactly 0 below −87.3 (so e^−inf = 0)
 //   MaskTail(x, valid): x with lanes >= valid set to −inf (valid may be <= 0 or >= kLanes)
 //   LoadKv(const Storage*, Tag) → V, StoreKv(Storage*, V, Tag) for Tag in KvF32, KvF16, KvBF16
+//   Only traits with kLanes == kPieceTokens (AVX-512) also take the query-lanes path
+//   (attention_tile_query_lanes.h) and define MaskFrom(x, limit, pos): x with the lanes whose
+//   limit <= pos set to −inf.
 //
-// Algorithm (per tile): scale q once; walk the token range in pieces of ≤ kPieceTokens tokens
+// Key-lanes algorithm (AttendTileKeyLanes, per tile): scale q once; walk the token range in pieces of ≤ kPieceTokens tokens
 // that never cross a block; per piece score all queries against the K rows, mask tokens past
 // each query's causal limit, update each query's running max / sum / accumulator (online
 // softmax), then accumulate the V rows. K and V of each piece are read from memory once for the
@@ -99,12 +102,20 @@ inline void ScoreQueries(const float* qs, int32_t head_dim, const typename E::St
   }
 }
 
-// acc[q][c .. c + kC·lanes) += Σ_t p[q·kPieceTokens + t] · v[t][c .. c + kC·lanes) for kQ
-// queries and the n V rows at v: kQ·kC accumulators stay in registers across the tokens. When
-// pf is not null, also prefetches the same columns of the first n rows at pf.
+// Where the weight of query q for token t sits in a piece's weights p: p[q·ws.q + t·ws.t]
+// (query-major with stride kPieceTokens for the key-lanes path, token-major for query lanes).
+struct WeightStrides {
+  int32_t q = kPieceTokens;
+  int32_t t = 1;
+};
+
+// acc[q][c .. c + kC·lanes) += Σ_t w(q, t) · v[t][c .. c + kC·lanes) for kQ queries and the n V
+// rows at v: kQ·kC accumulators stay in registers across the tokens. When pf is not null, also
+// prefetches the same columns of the first n rows at pf.
 template <class T, class E, int kQ, int kC>
-inline void AccumulateColumns(const float* p, int32_t head_dim, const typename E::Storage* v,
-                              int32_t n, float* acc, int32_t c, const typename E::Storage* pf) {
+inline void AccumulateColumns(const float* p, WeightStrides ws, int32_t head_dim,
+                              const typename E::Storage* v, int32_t n, float* acc, int32_t c,
+                              const typename E::Storage* pf) {
   using V = typename T::V;
   V a[kQ][kC];
 #pragma GCC unroll 16
@@ -127,7 +138,7 @@ inline void AccumulateColumns(const float* p, int32_t head_dim, const typename E
     }
 #pragma GCC unroll 16
     for (int qq = 0; qq < kQ; ++qq) {
-      const V w = T::Set1(p[qq * kPieceTokens + t]);
+      const V w = T::Set1(p[qq * ws.q + t * ws.t]);
 #pragma GCC unroll 16
       for (int cc = 0; cc < kC; ++cc) a[qq][cc] = T::Fma(w, vv[cc], a[qq][cc]);
     }
@@ -141,17 +152,18 @@ inline void AccumulateColumns(const float* p, int32_t head_dim, const typename E
   }
 }
 
-// acc[q][:] += Σ_t p[q·kPieceTokens + t] · v[t][:] for kQ queries and the n V rows at v.
+// acc[q][:] += Σ_t w(q, t) · v[t][:] for kQ queries and the n V rows at v.
 template <class T, class E, int kQ>
-inline void AccumulateValues(const float* p, int32_t head_dim, const typename E::Storage* v,
-                             int32_t n, float* acc, const typename E::Storage* pf) {
+inline void AccumulateValues(const float* p, WeightStrides ws, int32_t head_dim,
+                             const typename E::Storage* v, int32_t n, float* acc,
+                             const typename E::Storage* pf) {
   constexpr int kC = T::kValueChunks;
   int32_t c = 0;
   for (; c + kC * T::kLanes <= head_dim; c += kC * T::kLanes) {
-    AccumulateColumns<T, E, kQ, kC>(p, head_dim, v, n, acc, c, pf);
+    AccumulateColumns<T, E, kQ, kC>(p, ws, head_dim, v, n, acc, c, pf);
   }
   for (; c < head_dim; c += T::kLanes)
-    AccumulateColumns<T, E, kQ, 1>(p, head_dim, v, n, acc, c, pf);
+    AccumulateColumns<T, E, kQ, 1>(p, ws, head_dim, v, n, acc, c, pf);
 }
 
 template <class T, class E>
@@ -179,24 +191,24 @@ inline void ScoreAll(const float* qs, int32_t nq, int32_t head_dim, const typena
 }
 
 template <class T, class E>
-inline void AccumulateAll(const float* p, int32_t nq, int32_t head_dim,
+inline void AccumulateAll(const float* p, WeightStrides ws, int32_t nq, int32_t head_dim,
                           const typename E::Storage* v, int32_t n, float* acc,
                           const typename E::Storage* pf) {
   for (int32_t i = 0; i < nq; i += 4) {
-    const float* pi = p + i * kPieceTokens;
+    const float* pi = p + i * ws.q;
     float* ai = acc + static_cast<int64_t>(i) * head_dim;
     switch (nq - i) {
       case 1:
-        AccumulateValues<T, E, 1>(pi, head_dim, v, n, ai, i == 0 ? pf : nullptr);
+        AccumulateValues<T, E, 1>(pi, ws, head_dim, v, n, ai, i == 0 ? pf : nullptr);
         break;
       case 2:
-        AccumulateValues<T, E, 2>(pi, head_dim, v, n, ai, i == 0 ? pf : nullptr);
+        AccumulateValues<T, E, 2>(pi, ws, head_dim, v, n, ai, i == 0 ? pf : nullptr);
         break;
       case 3:
-        AccumulateValues<T, E, 3>(pi, head_dim, v, n, ai, i == 0 ? pf : nullptr);
+        AccumulateValues<T, E, 3>(pi, ws, head_dim, v, n, ai, i == 0 ? pf : nullptr);
         break;
       default:
-        AccumulateValues<T, E, 4>(pi, head_dim, v, n, ai, i == 0 ? pf : nullptr);
+        AccumulateValues<T, E, 4>(pi, ws, head_dim, v, n, ai, i == 0 ? pf : nullptr);
         break;
     }
   }
@@ -245,7 +257,7 @@ template <class T>
 }
 
 template <class T, class E>
-void AttendTileTyped(const TileArgs& a) {
+void AttendTileKeyLanes(const TileArgs& a) {
   using S = typename E::Storage;
   using V = typename T::V;
   const int32_t nq = a.num_queries;
@@ -300,7 +312,7 @@ void AttendTileTyped(const TileArgs& a) {
       SoftmaxStep<T>(p + i * kPieceTokens, static_cast<int32_t>(valid), d, m[i], l[i],
                      acc + static_cast<int64_t>(i) * d);
     }
-    AccumulateAll<T, E>(p, nq, d, v, n, acc, next_k);
+    AccumulateAll<T, E>(p, WeightStrides{}, nq, d, v, n, acc, next_k);
     j += len;
   }
 
@@ -315,21 +327,6 @@ void AttendTileTyped(const TileArgs& a) {
     const V inv = T::Set1(1.f / l[i]);
     for (int32_t c = 0; c < d; c += T::kLanes) T::Store(o + c, T::Mul(T::Load(ai + c), inv));
     *a.lse[i] = m[i] + logf(l[i]);
-  }
-}
-
-template <class T>
-void AttendTileImpl(const TileArgs& a) {
-  switch (a.dtype) {
-    case KvDType::kF32:
-      AttendTileTyped<T, KvF32>(a);
-      return;
-    case KvDType::kF16:
-      AttendTileTyped<T, KvF16>(a);
-      return;
-    case KvDType::kBF16:
-      AttendTileTyped<T, KvBF16>(a);
-      return;
   }
 }
 

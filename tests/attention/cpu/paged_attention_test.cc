@@ -72,6 +72,21 @@ void ShuffleRows(AttentionCase& c, std::mt19937_64& rng) {
   c = shuffled;
 }
 
+// The plan PagedAttention makes for `c` on DCP rank 0 with `threads` threads.
+attention_cpu::AttentionPlan PlanFor(const AttentionCase& c, int32_t threads) {
+  attention_cpu::AttentionPlanInput in;
+  in.num_rows = c.num_rows();
+  in.request = c.row_request.data();
+  in.position = c.row_position.data();
+  in.dcp = c.dcp;
+  in.num_kv_heads = c.num_kv_heads;
+  in.group_size = c.group_size;
+  in.head_dim = c.head_dim;
+  in.threads = threads;
+  in.max_tile_queries = attention_cpu::kMaxTileQueries;
+  return attention_cpu::PlanAttention(in);
+}
+
 class ShardedAttentionTest : public ::testing::TestWithParam<KvDType> {
  protected:
   void TearDown() override {
@@ -176,19 +191,39 @@ TEST_P(ShardedAttentionTest, LongSequenceIsSplitAcrossThreads) {
     AddDecodeRequest(c, 3000);
     AddPrefillRequest(c, 1200, 5);
 
-    attention_cpu::AttentionPlanInput in;
-    in.num_rows = c.num_rows();
-    in.request = c.row_request.data();
-    in.position = c.row_position.data();
-    in.dcp = c.dcp;
-    in.num_kv_heads = c.num_kv_heads;
-    in.group_size = c.group_size;
-    in.head_dim = c.head_dim;
-    in.threads = 2;
-    in.max_tile_queries = attention_cpu::kMaxTileQueries;
-    ASSERT_FALSE(attention_cpu::PlanAttention(in).merges.empty()) << "the case must split";
+    ASSERT_FALSE(PlanFor(c, 2).merges.empty()) << "the case must split";
     Check(c, 2);
   }
+}
+
+// Prefill chunks long enough to fill tiles with kQueryLanesMinQueries..16 queries at head_dim 64
+// and 128 (the query-lanes path on AVX-512), on blocks that are shorter than, equal to and
+// longer than a scoring piece, so pieces end early and ranges start mid-block; then the same
+// with the range split across threads.
+TEST_P(ShardedAttentionTest, PrefillTilesOnTheQueryLanesPath) {
+  for (int32_t head_dim : {64, 128}) {
+    for (int32_t group : {1, 3, 4}) {
+      for (const DcpGeometry& dcp : {DcpGeometry{16, 1, 1}, DcpGeometry{4, 2, 1},
+                                     DcpGeometry{7, 2, 7}, DcpGeometry{32, 3, 32}}) {
+        AttentionCase c = NewCase(dcp, 2, group, head_dim);
+        AddPrefillRequest(c, 150 + static_cast<int64_t>(rng_() % 100), 37);
+        AddPrefillRequest(c, 21, 21);  // a whole prompt: its first rows see only a few tokens
+        AddDecodeRequest(c, 40);
+        ShuffleRows(c, rng_);
+
+        const attention_cpu::AttentionPlan plan = PlanFor(c, 1);
+        ASSERT_TRUE(std::any_of(plan.tiles.begin(), plan.tiles.end(), [](const auto& t) {
+          return t.num_queries() >= attention_cpu::kQueryLanesMinQueries;
+        })) << "the case must have tiles for the query-lanes path";
+        Check(c, 1);
+      }
+    }
+  }
+  AttentionCase c = NewCase(DcpGeometry{16, 2, 1}, 1, 3, 64);
+  AddPrefillRequest(c, 2500, 40);  // few units: the plan splits their ranges over the threads
+  ASSERT_FALSE(PlanFor(c, 2).merges.empty()) << "the case must split";
+  Check(c, 2);
+  RecordProperty("worst_relative_error", std::to_string(worst_));
 }
 
 // More GQA heads per KV head than one tile holds: the heads are spread over several tiles.

@@ -1,0 +1,167 @@
+// The query-lanes attend-tile path and the entry point that picks a path per tile. Included only
+// by attention_kernel_{avx512,avx2,portable}.cc (see attention_tile_impl.h for why).
+//
+// The key-lanes path scores a query against a K row with a dot product whose lanes run over
+// head_dim, so every score ends in a horizontal reduction; with head_dim 64 that reduction costs
+// about as much as the four FMAs before it. A tile of many queries (prefill rows × GQA heads)
+// does better with the queries in the lanes: the scaled queries are transposed once per tile to
+// qt[c][lane], and the scores of token t for all queries are Σ_c qt[c] · k[t][c], one
+// broadcast-FMA per (token, c) and no reduction. The online softmax then runs per lane (mask,
+// max, exp and sum over the piece's token vectors), and the weights, stored token-major, feed
+// the same V accumulation as the key-lanes path.
+#pragma once
+
+#include <type_traits>
+
+#include "attention/cpu/attention_tile_impl.h"
+
+namespace tandem::attention_cpu {
+
+// REQUIRES: T::kLanes == kPieceTokens, a.num_queries <= T::kLanes, a.head_dim == kD, the range
+// shorter than 2^24 tokens (token offsets are compared as exact floats).
+template <class T, class E, int32_t kD>
+void AttendTileQueryLanes(const TileArgs& a) {
+  using S = typename E::Storage;
+  using V = typename T::V;
+  constexpr int32_t kL = T::kLanes;
+  constexpr int32_t kP = kPieceTokens;
+  static_assert(kL == kP, "one score vector per token holds every query of the tile");
+  const int32_t nq = a.num_queries;
+  const int64_t bs = a.block_size;
+  float* const qt = a.scratch;              // [kD][kL] scaled queries, lane = query
+  float* const acc = qt + kD * kL;          // [nq][kD] unnormalised outputs
+  float* const p = acc + int64_t{nq} * kD;  // [kP][kL] weights, token-major
+  float* const kf = p + kP * kL;            // [kP][kD] K rows as f32 (converted or padded)
+
+  float limit[kL];  // lane i sees the range's tokens below token_begin + limit[i]
+  int64_t end = a.token_begin;
+  for (int32_t i = 0; i < kL; ++i) {
+    int64_t visible = a.token_begin;
+    if (i < nq) {
+      visible = a.visible[i] < a.token_end ? a.visible[i] : a.token_end;
+      if (visible < a.token_begin) visible = a.token_begin;
+      for (int32_t c = 0; c < kD; ++c) qt[c * kL + i] = a.q[i][c] * a.scale;
+    } else {
+      for (int32_t c = 0; c < kD; ++c) qt[c * kL + i] = 0.f;
+    }
+    limit[i] = static_cast<float>(visible - a.token_begin);
+    if (visible > end) end = visible;
+  }
+  for (int64_t e = 0; e < int64_t{nq} * kD; ++e) acc[e] = 0.f;
+  const V limits = T::Load(limit);
+  // The running max starts at a finite floor, so e^(x − m) is never e^(−inf + inf): a lane that
+  // has seen nothing keeps weights 0 and l = 0.
+  V m = T::Set1(-1e30f);
+  V l = T::Zero();
+
+  const int64_t row_elems = bs * kD;
+  for (int64_t j = a.token_begin; j < end;) {
+    const int64_t b = j / bs;
+    const int64_t off = j - b * bs;
+    int64_t len = bs - off;
+    if (end - j < len) len = end - j;
+    if (len > kP) len = kP;
+    const int32_t n = static_cast<int32_t>(len);
+    const S* k = reinterpret_cast<const S*>(a.kv_base + a.block_ids[b] * a.block_bytes) + off * kD;
+    const S* v = k + row_elems;
+    // The K rows as kP f32 rows at a fixed stride: straight from the pool for a full f32
+    // piece, else converted, with the rows past n zeroed (their scores are masked below).
+    const float* kp = kf;
+    if constexpr (std::is_same_v<E, KvF32>) {
+      if (n == kP) kp = k;
+    }
+    if (kp == kf) {
+      for (int32_t t = 0; t < kP; ++t) {
+        for (int32_t c = 0; c < kD; c += kL) {
+          T::Store(kf + t * kD + c, t < n ? T::LoadKv(k + int64_t{t} * kD + c, E{}) : T::Zero());
+        }
+      }
+    }
+
+    V s[kP];
+#pragma GCC unroll 16
+    for (int32_t t = 0; t < kP; ++t) s[t] = T::Zero();
+    for (int32_t c = 0; c < kD; ++c) {
+      const V qv = T::Load(qt + c * kL);
+#pragma GCC unroll 16
+      for (int32_t t = 0; t < kP; ++t) s[t] = T::Fma(qv, T::Set1(kp[t * kD + c]), s[t]);
+    }
+
+    const float rel = static_cast<float>(j - a.token_begin);
+    V piece_max = T::Set1(-INFINITY);
+#pragma GCC unroll 16
+    for (int32_t t = 0; t < kP; ++t) {
+      s[t] = t < n ? T::MaskFrom(s[t], limits, rel + static_cast<float>(t)) : T::Set1(-INFINITY);
+      piece_max = T::Max(piece_max, s[t]);
+    }
+    const V m_new = T::Max(m, piece_max);
+    const V corr = T::Exp(T::Sub(m, m_new));
+    V sum = T::Zero();
+#pragma GCC unroll 16
+    for (int32_t t = 0; t < kP; ++t) {
+      if (t < n) {
+        const V e = T::Exp(T::Sub(s[t], m_new));
+        T::Store(p + t * kL, e);
+        sum = T::Add(sum, e);
+      }
+    }
+    l = T::Add(T::Mul(l, corr), sum);
+    m = m_new;
+    float scale[kL];
+    T::Store(scale, corr);
+    for (int32_t i = 0; i < nq; ++i) {
+      if (scale[i] == 1.f) continue;  // e^0: this query's max did not grow
+      const V cv = T::Set1(scale[i]);
+      float* ai = acc + int64_t{i} * kD;
+      for (int32_t c = 0; c < kD; c += kL) T::Store(ai + c, T::Mul(T::Load(ai + c), cv));
+    }
+
+    AccumulateAll<T, E>(p, WeightStrides{1, kL}, nq, kD, v, n, acc, nullptr);
+    j += len;
+  }
+
+  float ls[kL], ms[kL];
+  T::Store(ls, l);
+  T::Store(ms, m);
+  for (int32_t i = 0; i < nq; ++i) {
+    float* o = a.out[i];
+    const float* ai = acc + int64_t{i} * kD;
+    if (ls[i] == 0.f) {
+      for (int32_t c = 0; c < kD; c += kL) T::Store(o + c, T::Zero());
+      *a.lse[i] = -INFINITY;
+      continue;
+    }
+    const V inv = T::Set1(1.f / ls[i]);
+    for (int32_t c = 0; c < kD; c += kL) T::Store(o + c, T::Mul(T::Load(ai + c), inv));
+    *a.lse[i] = ms[i] + logf(ls[i]);
+  }
+}
+
+template <class T, class E>
+void AttendTileTyped(const TileArgs& a) {
+  if constexpr (T::kLanes == kPieceTokens) {
+    const bool query_lanes = a.num_queries >= kQueryLanesMinQueries &&
+                             a.num_queries <= T::kLanes &&
+                             a.token_end - a.token_begin < (int64_t{1} << 24);
+    if (query_lanes && a.head_dim == 64) return AttendTileQueryLanes<T, E, 64>(a);
+    if (query_lanes && a.head_dim == 128) return AttendTileQueryLanes<T, E, 128>(a);
+  }
+  AttendTileKeyLanes<T, E>(a);
+}
+
+template <class T>
+void AttendTileImpl(const TileArgs& a) {
+  switch (a.dtype) {
+    case KvDType::kF32:
+      AttendTileTyped<T, KvF32>(a);
+      return;
+    case KvDType::kF16:
+      AttendTileTyped<T, KvF16>(a);
+      return;
+    case KvDType::kBF16:
+      AttendTileTyped<T, KvBF16>(a);
+      return;
+  }
+}
+
+}  // namespace tandem::attention_cpu
