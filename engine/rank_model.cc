@@ -83,6 +83,22 @@ absl::Status RankModel::AttentionLayer(const StepPlan& plan, int32_t layer, int6
   return comms_.dcp->ReduceScatter(oall, attn_out, max_rows * nq * d, CommDType::kF32);
 }
 
+// With tp > 1 every rank holds a partial product. Rank 0 adds its partial to x inside the GEMM
+// and the others write theirs over their copy of x (identical on all ranks, and not read again
+// before the all-reduce), so the all-reduce leaves x + Σ partials on every rank with no
+// separate add.
+absl::Status RankModel::ResidualLinear(const LinearOp& op, const float* in, int64_t rows,
+                                       float* x, float* scratch) {
+  ComputeBackend& be = *backend_;
+  if (parallel_.tp == 1) return be.LinearAdd(op, in, rows, x, scratch);
+  if (comms_.tp->rank() == 0) {
+    TANDEM_RETURN_IF_ERROR(be.LinearAdd(op, in, rows, x, scratch));
+  } else {
+    TANDEM_RETURN_IF_ERROR(be.Linear(op, in, rows, x));
+  }
+  return comms_.tp->AllReduce(x, rows * op.n(), CommDType::kF32);
+}
+
 absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits) {
   const int32_t c = placement_.pcp_rank;
   const int32_t tp = parallel_.tp, pcp = parallel_.pcp, dcp = parallel_.dcp;
@@ -166,16 +182,11 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
     }
     TANDEM_RETURN_IF_ERROR(be.WriteKv(pool_, l, kv_slots_.data(), kv_rows, kall, vall));
     TANDEM_RETURN_IF_ERROR(AttentionLayer(plan, l, m, mmax, q, attn));
-    TANDEM_RETURN_IF_ERROR(be.Linear(*w.wo, attn, m, o));
-    if (tp > 1) TANDEM_RETURN_IF_ERROR(comms_.tp->AllReduce(o, m * hidden, CommDType::kF32));
-    TANDEM_RETURN_IF_ERROR(be.Add(x, o, m * hidden));
+    TANDEM_RETURN_IF_ERROR(ResidualLinear(*w.wo, attn, m, x, o));
     TANDEM_RETURN_IF_ERROR(be.RmsNorm(x, w.ffn_norm->f32(), m, hidden, config_.rms_norm_eps, h));
-    TANDEM_RETURN_IF_ERROR(be.Linear(*w.w_gate, h, m, gate));
     TANDEM_RETURN_IF_ERROR(be.Linear(*w.w_up, h, m, up));
-    TANDEM_RETURN_IF_ERROR(be.SiluMul(gate, up, m * inter, gate));
-    TANDEM_RETURN_IF_ERROR(be.Linear(*w.w_down, gate, m, o));
-    if (tp > 1) TANDEM_RETURN_IF_ERROR(comms_.tp->AllReduce(o, m * hidden, CommDType::kF32));
-    TANDEM_RETURN_IF_ERROR(be.Add(x, o, m * hidden));
+    TANDEM_RETURN_IF_ERROR(be.LinearSiluMul(*w.w_gate, h, m, up, gate));
+    TANDEM_RETURN_IF_ERROR(ResidualLinear(*w.w_down, gate, m, x, o));
   }
 
   // ---- logits ----

@@ -52,6 +52,9 @@ class RankModel {
   float* Buf(int slot, int64_t floats);
   absl::Status AttentionLayer(const StepPlan& plan, int32_t layer, int64_t rows, int64_t max_rows,
                               float* q, float* attn_out);
+  // x += in·Wᵀ over the whole TP group (the O and down projections with their residual add).
+  absl::Status ResidualLinear(const LinearOp& op, const float* in, int64_t rows, float* x,
+                              float* scratch);
 
   const LlamaConfig config_;
   const ParallelConfig parallel_;

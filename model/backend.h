@@ -68,6 +68,14 @@ class ComputeBackend {
 
   // ---- ops ----
   virtual absl::Status Linear(const LinearOp& op, const float* x, int64_t m, float* y) = 0;
+  // y += x·Wᵀ + b (a residual add). A backend that cannot fuse the add into its GEMM computes
+  // into `scratch` ([m][op.n()] floats, distinct from x and y) and adds.
+  virtual absl::Status LinearAdd(const LinearOp& op, const float* x, int64_t m, float* y,
+                                 float* scratch) = 0;
+  // out = silu(x·W_gateᵀ + b) ⊙ up, [m][gate.n()]: SwiGLU's gate projection with its activation.
+  // out must not alias x or up.
+  virtual absl::Status LinearSiluMul(const LinearOp& gate, const float* x, int64_t m,
+                                     const float* up, float* out) = 0;
   // out[i] = table[ids[i]] (rows of `hidden` floats); ids: host [m].
   virtual absl::Status Embedding(const float* table, const int32_t* ids, int64_t m, int64_t hidden,
                                  float* out) = 0;

@@ -71,6 +71,15 @@ class CpuBackend final : public ComputeBackend {
   absl::Status Linear(const LinearOp& op, const float* x, int64_t m, float* y) override {
     return static_cast<const DnnlLinear&>(op).Forward(x, m, y);
   }
+  absl::Status LinearAdd(const LinearOp& op, const float* x, int64_t m, float* y,
+                         float* /*scratch*/) override {
+    return static_cast<const DnnlLinear&>(op).Forward(x, m, y, DnnlLinear::Epilogue::kAccumulate);
+  }
+  absl::Status LinearSiluMul(const LinearOp& gate, const float* x, int64_t m, const float* up,
+                             float* out) override {
+    return static_cast<const DnnlLinear&>(gate).Forward(x, m, out, DnnlLinear::Epilogue::kSiluMul,
+                                                        up);
+  }
   absl::Status Embedding(const float* table, const int32_t* ids, int64_t m, int64_t hidden,
                          float* out) override {
     for (int64_t i = 0; i < m; ++i) {

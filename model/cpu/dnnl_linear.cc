@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <utility>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
@@ -53,6 +54,26 @@ dnnl::primitive_attr UserScratchpad() {
   return attr;
 }
 
+// The attributes of a matmul with `epilogue` on an [m][n] output.
+dnnl::primitive_attr EpilogueAttr(DnnlLinear::Epilogue epilogue, int64_t m, int64_t n) {
+  dnnl::primitive_attr attr = UserScratchpad();
+  dnnl::post_ops ops;
+  switch (epilogue) {
+    case DnnlLinear::Epilogue::kStore:
+      return attr;
+    case DnnlLinear::Epilogue::kAccumulate:
+      ops.append_sum(1.f);
+      break;
+    case DnnlLinear::Epilogue::kSiluMul:
+      // swish with alpha 1 is x·sigmoid(x) = silu(x); then the element-wise product with aux.
+      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_swish, 1.f, 0.f);
+      ops.append_binary(dnnl::algorithm::binary_mul, memory::desc({m, n}, DType::f32, Tag::ab));
+      break;
+  }
+  attr.set_post_ops(ops);
+  return attr;
+}
+
 }  // namespace
 
 struct DnnlLinear::Impl {
@@ -69,11 +90,11 @@ struct DnnlLinear::Impl {
     dnnl::matmul primitive;
     memory::desc scratchpad;
   };
-  mutable std::map<int64_t, Prepared> primitives ABSL_GUARDED_BY(mu);
+  mutable std::map<std::pair<int64_t, Epilogue>, Prepared> primitives ABSL_GUARDED_BY(mu);
 
-  absl::StatusOr<Prepared> PrimitiveFor(int64_t m) const {
+  absl::StatusOr<Prepared> PrimitiveFor(int64_t m, Epilogue epilogue) const {
     absl::MutexLock lock(&mu);
-    auto it = primitives.find(m);
+    auto it = primitives.find({m, epilogue});
     if (it != primitives.end()) return it->second;
     try {
       const memory::desc src({m, k}, DType::f32, Tag::ab);
@@ -81,9 +102,9 @@ struct DnnlLinear::Impl {
       const memory::desc b = has_bias ? memory::desc({1, n}, DType::f32, Tag::ab) : memory::desc();
       const dnnl::matmul::desc d = has_bias ? dnnl::matmul::desc(src, weights_desc, b, dst)
                                             : dnnl::matmul::desc(src, weights_desc, dst);
-      const dnnl::matmul::primitive_desc pd(d, UserScratchpad(), engine);
+      const dnnl::matmul::primitive_desc pd(d, EpilogueAttr(epilogue, m, n), engine);
       Prepared prepared{dnnl::matmul(pd), pd.scratchpad_desc()};
-      primitives.emplace(m, prepared);
+      primitives.emplace(std::make_pair(m, epilogue), prepared);
       return prepared;
     } catch (const dnnl::error& e) {
       return ToStatus(e, "matmul creation");
@@ -135,9 +156,13 @@ absl::StatusOr<std::unique_ptr<DnnlLinear>> DnnlLinear::Create(const float* w, i
   return std::unique_ptr<DnnlLinear>(new DnnlLinear(std::move(impl)));
 }
 
-absl::Status DnnlLinear::Forward(const float* x, int64_t m, float* y) const {
+absl::Status DnnlLinear::Forward(const float* x, int64_t m, float* y, Epilogue epilogue,
+                                const float* aux) const {
   if (m <= 0) return absl::OkStatus();
-  absl::StatusOr<Impl::Prepared> prim = impl_->PrimitiveFor(m);
+  if (epilogue == Epilogue::kSiluMul && (aux == nullptr || aux == y)) {
+    return absl::InvalidArgumentError("linear: the SiLU-multiply epilogue needs aux, distinct from y");
+  }
+  absl::StatusOr<Impl::Prepared> prim = impl_->PrimitiveFor(m, epilogue);
   if (!prim.ok()) return prim.status();
   const auto start = std::chrono::steady_clock::now();
   try {
@@ -147,6 +172,11 @@ absl::Status DnnlLinear::Forward(const float* x, int64_t m, float* y) const {
     std::unordered_map<int, memory> args = {
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, impl_->weights}, {DNNL_ARG_DST, dst}};
     if (impl_->has_bias) args.emplace(DNNL_ARG_BIAS, impl_->bias);
+    if (epilogue == Epilogue::kSiluMul) {
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1,
+                   memory({{m, impl_->n}, DType::f32, Tag::ab}, impl_->engine,
+                          const_cast<float*>(aux)));
+    }
     memory scratch(prim->scratchpad, impl_->engine,
                    ThreadScratchpad(prim->scratchpad.get_size()));
     args.emplace(DNNL_ARG_SCRATCHPAD, scratch);

@@ -30,7 +30,16 @@ class DnnlLinear final : public LinearOp {
   int64_t n() const override;
   int64_t k() const override;
 
-  absl::Status Forward(const float* x, int64_t m, float* y) const;
+  // What the GEMM does with its result before storing it, as oneDNN post-ops: the element-wise
+  // work rides on the GEMM's own pass over y instead of a second pass over memory.
+  enum class Epilogue {
+    kStore,       // y = x·Wᵀ + b
+    kAccumulate,  // y += x·Wᵀ + b (a residual add)
+    kSiluMul,     // y = silu(x·Wᵀ + b) ⊙ aux, aux [m][n] (SwiGLU's gate projection); y != aux
+  };
+
+  absl::Status Forward(const float* x, int64_t m, float* y, Epilogue epilogue = Epilogue::kStore,
+                       const float* aux = nullptr) const;
 
   // Seconds spent inside oneDNN by all Forward calls since the last reset (for the benchmark's
   // "share of time inside the GEMM library"). Process-wide.

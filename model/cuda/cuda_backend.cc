@@ -143,6 +143,19 @@ class CudaBackend final : public ComputeBackend {
     return linear->Forward(cublas_->get(), x, m, static_cast<uint16_t*>(x16), y);
   }
 
+  // Unfused: the GEMM, then the element-wise kernel (cuBLAS's beta and a fused SwiGLU epilogue
+  // are the next steps once a GPU run can measure them).
+  absl::Status LinearAdd(const LinearOp& op, const float* x, int64_t m, float* y,
+                         float* scratch) override {
+    TANDEM_RETURN_IF_ERROR(Linear(op, x, m, scratch));
+    return Add(y, scratch, m * op.n());
+  }
+  absl::Status LinearSiluMul(const LinearOp& gate, const float* x, int64_t m, const float* up,
+                             float* out) override {
+    TANDEM_RETURN_IF_ERROR(Linear(gate, x, m, out));
+    return SiluMul(out, up, m * gate.n(), out);
+  }
+
   absl::Status Embedding(const float* table, const int32_t* ids, int64_t m, int64_t hidden,
                          float* out) override {
     TANDEM_ON_BACKEND_DEVICE();

@@ -215,6 +215,32 @@ TEST_F(CudaBackendOpsTest, LinearIsBf16GemmWithFp32Accumulation) {
   }
 }
 
+// LinearAdd and LinearSiluMul equal the plain GEMM followed by the element-wise op (the CUDA
+// backend runs them unfused; the tolerance is the element-wise ops' own, 1e-6).
+TEST_F(CudaBackendOpsTest, FusedLinearFormsEqualTheGemmThenTheOp) {
+  const int64_t m = 7, n = 33, k = 17;
+  const std::vector<float> w = RandomFloats(n * k, 3, 0.1f);
+  const std::vector<float> x = RandomFloats(m * k, 4);
+  const std::vector<float> y0 = RandomFloats(m * n, 5);
+  const std::vector<float> up = RandomFloats(m * n, 6, 2.f);
+  absl::StatusOr<std::unique_ptr<LinearOp>> op = gpu_->PrepareLinear(w.data(), n, k, nullptr);
+  ASSERT_TRUE(op.ok()) << op.status();
+  auto bx = Put(*gpu_, x), by = Put(*gpu_, y0), bup = Put(*gpu_, up);
+  auto plain = Put(*gpu_, std::vector<float>(m * n)), scratch = Put(*gpu_, std::vector<float>(m * n));
+  auto out = Put(*gpu_, std::vector<float>(m * n));
+  ASSERT_TRUE(gpu_->Linear(**op, bx->f32(), m, plain->f32()).ok());
+  ASSERT_TRUE(gpu_->LinearAdd(**op, bx->f32(), m, by->f32(), scratch->f32()).ok());
+  ASSERT_TRUE(gpu_->LinearSiluMul(**op, bx->f32(), m, bup->f32(), out->f32()).ok());
+  const std::vector<float> p = Get<float>(*gpu_, *plain, m * n);
+  std::vector<float> want_add(m * n), want_silu(m * n);
+  for (int64_t i = 0; i < m * n; ++i) {
+    want_add[i] = y0[i] + p[i];
+    want_silu[i] = p[i] / (1.f + std::exp(-p[i])) * up[i];
+  }
+  ExpectNear(Get<float>(*gpu_, *by, m * n), want_add, 1e-6, "LinearAdd");
+  ExpectNear(Get<float>(*gpu_, *out, m * n), want_silu, 1e-6, "LinearSiluMul");
+}
+
 TEST_F(CudaBackendOpsTest, LinearRejectsForeignOps) {
   const std::vector<float> w(4 * 4, 1.f);
   absl::StatusOr<std::unique_ptr<LinearOp>> cpu_op = cpu_->PrepareLinear(w.data(), 4, 4, nullptr);
