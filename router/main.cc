@@ -20,8 +20,10 @@
 #include "serving/server_runner.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50050", "gRPC listen address host:port (port 0 = any)");
-ABSL_FLAG(std::string, model, "", "GGUF model file (only tokenizer and metadata are read)");
-ABSL_FLAG(std::string, model_name, "", "served model name (default: the file's general.name)");
+ABSL_FLAG(std::string, model, "",
+          "GGUF model file or HF checkpoint directory (only tokenizer and metadata are read)");
+ABSL_FLAG(std::string, model_name, "",
+          "served model name (default: the GGUF general.name or the HF directory's name)");
 ABSL_FLAG(std::string, prefill, "", "static prefill nodes, comma-separated host:port");
 ABSL_FLAG(std::string, decode, "", "static decode nodes, comma-separated host:port");
 ABSL_FLAG(std::string, prefill_policy, "least_loaded", "round_robin | least_loaded");
@@ -65,7 +67,7 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "tandem-router --model=M.gguf --prefill=HOST:PORT,... --decode=HOST:PORT,... "
+      "tandem-router --model=M.gguf|HF_DIR --prefill=HOST:PORT,... --decode=HOST:PORT,... "
       "[--listen=HOST:PORT] [--flagfile=FILE]");
   tandem::NormalizeFlagDashes(argc, argv);
   absl::ParseCommandLine(argc, argv);

@@ -1,10 +1,13 @@
 #include "router/served_model.h"
 
+#include <sys/stat.h>
+
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "model/format/model_loader.h"
 #include "model/tokenizer/chat.h"
 #include "model/tokenizer/gguf_tokenizer.h"
 
@@ -12,8 +15,32 @@ namespace tandem {
 
 absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const std::string& path,
                                                                const std::string& name) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return FromHfDirectory(path, name);
   TANDEM_ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> file, GgufFile::Open(path));
   return FromGguf(*file, name);
+}
+
+absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::FromHfDirectory(const std::string& dir,
+                                                                          const std::string& name) {
+  LoadOptions options;
+  options.load_weights = false;
+  options.progress = [](absl::string_view) {};  // metadata only: nothing worth a progress line
+  TANDEM_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(dir, options));
+  if (loaded.tokenizer == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir, " has no tokenizer.json: the router tokenizes prompts and detokenizes the stream"));
+  }
+  ModelLimits limits;
+  limits.context_length = loaded.weights.config.max_context;
+  if (limits.context_length <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": max_position_embeddings ",
+                                                   limits.context_length, " is not positive"));
+  }
+  limits.vocab_size = loaded.tokenizer->vocab_size();
+  limits.name = name.empty() ? loaded.weights.config.name : name;
+  return std::unique_ptr<ServedModel>(new ServedModel(
+      std::move(loaded.tokenizer), std::move(limits), std::move(loaded.default_system_prompt)));
 }
 
 absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::FromGguf(const GgufFile& file,

@@ -1,15 +1,18 @@
 #include "router/served_model.h"
 
+#include <sys/stat.h>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/format/gguf_file.h"
 #include "model/format/gguf_writer.h"
+#include "tests/model/format/safetensors_test_util.h"
 #include "tests/router/test_model.h"
 
 namespace tandem {
 namespace {
 
-using testing::ElementsAre;
+using ::testing::ElementsAre;
 using testing_router::ByteToken;
 using testing_router::MakeTestModel;
 
@@ -19,7 +22,7 @@ TEST(ServedModelTest, LimitsComeFromMetadata) {
   EXPECT_EQ(model->limits().name, "tiny-test");
   EXPECT_EQ(model->limits().vocab_size, testing_router::kTestVocab);
   EXPECT_EQ(model->limits().context_length, 64);
-  EXPECT_THAT(model->tokenizer().stop_ids(), testing::UnorderedElementsAre(0, 2));
+  EXPECT_THAT(model->tokenizer().stop_ids(), ::testing::UnorderedElementsAre(0, 2));
 }
 
 TEST(ServedModelTest, TokenizesEachPromptKind) {
@@ -75,7 +78,7 @@ TEST(ServedModelTest, ExplicitNameWinsAndMissingContextIsNotFound) {
   ASSERT_TRUE(file.ok()) << file.status();
   const absl::StatusOr<std::unique_ptr<ServedModel>> missing = ServedModel::FromGguf(**file, "x");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(missing.status().message()), testing::HasSubstr("llama.context_length"));
+  EXPECT_THAT(std::string(missing.status().message()), ::testing::HasSubstr("llama.context_length"));
 
   writer.Set("llama.context_length", GgufValue::Uint32(16));
   file = GgufFile::FromBytes(writer.Serialize(), "m.gguf");
@@ -88,6 +91,47 @@ TEST(ServedModelTest, ExplicitNameWinsAndMissingContextIsNotFound) {
   ASSERT_TRUE(named.ok()) << named.status();
   EXPECT_EQ((*named)->limits().name, "mine");
   EXPECT_EQ((*named)->limits().context_length, 16);
+}
+
+// A HF checkpoint directory: limits from config.json, the tokenizer from tokenizer.json, the
+// default system message from tokenizer_config.json; no weights are needed beyond the headers.
+TEST(ServedModelTest, HfDirectoryServesWithItsTokenizerJson) {
+  const ::tandem::testing::ScopedTempDir tmp("served_hf");
+  const std::string dir = tmp.path() + "/tiny-hf";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  const auto hf = ::tandem::testing::MakeTinyHf(/*tied=*/true);
+  ::tandem::testing::WriteFile(dir + "/config.json", hf.config_json);
+  ::tandem::testing::WriteFile(dir + "/model.safetensors",
+                               ::tandem::testing::SafetensorsImage(hf.tensors));
+
+  const absl::StatusOr<std::unique_ptr<ServedModel>> no_tokenizer = ServedModel::Load(dir, "");
+  EXPECT_EQ(no_tokenizer.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(no_tokenizer.status().message()), ::testing::HasSubstr("tokenizer.json"));
+
+  ::tandem::testing::WriteFile(dir + "/tokenizer.json", R"({
+    "added_tokens": [{"id": 12, "content": "<|im_end|>", "special": true},
+                     {"id": 13, "content": "<|im_start|>", "special": true}],
+    "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+    "decoder": {"type": "ByteLevel"},
+    "model": {"type": "BPE", "vocab": {"h": 0, "i": 1, "Ċ": 2, "s": 3, "y": 4, "t": 5, "e": 6,
+                                       "m": 7, "u": 8, "r": 9, "a": 10, "n": 11},
+              "merges": []}})");
+  ::tandem::testing::WriteFile(dir + "/tokenizer_config.json", R"({"eos_token": "<|im_end|>",
+    "chat_template": "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nhi<|im_end|>\n' }}{% endif %}"})");
+  const absl::StatusOr<std::unique_ptr<ServedModel>> model = ServedModel::Load(dir, "");
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->limits().name, "tiny-hf");
+  EXPECT_EQ((*model)->limits().vocab_size, 14);
+  EXPECT_EQ((*model)->limits().context_length, 256);
+  PromptInput chat;
+  chat.kind = PromptInput::Kind::kChat;
+  chat.chat = {{"user", "hi"}};
+  EXPECT_EQ((*model)->tokenizer().Decode((*model)->Tokenize(chat)),
+            "<|im_start|>system\nhi<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  const absl::StatusOr<std::unique_ptr<ServedModel>> named = ServedModel::Load(dir, "mine");
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ((*named)->limits().name, "mine");
 }
 
 }  // namespace
