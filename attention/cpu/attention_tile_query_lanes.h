@@ -17,6 +17,20 @@
 
 namespace tandem::attention_cpu {
 
+// s[t] = Σ_c qt[c] · kp[t][c] for the kT token rows at kp ([kT][kD] f32): one broadcast-FMA per
+// (token, c), kT independent accumulators.
+template <class T, int32_t kD, int32_t kT>
+inline void ScoreQueryLanes(const float* qt, const float* kp, typename T::V* s) {
+  constexpr int32_t kL = T::kLanes;
+#pragma GCC unroll 16
+  for (int32_t t = 0; t < kT; ++t) s[t] = T::Zero();
+  for (int32_t c = 0; c < kD; ++c) {
+    const typename T::V qv = T::Load(qt + c * kL);
+#pragma GCC unroll 16
+    for (int32_t t = 0; t < kT; ++t) s[t] = T::Fma(qv, T::Set1(kp[t * kD + c]), s[t]);
+  }
+}
+
 // REQUIRES: T::kLanes == kPieceTokens, a.num_queries <= T::kLanes, a.head_dim == kD, the range
 // shorter than 2^24 tokens (token offsets are compared as exact floats).
 template <class T, class E, int32_t kD>
@@ -64,27 +78,29 @@ void AttendTileQueryLanes(const TileArgs& a) {
     const int32_t n = static_cast<int32_t>(len);
     const S* k = reinterpret_cast<const S*>(a.kv_base + a.block_ids[b] * a.block_bytes) + off * kD;
     const S* v = k + row_elems;
-    // The K rows as kP f32 rows at a fixed stride: straight from the pool for a full f32
-    // piece, else converted, with the rows past n zeroed (their scores are masked below).
+    // Scores are computed for the piece's n tokens rounded up to 4, 8 or 16 (short pieces: small
+    // blocks, the end of a range), from K rows as f32 at a fixed stride: straight from the pool
+    // when they are f32 and fill the rounded count, else converted, rows past n zeroed (their
+    // scores are masked below).
+    const int32_t rounded = n <= 4 ? 4 : n <= 8 ? 8 : kP;
     const float* kp = kf;
     if constexpr (std::is_same_v<E, KvF32>) {
-      if (n == kP) kp = k;
+      if (n == rounded) kp = k;
     }
     if (kp == kf) {
-      for (int32_t t = 0; t < kP; ++t) {
+      for (int32_t t = 0; t < rounded; ++t) {
         for (int32_t c = 0; c < kD; c += kL) {
           T::Store(kf + t * kD + c, t < n ? T::LoadKv(k + int64_t{t} * kD + c, E{}) : T::Zero());
         }
       }
     }
-
     V s[kP];
-#pragma GCC unroll 16
-    for (int32_t t = 0; t < kP; ++t) s[t] = T::Zero();
-    for (int32_t c = 0; c < kD; ++c) {
-      const V qv = T::Load(qt + c * kL);
-#pragma GCC unroll 16
-      for (int32_t t = 0; t < kP; ++t) s[t] = T::Fma(qv, T::Set1(kp[t * kD + c]), s[t]);
+    if (rounded == 4) {
+      ScoreQueryLanes<T, kD, 4>(qt, kp, s);
+    } else if (rounded == 8) {
+      ScoreQueryLanes<T, kD, 8>(qt, kp, s);
+    } else {
+      ScoreQueryLanes<T, kD, kP>(qt, kp, s);
     }
 
     const float rel = static_cast<float>(j - a.token_begin);

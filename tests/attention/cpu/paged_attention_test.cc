@@ -198,13 +198,14 @@ TEST_P(ShardedAttentionTest, LongSequenceIsSplitAcrossThreads) {
 
 // Prefill chunks long enough to fill tiles with kQueryLanesMinQueries..16 queries at head_dim 64
 // and 128 (the query-lanes path on AVX-512), on blocks that are shorter than, equal to and
-// longer than a scoring piece, so pieces end early and ranges start mid-block; then the same
-// with the range split across threads.
+// longer than a scoring piece, so pieces of every length 1..16 occur (each rounded-up score
+// width) and ranges start mid-block; then the same with the range split across threads.
 TEST_P(ShardedAttentionTest, PrefillTilesOnTheQueryLanesPath) {
   for (int32_t head_dim : {64, 128}) {
     for (int32_t group : {1, 3, 4}) {
-      for (const DcpGeometry& dcp : {DcpGeometry{16, 1, 1}, DcpGeometry{4, 2, 1},
-                                     DcpGeometry{7, 2, 7}, DcpGeometry{32, 3, 32}}) {
+      for (const DcpGeometry& dcp :
+           {DcpGeometry{16, 1, 1}, DcpGeometry{4, 2, 1}, DcpGeometry{7, 2, 7},
+            DcpGeometry{32, 3, 32}, DcpGeometry{1, 2, 1}, DcpGeometry{10, 1, 1}}) {
         AttentionCase c = NewCase(dcp, 2, group, head_dim);
         AddPrefillRequest(c, 150 + static_cast<int64_t>(rng_() % 100), 37);
         AddPrefillRequest(c, 21, 21);  // a whole prompt: its first rows see only a few tokens
