@@ -31,15 +31,6 @@ DecodeNode::~DecodeNode() = default;
 
 absl::StatusOr<std::unique_ptr<DecodeNode>> DecodeNode::Create(DecodeNodeOptions options) {
   options.instance.role = InstanceRole::kDecode;
-  if (options.instance.backend != "cpu") {
-    // KV pools live in UCX-allocated host memory; device pools need the staging path of
-    // docs/gpu.md, which the nodes do not drive yet. Refuse rather than hand host memory to GPU
-    // kernels.
-    return absl::UnimplementedError(absl::StrCat(
-        "--backend ", options.instance.backend,
-        " is not supported for disaggregated serving yet (KV pools are UCX host memory; see "
-        "docs/gpu.md); use --backend cpu, or tandem-generate for a single GPU instance"));
-  }
   std::unique_ptr<DecodeNode> node(new DecodeNode(std::move(options)));
   const DecodeNodeOptions& o = node->options_;
   TANDEM_ASSIGN_OR_RETURN(LoadedModel model, LoadModel(o.model_path));
@@ -190,7 +181,7 @@ absl::Status DecodeNode::Pull(const TransferMetadata& source, const TransferPlan
   po.stall_timeout = options_.stall_timeout;
   po.cancel = &cancel;
   for (int32_t d = 0; d < static_cast<int32_t>(plan.copies.size()); ++d) {
-    const KvPoolView pool = instance_->pool(d);
+    const KvPoolView pool = instance_->transfer_pool(d);
     absl::Span<std::byte> local(static_cast<std::byte*>(pool.base),
                                 PoolBytes(pool.geometry, pool.num_blocks));
     absl::MutexLock lock(puller_mu_[d].get());
@@ -271,6 +262,8 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
         "discarded (prefill again)");
   }
   if (cancelled()) return absl::CancelledError("decode cancelled by the client");
+  // Device pools: the pull landed in the host mirror; the pool needs it before the first step.
+  TANDEM_RETURN_IF_ERROR(instance_->StageIn(blocks));
 
   DecodeRequest req;
   req.id = call.request_id;

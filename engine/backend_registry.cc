@@ -22,6 +22,8 @@ std::vector<std::string> CompiledBackends() {
 #endif
 }
 
+bool BackendMemoryIsHost(absl::string_view kind) { return kind == "cpu"; }
+
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateBackend(absl::string_view kind,
                                                               int32_t device_index) {
   if (kind == "cpu") return CreateCpuBackend();

@@ -23,6 +23,10 @@ std::vector<std::string> CompiledBackends();
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateBackend(absl::string_view kind,
                                                               int32_t device_index);
 
+// Whether the backend's buffers are host memory that any thread (and the UCX transfer) can read
+// and write directly: true for "cpu"; false for "cuda" and unknown kinds.
+bool BackendMemoryIsHost(absl::string_view kind);
+
 // Communicators for one group whose members are the given device indices, in group-rank order
 // (CPU: in-process shared memory; CUDA: NCCL).
 absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateCommunicators(

@@ -1,5 +1,8 @@
 #include "engine/instance.h"
 
+#include <algorithm>
+#include <cstddef>
+
 #include "absl/strings/str_cat.h"
 #include "common/parallel_for.h"
 #include "common/status_macros.h"
@@ -45,6 +48,10 @@ KvPoolView Instance::pool(int32_t rank) const {
   return KvPoolView{pools_[rank]->base(), num_blocks_, geometry_};
 }
 
+KvPoolView Instance::transfer_pool(int32_t rank) const {
+  return staged_ ? KvPoolView{mirrors_[rank]->base(), num_blocks_, geometry_} : pool(rank);
+}
+
 absl::StatusOr<std::unique_ptr<Instance>> Instance::Create(const LlamaWeights& weights,
                                                            const InstanceOptions& options) {
   const LlamaConfig& config = weights.config;
@@ -88,6 +95,9 @@ absl::StatusOr<std::unique_ptr<Instance>> Instance::Create(const LlamaWeights& w
 
   inst->models_.resize(world);
   inst->pools_.resize(world);
+  inst->staged_ = options.pool_allocator &&
+                  (options.kv_staging == KvStaging::kAlways || !BackendMemoryIsHost(options.backend));
+  if (inst->staged_) inst->mirrors_.resize(world);
   {
     absl::MutexLock lock(&inst->mu_);
     inst->results_.assign(world, absl::OkStatus());
@@ -111,13 +121,15 @@ absl::StatusOr<std::unique_ptr<Instance>> Instance::Create(const LlamaWeights& w
                               PrepareRankWeights(weights, par, placement, *backend, cache));
       const int64_t pool_bytes = PoolBytes(self->geometry_, self->num_blocks_);
       if (options.pool_allocator) {
-        TANDEM_ASSIGN_OR_RETURN(self->pools_[rank], options.pool_allocator(rank, pool_bytes));
-        if (self->pools_[rank]->bytes() < pool_bytes) {
-          return absl::InternalError(absl::StrCat("pool allocator returned ",
-                                                  self->pools_[rank]->bytes(), " bytes, need ",
-                                                  pool_bytes));
+        TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<KvPoolMemory> transfer,
+                                options.pool_allocator(rank, pool_bytes));
+        if (transfer->bytes() < pool_bytes) {
+          return absl::InternalError(absl::StrCat("pool allocator returned ", transfer->bytes(),
+                                                  " bytes, need ", pool_bytes));
         }
-      } else {
+        (self->staged_ ? self->mirrors_[rank] : self->pools_[rank]) = std::move(transfer);
+      }
+      if (self->pools_[rank] == nullptr) {
         TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> buf, backend->Allocate(pool_bytes));
         self->pools_[rank] = std::make_unique<BackendPoolMemory>(std::move(buf));
       }
@@ -178,6 +190,50 @@ absl::Status Instance::RunOnAllRanks(const Job& job) {
   }
   return absl::OkStatus();
 }
+
+absl::Status Instance::RunBetweenSteps(const Job& job) {
+  absl::MutexLock run_lock(&run_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!broken_.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("instance failed earlier and cannot run steps: ", broken_.ToString()));
+    }
+  }
+  return RunOnAllRanks(job);
+}
+
+absl::Status Instance::Stage(absl::Span<const int32_t> blocks, bool to_mirror) {
+  if (!staged_ || blocks.empty()) return absl::OkStatus();
+  // Runs of consecutive block ids become one copy each.
+  std::vector<int32_t> sorted(blocks.begin(), blocks.end());
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<ByteRange> ranges;
+  const int64_t bb = geometry_.block_bytes();
+  for (size_t i = 0; i < sorted.size();) {
+    if (sorted[i] < 0 || sorted[i] >= num_blocks_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("block ", sorted[i], " outside the pool of ", num_blocks_, " blocks"));
+    }
+    size_t j = i + 1;
+    while (j < sorted.size() && sorted[j] <= sorted[j - 1] + 1) ++j;
+    ranges.push_back(ByteRange{sorted[i] * bb, (int64_t{sorted[j - 1]} - sorted[i] + 1) * bb});
+    i = j;
+  }
+  return RunBetweenSteps([this, &ranges, to_mirror](int32_t rank) -> absl::Status {
+    ComputeBackend& be = models_[rank]->backend();
+    auto* pool = static_cast<std::byte*>(pools_[rank]->base());
+    auto* mirror = static_cast<std::byte*>(mirrors_[rank]->base());
+    for (const ByteRange& r : ranges) {
+      TANDEM_RETURN_IF_ERROR(to_mirror ? be.Download(mirror + r.offset, pool + r.offset, r.length)
+                                       : be.Upload(pool + r.offset, mirror + r.offset, r.length));
+    }
+    return be.Synchronize();
+  });
+}
+
+absl::Status Instance::StageOut(absl::Span<const int32_t> blocks) { return Stage(blocks, true); }
+absl::Status Instance::StageIn(absl::Span<const int32_t> blocks) { return Stage(blocks, false); }
 
 absl::StatusOr<std::vector<float>> Instance::Run(const StepInput& input) {
   absl::MutexLock run_lock(&run_mu_);

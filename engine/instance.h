@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "absl/time/time.h"
 #include "attention/kv_dtype.h"
 #include "attention/parallel_layout.h"
@@ -28,6 +29,12 @@
 
 namespace tandem {
 
+// Whether a pool_allocator's memory is the KV pool itself or a host mirror of it (DESIGN.md §6).
+enum class KvStaging {
+  kAuto,    // a mirror only when the backend's memory is not host memory (GPU pools)
+  kAlways,  // a mirror even on the CPU backend: exercises the GPU path's staging on any machine
+};
+
 struct InstanceOptions {
   ParallelConfig parallel;
   InstanceRole role = InstanceRole::kCombined;
@@ -37,7 +44,11 @@ struct InstanceOptions {
   std::string backend = "cpu";
   absl::Duration collective_timeout = absl::Minutes(2);
   absl::Duration step_timeout = absl::Minutes(10);
-  KvPoolAllocator pool_allocator;  // empty: backend memory
+  // Memory the KV transfer can reach (UCX-registered). Empty: pools are plain backend memory.
+  // Set: it holds the pools themselves, or — staged, see KvStaging — their host mirrors while
+  // the pools live in backend memory.
+  KvPoolAllocator pool_allocator;
+  KvStaging kv_staging = KvStaging::kAuto;
 };
 
 ModelDims DimsOf(const LlamaConfig& config);
@@ -66,11 +77,29 @@ class Instance {
   const PoolGeometry& pool_geometry() const { return geometry_; }
   KvPoolView pool(int32_t rank) const;
 
+  // ---- KV staging (only when pool_allocator is set) ----
+  // Staged: each rank's pool is backend memory and the transfer uses a host mirror with the
+  // pool's layout (same offsets), so transfer plans apply to the mirror unchanged.
+  bool staged() const { return staged_; }
+  // What the KV transfer reads (prefill) or writes (decode) for `rank`: the mirror when staged,
+  // else the pool.
+  KvPoolView transfer_pool(int32_t rank) const;
+  // Copy `blocks` (block ids, any order) of every rank's pool to its mirror — after the prefill
+  // that wrote them, before their KV is served — or from the mirror into the pool — after a pull,
+  // before a step attends them. No-ops when not staged. Serialised with Run, so never during a
+  // step; a block id outside the pool is INVALID_ARGUMENT (nothing copied), a copy error breaks
+  // the instance like a failed step.
+  absl::Status StageOut(absl::Span<const int32_t> blocks);
+  absl::Status StageIn(absl::Span<const int32_t> blocks);
+
  private:
   Instance(const LlamaConfig& config, const InstanceOptions& options);
   using Job = std::function<absl::Status(int32_t rank)>;
   // Runs job(rank) on every rank thread; returns the first error (and aborts all comms on error).
   absl::Status RunOnAllRanks(const Job& job);
+  // Runs job on every rank between steps (holding run_mu_); FAILED_PRECONDITION once broken.
+  absl::Status RunBetweenSteps(const Job& job);
+  absl::Status Stage(absl::Span<const int32_t> blocks, bool to_mirror);
   void RankLoop(int32_t rank);
 
   const LlamaConfig config_;
@@ -80,6 +109,8 @@ class Instance {
 
   std::vector<std::unique_ptr<RankModel>> models_;      // [world], written during setup
   std::vector<std::unique_ptr<KvPoolMemory>> pools_;    // [world]
+  std::vector<std::unique_ptr<KvPoolMemory>> mirrors_;  // [world] when staged_
+  bool staged_ = false;
   std::vector<std::thread> threads_;
 
   absl::Mutex run_mu_;  // serialises Run

@@ -205,6 +205,17 @@ void PrefillEngine::Loop() {
         active_.erase(std::find(active_.begin(), active_.end(), p));
       }
     }
+    // A staged instance (device pools) serves KV from host mirrors: copy the finished
+    // requests' blocks there before anyone is told the KV is ready.
+    std::vector<int32_t> staged;
+    for (auto& [p, r] : finished) {
+      if (r.ok()) staged.insert(staged.end(), p->blocks.begin(), p->blocks.end());
+    }
+    if (const absl::Status s = instance_->StageOut(staged); !s.ok()) {
+      for (auto& [p, r] : finished) {
+        if (r.ok()) r = absl::Status(s.code(), absl::StrCat("staging the KV to host memory: ", s.message()));
+      }
+    }
     for (auto& [p, r] : finished) {
       if (!r.ok()) blocks_->Free(p->blocks).IgnoreError();
       p->done(std::move(r));

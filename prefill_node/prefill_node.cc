@@ -32,15 +32,6 @@ PrefillNode::~PrefillNode() {
 
 absl::StatusOr<std::unique_ptr<PrefillNode>> PrefillNode::Create(PrefillNodeOptions options) {
   options.instance.role = InstanceRole::kPrefill;
-  if (options.instance.backend != "cpu") {
-    // KV pools live in UCX-allocated host memory; device pools need the staging path of
-    // docs/gpu.md, which the nodes do not drive yet. Refuse rather than hand host memory to GPU
-    // kernels.
-    return absl::UnimplementedError(absl::StrCat(
-        "--backend ", options.instance.backend,
-        " is not supported for disaggregated serving yet (KV pools are UCX host memory; see "
-        "docs/gpu.md); use --backend cpu, or tandem-generate for a single GPU instance"));
-  }
   std::unique_ptr<PrefillNode> node(new PrefillNode(std::move(options)));
   const PrefillNodeOptions& o = node->options_;
   TANDEM_ASSIGN_OR_RETURN(LoadedModel model, LoadModel(o.model_path));

@@ -19,6 +19,9 @@ ABSL_FLAG(double, kv_budget_mb, 256, "KV pool size of each rank, MiB (fractions 
 ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache dtype: f32, f16 or bf16");
 ABSL_FLAG(int32_t, threads_per_rank, 0, "CPU threads per rank (0 = cores / ranks)");
 ABSL_FLAG(std::string, backend, "cpu", "compute backend: cpu or cuda");
+ABSL_FLAG(std::string, kv_staging, "auto",
+          "auto: KV pools in device memory transfer through host mirrors (GPU backends); "
+          "always: use mirrors on the CPU backend too (exercises the GPU path's staging)");
 
 namespace tandem {
 
@@ -41,6 +44,15 @@ absl::StatusOr<InstanceOptions> InstanceOptionsFromFlags() {
   }
   o.threads_per_rank = absl::GetFlag(FLAGS_threads_per_rank);
   o.backend = absl::GetFlag(FLAGS_backend);
+  const std::string staging = absl::GetFlag(FLAGS_kv_staging);
+  if (staging == "auto") {
+    o.kv_staging = KvStaging::kAuto;
+  } else if (staging == "always") {
+    o.kv_staging = KvStaging::kAlways;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_staging must be auto or always (got '", staging, "')"));
+  }
   return o;
 }
 

@@ -12,6 +12,7 @@
 //   --kv_dtype f32|f16|bf16
 //   --threads_per_rank N    0 = cores / ranks
 //   --backend cpu|cuda
+//   --kv_staging auto|always  host mirrors of device KV pools for the transfer (always: on CPU too)
 //   --router HOST:PORT      send heartbeats to this router (optional)
 //   --ucx_tls LIST          UCX_TLS for the KV transfer (e.g. "sm,self" or "tcp"); empty = UCX default
 #pragma once
@@ -33,7 +34,8 @@ ABSL_DECLARE_FLAG(std::string, ucx_tls);
 
 namespace tandem {
 
-// InstanceOptions from the layout/KV/backend flags. INVALID_ARGUMENT for a bad kv_dtype.
+// InstanceOptions from the layout/KV/backend flags. INVALID_ARGUMENT for a bad kv_dtype or
+// kv_staging.
 absl::StatusOr<InstanceOptions> InstanceOptionsFromFlags();
 UcxOptions UcxOptionsFromFlags();
 

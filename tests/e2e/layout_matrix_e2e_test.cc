@@ -1,5 +1,6 @@
 // Mismatched prefill/decode layouts through a real cluster (router + prefill + decode processes,
-// KV pulled over UCX): each pair's greedy output must equal the single-rank combined run.
+// KV pulled over UCX), with and without host-mirror staging of the pools: each pair's greedy
+// output must equal the single-rank combined run.
 #include <random>
 
 #include "gtest/gtest.h"
@@ -80,7 +81,13 @@ INSTANTIATE_TEST_SUITE_P(
         Pair{"pcp2_dcp2_to_dcp2", {"--pcp=2", "--dcp=2"}, {"--tp=4", "--dcp=2"}},
         Pair{"block16_to_32", {"--tp=2", "--block_size=16"}, {"--tp=2", "--block_size=32"}},
         Pair{"interleave1_to_B", {"--tp=4", "--dcp=2", "--interleave=1"},
-             {"--tp=4", "--dcp=2", "--interleave=16"}}),
+             {"--tp=4", "--dcp=2", "--interleave=16"}},
+        // KV pools behind host mirrors, as on GPU instances (--kv_staging=always runs the same
+        // copies on the CPU backend): on both sides, and on either side alone (mixed fleets).
+        Pair{"staged_pcp2_dcp2_to_dcp2", {"--pcp=2", "--dcp=2", "--kv_staging=always"},
+             {"--tp=4", "--dcp=2", "--kv_staging=always"}},
+        Pair{"staged_prefill_tp2_to_tp1", {"--tp=2", "--kv_staging=always"}, {"--tp=1"}},
+        Pair{"staged_decode_tp1_to_dcp2", {"--tp=1"}, {"--tp=4", "--dcp=2", "--kv_staging=always"}}),
     [](const ::testing::TestParamInfo<Pair>& info) { return std::string(info.param.name); });
 
 }  // namespace

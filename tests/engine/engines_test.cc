@@ -1,6 +1,7 @@
 // PrefillEngine / DecodeEngine / Instance behaviour on the small random model: validation, KV
 // capacity waits, cancellation, stop conditions and continuous batching — and that every path
 // returns its blocks.
+#include <cstring>
 #include <random>
 
 #include "absl/synchronization/notification.h"
@@ -79,6 +80,65 @@ TEST(EnginesTest, InstanceRejectsInvalidLayoutsNamingTheRule) {
   InstanceOptions tiny;
   tiny.kv_bytes_per_rank = 100;
   EXPECT_THAT(Instance::Create(Weights(), tiny).status().message(), HasSubstr("smaller than one block"));
+}
+
+// Host memory standing in for a transfer pool (what UCX allocates on the nodes).
+class VectorPool final : public KvPoolMemory {
+ public:
+  explicit VectorPool(int64_t bytes) : bytes_(bytes) {}
+  void* base() const override { return bytes_.data(); }
+  int64_t bytes() const override { return static_cast<int64_t>(bytes_.size()); }
+
+ private:
+  mutable std::vector<std::byte> bytes_;
+};
+
+TEST(EnginesTest, StagedInstanceCopiesExactlyTheNamedBlocks) {
+  InstanceOptions o;
+  o.parallel.tp = 2;
+  o.parallel.block_size = 4;
+  o.kv_bytes_per_rank = int64_t{1} << 20;
+  o.kv_staging = KvStaging::kAlways;
+  o.pool_allocator = [](int32_t, int64_t bytes) -> absl::StatusOr<std::unique_ptr<KvPoolMemory>> {
+    return std::make_unique<VectorPool>(bytes);
+  };
+  absl::StatusOr<std::unique_ptr<Instance>> inst = Instance::Create(Weights(), o);
+  ASSERT_TRUE(inst.ok()) << inst.status();
+  Instance& in = **inst;
+  ASSERT_TRUE(in.staged());
+  const int64_t bb = in.block_bytes();
+  ASSERT_GE(in.num_blocks(), 3);
+  auto bytes_of = [bb](const KvPoolView& v, int32_t block) {
+    return static_cast<std::byte*>(v.base) + block * bb;
+  };
+  for (int32_t r = 0; r < in.world(); ++r) {
+    ASSERT_NE(in.pool(r).base, in.transfer_pool(r).base);
+    for (int32_t b = 0; b < 3; ++b) {
+      std::memset(bytes_of(in.pool(r), b), 0x10 + 4 * r + b, bb);
+      std::memset(bytes_of(in.transfer_pool(r), b), 0, bb);
+    }
+  }
+  ASSERT_TRUE(in.StageOut({2, 0}).ok());
+  for (int32_t r = 0; r < in.world(); ++r) {
+    for (int32_t b = 0; b < 3; ++b) {
+      const std::byte want = b == 1 ? std::byte{0} : static_cast<std::byte>(0x10 + 4 * r + b);
+      EXPECT_EQ(*bytes_of(in.transfer_pool(r), b), want) << "rank " << r << " block " << b;
+      EXPECT_EQ(*(bytes_of(in.transfer_pool(r), b) + bb - 1), want) << "rank " << r << " block " << b;
+    }
+    std::memset(bytes_of(in.transfer_pool(r), 1), 0x7f, bb);
+  }
+  ASSERT_TRUE(in.StageIn({1}).ok());
+  for (int32_t r = 0; r < in.world(); ++r) {
+    EXPECT_EQ(*(bytes_of(in.pool(r), 1) + bb - 1), std::byte{0x7f}) << "rank " << r;
+    EXPECT_EQ(*bytes_of(in.pool(r), 0), static_cast<std::byte>(0x10 + 4 * r)) << "rank " << r;
+  }
+  const absl::Status bad = in.StageOut({in.num_blocks()});
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+
+  const std::unique_ptr<Instance> plain = MakeInstance();  // no transfer memory: never staged
+  EXPECT_FALSE(plain->staged());
+  EXPECT_EQ(plain->transfer_pool(0).base, plain->pool(0).base);
+  EXPECT_TRUE(plain->StageOut({0}).ok());
 }
 
 TEST(EnginesTest, PrefillRejectsRequestsThatCanNeverRun) {
