@@ -13,12 +13,13 @@ namespace tandem::testing {
 
 std::vector<std::vector<int32_t>> ReferenceGreedy(const std::string& model_path,
                                                   const std::vector<std::vector<int32_t>>& prompts,
-                                                  int32_t max_tokens) {
+                                                  int32_t max_tokens, const std::string& backend) {
   absl::StatusOr<LoadedModel> model = LoadModel(model_path);
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return {};
   InstanceOptions o;
   o.kv_bytes_per_rank = int64_t{32} << 20;
+  o.backend = backend;
   absl::StatusOr<std::unique_ptr<Instance>> inst = Instance::Create(model->weights, o);
   EXPECT_TRUE(inst.ok()) << inst.status();
   if (!inst.ok()) return {};

@@ -8,10 +8,11 @@
 
 namespace tandem::testing {
 
-// Greedy tokens (no stop tokens: exactly max_tokens each) for every prompt.
+// Greedy tokens (no stop tokens: exactly max_tokens each) for every prompt, on `backend`.
 std::vector<std::vector<int32_t>> ReferenceGreedy(const std::string& model_path,
                                                   const std::vector<std::vector<int32_t>>& prompts,
-                                                  int32_t max_tokens);
+                                                  int32_t max_tokens,
+                                                  const std::string& backend = "cpu");
 
 // A synthetic GGUF model in a fresh temp dir (written once per process and seed).
 std::string SyntheticModelPath(uint64_t seed = 7);
