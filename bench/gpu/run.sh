@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# GPU check: on a machine with an NVIDIA GPU, build the CUDA backend, run the `cuda` tests (kernels,
-# NCCL, GPU generation, and gpu_cluster_e2e_test: GPU prefill → GPU decode nodes with device KV
-# pools staged through host mirrors), the
-# decode attention benchmark and (when the CLI supports --backend and the model is cached) a
-# single-GPU generate of the real model, then print a summary ending with
+# GPU check: on a machine with an NVIDIA GPU, build the CUDA backend, run the `cuda` tests
+# (kernels, NCCL, GPU generation, and gpu_cluster_e2e_test: GPU prefill → GPU decode nodes with
+# device KV pools staged through host mirrors), the decode attention benchmark and (when the CLI
+# supports --backend and the model is cached) a single-GPU generate of the real model, then print
+# a summary ending with
 #   RESULT gpu_decode_attention_bw_ratio=<x>
 # (decode attention KV bytes/s ÷ the read bandwidth measured in the same run; nan if unmeasured).
 # Everything runs within TANDEM_GPU_BUDGET_S seconds (default 480). Safe to run repeatedly: the
