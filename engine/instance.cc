@@ -191,7 +191,7 @@ absl::Status Instance::RunOnAllRanks(const Job& job) {
   return absl::OkStatus();
 }
 
-absl::Status Instance::RunBetweenSteps(const Job& job) {
+absl::Status Instance::RunSerialized(const Job& job) {
   absl::MutexLock run_lock(&run_mu_);
   {
     absl::MutexLock lock(&mu_);
@@ -220,7 +220,7 @@ absl::Status Instance::Stage(absl::Span<const int32_t> blocks, bool to_mirror) {
     ranges.push_back(ByteRange{sorted[i] * bb, (int64_t{sorted[j - 1]} - sorted[i] + 1) * bb});
     i = j;
   }
-  return RunBetweenSteps([this, &ranges, to_mirror](int32_t rank) -> absl::Status {
+  return RunSerialized([this, &ranges, to_mirror](int32_t rank) -> absl::Status {
     ComputeBackend& be = models_[rank]->backend();
     auto* pool = static_cast<std::byte*>(pools_[rank]->base());
     auto* mirror = static_cast<std::byte*>(mirrors_[rank]->base());
@@ -236,19 +236,11 @@ absl::Status Instance::StageOut(absl::Span<const int32_t> blocks) { return Stage
 absl::Status Instance::StageIn(absl::Span<const int32_t> blocks) { return Stage(blocks, false); }
 
 absl::StatusOr<std::vector<float>> Instance::Run(const StepInput& input) {
-  absl::MutexLock run_lock(&run_mu_);
-  {
-    absl::MutexLock lock(&mu_);
-    if (!broken_.ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("instance failed earlier and cannot run steps: ", broken_.ToString()));
-    }
-  }
   TANDEM_ASSIGN_OR_RETURN(StepPlan plan, BuildStepPlan(input, options_.parallel.dcp_geometry(),
                                                        options_.parallel.pcp, config_.vocab_size));
   auto shared_plan = std::make_shared<const StepPlan>(std::move(plan));
   auto logits = std::make_shared<std::vector<float>>();
-  TANDEM_RETURN_IF_ERROR(RunOnAllRanks([this, shared_plan, logits](int32_t rank) {
+  TANDEM_RETURN_IF_ERROR(RunSerialized([this, shared_plan, logits](int32_t rank) {
     return models_[rank]->Forward(*shared_plan, rank == 0 ? logits.get() : nullptr);
   }));
   return std::move(*logits);

@@ -97,8 +97,9 @@ class Instance {
   using Job = std::function<absl::Status(int32_t rank)>;
   // Runs job(rank) on every rank thread; returns the first error (and aborts all comms on error).
   absl::Status RunOnAllRanks(const Job& job);
-  // Runs job on every rank between steps (holding run_mu_); FAILED_PRECONDITION once broken.
-  absl::Status RunBetweenSteps(const Job& job);
+  // RunOnAllRanks, one job at a time (steps and staging copies never overlap);
+  // FAILED_PRECONDITION once the instance is broken.
+  absl::Status RunSerialized(const Job& job);
   absl::Status Stage(absl::Span<const int32_t> blocks, bool to_mirror);
   void RankLoop(int32_t rank);
 
