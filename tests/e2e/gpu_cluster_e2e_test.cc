@@ -5,14 +5,11 @@
 // transfer copy bytes exactly. (Against the CPU the bf16 GEMMs would differ by rounding; the
 // staging copies themselves are tested on the CPU by the layout matrix's --kv_staging=always
 // cases.)
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "model/tools/synthetic_model.h"
 #include "tests/attention/cuda/cuda_test_util.h"
 #include "tests/e2e/local_cluster.h"
 #include "tests/e2e/reference.h"
@@ -24,9 +21,6 @@ constexpr int32_t kMaxTokens = 8;
 
 // head_dim 64, the CUDA kernels' common case; 2 KV heads so tp=2 is valid on two GPUs.
 std::string GpuModelPath() {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/tandem-gpu-model-XXXXXX");
-  if (mkdtemp(dir.data()) == nullptr) return "";
   SyntheticModelOptions o;
   o.seed = 11;
   o.hidden = 256;
@@ -34,10 +28,7 @@ std::string GpuModelPath() {
   o.kv_heads = 2;
   o.head_dim = 64;
   o.intermediate = 512;
-  const std::string path = dir + "/gpu-synthetic.gguf";
-  const absl::Status s = WriteSyntheticModel(o, path);
-  EXPECT_TRUE(s.ok()) << s;
-  return path;
+  return WriteTempSyntheticModel(o, "gpu-synthetic.gguf");
 }
 
 class GpuClusterTest : public CudaTest {};

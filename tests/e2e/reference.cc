@@ -36,13 +36,24 @@ std::vector<std::vector<int32_t>> ReferenceGreedy(const std::string& model_path,
   return out;
 }
 
+std::string WriteTempSyntheticModel(const SyntheticModelOptions& options,
+                                    const std::string& file_name) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/tandem-model-XXXXXX");
+  if (mkdtemp(dir.data()) == nullptr) {
+    ADD_FAILURE() << "mkdtemp " << dir << " failed";
+    return "";
+  }
+  const std::string path = dir + "/" + file_name;
+  const absl::Status s = WriteSyntheticModel(options, path);
+  EXPECT_TRUE(s.ok()) << s;
+  return s.ok() ? path : "";
+}
+
 std::string SyntheticModelPath(uint64_t seed) {
   static std::map<uint64_t, std::string>* paths = new std::map<uint64_t, std::string>();
   auto it = paths->find(seed);
   if (it != paths->end()) return it->second;
-  const char* tmp = std::getenv("TMPDIR");
-  std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/tandem-model-XXXXXX");
-  if (mkdtemp(dir.data()) == nullptr) return "";
   // 24 query heads over 2 KV heads: tp 1, 2, 4, 6, 8 are valid, and decode DCP 2, 3 and 4 exist
   // (tp=4/6/8 replicate each KV head 2/3/4 times).
   SyntheticModelOptions o;
@@ -52,9 +63,7 @@ std::string SyntheticModelPath(uint64_t seed) {
   o.kv_heads = 2;
   o.head_dim = 8;
   o.intermediate = 384;
-  const std::string path = dir + "/synthetic.gguf";
-  const absl::Status s = WriteSyntheticModel(o, path);
-  EXPECT_TRUE(s.ok()) << s;
+  const std::string path = WriteTempSyntheticModel(o, "synthetic.gguf");
   (*paths)[seed] = path;
   return path;
 }

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "model/tools/synthetic_model.h"
+
 namespace tandem::testing {
 
 // Greedy tokens (no stop tokens: exactly max_tokens each) for every prompt, on `backend`.
@@ -16,5 +18,10 @@ std::vector<std::vector<int32_t>> ReferenceGreedy(const std::string& model_path,
 
 // A synthetic GGUF model in a fresh temp dir (written once per process and seed).
 std::string SyntheticModelPath(uint64_t seed = 7);
+
+// Writes a synthetic GGUF model with `options` to <fresh temp dir>/<file_name>; "" on failure
+// (reported as a test failure).
+std::string WriteTempSyntheticModel(const SyntheticModelOptions& options,
+                                    const std::string& file_name);
 
 }  // namespace tandem::testing

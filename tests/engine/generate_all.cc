@@ -1,10 +1,25 @@
 #include "tests/engine/generate_all.h"
 
 #include <memory>
+#include <string>
 
 #include "absl/synchronization/notification.h"
 
 namespace tandem::testing {
+
+std::vector<GenerateRequest> GreedyRequests(const std::vector<std::vector<int32_t>>& prompts,
+                                            int32_t max_new_tokens) {
+  std::vector<GenerateRequest> requests;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerateRequest req;
+    req.id = std::to_string(i);
+    req.prompt = prompts[i];
+    req.max_new_tokens = max_new_tokens;
+    req.return_logits = true;
+    requests.push_back(std::move(req));
+  }
+  return requests;
+}
 
 std::vector<absl::StatusOr<GenerateResult>> GenerateAll(CombinedEngine& engine,
                                                         std::vector<GenerateRequest> requests,

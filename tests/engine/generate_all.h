@@ -3,6 +3,7 @@
 // DEADLINE_EXCEEDED. Shared by the layout tests of the CPU and CUDA backends.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -10,6 +11,10 @@
 #include "engine/combined_engine.h"
 
 namespace tandem::testing {
+
+// One greedy request per prompt (ids "0", "1", ...), max_new_tokens each, logits returned.
+std::vector<GenerateRequest> GreedyRequests(const std::vector<std::vector<int32_t>>& prompts,
+                                            int32_t max_new_tokens);
 
 std::vector<absl::StatusOr<GenerateResult>> GenerateAll(CombinedEngine& engine,
                                                         std::vector<GenerateRequest> requests,

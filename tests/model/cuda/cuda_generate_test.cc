@@ -53,18 +53,9 @@ std::vector<GenRun> Generate(const LlamaWeights& w, const std::string& backend,
   if (!inst.ok()) return {};
   CombinedEngine engine(inst->get(), PrefillOptions{kMaxPrefillTokens, 64, absl::Seconds(30)},
                         DecodeOptions{});
-  std::vector<GenerateRequest> requests;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    GenerateRequest req;
-    req.id = std::to_string(i);
-    req.prompt = prompts[i];
-    req.max_new_tokens = kNewTokens;
-    req.return_logits = true;
-    requests.push_back(std::move(req));
-  }
   std::vector<GenRun> out;
-  for (absl::StatusOr<GenerateResult>& r :
-       testing::GenerateAll(engine, std::move(requests), absl::Seconds(120))) {
+  for (absl::StatusOr<GenerateResult>& r : testing::GenerateAll(
+           engine, testing::GreedyRequests(prompts, kNewTokens), absl::Seconds(120))) {
     EXPECT_TRUE(r.ok()) << backend << ": " << r.status();
     if (!r.ok()) return {};
     out.push_back({r->tokens, r->logits});
