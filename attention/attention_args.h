@@ -20,13 +20,13 @@ struct KvPoolView {
 // The query rows of one attention call.
 struct AttentionRows {
   int64_t num_rows = 0;
-  const int32_t* request = nullptr;   // [num_rows] index into `tables`
+  const int32_t* request = nullptr;  // [num_rows] index into `tables`
   // [num_rows] global position of the row's token. A negative position marks a padding row
   // (collectives pad ranks to equal row counts): it has no keys, so lse = −inf and output 0,
   // and its request index and block table are not read.
   const int64_t* position = nullptr;
   BlockTablesView tables;
-  DcpGeometry dcp;                    // the group's placement (B must equal geometry.block_size)
+  DcpGeometry dcp;  // the group's placement (B must equal geometry.block_size)
   int32_t dcp_rank = 0;
 };
 

@@ -91,7 +91,8 @@ TANDEM_HD constexpr int64_t SlotOf(const DcpGeometry& g, int32_t rank, int64_t p
 }
 
 // Slot of local token j of a rank (its tokens are dense in local order).
-TANDEM_HD constexpr int64_t SlotOfLocal(const DcpGeometry& g, int64_t j, const int32_t* block_table) {
+TANDEM_HD constexpr int64_t SlotOfLocal(const DcpGeometry& g, int64_t j,
+                                        const int32_t* block_table) {
   return static_cast<int64_t>(block_table[j / g.block_size]) * g.block_size + j % g.block_size;
 }
 

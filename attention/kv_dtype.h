@@ -18,9 +18,12 @@ TANDEM_HD constexpr int32_t KvDTypeBytes(KvDType t) { return t == KvDType::kF32 
 
 constexpr std::string_view KvDTypeName(KvDType t) {
   switch (t) {
-    case KvDType::kF32: return "f32";
-    case KvDType::kF16: return "f16";
-    case KvDType::kBF16: return "bf16";
+    case KvDType::kF32:
+      return "f32";
+    case KvDType::kF16:
+      return "f16";
+    case KvDType::kBF16:
+      return "bf16";
   }
   return "?";
 }
@@ -42,7 +45,9 @@ TANDEM_HD inline uint16_t FloatToBf16(float f) {
   const uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>((u + rounding) >> 16);
 }
-TANDEM_HD inline float Bf16ToFloat(uint16_t h) { return BitsToFloat(static_cast<uint32_t>(h) << 16); }
+TANDEM_HD inline float Bf16ToFloat(uint16_t h) {
+  return BitsToFloat(static_cast<uint32_t>(h) << 16);
+}
 
 TANDEM_HD inline float HalfToFloat(uint16_t h) {
   const uint32_t sign = (static_cast<uint32_t>(h) & 0x8000u) << 16;
@@ -67,7 +72,7 @@ TANDEM_HD inline uint16_t FloatToHalf(float f) {
   const uint32_t u = FloatBits(f);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (abs < 0x38800000u) {  // result is subnormal or zero
     if (abs < 0x33000000u) return static_cast<uint16_t>(sign);

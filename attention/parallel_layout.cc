@@ -16,7 +16,9 @@ std::vector<int32_t> Divisors(int32_t n) {
   return out;
 }
 
-std::string List(const std::vector<int32_t>& v) { return absl::StrCat("{", absl::StrJoin(v, ", "), "}"); }
+std::string List(const std::vector<int32_t>& v) {
+  return absl::StrCat("{", absl::StrJoin(v, ", "), "}");
+}
 
 // KV heads [begin, begin+count) of TP rank t. REQUIRES head rules hold.
 void KvHeadsOf(const ParallelConfig& cfg, const ModelDims& dims, int32_t t, int32_t* begin,
@@ -71,12 +73,15 @@ absl::Status ValidateParallelConfig(const ParallelConfig& cfg, const ModelDims& 
         dims.num_q_heads, ", kv_heads=", dims.num_kv_heads, ", head_dim=", dims.head_dim, ")"));
   }
   if (dims.num_q_heads % dims.num_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("num_kv_heads (", dims.num_kv_heads,
-                                                   ") must divide num_q_heads (", dims.num_q_heads, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_kv_heads (", dims.num_kv_heads, ") must divide num_q_heads (", dims.num_q_heads, ")"));
   }
-  if (cfg.tp < 1) return absl::InvalidArgumentError(absl::StrCat("tp must be >= 1 (got ", cfg.tp, ")"));
-  if (cfg.pcp < 1) return absl::InvalidArgumentError(absl::StrCat("pcp must be >= 1 (got ", cfg.pcp, ")"));
-  if (cfg.dcp < 1) return absl::InvalidArgumentError(absl::StrCat("dcp must be >= 1 (got ", cfg.dcp, ")"));
+  if (cfg.tp < 1)
+    return absl::InvalidArgumentError(absl::StrCat("tp must be >= 1 (got ", cfg.tp, ")"));
+  if (cfg.pcp < 1)
+    return absl::InvalidArgumentError(absl::StrCat("pcp must be >= 1 (got ", cfg.pcp, ")"));
+  if (cfg.dcp < 1)
+    return absl::InvalidArgumentError(absl::StrCat("dcp must be >= 1 (got ", cfg.dcp, ")"));
   if (role == InstanceRole::kDecode && cfg.pcp != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "pcp must be 1 on a decode instance (got pcp=", cfg.pcp,
@@ -95,13 +100,14 @@ absl::Status ValidateParallelConfig(const ParallelConfig& cfg, const ModelDims& 
   if (cfg.tp > dims.num_kv_heads && cfg.tp % dims.num_kv_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tp > num_kv_heads requires num_kv_heads to divide tp so every KV head is replicated "
-        "equally (tp=", cfg.tp, ", num_kv_heads=", dims.num_kv_heads, "); valid tp are multiples of ",
+        "equally (tp=",
+        cfg.tp, ", num_kv_heads=", dims.num_kv_heads, "); valid tp are multiples of ",
         dims.num_kv_heads, " that divide num_q_heads=", dims.num_q_heads));
   }
   if (cfg.world() % cfg.dcp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dcp must divide tp*pcp (dcp=", cfg.dcp, ", tp*pcp=", cfg.world(),
-        "); valid dcp for this layout: ", List(ValidDcpValues(cfg, dims))));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dcp must divide tp*pcp (dcp=", cfg.dcp, ", tp*pcp=", cfg.world(),
+                     "); valid dcp for this layout: ", List(ValidDcpValues(cfg, dims))));
   }
   if (!DcpGroupsHoldSameHeads(cfg, dims)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -17,7 +17,7 @@ namespace tandem {
 struct PoolGeometry {
   int32_t num_kv_heads = 1;  // heads held by this rank (local heads)
   int32_t num_layers = 1;
-  int32_t block_size = 16;   // B
+  int32_t block_size = 16;  // B
   int32_t head_dim = 64;
   KvDType dtype = KvDType::kF32;
 

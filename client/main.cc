@@ -14,10 +14,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "common/flag_dashes.h"
 #include "absl/time/time.h"
 #include "client/cli_format.h"
 #include "client/cli_runner.h"
+#include "common/flag_dashes.h"
 #include "tandem/v1/router.grpc.pb.h"
 
 ABSL_FLAG(std::string, router, "127.0.0.1:50050", "router address host:port");

@@ -48,8 +48,10 @@ absl::StatusOr<std::unique_ptr<DecodeNode>> DecodeNode::Create(DecodeNodeOptions
   }
   InstanceOptions io = o.instance;
   DecodeNode* raw = node.get();
-  io.pool_allocator = [raw](int32_t rank, int64_t bytes) -> absl::StatusOr<std::unique_ptr<KvPoolMemory>> {
-    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxPool> pool, raw->pullers_[rank]->AllocatePool(bytes));
+  io.pool_allocator = [raw](int32_t rank,
+                            int64_t bytes) -> absl::StatusOr<std::unique_ptr<KvPoolMemory>> {
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxPool> pool,
+                            raw->pullers_[rank]->AllocatePool(bytes));
     return std::unique_ptr<KvPoolMemory>(std::move(pool));
   };
   TANDEM_ASSIGN_OR_RETURN(node->instance_, Instance::Create(model.weights, io));
@@ -75,12 +77,14 @@ v1::PrefillService::Stub* DecodeNode::Prefill(const std::string& address) {
   absl::MutexLock lock(&mu_);
   std::unique_ptr<v1::PrefillService::Stub>& stub = stubs_[address];
   if (stub == nullptr) {
-    stub = v1::PrefillService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    stub = v1::PrefillService::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   }
   return stub.get();
 }
 
-absl::StatusOr<std::shared_ptr<const TransferMetadata>> DecodeNode::Metadata(const v1::KvHandle& kv) {
+absl::StatusOr<std::shared_ptr<const TransferMetadata>> DecodeNode::Metadata(
+    const v1::KvHandle& kv) {
   const auto key = std::make_pair(kv.engine_id(), kv.epoch());
   {
     absl::MutexLock lock(&mu_);
@@ -90,18 +94,18 @@ absl::StatusOr<std::shared_ptr<const TransferMetadata>> DecodeNode::Metadata(con
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   v1::TransferMetadata proto;
-  const grpc::Status s =
-      Prefill(kv.prefill_address())->GetTransferMetadata(&ctx, v1::GetTransferMetadataRequest(), &proto);
+  const grpc::Status s = Prefill(kv.prefill_address())
+                             ->GetTransferMetadata(&ctx, v1::GetTransferMetadataRequest(), &proto);
   if (!s.ok()) {
     return absl::UnavailableError(absl::StrCat("cannot get transfer metadata from prefill ",
                                                kv.prefill_address(), ": ", s.error_message()));
   }
   TANDEM_ASSIGN_OR_RETURN(TransferMetadata meta, FromProto(proto));
   if (meta.engine_id != kv.engine_id() || meta.epoch != kv.epoch()) {
-    return absl::AbortedError(absl::StrCat(
-        "prefill ", kv.prefill_address(), " now serves engine ", meta.engine_id, " epoch ",
-        meta.epoch, " but the KV handle names engine ", kv.engine_id(), " epoch ", kv.epoch(),
-        " (the prefill instance restarted; its KV is gone)"));
+    return absl::AbortedError(
+        absl::StrCat("prefill ", kv.prefill_address(), " now serves engine ", meta.engine_id,
+                     " epoch ", meta.epoch, " but the KV handle names engine ", kv.engine_id(),
+                     " epoch ", kv.epoch(), " (the prefill instance restarted; its KV is gone)"));
   }
   // The handshake: refuse an incompatible pair once, here, not per token.
   TANDEM_RETURN_IF_ERROR(CheckHandshake(CompatibilityHash(identity_, layout()), meta));
@@ -140,9 +144,9 @@ absl::StatusOr<std::vector<int32_t>> DecodeNode::WaitForBlocks(
     const absl::Time now = absl::Now();
     if (cancelled()) return absl::CancelledError("decode cancelled while waiting for KV capacity");
     if (now > deadline) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "KV capacity short for ", absl::FormatDuration(options_.queue_timeout),
-          " (queue timeout): ", got.status().message()));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("KV capacity short for ", absl::FormatDuration(options_.queue_timeout),
+                       " (queue timeout): ", got.status().message()));
     }
     // Keep the prefill's KV alive while waiting: renew at half-life.
     const absl::Duration left = expiry - now;
@@ -198,9 +202,8 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
         absl::StrCat("max_new_tokens must be >= 1 (got ", call.max_new_tokens, ")"));
   }
   if (call.first_token < 0 || call.first_token >= config_.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("first token ", call.first_token,
-                                                   " outside the vocabulary [0, ",
-                                                   config_.vocab_size, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "first token ", call.first_token, " outside the vocabulary [0, ", config_.vocab_size, ")"));
   }
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(call.sampling));
   if (kv.num_tokens() < 1) return absl::InvalidArgumentError("KV handle covers no tokens");
@@ -227,9 +230,9 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   TANDEM_ASSIGN_OR_RETURN(std::shared_ptr<const TransferMetadata> meta, Metadata(kv));
   TANDEM_ASSIGN_OR_RETURN(KvLayout src, FromProto(kv.layout()));
   if (src.parallel.ToString() != meta->layout.parallel.ToString()) {
-    return absl::InvalidArgumentError(absl::StrCat("KV handle layout (", src.parallel.ToString(),
-                                                   ") differs from the prefill's published layout (",
-                                                   meta->layout.parallel.ToString(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV handle layout (", src.parallel.ToString(),
+        ") differs from the prefill's published layout (", meta->layout.parallel.ToString(), ")"));
   }
   const KvLayout dst = layout();
   const int32_t needed =
@@ -253,8 +256,8 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   absl::StatusOr<bool> held = ReleaseKv(kv);
   if (!held.ok()) {
     return absl::UnavailableError(absl::StrCat(
-        "cannot confirm the KV lease with prefill ", kv.prefill_address(),
-        " after the transfer (", held.status().message(), "); the pulled KV is discarded"));
+        "cannot confirm the KV lease with prefill ", kv.prefill_address(), " after the transfer (",
+        held.status().message(), "); the pulled KV is discarded"));
   }
   if (!*held) {
     return absl::AbortedError(

@@ -110,8 +110,8 @@ class DecodeNode {
   LlamaConfig config_;
   absl::Time started_;
 
-  std::vector<std::unique_ptr<KvPuller>> pullers_;            // [world]; own the pools
-  std::vector<std::unique_ptr<absl::Mutex>> puller_mu_;       // one pull at a time per rank
+  std::vector<std::unique_ptr<KvPuller>> pullers_;       // [world]; own the pools
+  std::vector<std::unique_ptr<absl::Mutex>> puller_mu_;  // one pull at a time per rank
   std::unique_ptr<Instance> instance_;
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<DecodeEngine> engine_;

@@ -13,7 +13,8 @@ namespace {
 constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
 
 grpc::Status Starting() {
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode instance is starting (loading the model)");
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      "decode instance is starting (loading the model)");
 }
 
 // Events from the engine thread to the handler thread that owns the gRPC writer.
@@ -63,7 +64,9 @@ grpc::Status DecodeServiceImpl::Decode(grpc::ServerContext* ctx, const v1::Decod
     bool done = false;
     {
       absl::MutexLock lock(&q->mu);
-      auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) { return q->done || !q->tokens.empty(); };
+      auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+        return q->done || !q->tokens.empty();
+      };
       q->mu.AwaitWithTimeout(absl::Condition(&ready), kCancelPoll);
       tokens.swap(q->tokens);
       done = q->done;

@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "engine/communicator.h"
 #include "model/backend.h"

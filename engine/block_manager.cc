@@ -41,11 +41,12 @@ absl::Status BlockManager::CheckAllocated(absl::Span<const int32_t> blocks, bool
   std::map<int32_t, int32_t> uses;
   for (int32_t b : blocks) {
     if (b < 0 || b >= num_blocks_) {
-      return absl::InvalidArgumentError(absl::StrCat("block id ", b, " outside [0, ", num_blocks_, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("block id ", b, " outside [0, ", num_blocks_, ")"));
     }
     if (refcount_[b] == 0 || (releasing && ++uses[b] > refcount_[b])) {
-      return absl::InvalidArgumentError(absl::StrCat("block ", b, " is not allocated (refcount ",
-                                                     refcount_[b], ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("block ", b, " is not allocated (refcount ", refcount_[b], ")"));
     }
   }
   return absl::OkStatus();

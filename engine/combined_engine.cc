@@ -49,8 +49,10 @@ absl::Status CombinedEngine::Generate(GenerateRequest request,
     if (st->request.return_logits) st->result.logits.push_back(std::move(r->logits));
     const auto& stops = st->request.stop_ids;
     const bool first_is_stop = std::find(stops.begin(), stops.end(), r->first_token) != stops.end();
-    if (first_is_stop) st->result.tokens.pop_back();
-    else st->on_token(r->first_token);
+    if (first_is_stop)
+      st->result.tokens.pop_back();
+    else
+      st->on_token(r->first_token);
     DecodeRequest dr;
     dr.id = st->request.id;
     dr.prompt_len = r->num_tokens;
@@ -86,11 +88,12 @@ absl::StatusOr<GenerateResult> CombinedEngine::GenerateBlocking(GenerateRequest 
   };
   auto w = std::make_shared<Wait>();
   const std::string id = request.id;
-  absl::Status s = Generate(std::move(request), [](int32_t) {},
-                            [w](absl::StatusOr<GenerateResult> r) {
-                              w->result = std::move(r);
-                              w->done.Notify();
-                            });
+  absl::Status s = Generate(
+      std::move(request), [](int32_t) {},
+      [w](absl::StatusOr<GenerateResult> r) {
+        w->result = std::move(r);
+        w->done.Notify();
+      });
   if (!s.ok()) return s;
   if (!w->done.WaitForNotificationWithTimeout(timeout)) {
     Cancel(id);

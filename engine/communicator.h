@@ -31,12 +31,18 @@ enum class CommDType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8 };
 
 constexpr int64_t CommDTypeBytes(CommDType t) {
   switch (t) {
-    case CommDType::kF32: return 4;
-    case CommDType::kF16: return 2;
-    case CommDType::kBF16: return 2;
-    case CommDType::kI32: return 4;
-    case CommDType::kI64: return 8;
-    case CommDType::kU8: return 1;
+    case CommDType::kF32:
+      return 4;
+    case CommDType::kF16:
+      return 2;
+    case CommDType::kBF16:
+      return 2;
+    case CommDType::kI32:
+      return 4;
+    case CommDType::kI64:
+      return 8;
+    case CommDType::kU8:
+      return 1;
   }
   return 1;
 }

@@ -22,9 +22,9 @@ absl::Status CpuCommGroup::Arrive() {
     return generation_ != gen || !aborted_.ok();
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&released), timeout_)) {
-    aborted_ = absl::DeadlineExceededError(absl::StrCat(
-        "communicator: peers did not arrive within ", absl::FormatDuration(timeout_), " (",
-        arrived_, " of ", size_, " ranks waiting)"));
+    aborted_ = absl::DeadlineExceededError(
+        absl::StrCat("communicator: peers did not arrive within ", absl::FormatDuration(timeout_),
+                     " (", arrived_, " of ", size_, " ranks waiting)"));
   }
   if (generation_ != gen) return absl::OkStatus();
   return aborted_;

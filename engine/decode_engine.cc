@@ -8,10 +8,14 @@ namespace tandem {
 
 const char* FinishReasonName(FinishReason r) {
   switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kError: return "error";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
   }
   return "?";
 }
@@ -148,7 +152,8 @@ void DecodeEngine::Loop() {
         batch.push_back(a);
       }
     }
-    for (auto& a : ended) Finish(*a, absl::CancelledError("decode cancelled"), FinishReason::kCancelled);
+    for (auto& a : ended)
+      Finish(*a, absl::CancelledError("decode cancelled"), FinishReason::kCancelled);
     if (batch.empty()) continue;
 
     absl::StatusOr<std::vector<float>> logits = instance_->Run(step);
@@ -173,11 +178,13 @@ void DecodeEngine::Loop() {
         continue;
       }
       a.callbacks.on_token(token);
-      if (a.generated >= a.request.max_new_tokens) finished.emplace_back(batch[i], FinishReason::kLength);
+      if (a.generated >= a.request.max_new_tokens)
+        finished.emplace_back(batch[i], FinishReason::kLength);
     }
     {
       absl::MutexLock lock(&mu_);
-      for (auto& [a, reason] : finished) running_.erase(std::find(running_.begin(), running_.end(), a));
+      for (auto& [a, reason] : finished)
+        running_.erase(std::find(running_.begin(), running_.end(), a));
     }
     for (auto& [a, reason] : finished) {
       Finish(*a, reason == FinishReason::kError ? logits.status() : absl::OkStatus(), reason);

@@ -38,14 +38,14 @@ struct DecodeOptions {
 
 struct DecodeRequest {
   std::string id;
-  int64_t prompt_len = 0;    // KV of positions [0, prompt_len) is in the pools
-  int32_t first_token = 0;   // the token at position prompt_len (sampled by prefill)
+  int64_t prompt_len = 0;            // KV of positions [0, prompt_len) is in the pools
+  int32_t first_token = 0;           // the token at position prompt_len (sampled by prefill)
   std::vector<int32_t> block_table;  // covers prompt_len + max_new_tokens positions
   SamplingParams sampling;
-  int32_t max_new_tokens = 1;        // generated tokens in total, first_token included
-  std::vector<int32_t> stop_ids;     // a sampled stop id ends the request (not emitted)
-  uint64_t next_step = 1;            // sampling draw number of the next token
-  bool return_logits = false;        // pass each step's logits to on_logits (tests)
+  int32_t max_new_tokens = 1;     // generated tokens in total, first_token included
+  std::vector<int32_t> stop_ids;  // a sampled stop id ends the request (not emitted)
+  uint64_t next_step = 1;         // sampling draw number of the next token
+  bool return_logits = false;     // pass each step's logits to on_logits (tests)
 };
 
 struct DecodeCallbacks {

@@ -95,8 +95,8 @@ absl::StatusOr<std::unique_ptr<Instance>> Instance::Create(const LlamaWeights& w
 
   inst->models_.resize(world);
   inst->pools_.resize(world);
-  inst->staged_ = options.pool_allocator &&
-                  (options.kv_staging == KvStaging::kAlways || !BackendMemoryIsHost(options.backend));
+  inst->staged_ = options.pool_allocator && (options.kv_staging == KvStaging::kAlways ||
+                                             !BackendMemoryIsHost(options.backend));
   if (inst->staged_) inst->mirrors_.resize(world);
   {
     absl::MutexLock lock(&inst->mu_);
@@ -107,9 +107,8 @@ absl::StatusOr<std::unique_ptr<Instance>> Instance::Create(const LlamaWeights& w
   }
 
   WeightCache cache;
-  const int32_t threads = options.threads_per_rank > 0
-                              ? options.threads_per_rank
-                              : std::max(1, HardwareThreads() / world);
+  const int32_t threads = options.threads_per_rank > 0 ? options.threads_per_rank
+                                                       : std::max(1, HardwareThreads() / world);
   Instance* self = inst.get();
   TANDEM_RETURN_IF_ERROR(self->RunOnAllRanks([&](int32_t rank) -> absl::Status {
     SetThreadsForThisThread(threads);
@@ -134,8 +133,8 @@ absl::StatusOr<std::unique_ptr<Instance>> Instance::Create(const LlamaWeights& w
         self->pools_[rank] = std::make_unique<BackendPoolMemory>(std::move(buf));
       }
       const KvPoolView view{self->pools_[rank]->base(), self->num_blocks_, self->geometry_};
-      self->models_[rank] = std::make_unique<RankModel>(config, par, placement, std::move(backend),
-                                                        std::move(rw), std::move(comms[rank]), view);
+      self->models_[rank] = std::make_unique<RankModel>(
+          config, par, placement, std::move(backend), std::move(rw), std::move(comms[rank]), view);
       return absl::OkStatus();
     }();
     if (!s.ok()) AbortAll(comms[rank], s);

@@ -43,23 +43,22 @@ absl::Status PrefillEngine::Submit(PrefillRequest request, PrefillCallback done)
   if (request.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
   for (int32_t t : request.prompt) {
     if (t < 0 || t >= config.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", t, " outside the vocabulary [0, ",
-                                                     config.vocab_size, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", t, " outside the vocabulary [0, ", config.vocab_size, ")"));
     }
   }
   if (absl::Status s = ValidateSamplingParams(request.sampling); !s.ok()) return s;
   const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.reserve_tokens;
   if (config.max_context > 0 && total > config.max_context) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt (", request.prompt.size(),
-                                                   " tokens) + reserve (", request.reserve_tokens,
-                                                   ") exceeds the model context of ",
-                                                   config.max_context, " tokens"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt (", request.prompt.size(), " tokens) + reserve (", request.reserve_tokens,
+        ") exceeds the model context of ", config.max_context, " tokens"));
   }
   const int64_t needed = VirtualBlocksFor(instance_->options().parallel.dcp_geometry(), total);
   if (needed > blocks_->total_blocks()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "request needs ", needed, " KV blocks but the instance has only ",
-        blocks_->total_blocks(), " in total"));
+    return absl::ResourceExhaustedError(absl::StrCat("request needs ", needed,
+                                                     " KV blocks but the instance has only ",
+                                                     blocks_->total_blocks(), " in total"));
   }
   auto p = std::make_shared<Pending>();
   p->request = std::move(request);
@@ -105,17 +104,18 @@ void PrefillEngine::Admit(std::vector<std::pair<std::shared_ptr<Pending>, absl::
   }
   while (!queue_.empty() && static_cast<int32_t>(active_.size()) < options_.max_batch_requests) {
     std::shared_ptr<Pending> p = queue_.front();
-    const int64_t total = static_cast<int64_t>(p->request.prompt.size()) + p->request.reserve_tokens;
+    const int64_t total =
+        static_cast<int64_t>(p->request.prompt.size()) + p->request.reserve_tokens;
     absl::StatusOr<std::vector<int32_t>> got =
         blocks_->Allocate(static_cast<int32_t>(VirtualBlocksFor(geom, total)));
     if (!got.ok()) {
       // FIFO: later requests wait behind this one; everyone past the timeout fails.
       for (auto it = queue_.begin(); it != queue_.end();) {
         if (now - (*it)->enqueued > options_.queue_timeout) {
-          failed->emplace_back(*it, absl::ResourceExhaustedError(absl::StrCat(
-                                        "KV capacity short for ",
-                                        absl::FormatDuration(options_.queue_timeout),
-                                        " (queue timeout): ", got.status().message())));
+          failed->emplace_back(
+              *it, absl::ResourceExhaustedError(absl::StrCat(
+                       "KV capacity short for ", absl::FormatDuration(options_.queue_timeout),
+                       " (queue timeout): ", got.status().message())));
           it = queue_.erase(it);
         } else {
           ++it;
@@ -213,7 +213,8 @@ void PrefillEngine::Loop() {
     }
     if (const absl::Status s = instance_->StageOut(staged); !s.ok()) {
       for (auto& [p, r] : finished) {
-        if (r.ok()) r = absl::Status(s.code(), absl::StrCat("staging the KV to host memory: ", s.message()));
+        if (r.ok())
+          r = absl::Status(s.code(), absl::StrCat("staging the KV to host memory: ", s.message()));
       }
     }
     for (auto& [p, r] : finished) {

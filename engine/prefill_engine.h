@@ -39,16 +39,16 @@ struct PrefillRequest {
   std::string id;
   std::vector<int32_t> prompt;
   SamplingParams sampling;
-  int64_t reserve_tokens = 0;   // capacity to allocate beyond the prompt (combined mode)
-  uint64_t sample_step = 0;     // sampling draw number of the token sampled here
-  bool return_logits = false;   // copy the last position's logits into the result
+  int64_t reserve_tokens = 0;  // capacity to allocate beyond the prompt (combined mode)
+  uint64_t sample_step = 0;    // sampling draw number of the token sampled here
+  bool return_logits = false;  // copy the last position's logits into the result
 };
 
 struct PrefillResult {
   std::vector<int32_t> block_table;  // covers prompt + reserve_tokens
   int64_t num_tokens = 0;            // prompt length = tokens whose KV is in the blocks
   int32_t first_token = 0;
-  std::vector<float> logits;         // [vocab] when return_logits
+  std::vector<float> logits;  // [vocab] when return_logits
 };
 
 using PrefillCallback = std::function<void(absl::StatusOr<PrefillResult>)>;

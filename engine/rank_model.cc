@@ -9,8 +9,26 @@ namespace tandem {
 namespace {
 
 enum Slot : int {
-  kX, kH, kQ, kK, kV, kKAll, kVAll, kQAll, kOAll, kLse, kLseAll, kAttn, kO, kGate, kUp,
-  kXAll, kHs, kLogits, kLogitsAll, kNumSlots
+  kX,
+  kH,
+  kQ,
+  kK,
+  kV,
+  kKAll,
+  kVAll,
+  kQAll,
+  kOAll,
+  kLse,
+  kLseAll,
+  kAttn,
+  kO,
+  kGate,
+  kUp,
+  kXAll,
+  kHs,
+  kLogits,
+  kLogitsAll,
+  kNumSlots
 };
 
 }  // namespace
@@ -87,8 +105,8 @@ absl::Status RankModel::AttentionLayer(const StepPlan& plan, int32_t layer, int6
 // and the others write theirs over their copy of x (identical on all ranks, and not read again
 // before the all-reduce), so the all-reduce leaves x + Σ partials on every rank with no
 // separate add.
-absl::Status RankModel::ResidualLinear(const LinearOp& op, const float* in, int64_t rows,
-                                       float* x, float* scratch) {
+absl::Status RankModel::ResidualLinear(const LinearOp& op, const float* in, int64_t rows, float* x,
+                                       float* scratch) {
   ComputeBackend& be = *backend_;
   if (parallel_.tp == 1) return be.LinearAdd(op, in, rows, x, scratch);
   if (comms_.tp->rank() == 0) {

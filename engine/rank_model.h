@@ -34,9 +34,9 @@ struct RankComms {
 
 class RankModel {
  public:
-  RankModel(const LlamaConfig& config, const ParallelConfig& parallel, const RankPlacement& placement,
-            std::unique_ptr<ComputeBackend> backend, RankWeights weights, RankComms comms,
-            KvPoolView pool);
+  RankModel(const LlamaConfig& config, const ParallelConfig& parallel,
+            const RankPlacement& placement, std::unique_ptr<ComputeBackend> backend,
+            RankWeights weights, RankComms comms, KvPoolView pool);
 
   // Runs the step. On global rank 0, fills logits (host, [plan.logit_rows.size()][vocab]);
   // other ranks leave it untouched.

@@ -53,29 +53,33 @@ class Preparer {
                                                          int64_t pad_rows) {
     const std::string key =
         absl::StrCat(prefix_, name, "[", rb, "+", rows, "][", cb, "+", cols, "]p", pad_rows);
-    TANDEM_ASSIGN_OR_RETURN(std::shared_ptr<const void> v, cache_.GetOrPrepare(key, [&]() -> absl::StatusOr<std::shared_ptr<const void>> {
-      const std::vector<float> sub = SubMatrix(w, rb, rows, cb, cols, pad_rows);
-      std::vector<float> b;
-      if (bias != nullptr && !bias->empty()) {
-        b.assign(pad_rows, 0.f);
-        std::copy(bias->data.begin() + rb, bias->data.begin() + rb + rows, b.begin());
-      }
-      TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<LinearOp> op,
-                              backend_.PrepareLinear(sub.data(), pad_rows, cols,
-                                                     b.empty() ? nullptr : b.data()));
-      return std::shared_ptr<const void>(std::shared_ptr<const LinearOp>(std::move(op)));
-    }));
+    TANDEM_ASSIGN_OR_RETURN(
+        std::shared_ptr<const void> v,
+        cache_.GetOrPrepare(key, [&]() -> absl::StatusOr<std::shared_ptr<const void>> {
+          const std::vector<float> sub = SubMatrix(w, rb, rows, cb, cols, pad_rows);
+          std::vector<float> b;
+          if (bias != nullptr && !bias->empty()) {
+            b.assign(pad_rows, 0.f);
+            std::copy(bias->data.begin() + rb, bias->data.begin() + rb + rows, b.begin());
+          }
+          TANDEM_ASSIGN_OR_RETURN(
+              std::unique_ptr<LinearOp> op,
+              backend_.PrepareLinear(sub.data(), pad_rows, cols, b.empty() ? nullptr : b.data()));
+          return std::shared_ptr<const void>(std::shared_ptr<const LinearOp>(std::move(op)));
+        }));
     return std::static_pointer_cast<const LinearOp>(v);
   }
 
   absl::StatusOr<std::shared_ptr<const DeviceBuffer>> Buffer(const std::string& name,
                                                              const Tensor& t) {
-    TANDEM_ASSIGN_OR_RETURN(std::shared_ptr<const void> v, cache_.GetOrPrepare(prefix_ + name, [&]() -> absl::StatusOr<std::shared_ptr<const void>> {
-      const int64_t bytes = t.numel() * static_cast<int64_t>(sizeof(float));
-      TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> buf, backend_.Allocate(bytes));
-      TANDEM_RETURN_IF_ERROR(backend_.Upload(buf->data(), t.data.data(), bytes));
-      return std::shared_ptr<const void>(std::shared_ptr<const DeviceBuffer>(std::move(buf)));
-    }));
+    TANDEM_ASSIGN_OR_RETURN(
+        std::shared_ptr<const void> v,
+        cache_.GetOrPrepare(prefix_ + name, [&]() -> absl::StatusOr<std::shared_ptr<const void>> {
+          const int64_t bytes = t.numel() * static_cast<int64_t>(sizeof(float));
+          TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> buf, backend_.Allocate(bytes));
+          TANDEM_RETURN_IF_ERROR(backend_.Upload(buf->data(), t.data.data(), bytes));
+          return std::shared_ptr<const void>(std::shared_ptr<const DeviceBuffer>(std::move(buf)));
+        }));
     return std::static_pointer_cast<const DeviceBuffer>(v);
   }
 

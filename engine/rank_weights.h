@@ -40,10 +40,10 @@ struct RankLayerWeights {
 struct RankWeights {
   std::shared_ptr<const DeviceBuffer> embedding;  // [vocab][hidden], replicated
   std::shared_ptr<const DeviceBuffer> output_norm;
-  std::shared_ptr<const LinearOp> lm_head;        // [vocab_slice_max][hidden]
-  int64_t vocab_begin = 0;      // first vocab id of this rank's slice
-  int64_t vocab_count = 0;      // ids in this rank's slice
-  int64_t vocab_slice_max = 0;  // padded slice width (max over TP ranks)
+  std::shared_ptr<const LinearOp> lm_head;  // [vocab_slice_max][hidden]
+  int64_t vocab_begin = 0;                  // first vocab id of this rank's slice
+  int64_t vocab_count = 0;                  // ids in this rank's slice
+  int64_t vocab_slice_max = 0;              // padded slice width (max over TP ranks)
   int64_t intermediate_begin = 0;
   int64_t intermediate_count = 0;
   std::vector<RankLayerWeights> layers;

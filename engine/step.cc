@@ -4,8 +4,8 @@
 
 namespace tandem {
 
-absl::StatusOr<StepPlan> BuildStepPlan(const StepInput& input, const DcpGeometry& dcp,
-                                       int32_t pcp, int32_t vocab_size) {
+absl::StatusOr<StepPlan> BuildStepPlan(const StepInput& input, const DcpGeometry& dcp, int32_t pcp,
+                                       int32_t vocab_size) {
   StepPlan plan;
   plan.block_offsets.push_back(0);
   std::vector<int64_t> lengths;
@@ -15,7 +15,8 @@ absl::StatusOr<StepPlan> BuildStepPlan(const StepInput& input, const DcpGeometry
       return absl::InvalidArgumentError(absl::StrCat("step request ", r, " has no tokens"));
     }
     if (req.start_position < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("step request ", r, " starts at negative position"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("step request ", r, " starts at negative position"));
     }
     const int64_t end = req.start_position + static_cast<int64_t>(req.tokens.size());
     const int64_t needed = VirtualBlocksFor(dcp, end);

@@ -46,7 +46,7 @@ struct StepPlan {
 
 // INVALID_ARGUMENT if a request has no tokens, a negative start, a token outside [0, vocab), or a
 // block table too short for its positions under `dcp`.
-absl::StatusOr<StepPlan> BuildStepPlan(const StepInput& input, const DcpGeometry& dcp,
-                                       int32_t pcp, int32_t vocab_size);
+absl::StatusOr<StepPlan> BuildStepPlan(const StepInput& input, const DcpGeometry& dcp, int32_t pcp,
+                                       int32_t vocab_size);
 
 }  // namespace tandem

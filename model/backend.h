@@ -63,8 +63,7 @@ class ComputeBackend {
   // ---- weights ----
   // w: host [n][k] row-major; bias: host [n] or nullptr.
   virtual absl::StatusOr<std::unique_ptr<LinearOp>> PrepareLinear(const float* w, int64_t n,
-                                                                   int64_t k,
-                                                                   const float* bias) = 0;
+                                                                  int64_t k, const float* bias) = 0;
 
   // ---- ops ----
   virtual absl::Status Linear(const LinearOp& op, const float* x, int64_t m, float* y) = 0;

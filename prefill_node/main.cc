@@ -1,4 +1,5 @@
-// tandem-prefill: parses flags and wires a PrefillNode to its gRPC service (serving/node_process.h).
+// tandem-prefill: parses flags and wires a PrefillNode to its gRPC service
+// (serving/node_process.h).
 #include <cstdio>
 
 #include "absl/flags/flag.h"
@@ -12,7 +13,8 @@
 #include "serving/node_process.h"
 #include "serving/server_runner.h"
 
-ABSL_FLAG(int32_t, max_prefill_tokens, 2048, "tokens per prefill step (longer prompts are chunked)");
+ABSL_FLAG(int32_t, max_prefill_tokens, 2048,
+          "tokens per prefill step (longer prompts are chunked)");
 ABSL_FLAG(int32_t, queue_timeout_ms, 30000, "how long a prompt may wait for KV capacity");
 ABSL_FLAG(int32_t, lease_ms, 30000, "default KV lease after a prefill");
 ABSL_FLAG(std::string, engine_id, "", "engine id in KV handles (default: prefill-<address>)");

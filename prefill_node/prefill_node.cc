@@ -38,8 +38,8 @@ absl::StatusOr<std::unique_ptr<PrefillNode>> PrefillNode::Create(PrefillNodeOpti
   node->config_ = model.weights.config;
   node->model_name_ = o.model_name.empty() ? model.weights.config.name : o.model_name;
   node->epoch_ = RandomEpoch();
-  node->engine_id_ = o.engine_id.empty() ? absl::StrCat("prefill-", o.advertised_address)
-                                         : o.engine_id;
+  node->engine_id_ =
+      o.engine_id.empty() ? absl::StrCat("prefill-", o.advertised_address) : o.engine_id;
   const ModelDims dims = DimsOf(model.weights.config);
   TANDEM_RETURN_IF_ERROR(ValidateParallelConfig(o.instance.parallel, dims, InstanceRole::kPrefill));
 
@@ -89,21 +89,24 @@ NodeLoad PrefillNode::Load() const {
   return l;
 }
 
-absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(
-    const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& sampling,
-    uint64_t sample_step, int32_t max_new_tokens, absl::Duration lease, absl::Time deadline,
-    const std::function<bool()>& cancelled) {
+absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(const std::string& request_id,
+                                                    std::vector<int32_t> prompt,
+                                                    const SamplingParams& sampling,
+                                                    uint64_t sample_step, int32_t max_new_tokens,
+                                                    absl::Duration lease, absl::Time deadline,
+                                                    const std::function<bool()>& cancelled) {
   if (max_new_tokens < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_new_tokens must be >= 0 (got ", max_new_tokens, ")"));
   }
   const int64_t total = static_cast<int64_t>(prompt.size()) + max_new_tokens;
   if (config_.max_context > 0 && total > config_.max_context) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt (", prompt.size(), " tokens) + max_new_tokens (", max_new_tokens,
-        ") exceeds the model context of ", config_.max_context, " tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt (", prompt.size(), " tokens) + max_new_tokens (", max_new_tokens,
+                     ") exceeds the model context of ", config_.max_context, " tokens"));
   }
-  lease = lease <= absl::ZeroDuration() ? options_.default_lease : std::min(lease, options_.max_lease);
+  lease =
+      lease <= absl::ZeroDuration() ? options_.default_lease : std::min(lease, options_.max_lease);
   struct Wait {
     absl::Notification done;
     absl::StatusOr<PrefillOutcome> outcome = absl::UnknownError("pending");
@@ -116,22 +119,22 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(
   req.sample_step = sample_step;
   // The lease is taken inside the engine callback, so the blocks are owned by the lease table
   // from the instant the prefill finishes, whatever the handler does next.
-  TANDEM_RETURN_IF_ERROR(engine_->Submit(std::move(req), [this, wait, request_id, lease](
-                                                             absl::StatusOr<PrefillResult> r) {
-    if (!r.ok()) {
-      wait->outcome = r.status();
-    } else {
-      PrefillOutcome out;
-      out.first_token = r->first_token;
-      out.num_tokens = r->num_tokens;
-      out.lease_expiry = absl::Now() + lease;
-      out.block_table = r->block_table;
-      absl::MutexLock lock(&mu_);
-      out.generation = leases_.Add(request_id, std::move(r->block_table), out.lease_expiry);
-      wait->outcome = std::move(out);
-    }
-    wait->done.Notify();
-  }));
+  TANDEM_RETURN_IF_ERROR(engine_->Submit(
+      std::move(req), [this, wait, request_id, lease](absl::StatusOr<PrefillResult> r) {
+        if (!r.ok()) {
+          wait->outcome = r.status();
+        } else {
+          PrefillOutcome out;
+          out.first_token = r->first_token;
+          out.num_tokens = r->num_tokens;
+          out.lease_expiry = absl::Now() + lease;
+          out.block_table = r->block_table;
+          absl::MutexLock lock(&mu_);
+          out.generation = leases_.Add(request_id, std::move(r->block_table), out.lease_expiry);
+          wait->outcome = std::move(out);
+        }
+        wait->done.Notify();
+      }));
   bool cancel_sent = false;
   while (!wait->done.WaitForNotificationWithTimeout(kCancelPoll)) {
     if (!cancel_sent && (cancelled() || absl::Now() > deadline)) {

@@ -26,8 +26,8 @@ namespace tandem {
 
 struct PrefillNodeOptions {
   std::string model_path;
-  std::string model_name;  // served name; empty = the model's own name
-  std::string engine_id;   // empty = generated
+  std::string model_name;          // served name; empty = the model's own name
+  std::string engine_id;           // empty = generated
   std::string advertised_address;  // what KvHandles name as prefill_address
   InstanceOptions instance;        // role is forced to kPrefill
   PrefillOptions prefill;
@@ -59,10 +59,10 @@ class PrefillNode {
   // returns true the request is cancelled (blocks freed) and CANCELLED returned. Waits at most
   // until `deadline`. INVALID_ARGUMENT for bad prompts/sampling, RESOURCE_EXHAUSTED past the
   // queue timeout.
-  absl::StatusOr<PrefillOutcome> Prefill(const std::string& request_id,
-                                         std::vector<int32_t> prompt, const SamplingParams& sampling,
-                                         uint64_t sample_step, int32_t max_new_tokens,
-                                         absl::Duration lease, absl::Time deadline,
+  absl::StatusOr<PrefillOutcome> Prefill(const std::string& request_id, std::vector<int32_t> prompt,
+                                         const SamplingParams& sampling, uint64_t sample_step,
+                                         int32_t max_new_tokens, absl::Duration lease,
+                                         absl::Time deadline,
                                          const std::function<bool()>& cancelled);
 
   // True when the lease was still held (the blocks are freed either way).

@@ -15,7 +15,8 @@ absl::Time DeadlineOf(const grpc::ServerContext* ctx) {
 }
 
 grpc::Status Starting() {
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "prefill instance is starting (loading the model)");
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      "prefill instance is starting (loading the model)");
 }
 
 }  // namespace
@@ -27,8 +28,8 @@ grpc::Status PrefillServiceImpl::Prefill(grpc::ServerContext* ctx, const v1::Pre
   std::vector<int32_t> prompt(req->prompt_ids().begin(), req->prompt_ids().end());
   absl::StatusOr<PrefillOutcome> out =
       node->Prefill(req->request_id(), std::move(prompt), FromProto(req->sampling()),
-                     req->sample_step(), req->max_new_tokens(), absl::Milliseconds(req->lease_ms()),
-                     DeadlineOf(ctx), [ctx] { return ctx->IsCancelled(); });
+                    req->sample_step(), req->max_new_tokens(), absl::Milliseconds(req->lease_ms()),
+                    DeadlineOf(ctx), [ctx] { return ctx->IsCancelled(); });
   if (!out.ok()) return ToGrpcStatus(out.status());
   resp->set_first_token(out->first_token);
   v1::KvHandle* kv = resp->mutable_kv();
@@ -56,8 +57,8 @@ grpc::Status PrefillServiceImpl::RenewLease(grpc::ServerContext*, const v1::Rene
                                             v1::RenewLeaseResponse* resp) {
   PrefillNode* node = node_.load();
   if (node == nullptr) return Starting();
-  const std::optional<absl::Time> expiry = node->RenewLease(
-      req->request_id(), req->generation(), absl::Milliseconds(req->extend_ms()));
+  const std::optional<absl::Time> expiry =
+      node->RenewLease(req->request_id(), req->generation(), absl::Milliseconds(req->extend_ms()));
   resp->set_renewed(expiry.has_value());
   if (expiry.has_value()) resp->set_lease_expiry_unix_ms(absl::ToUnixMillis(*expiry));
   return grpc::Status::OK;

@@ -34,8 +34,8 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::FromHfDirectory(const 
   ModelLimits limits;
   limits.context_length = loaded.weights.config.max_context;
   if (limits.context_length <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(dir, ": max_position_embeddings ",
-                                                   limits.context_length, " is not positive"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": max_position_embeddings ", limits.context_length, " is not positive"));
   }
   limits.vocab_size = loaded.tokenizer->vocab_size();
   limits.name = name.empty() ? loaded.weights.config.name : name;

@@ -27,9 +27,9 @@ namespace tandem {
 
 absl::StatusOr<InstanceOptions> InstanceOptionsFromFlags() {
   InstanceOptions o;
-  o.parallel = ParallelConfig{absl::GetFlag(FLAGS_tp), absl::GetFlag(FLAGS_pcp),
-                              absl::GetFlag(FLAGS_dcp), absl::GetFlag(FLAGS_block_size),
-                              absl::GetFlag(FLAGS_interleave)};
+  o.parallel =
+      ParallelConfig{absl::GetFlag(FLAGS_tp), absl::GetFlag(FLAGS_pcp), absl::GetFlag(FLAGS_dcp),
+                     absl::GetFlag(FLAGS_block_size), absl::GetFlag(FLAGS_interleave)};
   o.kv_bytes_per_rank = static_cast<int64_t>(absl::GetFlag(FLAGS_kv_budget_mb) * (1 << 20));
   const std::string dtype = absl::GetFlag(FLAGS_kv_dtype);
   if (dtype == "f32") {

@@ -14,7 +14,8 @@
 //   --backend cpu|cuda
 //   --kv_staging auto|always  host mirrors of device KV pools for the transfer (always: on CPU too)
 //   --router HOST:PORT      send heartbeats to this router (optional)
-//   --ucx_tls LIST          UCX_TLS for the KV transfer (e.g. "sm,self" or "tcp"); empty = UCX default
+//   --ucx_tls LIST          UCX_TLS for the KV transfer (e.g. "sm,self" or "tcp"); empty = UCX
+//   default
 #pragma once
 
 #include <string>

@@ -28,11 +28,18 @@ absl::StatusOr<KvLayout> FromProto(const v1::KvLayout& p) {
   l.dims = ModelDims{p.dims().num_layers(), p.dims().num_q_heads(), p.dims().num_kv_heads(),
                      p.dims().head_dim()};
   switch (p.dtype()) {
-    case v1::KV_DTYPE_F32: l.dtype = KvDType::kF32; break;
-    case v1::KV_DTYPE_F16: l.dtype = KvDType::kF16; break;
-    case v1::KV_DTYPE_BF16: l.dtype = KvDType::kBF16; break;
+    case v1::KV_DTYPE_F32:
+      l.dtype = KvDType::kF32;
+      break;
+    case v1::KV_DTYPE_F16:
+      l.dtype = KvDType::kF16;
+      break;
+    case v1::KV_DTYPE_BF16:
+      l.dtype = KvDType::kBF16;
+      break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("unknown KV dtype ", static_cast<int>(p.dtype())));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown KV dtype ", static_cast<int>(p.dtype())));
   }
   return l;
 }

@@ -21,8 +21,8 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& listen,
   for (grpc::Service* s : services) builder.RegisterService(s);
   out.server = builder.BuildAndStart();
   if (out.server == nullptr || out.port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen,
-                                               " (address in use or invalid?)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", listen, " (address in use or invalid?)"));
   }
   return out;
 }

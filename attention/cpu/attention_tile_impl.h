@@ -18,11 +18,12 @@
 //   (attention_tile_query_lanes.h) and define MaskFrom(x, limit, pos): x with the lanes whose
 //   limit <= pos set to −inf.
 //
-// Key-lanes algorithm (AttendTileKeyLanes, per tile): scale q once; walk the token range in pieces of ≤ kPieceTokens tokens
-// that never cross a block; per piece score all queries against the K rows, mask tokens past
-// each query's causal limit, update each query's running max / sum / accumulator (online
-// softmax), then accumulate the V rows. K and V of each piece are read from memory once for the
-// whole tile; the next piece's rows are prefetched while the current one is computed.
+// Key-lanes algorithm (AttendTileKeyLanes, per tile): scale q once; walk the token range in pieces
+// of ≤ kPieceTokens tokens that never cross a block; per piece score all queries against the K
+// rows, mask tokens past each query's causal limit, update each query's running max / sum /
+// accumulator (online softmax), then accumulate the V rows. K and V of each piece are read from
+// memory once for the whole tile; the next piece's rows are prefetched while the current one is
+// computed.
 #pragma once
 
 #include <math.h>

@@ -156,8 +156,7 @@ void AttendTileQueryLanes(const TileArgs& a) {
 template <class T, class E>
 void AttendTileTyped(const TileArgs& a) {
   if constexpr (T::kLanes == kPieceTokens) {
-    const bool query_lanes = a.num_queries >= kQueryLanesMinQueries &&
-                             a.num_queries <= T::kLanes &&
+    const bool query_lanes = a.num_queries >= kQueryLanesMinQueries && a.num_queries <= T::kLanes &&
                              a.token_end - a.token_begin < (int64_t{1} << 24);
     if (query_lanes && a.head_dim == 64) return AttendTileQueryLanes<T, E, 64>(a);
     if (query_lanes && a.head_dim == 128) return AttendTileQueryLanes<T, E, 128>(a);

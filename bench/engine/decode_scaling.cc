@@ -42,8 +42,10 @@ int Main() {
   if (!model.ok()) return 1;
   const int32_t ctx = absl::GetFlag(FLAGS_context), steps = absl::GetFlag(FLAGS_steps),
                 batch = absl::GetFlag(FLAGS_batch);
-  std::printf("synthetic model: %d layers, 8 q heads, 2 KV heads, head_dim %d; context %d, batch %d, tp 8\n",
-              so.layers, so.head_dim, ctx, batch);
+  std::printf(
+      "synthetic model: %d layers, 8 q heads, 2 KV heads, head_dim %d; context %d, batch %d, tp "
+      "8\n",
+      so.layers, so.head_dim, ctx, batch);
   std::printf("%4s %14s %16s %14s\n", "dcp", "step ms", "KV bytes/rank", "vs dcp 1");
   double kv1 = 0, ratio4 = 0;
   for (int32_t dcp : {1, 2, 4}) {
@@ -75,13 +77,15 @@ int Main() {
     double total = 0;
     for (int32_t s = -1; s < steps; ++s) {
       StepInput step;
-      for (int32_t r = 0; r < batch; ++r) step.requests.push_back({ctx + s + 1, {5}, tables[r], true});
+      for (int32_t r = 0; r < batch; ++r)
+        step.requests.push_back({ctx + s + 1, {5}, tables[r], true});
       const absl::Time t0 = absl::Now();
       if (!(*inst)->Run(step).ok()) return 1;
       if (s >= 0) total += absl::ToDoubleSeconds(absl::Now() - t0);
     }
     // Blocks a rank holds for these sequences × bytes of one block on one rank.
-    const double kv = static_cast<double>(batch) * VirtualBlocksFor(o.parallel.dcp_geometry(), ctx + steps + 1) *
+    const double kv = static_cast<double>(batch) *
+                      VirtualBlocksFor(o.parallel.dcp_geometry(), ctx + steps + 1) *
                       (*inst)->block_bytes();
     if (dcp == 1) kv1 = kv;
     if (dcp == 4) ratio4 = kv / kv1;

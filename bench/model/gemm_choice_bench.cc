@@ -41,7 +41,8 @@ double Seconds(const std::function<void()>& f, int iters) {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const int mats = absl::GetFlag(FLAGS_matrices), iters = absl::GetFlag(FLAGS_iters);
-  const Shape shapes[] = {{"ffn gate/up 1536x576", 1536, 576}, {"ffn down 576x1536", 576, 1536},
+  const Shape shapes[] = {{"ffn gate/up 1536x576", 1536, 576},
+                          {"ffn down 576x1536", 576, 1536},
                           {"attn q/o 576x576", 576, 576}};
   std::printf("threads %d; %d matrices per shape\n", tandem::ThreadsForThisThread(), mats);
   std::printf("%-22s %5s %12s %12s %12s %12s\n", "shape", "m", "oneDNN GF/s", "oneDNN GB/s",
@@ -50,25 +51,31 @@ int main(int argc, char** argv) {
   for (const Shape& s : shapes) {
     std::vector<std::vector<float>> w(mats, std::vector<float>(s.n * s.k));
     for (int i = 0; i < mats; ++i) {
-      for (size_t j = 0; j < w[i].size(); ++j) w[i][j] = static_cast<float>((i * 7 + j) % 13) * 0.01f;
+      for (size_t j = 0; j < w[i].size(); ++j)
+        w[i][j] = static_cast<float>((i * 7 + j) % 13) * 0.01f;
     }
     std::vector<std::unique_ptr<tandem::DnnlLinear>> ops;
-    for (int i = 0; i < mats; ++i) ops.push_back(std::move(tandem::DnnlLinear::Create(w[i].data(), s.n, s.k, nullptr)).value());
+    for (int i = 0; i < mats; ++i)
+      ops.push_back(std::move(tandem::DnnlLinear::Create(w[i].data(), s.n, s.k, nullptr)).value());
     for (int64_t m : {1, 16, 512}) {
       std::vector<float> x(m * s.k, 0.5f), y(m * s.n);
       const double flops = 2.0 * m * s.n * s.k * mats, bytes = 4.0 * s.n * s.k * mats;
-      const double td = Seconds([&] {
-        for (auto& op : ops) (void)op->Forward(x.data(), m, y.data());
-      }, iters);
+      const double td = Seconds(
+          [&] {
+            for (auto& op : ops) (void)op->Forward(x.data(), m, y.data());
+          },
+          iters);
       double tb = 0;
 #if defined(TANDEM_BENCH_OPENBLAS)
       openblas_set_num_threads(tandem::ThreadsForThisThread());
-      tb = Seconds([&] {
-        for (int i = 0; i < mats; ++i) {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, s.n, s.k, 1.f, x.data(), s.k,
-                      w[i].data(), s.k, 0.f, y.data(), s.n);
-        }
-      }, iters);
+      tb = Seconds(
+          [&] {
+            for (int i = 0; i < mats; ++i) {
+              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, s.n, s.k, 1.f, x.data(), s.k,
+                          w[i].data(), s.k, 0.f, y.data(), s.n);
+            }
+          },
+          iters);
 #endif
       std::printf("%-22s %5ld %12.1f %12.2f %12.1f %12.2f\n", s.name, static_cast<long>(m),
                   flops / td / 1e9, bytes / td / 1e9, tb > 0 ? flops / tb / 1e9 : 0.0,

@@ -132,7 +132,8 @@ int Main() {
     for (int64_t i = b; i < e; ++i) f[i] = static_cast<float>(i & 1023);
   });
   double bw_s = 1e30;
-  for (int i = 0; i < 3; ++i) bw_s = std::min(bw_s, bench::TimedReadPass(f, floats, bench::BenchClock::kWall).seconds);
+  for (int i = 0; i < 3; ++i)
+    bw_s = std::min(bw_s, bench::TimedReadPass(f, floats, bench::BenchClock::kWall).seconds);
   const double bw = floats * 4.0 / bw_s / 1e9;
 
   std::printf("model: %s (%d layers, hidden %d, vocab %d), f32 weights %.0f MB, %d threads\n",
@@ -147,7 +148,8 @@ int Main() {
     std::printf("decode batch %-2d weights GB/s  %12.2f\n", r.batch, weight_bytes / r.step_s / 1e9);
   }
   std::printf("%-28s %12.2f\n", "read bandwidth GB/s", bw);
-  std::printf("RESULT decode_weight_stream_bw_ratio=%.3f\n", weight_bytes / decode[0].step_s / 1e9 / bw);
+  std::printf("RESULT decode_weight_stream_bw_ratio=%.3f\n",
+              weight_bytes / decode[0].step_s / 1e9 / bw);
   std::printf("RESULT prefill_gemm_fraction=%.3f\n", gemm_fraction);
   return 0;
 }

@@ -74,7 +74,8 @@ int main(int argc, char** argv) {
     std::string text = absl::GetFlag(FLAGS_prompt);
     if (absl::GetFlag(FLAGS_chat)) {
       std::vector<tandem::ChatMessage> messages;
-      if (!absl::GetFlag(FLAGS_system).empty()) messages.push_back({"system", absl::GetFlag(FLAGS_system)});
+      if (!absl::GetFlag(FLAGS_system).empty())
+        messages.push_back({"system", absl::GetFlag(FLAGS_system)});
       messages.push_back({"user", text});
       text = tandem::FormatChatMl(messages, /*add_generation_prompt=*/true,
                                   model->default_system_prompt);
@@ -90,7 +91,8 @@ int main(int argc, char** argv) {
   io.backend = absl::GetFlag(FLAGS_backend);
   std::fprintf(stderr, "load: building instance %s on %s\n", io.parallel.ToString().c_str(),
                io.backend.c_str());
-  absl::StatusOr<std::unique_ptr<tandem::Instance>> inst = tandem::Instance::Create(model->weights, io);
+  absl::StatusOr<std::unique_ptr<tandem::Instance>> inst =
+      tandem::Instance::Create(model->weights, io);
   if (!inst.ok()) return Fail(inst.status().ToString());
   model->weights = tandem::LlamaWeights();  // the instance holds its own prepared shards
   std::fprintf(stderr, "load: ready in %.2f s\n", absl::ToDoubleSeconds(absl::Now() - t_load));
@@ -101,13 +103,15 @@ int main(int argc, char** argv) {
   tandem::GenerateRequest req;
   req.id = "cli";
   req.prompt = prompt;
-  req.sampling = tandem::SamplingParams{absl::GetFlag(FLAGS_temperature), absl::GetFlag(FLAGS_top_k),
-                                        absl::GetFlag(FLAGS_top_p), absl::GetFlag(FLAGS_seed)};
+  req.sampling =
+      tandem::SamplingParams{absl::GetFlag(FLAGS_temperature), absl::GetFlag(FLAGS_top_k),
+                             absl::GetFlag(FLAGS_top_p), absl::GetFlag(FLAGS_seed)};
   req.max_new_tokens = absl::GetFlag(FLAGS_max_tokens);
   if (tok != nullptr && !absl::GetFlag(FLAGS_ignore_eos)) req.stop_ids = tok->stop_ids();
 
   std::unique_ptr<tandem::StreamingDecoder> text;
-  if (tok != nullptr) text = std::make_unique<tandem::StreamingDecoder>(*tok, /*skip_special=*/true);
+  if (tok != nullptr)
+    text = std::make_unique<tandem::StreamingDecoder>(*tok, /*skip_special=*/true);
   const absl::Time start = absl::Now();
   absl::Time first_token;
   int32_t generated = 0;

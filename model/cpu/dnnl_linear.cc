@@ -3,8 +3,8 @@
 #include <atomic>
 #include <chrono>
 #include <map>
-#include <utility>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -117,8 +117,8 @@ DnnlLinear::~DnnlLinear() = default;
 int64_t DnnlLinear::n() const { return impl_->n; }
 int64_t DnnlLinear::k() const { return impl_->k; }
 
-absl::StatusOr<std::unique_ptr<DnnlLinear>> DnnlLinear::Create(const float* w, int64_t n,
-                                                               int64_t k, const float* bias) {
+absl::StatusOr<std::unique_ptr<DnnlLinear>> DnnlLinear::Create(const float* w, int64_t n, int64_t k,
+                                                               const float* bias) {
   if (n <= 0 || k <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("linear: bad shape [", n, "][", k, "]"));
   }
@@ -142,9 +142,9 @@ absl::StatusOr<std::unique_ptr<DnnlLinear>> DnnlLinear::Create(const float* w, i
     const dnnl::reorder::primitive_desc rpd(plain, impl->weights, UserScratchpad());
     memory scratch(rpd.scratchpad_desc(), impl->engine,
                    ThreadScratchpad(rpd.scratchpad_desc().get_size()));
-    dnnl::reorder(rpd).execute(stream, {{DNNL_ARG_FROM, plain},
-                                        {DNNL_ARG_TO, impl->weights},
-                                        {DNNL_ARG_SCRATCHPAD, scratch}});
+    dnnl::reorder(rpd).execute(
+        stream,
+        {{DNNL_ARG_FROM, plain}, {DNNL_ARG_TO, impl->weights}, {DNNL_ARG_SCRATCHPAD, scratch}});
     if (bias != nullptr) {
       impl->bias = memory({{1, n}, DType::f32, Tag::ab}, impl->engine);
       std::copy(bias, bias + n, static_cast<float*>(impl->bias.get_data_handle()));
@@ -157,10 +157,11 @@ absl::StatusOr<std::unique_ptr<DnnlLinear>> DnnlLinear::Create(const float* w, i
 }
 
 absl::Status DnnlLinear::Forward(const float* x, int64_t m, float* y, Epilogue epilogue,
-                                const float* aux) const {
+                                 const float* aux) const {
   if (m <= 0) return absl::OkStatus();
   if (epilogue == Epilogue::kSiluMul && (aux == nullptr || aux == y)) {
-    return absl::InvalidArgumentError("linear: the SiLU-multiply epilogue needs aux, distinct from y");
+    return absl::InvalidArgumentError(
+        "linear: the SiLU-multiply epilogue needs aux, distinct from y");
   }
   absl::StatusOr<Impl::Prepared> prim = impl_->PrimitiveFor(m, epilogue);
   if (!prim.ok()) return prim.status();
@@ -173,22 +174,21 @@ absl::Status DnnlLinear::Forward(const float* x, int64_t m, float* y, Epilogue e
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, impl_->weights}, {DNNL_ARG_DST, dst}};
     if (impl_->has_bias) args.emplace(DNNL_ARG_BIAS, impl_->bias);
     if (epilogue == Epilogue::kSiluMul) {
-      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1,
-                   memory({{m, impl_->n}, DType::f32, Tag::ab}, impl_->engine,
-                          const_cast<float*>(aux)));
+      args.emplace(
+          DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1,
+          memory({{m, impl_->n}, DType::f32, Tag::ab}, impl_->engine, const_cast<float*>(aux)));
     }
-    memory scratch(prim->scratchpad, impl_->engine,
-                   ThreadScratchpad(prim->scratchpad.get_size()));
+    memory scratch(prim->scratchpad, impl_->engine, ThreadScratchpad(prim->scratchpad.get_size()));
     args.emplace(DNNL_ARG_SCRATCHPAD, scratch);
     prim->primitive.execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& e) {
     return ToStatus(e, "matmul");
   }
-  g_total_nanos.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::steady_clock::now() - start)
-                              .count(),
-                          std::memory_order_relaxed);
+  g_total_nanos.fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count(),
+      std::memory_order_relaxed);
   return absl::OkStatus();
 }
 

@@ -12,7 +12,8 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr ModelDims kSynthetic{/*num_layers=*/2, /*num_q_heads=*/8, /*num_kv_heads=*/2, /*head_dim=*/16};
+constexpr ModelDims kSynthetic{/*num_layers=*/2, /*num_q_heads=*/8, /*num_kv_heads=*/2,
+                               /*head_dim=*/16};
 constexpr ModelDims kSmolLm{30, 9, 3, 64};
 
 ParallelConfig Cfg(int32_t tp, int32_t pcp, int32_t dcp, int32_t B = 16, int32_t I = 1) {
@@ -83,10 +84,13 @@ struct InvalidCase {
 
 TEST(ParallelLayoutTest, InvalidLayoutsNameTheRule) {
   const InvalidCase cases[] = {
-      {Cfg(3, 1, 1), kSynthetic, InstanceRole::kPrefill, "tp must divide the number of query heads"},
+      {Cfg(3, 1, 1), kSynthetic, InstanceRole::kPrefill,
+       "tp must divide the number of query heads"},
       {Cfg(2, 1, 1), kSmolLm, InstanceRole::kPrefill, "tp must divide the number of query heads"},
-      {Cfg(4, 1, 1), ModelDims{2, 12, 6, 16}, InstanceRole::kPrefill, "requires tp to divide num_kv_heads"},
-      {Cfg(6, 1, 1), ModelDims{2, 12, 4, 16}, InstanceRole::kPrefill, "requires num_kv_heads to divide tp"},
+      {Cfg(4, 1, 1), ModelDims{2, 12, 6, 16}, InstanceRole::kPrefill,
+       "requires tp to divide num_kv_heads"},
+      {Cfg(6, 1, 1), ModelDims{2, 12, 4, 16}, InstanceRole::kPrefill,
+       "requires num_kv_heads to divide tp"},
       {Cfg(1, 2, 1), kSynthetic, InstanceRole::kDecode, "pcp must be 1 on a decode instance"},
       {Cfg(2, 1, 2), kSynthetic, InstanceRole::kDecode, "would mix KV heads"},
       {Cfg(8, 1, 3), kSynthetic, InstanceRole::kDecode, "dcp must divide tp*pcp"},

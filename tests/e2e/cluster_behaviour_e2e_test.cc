@@ -64,7 +64,9 @@ TEST(ClusterBehaviourTest, ThirtyTwoConcurrentStreamsThroughTwoByTwo) {
   std::vector<GenerateOutcome> outs(prompts.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    threads.emplace_back([&, i] { outs[i] = cluster->Generate(IdsRequest(prompts[i], kTokens), absl::Seconds(120)); });
+    threads.emplace_back([&, i] {
+      outs[i] = cluster->Generate(IdsRequest(prompts[i], kTokens), absl::Seconds(120));
+    });
   }
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -95,9 +97,11 @@ TEST(ClusterBehaviourTest, BadInputGetsPreciseCodesAndTheClusterKeepsServing) {
   r.set_text("");
   add("empty prompt", r, grpc::StatusCode::INVALID_ARGUMENT, "empty");
   add("id beyond vocab", IdsRequest({5, 100000}, 4), grpc::StatusCode::INVALID_ARGUMENT, "100000");
-  add("prompt beyond context", IdsRequest(RandomPrompt(2100, 1), 4), grpc::StatusCode::INVALID_ARGUMENT, "context");
+  add("prompt beyond context", IdsRequest(RandomPrompt(2100, 1), 4),
+      grpc::StatusCode::INVALID_ARGUMENT, "context");
   add("max_tokens 0", IdsRequest({5}, 0), grpc::StatusCode::INVALID_ARGUMENT, "max_tokens");
-  add("max_tokens beyond context", IdsRequest({5}, 5000), grpc::StatusCode::INVALID_ARGUMENT, "context");
+  add("max_tokens beyond context", IdsRequest({5}, 5000), grpc::StatusCode::INVALID_ARGUMENT,
+      "context");
   r = IdsRequest({5}, 4);
   r.mutable_sampling()->set_temperature(-1.f);
   add("negative temperature", r, grpc::StatusCode::INVALID_ARGUMENT, "temperature");
@@ -131,7 +135,8 @@ TEST(ClusterBehaviourTest, IncompatiblePairFailsAtHandshake) {
   auto cluster = StartOrDie(spec);
   ASSERT_NE(cluster, nullptr);
   const GenerateOutcome out = cluster->Generate(IdsRequest({5, 6, 7}, 4), absl::Seconds(30));
-  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << out.status.error_message();
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << out.status.error_message();
   EXPECT_THAT(out.status.error_message(), HasSubstr("compatib"));
   ExpectIdle(*cluster);
 }
@@ -146,7 +151,8 @@ TEST(ClusterBehaviourTest, KvCapacityShortPastQueueTimeoutIsResourceExhausted) {
   ASSERT_NE(cluster, nullptr);
   // Never fits on the decode instance: 20 + 500 positions need 33 blocks.
   GenerateOutcome out = cluster->Generate(IdsRequest(RandomPrompt(20, 2), 500), absl::Seconds(30));
-  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << out.status.error_message();
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << out.status.error_message();
   EXPECT_THAT(out.status.error_message(), HasSubstr("in total"));
   // Fits, but a KV lease holds 19 of the prefill's 25 blocks for longer than the queue timeout.
   auto prefill = v1::PrefillService::NewStub(
@@ -160,7 +166,8 @@ TEST(ClusterBehaviourTest, KvCapacityShortPastQueueTimeoutIsResourceExhausted) {
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
   ASSERT_TRUE(prefill->Prefill(&ctx, hold, &held).ok());
   out = cluster->Generate(IdsRequest(RandomPrompt(150, 4), 10), absl::Seconds(30));
-  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << out.status.error_message();
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << out.status.error_message();
   EXPECT_THAT(out.status.error_message(), HasSubstr("queue timeout"));
   v1::ReleaseKvRequest rel;
   rel.set_request_id("holder");
@@ -183,11 +190,11 @@ TEST(ClusterBehaviourTest, CancellationMidStreamFreesBlocksOnBothSides) {
   spec.decode = {NodeSpec{{"--tp=4", "--dcp=2"}}};
   auto cluster = StartOrDie(spec);
   ASSERT_NE(cluster, nullptr);
-  const GenerateOutcome out = cluster->Generate(
-      IdsRequest(RandomPrompt(40, 9), 1500), absl::Seconds(60),
-      [](int32_t index, grpc::ClientContext& ctx) {
-        if (index == 3) ctx.TryCancel();
-      });
+  const GenerateOutcome out =
+      cluster->Generate(IdsRequest(RandomPrompt(40, 9), 1500), absl::Seconds(60),
+                        [](int32_t index, grpc::ClientContext& ctx) {
+                          if (index == 3) ctx.TryCancel();
+                        });
   EXPECT_EQ(out.status.error_code(), grpc::StatusCode::CANCELLED) << out.status.error_message();
   EXPECT_LT(out.tokens.size(), 1500u);
   ExpectIdle(*cluster);
@@ -288,7 +295,8 @@ TEST(ClusterBehaviourTest, DeadPrefillNodeCostsARetryNotTheRequest) {
   ASSERT_NE(cluster, nullptr);
   cluster->Kill("prefill", 0);  // the router has not noticed (health polls are a minute apart)
   for (int i = 0; i < 4; ++i) {
-    const GenerateOutcome out = cluster->Generate(IdsRequest(RandomPrompt(12, 20 + i), 5), absl::Seconds(30));
+    const GenerateOutcome out =
+        cluster->Generate(IdsRequest(RandomPrompt(12, 20 + i), 5), absl::Seconds(30));
     EXPECT_TRUE(out.status.ok()) << out.status.error_message();
     EXPECT_EQ(out.tokens.size(), 5u);
   }

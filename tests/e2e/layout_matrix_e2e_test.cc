@@ -34,7 +34,8 @@ class LayoutMatrixTest : public ::testing::TestWithParam<Pair> {
  protected:
   static void SetUpTestSuite() {
     model_ = new std::string(SyntheticModelPath());
-    reference_ = new std::vector<std::vector<int32_t>>(ReferenceGreedy(*model_, Prompts(), kMaxTokens));
+    reference_ =
+        new std::vector<std::vector<int32_t>>(ReferenceGreedy(*model_, Prompts(), kMaxTokens));
   }
   static std::string* model_;
   static std::vector<std::vector<int32_t>>* reference_;
@@ -80,14 +81,17 @@ INSTANTIATE_TEST_SUITE_P(
         Pair{"head_merge_tp4_to_tp1", {"--tp=4"}, {"--tp=1"}},
         Pair{"pcp2_dcp2_to_dcp2", {"--pcp=2", "--dcp=2"}, {"--tp=4", "--dcp=2"}},
         Pair{"block16_to_32", {"--tp=2", "--block_size=16"}, {"--tp=2", "--block_size=32"}},
-        Pair{"interleave1_to_B", {"--tp=4", "--dcp=2", "--interleave=1"},
+        Pair{"interleave1_to_B",
+             {"--tp=4", "--dcp=2", "--interleave=1"},
              {"--tp=4", "--dcp=2", "--interleave=16"}},
         // KV pools behind host mirrors, as on GPU instances (--kv_staging=always runs the same
         // copies on the CPU backend): on both sides, and on either side alone (mixed fleets).
-        Pair{"staged_pcp2_dcp2_to_dcp2", {"--pcp=2", "--dcp=2", "--kv_staging=always"},
+        Pair{"staged_pcp2_dcp2_to_dcp2",
+             {"--pcp=2", "--dcp=2", "--kv_staging=always"},
              {"--tp=4", "--dcp=2", "--kv_staging=always"}},
         Pair{"staged_prefill_tp2_to_tp1", {"--tp=2", "--kv_staging=always"}, {"--tp=1"}},
-        Pair{"staged_decode_tp1_to_dcp2", {"--tp=1"}, {"--tp=4", "--dcp=2", "--kv_staging=always"}}),
+        Pair{
+            "staged_decode_tp1_to_dcp2", {"--tp=1"}, {"--tp=4", "--dcp=2", "--kv_staging=always"}}),
     [](const ::testing::TestParamInfo<Pair>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -48,7 +48,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const ClusterS
   if (mkdtemp(templ.data()) == nullptr) return absl::InternalError("mkdtemp failed");
   c->dir_ = templ;
   const absl::Time deadline = absl::Now() + timeout;
-  const std::string decode_model = spec.decode_model_path.empty() ? spec.model_path : spec.decode_model_path;
+  const std::string decode_model =
+      spec.decode_model_path.empty() ? spec.model_path : spec.decode_model_path;
   for (size_t i = 0; i < spec.prefill.size(); ++i) {
     std::vector<std::string> args = {"--model=" + spec.model_path, "--listen=127.0.0.1:0",
                                      "--kv_budget_mb=16"};
@@ -82,7 +83,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const ClusterS
 }
 
 absl::StatusOr<std::string> LocalCluster::Spawn(const std::string& name, const std::string& binary,
-                                                std::vector<std::string> args, absl::Time deadline) {
+                                                std::vector<std::string> args,
+                                                absl::Time deadline) {
   const std::string port_file = absl::StrCat(dir_, "/", name, ".port");
   const std::string log = absl::StrCat(dir_, "/", name, ".log");
   args.push_back("--port_file=" + port_file);
@@ -121,7 +123,8 @@ absl::StatusOr<std::string> LocalCluster::Spawn(const std::string& name, const s
     }
     absl::SleepFor(kPoll);
   }
-  return absl::DeadlineExceededError(absl::StrCat(name, " not ready in time:\n", Tail(ReadFile(log), 20)));
+  return absl::DeadlineExceededError(
+      absl::StrCat(name, " not ready in time:\n", Tail(ReadFile(log), 20)));
 }
 
 absl::Status LocalCluster::WaitHealthy(absl::Time deadline) {
@@ -140,8 +143,8 @@ absl::Status LocalCluster::WaitHealthy(absl::Time deadline) {
     last = s.ok() ? absl::StrCat(healthy, " of ", want, " nodes healthy") : s.error_message();
     absl::SleepFor(kPoll);
   }
-  return absl::DeadlineExceededError(absl::StrCat("router never saw every node healthy: ", last,
-                                                  "\n", LogTails()));
+  return absl::DeadlineExceededError(
+      absl::StrCat("router never saw every node healthy: ", last, "\n", LogTails()));
 }
 
 LocalCluster::~LocalCluster() {
@@ -165,7 +168,8 @@ LocalCluster::~LocalCluster() {
   // vanish with its log.
   for (const Process& p : processes_) {
     const std::string log = ReadFile(p.log);
-    for (const char* marker : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"}) {
+    for (const char* marker :
+         {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"}) {
       if (log.find(marker) != std::string::npos) {
         ADD_FAILURE() << p.name << " reported a sanitizer error:\n" << Tail(log, 60);
         break;
@@ -206,7 +210,8 @@ GenerateOutcome LocalCluster::Generate(
   GenerateOutcome out;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = router_->Generate(&ctx, request);
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+      router_->Generate(&ctx, request);
   v1::GenerateResponse resp;
   while (reader->Read(&resp)) {
     if (resp.has_token()) {
@@ -254,11 +259,12 @@ absl::Status LocalCluster::WaitIdle(absl::Duration timeout) {
       last.clear();
       for (const InstanceLoadView& v : *loads) {
         const v1::InstanceLoad& l = v.load;
-        const bool ok = l.free_blocks() == l.total_blocks() && l.leases() == 0 && l.running() == 0 &&
-                        l.queued() == 0;
+        const bool ok = l.free_blocks() == l.total_blocks() && l.leases() == 0 &&
+                        l.running() == 0 && l.queued() == 0;
         idle = idle && ok;
         absl::StrAppend(&last, v.address, ": free ", l.free_blocks(), "/", l.total_blocks(),
-                        " leases ", l.leases(), " running ", l.running(), " queued ", l.queued(), "; ");
+                        " leases ", l.leases(), " running ", l.running(), " queued ", l.queued(),
+                        "; ");
       }
       if (idle) return absl::OkStatus();
     } else {

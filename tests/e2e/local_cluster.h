@@ -45,8 +45,8 @@ struct InstanceLoadView {
 
 class LocalCluster {
  public:
-  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const ClusterSpec& spec,
-                                                             absl::Duration timeout = absl::Minutes(2));
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(
+      const ClusterSpec& spec, absl::Duration timeout = absl::Minutes(2));
   ~LocalCluster();
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;
@@ -56,8 +56,9 @@ class LocalCluster {
   const std::vector<std::string>& decode_addresses() const { return decode_; }
 
   // Streams one request; `on_token` sees each token as it arrives (may cancel `ctx`).
-  GenerateOutcome Generate(const v1::GenerateRequest& request, absl::Duration timeout,
-                           const std::function<void(int32_t index, grpc::ClientContext&)>& on_token = nullptr);
+  GenerateOutcome Generate(
+      const v1::GenerateRequest& request, absl::Duration timeout,
+      const std::function<void(int32_t index, grpc::ClientContext&)>& on_token = nullptr);
 
   // Status of every prefill and decode instance still running (killed ones are skipped).
   absl::StatusOr<std::vector<InstanceLoadView>> Loads();

@@ -13,11 +13,13 @@ namespace {
 
 constexpr int32_t kTokens = 12;
 
-class RealModelClusterTest : public RealModelTest,
-                             public ::testing::WithParamInterface<std::pair<const char*, ClusterSpec>> {};
+class RealModelClusterTest
+    : public RealModelTest,
+      public ::testing::WithParamInterface<std::pair<const char*, ClusterSpec>> {};
 
 std::vector<int32_t> ChatIds(const std::string& user) {
-  absl::StatusOr<LoadedModel> m = LoadModel(ModelPath(), LoadOptions{[](absl::string_view) {}, false});
+  absl::StatusOr<LoadedModel> m =
+      LoadModel(ModelPath(), LoadOptions{[](absl::string_view) {}, false});
   EXPECT_TRUE(m.ok()) << m.status();
   const std::vector<ChatMessage> messages = {{"user", user}};
   return m->tokenizer->Encode(FormatChatMl(messages), /*parse_special=*/true);
@@ -27,9 +29,10 @@ TEST_P(RealModelClusterTest, GreedyOutputEqualsSingleRankRun) {
   ClusterSpec spec = GetParam().second;
   spec.model_path = ModelPath();
   const std::vector<std::vector<int32_t>> prompts = {ChatIds("What is the capital of France?"),
-                                                      ChatIds("Name a large animal.")};
+                                                     ChatIds("Name a large animal.")};
   const auto reference = ReferenceGreedy(ModelPath(), prompts, kTokens);
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(spec, absl::Minutes(4));
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(spec, absl::Minutes(4));
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   for (size_t i = 0; i < prompts.size(); ++i) {
     v1::GenerateRequest req;
@@ -54,12 +57,12 @@ ClusterSpec Spec(std::vector<std::string> prefill, std::vector<std::string> deco
   return s;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, RealModelClusterTest,
-    ::testing::Values(std::make_pair("prefill_tp3_to_decode_tp1", Spec({"--tp=3"}, {"--tp=1"})),
-                      std::make_pair("prefill_tp9_dcp3_to_decode_tp3",
-                                     Spec({"--tp=9", "--dcp=3"}, {"--tp=3"}))),
-    [](const auto& info) { return std::string(info.param.first); });
+INSTANTIATE_TEST_SUITE_P(Layouts, RealModelClusterTest,
+                         ::testing::Values(std::make_pair("prefill_tp3_to_decode_tp1",
+                                                          Spec({"--tp=3"}, {"--tp=1"})),
+                                           std::make_pair("prefill_tp9_dcp3_to_decode_tp3",
+                                                          Spec({"--tp=9", "--dcp=3"}, {"--tp=3"}))),
+                         [](const auto& info) { return std::string(info.param.first); });
 
 }  // namespace
 }  // namespace tandem::testing

@@ -79,7 +79,8 @@ TEST(EnginesTest, InstanceRejectsInvalidLayoutsNamingTheRule) {
   }
   InstanceOptions tiny;
   tiny.kv_bytes_per_rank = 100;
-  EXPECT_THAT(Instance::Create(Weights(), tiny).status().message(), HasSubstr("smaller than one block"));
+  EXPECT_THAT(Instance::Create(Weights(), tiny).status().message(),
+              HasSubstr("smaller than one block"));
 }
 
 // Host memory standing in for a transfer pool (what UCX allocates on the nodes).
@@ -123,7 +124,8 @@ TEST(EnginesTest, StagedInstanceCopiesExactlyTheNamedBlocks) {
     for (int32_t b = 0; b < 3; ++b) {
       const std::byte want = b == 1 ? std::byte{0} : static_cast<std::byte>(0x10 + 4 * r + b);
       EXPECT_EQ(*bytes_of(in.transfer_pool(r), b), want) << "rank " << r << " block " << b;
-      EXPECT_EQ(*(bytes_of(in.transfer_pool(r), b) + bb - 1), want) << "rank " << r << " block " << b;
+      EXPECT_EQ(*(bytes_of(in.transfer_pool(r), b) + bb - 1), want)
+          << "rank " << r << " block " << b;
     }
     std::memset(bytes_of(in.transfer_pool(r), 1), 0x7f, bb);
   }
@@ -150,10 +152,12 @@ TEST(EnginesTest, PrefillRejectsRequestsThatCanNeverRun) {
               HasSubstr("prompt is empty"));
   EXPECT_THAT(engine.Submit(PrefillRequest{"b", {1, 320}, {}, 0, 0, false}, w.Callback()).message(),
               HasSubstr("token id 320"));
-  EXPECT_EQ(engine.Submit(PrefillRequest{"c", Prompt(200, 1), {}, 0, 0, false}, w.Callback()).code(),
-            absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(engine.Submit(PrefillRequest{"d", {1}, SamplingParams{-1.f, 0, 1.f, 0}, 0, 0, false},
-                          w.Callback())
+  EXPECT_EQ(
+      engine.Submit(PrefillRequest{"c", Prompt(200, 1), {}, 0, 0, false}, w.Callback()).code(),
+      absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(engine
+                .Submit(PrefillRequest{"d", {1}, SamplingParams{-1.f, 0, 1.f, 0}, 0, 0, false},
+                        w.Callback())
                 .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(w.done.HasBeenNotified());
@@ -168,14 +172,16 @@ TEST(EnginesTest, PrefillWaitsForCapacityThenTimesOut) {
   PrefillEngine engine(inst.get(), &blocks, po);
   std::vector<int32_t> taken = *blocks.Allocate(blocks.total_blocks() - 2);
   PrefillWait w;
-  ASSERT_TRUE(engine.Submit(PrefillRequest{"a", Prompt(40, 2), {}, 0, 0, false}, w.Callback()).ok());
+  ASSERT_TRUE(
+      engine.Submit(PrefillRequest{"a", Prompt(40, 2), {}, 0, 0, false}, w.Callback()).ok());
   ASSERT_TRUE(w.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_EQ(w.result.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(w.result.status().message(), HasSubstr("queue timeout"));
   // Freed capacity lets the next one through.
   ASSERT_TRUE(blocks.Free(taken).ok());
   PrefillWait w2;
-  ASSERT_TRUE(engine.Submit(PrefillRequest{"b", Prompt(40, 2), {}, 0, 0, false}, w2.Callback()).ok());
+  ASSERT_TRUE(
+      engine.Submit(PrefillRequest{"b", Prompt(40, 2), {}, 0, 0, false}, w2.Callback()).ok());
   ASSERT_TRUE(w2.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   ASSERT_TRUE(w2.result.ok()) << w2.result.status();
   EXPECT_EQ(w2.result->num_tokens, 40);
@@ -191,7 +197,8 @@ TEST(EnginesTest, CancellingAQueuedPrefillFreesNothingAndReportsCancelled) {
   PrefillEngine engine(inst.get(), &blocks, po);
   std::vector<int32_t> taken = *blocks.Allocate(blocks.total_blocks());
   PrefillWait w;
-  ASSERT_TRUE(engine.Submit(PrefillRequest{"x", Prompt(10, 3), {}, 0, 0, false}, w.Callback()).ok());
+  ASSERT_TRUE(
+      engine.Submit(PrefillRequest{"x", Prompt(10, 3), {}, 0, 0, false}, w.Callback()).ok());
   EXPECT_TRUE(engine.Cancel("x"));
   ASSERT_TRUE(w.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_EQ(w.result.status().code(), absl::StatusCode::kCancelled);
@@ -251,11 +258,12 @@ TEST(EnginesTest, RequestsJoiningMidwayDoNotChangeOthersOutput) {
                       [&](int32_t) {
                         if (++a_tokens == 5) {
                           EXPECT_TRUE(engine
-                                          .Generate(b, [](int32_t) {},
-                                                    [&](absl::StatusOr<GenerateResult> r) {
-                                                      b_res = std::move(r);
-                                                      b_done.Notify();
-                                                    })
+                                          .Generate(
+                                              b, [](int32_t) {},
+                                              [&](absl::StatusOr<GenerateResult> r) {
+                                                b_res = std::move(r);
+                                                b_done.Notify();
+                                              })
                                           .ok());
                         }
                       },
@@ -284,7 +292,10 @@ TEST(EnginesTest, CancellingADecodingRequestFreesItsBlocks) {
   int n = 0;
   ASSERT_TRUE(engine
                   .Generate(
-                      req, [&](int32_t) { if (++n == 3) engine.Cancel("long"); },
+                      req,
+                      [&](int32_t) {
+                        if (++n == 3) engine.Cancel("long");
+                      },
                       [&](absl::StatusOr<GenerateResult> r) {
                         res = std::move(r);
                         done.Notify();

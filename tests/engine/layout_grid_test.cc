@@ -37,7 +37,7 @@ std::vector<int32_t> Prompt(int32_t n, int32_t vocab) {
 
 // Generates greedily for all prompts at once on an instance with `parallel`.
 std::vector<GenRun> Generate(const LlamaWeights& w, const ParallelConfig& parallel,
-                          const std::vector<std::vector<int32_t>>& prompts) {
+                             const std::vector<std::vector<int32_t>>& prompts) {
   InstanceOptions o;
   o.parallel = parallel;
   o.kv_bytes_per_rank = int64_t{2} << 20;
@@ -106,13 +106,15 @@ TEST(LayoutGridTest, EveryValidLayoutMatchesTheSingleRankRun) {
     ASSERT_EQ(got.size(), prompts.size()) << p.ToString();
     for (size_t i = 0; i < prompts.size(); ++i) {
       const GenRun& want = reference[prompts[i]];
-      EXPECT_EQ(got[i].tokens, want.tokens) << p.ToString() << " prompt length " << prompts[i].size();
+      EXPECT_EQ(got[i].tokens, want.tokens)
+          << p.ToString() << " prompt length " << prompts[i].size();
       ASSERT_EQ(got[i].logits.size(), want.logits.size());
       for (size_t s = 0; s < want.logits.size(); ++s) {
         double scale = 1.0, diff = 0.0;
         for (size_t v = 0; v < want.logits[s].size(); ++v) {
           scale = std::max(scale, std::abs(static_cast<double>(want.logits[s][v])));
-          diff = std::max(diff, std::abs(static_cast<double>(got[i].logits[s][v]) - want.logits[s][v]));
+          diff = std::max(diff,
+                          std::abs(static_cast<double>(got[i].logits[s][v]) - want.logits[s][v]));
         }
         EXPECT_LT(diff / scale, kLogitTolerance)
             << p.ToString() << " prompt length " << prompts[i].size() << " token " << s;
@@ -137,10 +139,13 @@ TEST(LayoutGridTest, PerRankKvBytesScaleAsOneOverDcp) {
     PrefillRequest req;
     req.prompt = Prompt(512, SmallConfig().vocab_size);
     absl::StatusOr<PrefillResult> result = absl::UnknownError("pending");
-    ASSERT_TRUE(prefill.Submit(req, [&](absl::StatusOr<PrefillResult> r) {
-                       result = std::move(r);
-                       done.Notify();
-                     }).ok());
+    ASSERT_TRUE(prefill
+                    .Submit(req,
+                            [&](absl::StatusOr<PrefillResult> r) {
+                              result = std::move(r);
+                              done.Notify();
+                            })
+                    .ok());
     ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
     ASSERT_TRUE(result.ok()) << result.status();
     bytes[dcp] = (blocks.total_blocks() - blocks.free_blocks()) * (*inst)->block_bytes();

@@ -23,7 +23,8 @@ const LoadedModel& Model() {
   static const LoadedModel* model = [] {
     absl::StatusOr<LoadedModel> m = LoadModel(ModelPath());
     if (!m.ok()) {
-      std::fprintf(stderr, "cannot load %s: %s\n", ModelPath().c_str(), m.status().ToString().c_str());
+      std::fprintf(stderr, "cannot load %s: %s\n", ModelPath().c_str(),
+                   m.status().ToString().c_str());
       std::abort();
     }
     return new LoadedModel(std::move(m).value());
@@ -123,8 +124,8 @@ TEST_F(RealModelEngineTest, GreedyChatAnswersAreCoherentEnglish) {
       Greedy(inst.get(), ChatPrompt("What is the capital of France?"), 24), true);
   std::printf("answer: %s\n", paris.c_str());
   EXPECT_TRUE(absl::StrContains(paris, "Paris")) << paris;
-  for (const char* question : {"Why is the sky blue? Answer briefly.",
-                               "Give me one tip for staying healthy."}) {
+  for (const char* question :
+       {"Why is the sky blue? Answer briefly.", "Give me one tip for staying healthy."}) {
     const std::string answer =
         Model().tokenizer->Decode(Greedy(inst.get(), ChatPrompt(question), 40), true);
     std::printf("answer: %s\n", answer.c_str());

@@ -101,7 +101,8 @@ std::vector<std::vector<double>> ReferenceLogits(const LlamaWeights& w,
     }
   }
   Mat logits(n);
-  for (int64_t t = 0; t < n; ++t) logits[t] = MatVec(w.lm_head(), RmsNorm(x[t], w.output_norm, c.rms_norm_eps));
+  for (int64_t t = 0; t < n; ++t)
+    logits[t] = MatVec(w.lm_head(), RmsNorm(x[t], w.output_norm, c.rms_norm_eps));
   return logits;
 }
 

@@ -47,8 +47,10 @@ TEST(CpuOpsTest, RopeTableMatchesDirectRotation) {
           const int a = style == RopeStyle::kAdjacentPairs ? 2 * i : i;
           const int b = style == RopeStyle::kAdjacentPairs ? 2 * i + 1 : i + d / 2;
           const size_t base = (r * heads + h) * d;
-          EXPECT_NEAR(x[base + a], orig[base + a] * std::cos(angle) - orig[base + b] * std::sin(angle), 1e-5);
-          EXPECT_NEAR(x[base + b], orig[base + a] * std::sin(angle) + orig[base + b] * std::cos(angle), 1e-5);
+          EXPECT_NEAR(x[base + a],
+                      orig[base + a] * std::cos(angle) - orig[base + b] * std::sin(angle), 1e-5);
+          EXPECT_NEAR(x[base + b],
+                      orig[base + a] * std::sin(angle) + orig[base + b] * std::cos(angle), 1e-5);
         }
       }
     }

@@ -78,7 +78,8 @@ TEST(ServedModelTest, ExplicitNameWinsAndMissingContextIsNotFound) {
   ASSERT_TRUE(file.ok()) << file.status();
   const absl::StatusOr<std::unique_ptr<ServedModel>> missing = ServedModel::FromGguf(**file, "x");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(missing.status().message()), ::testing::HasSubstr("llama.context_length"));
+  EXPECT_THAT(std::string(missing.status().message()),
+              ::testing::HasSubstr("llama.context_length"));
 
   writer.Set("llama.context_length", GgufValue::Uint32(16));
   file = GgufFile::FromBytes(writer.Serialize(), "m.gguf");

@@ -226,7 +226,8 @@ TEST_F(CudaBackendOpsTest, FusedLinearFormsEqualTheGemmThenTheOp) {
   absl::StatusOr<std::unique_ptr<LinearOp>> op = gpu_->PrepareLinear(w.data(), n, k, nullptr);
   ASSERT_TRUE(op.ok()) << op.status();
   auto bx = Put(*gpu_, x), by = Put(*gpu_, y0), bup = Put(*gpu_, up);
-  auto plain = Put(*gpu_, std::vector<float>(m * n)), scratch = Put(*gpu_, std::vector<float>(m * n));
+  auto plain = Put(*gpu_, std::vector<float>(m * n)),
+       scratch = Put(*gpu_, std::vector<float>(m * n));
   auto out = Put(*gpu_, std::vector<float>(m * n));
   ASSERT_TRUE(gpu_->Linear(**op, bx->f32(), m, plain->f32()).ok());
   ASSERT_TRUE(gpu_->LinearAdd(**op, bx->f32(), m, by->f32(), scratch->f32()).ok());
