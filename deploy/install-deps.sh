@@ -13,6 +13,7 @@ packages=(
   libdnnl-dev libopenblas-dev
   python3 python3-pip python3-yaml unzip
   iproute2 procps
+  prometheus
 )
 
 missing=()
