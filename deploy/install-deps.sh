@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   libdnnl-dev libopenblas-dev
+  libcurl4-openssl-dev nlohmann-json3-dev
   python3 python3-pip python3-yaml unzip
   iproute2 procps
   prometheus
