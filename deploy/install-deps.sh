@@ -12,7 +12,8 @@ packages=(
   libbenchmark-dev
   libdnnl-dev libopenblas-dev
   libcurl4-openssl-dev nlohmann-json3-dev
-  python3 python3-pip python3-yaml unzip
+  libcivetweb-dev libcpp-httplib-dev
+  python3 python3-pip python3-venv python3-yaml unzip
   iproute2 procps
   prometheus
 )
