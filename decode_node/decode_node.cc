@@ -8,13 +8,14 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/request_checks.h"
 #include "common/status_macros.h"
 #include "kv_transfer/planner.h"
 #include "kv_transfer/ucx/metadata_proto.h"
 #include "kv_transfer/ucx/transfer_checks.h"
 #include "model/format/model_loader.h"
+#include "proto/convert/kv_layout_proto.h"
 #include "serving/grpc_status.h"
-#include "serving/proto_convert.h"
 
 namespace tandem {
 namespace {
@@ -197,22 +198,13 @@ absl::Status DecodeNode::Pull(const TransferMetadata& source, const TransferPlan
 absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSink sink,
                                                 const std::function<bool()>& cancelled) {
   const v1::KvHandle& kv = call.kv;
-  if (call.max_new_tokens < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_new_tokens must be >= 1 (got ", call.max_new_tokens, ")"));
-  }
-  if (call.first_token < 0 || call.first_token >= config_.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "first token ", call.first_token, " outside the vocabulary [0, ", config_.vocab_size, ")"));
-  }
+  TANDEM_RETURN_IF_ERROR(CheckTokenBudget(call.max_new_tokens, "max_new_tokens"));
+  TANDEM_RETURN_IF_ERROR(CheckTokenId(call.first_token, config_.vocab_size, "first token"));
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(call.sampling));
+  TANDEM_RETURN_IF_ERROR(
+      CheckContextFit(kv.num_tokens(), call.max_new_tokens, "max_new_tokens", config_.max_context));
   if (kv.num_tokens() < 1) return absl::InvalidArgumentError("KV handle covers no tokens");
   const int64_t positions = kv.num_tokens() + call.max_new_tokens;
-  if (config_.max_context > 0 && positions > config_.max_context) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt (", kv.num_tokens(), " tokens) + max_new_tokens (", call.max_new_tokens,
-        ") exceeds the model context of ", config_.max_context, " tokens"));
-  }
   {
     absl::MutexLock lock(&mu_);
     ++waiting_;
@@ -228,7 +220,7 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   };
 
   TANDEM_ASSIGN_OR_RETURN(std::shared_ptr<const TransferMetadata> meta, Metadata(kv));
-  TANDEM_ASSIGN_OR_RETURN(KvLayout src, FromProto(kv.layout()));
+  TANDEM_ASSIGN_OR_RETURN(KvLayout src, FromProto(kv.layout(), InstanceRole::kPrefill));
   if (src.parallel.ToString() != meta->layout.parallel.ToString()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "KV handle layout (", src.parallel.ToString(),
@@ -240,7 +232,7 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> blocks, WaitForBlocks(call, needed, cancelled));
   bool blocks_owned = true;
   absl::Cleanup free_blocks = [&] {
-    if (blocks_owned) blocks_->Free(blocks).IgnoreError();
+    if (blocks_owned) blocks_->Release(blocks);
   };
   std::vector<int32_t> src_blocks(kv.block_table().begin(), kv.block_table().end());
   TANDEM_ASSIGN_OR_RETURN(TransferPlan plan,

@@ -88,6 +88,7 @@ class DecodeNode {
   KvLayout layout() const;
   int32_t free_blocks() const { return blocks_->free_blocks(); }
   int32_t total_blocks() const { return blocks_->total_blocks(); }
+  int64_t block_free_errors() const { return blocks_->free_errors(); }
   int32_t running() const { return engine_->running(); }
   int32_t queued() const;
   absl::Time started() const { return started_; }

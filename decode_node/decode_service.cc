@@ -3,8 +3,10 @@
 #include <deque>
 
 #include "absl/synchronization/mutex.h"
+#include "proto/convert/finish_reason_proto.h"
+#include "proto/convert/kv_layout_proto.h"
+#include "proto/convert/sampling_proto.h"
 #include "serving/grpc_status.h"
-#include "serving/proto_convert.h"
 
 namespace tandem {
 namespace {
@@ -92,7 +94,7 @@ grpc::Status DecodeServiceImpl::Decode(grpc::ServerContext* ctx, const v1::Decod
   }
   v1::DecodeEvent ev;
   v1::DecodeFinish* fin = ev.mutable_finish();
-  fin->set_reason(FinishReasonName(q->reason));
+  fin->set_reason(ToProto(q->reason));
   fin->set_generated(q->generated);
   fin->set_transfer_us(started->micros);
   fin->set_transfer_bytes(started->bytes);
@@ -115,6 +117,7 @@ grpc::Status DecodeServiceImpl::Status(grpc::ServerContext*, const v1::StatusReq
   load->set_total_blocks(node->total_blocks());
   resp->set_address(node->advertised_address());
   resp->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - node->started()));
+  resp->set_block_free_errors(node->block_free_errors());
   return grpc::Status::OK;
 }
 

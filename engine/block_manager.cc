@@ -1,6 +1,8 @@
 #include "engine/block_manager.h"
 
+#include <cstdio>
 #include <map>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
@@ -54,11 +56,28 @@ absl::Status BlockManager::CheckAllocated(absl::Span<const int32_t> blocks, bool
 
 absl::Status BlockManager::Free(absl::Span<const int32_t> blocks) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckAllocated(blocks, /*releasing=*/true); !s.ok()) return s;
+  if (absl::Status s = CheckAllocated(blocks, /*releasing=*/true); !s.ok()) {
+    ++free_errors_;
+    const std::string line =
+        absl::StrCat("tandem: BlockManager::Free of ", blocks.size(), " blocks failed (error ",
+                     free_errors_, "): ", s.message(), "\n");
+    std::fwrite(line.data(), 1, line.size(), stderr);
+    return s;
+  }
   for (int32_t b : blocks) {
     if (--refcount_[b] == 0) free_.insert(b);
   }
   return absl::OkStatus();
+}
+
+void BlockManager::Release(absl::Span<const int32_t> blocks) {
+  // Free counts and logs a failure; there is nothing more a cleanup path can do with it.
+  Free(blocks).IgnoreError();
+}
+
+int64_t BlockManager::free_errors() const {
+  absl::MutexLock lock(&mu_);
+  return free_errors_;
 }
 
 absl::Status BlockManager::AddRef(absl::Span<const int32_t> blocks) {

@@ -29,12 +29,17 @@ class BlockManager {
   // Appends blocks to `table` until it has `total` entries (no-op if it already has).
   absl::Status Extend(std::vector<int32_t>* table, int32_t total);
   // Drops one reference of each block; INVALID_ARGUMENT (and no change) if any id is not
-  // allocated or out of range.
+  // allocated or out of range. A failure is a bookkeeping bug somewhere: it is also counted
+  // (free_errors()) and written to stderr, so callers on cleanup paths lose nothing.
   absl::Status Free(absl::Span<const int32_t> blocks);
+  // Free for cleanup paths that cannot act on a failure (Free has counted and logged it).
+  void Release(absl::Span<const int32_t> blocks);
   absl::Status AddRef(absl::Span<const int32_t> blocks);
 
   int32_t total_blocks() const { return num_blocks_; }
   int32_t free_blocks() const;
+  // Failed Free calls since construction; nodes report it in their Status (block_free_errors).
+  int64_t free_errors() const;
 
  private:
   // releasing: also require each id to appear at most refcount times.
@@ -45,6 +50,7 @@ class BlockManager {
   mutable absl::Mutex mu_;
   std::set<int32_t> free_ ABSL_GUARDED_BY(mu_);
   std::vector<int32_t> refcount_ ABSL_GUARDED_BY(mu_);
+  int64_t free_errors_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tandem

@@ -1,6 +1,8 @@
 #include "engine/combined_engine.h"
 
 #include "absl/synchronization/notification.h"
+#include "common/request_checks.h"
+#include "common/status_macros.h"
 
 namespace tandem {
 
@@ -20,9 +22,7 @@ bool CombinedEngine::Cancel(const std::string& id) {
 absl::Status CombinedEngine::Generate(GenerateRequest request,
                                       std::function<void(int32_t)> on_token,
                                       std::function<void(absl::StatusOr<GenerateResult>)> on_done) {
-  if (request.max_new_tokens < 1) {
-    return absl::InvalidArgumentError("max_new_tokens must be >= 1");
-  }
+  TANDEM_RETURN_IF_ERROR(CheckTokenBudget(request.max_new_tokens, "max_new_tokens"));
   struct State {
     GenerateRequest request;
     std::function<void(int32_t)> on_token;

@@ -3,22 +3,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/request_checks.h"
+#include "common/status_macros.h"
 
 namespace tandem {
-
-const char* FinishReasonName(FinishReason r) {
-  switch (r) {
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kCancelled:
-      return "cancelled";
-    case FinishReason::kError:
-      return "error";
-  }
-  return "?";
-}
 
 DecodeEngine::DecodeEngine(Instance* instance, BlockManager* blocks, const DecodeOptions& options)
     : instance_(instance), blocks_(blocks), options_(options) {
@@ -45,21 +33,15 @@ DecodeEngine::~DecodeEngine() {
 }
 
 void DecodeEngine::Finish(Active& a, absl::Status status, FinishReason reason) {
-  blocks_->Free(a.request.block_table).IgnoreError();
+  blocks_->Release(a.request.block_table);
   a.callbacks.on_done(std::move(status), reason, a.generated);
 }
 
 absl::Status DecodeEngine::Add(DecodeRequest request, DecodeCallbacks callbacks) {
-  if (request.max_new_tokens < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_new_tokens must be >= 1 (got ", request.max_new_tokens, ")"));
-  }
-  if (absl::Status s = ValidateSamplingParams(request.sampling); !s.ok()) return s;
-  const int32_t vocab = instance_->config().vocab_size;
-  if (request.first_token < 0 || request.first_token >= vocab) {
-    return absl::InvalidArgumentError(absl::StrCat("first token ", request.first_token,
-                                                   " outside the vocabulary [0, ", vocab, ")"));
-  }
+  TANDEM_RETURN_IF_ERROR(CheckTokenBudget(request.max_new_tokens, "max_new_tokens"));
+  TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
+  TANDEM_RETURN_IF_ERROR(
+      CheckTokenId(request.first_token, instance_->config().vocab_size, "first token"));
   const int64_t positions = request.prompt_len + request.max_new_tokens;
   const int64_t needed = VirtualBlocksFor(instance_->options().parallel.dcp_geometry(), positions);
   if (static_cast<int64_t>(request.block_table.size()) < needed) {

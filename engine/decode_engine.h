@@ -23,14 +23,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/finish_reason.h"
 #include "engine/block_manager.h"
 #include "engine/instance.h"
 #include "model/sampling.h"
 
 namespace tandem {
-
-enum class FinishReason : uint8_t { kStop, kLength, kCancelled, kError };
-const char* FinishReasonName(FinishReason r);
 
 struct DecodeOptions {
   int32_t max_batch = 64;

@@ -1,6 +1,8 @@
 #include "engine/prefill_engine.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/request_checks.h"
+#include "common/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -33,27 +35,20 @@ PrefillEngine::~PrefillEngine() {
     active_.clear();
   }
   for (auto& p : left) {
-    if (!p->blocks.empty()) blocks_->Free(p->blocks).IgnoreError();
+    if (!p->blocks.empty()) blocks_->Release(p->blocks);
     p->done(absl::UnavailableError("prefill engine is shutting down"));
   }
 }
 
 absl::Status PrefillEngine::Submit(PrefillRequest request, PrefillCallback done) {
   const LlamaConfig& config = instance_->config();
-  if (request.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
-  for (int32_t t : request.prompt) {
-    if (t < 0 || t >= config.vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("token id ", t, " outside the vocabulary [0, ", config.vocab_size, ")"));
-    }
-  }
-  if (absl::Status s = ValidateSamplingParams(request.sampling); !s.ok()) return s;
+  TANDEM_RETURN_IF_ERROR(CheckTokenIds(request.prompt, config.vocab_size, "prompt"));
+  TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
+  TANDEM_RETURN_IF_ERROR(CheckTokenBudget(request.reserve_tokens, "reserve_tokens", 0));
+  TANDEM_RETURN_IF_ERROR(CheckContextFit(static_cast<int64_t>(request.prompt.size()),
+                                         request.reserve_tokens, "reserve_tokens",
+                                         config.max_context));
   const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.reserve_tokens;
-  if (config.max_context > 0 && total > config.max_context) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt (", request.prompt.size(), " tokens) + reserve (", request.reserve_tokens,
-        ") exceeds the model context of ", config.max_context, " tokens"));
-  }
   const int64_t needed = VirtualBlocksFor(instance_->options().parallel.dcp_geometry(), total);
   if (needed > blocks_->total_blocks()) {
     return absl::ResourceExhaustedError(absl::StrCat("request needs ", needed,
@@ -169,7 +164,7 @@ void PrefillEngine::Loop() {
       }
     }
     for (auto& [p, status] : failed) {
-      if (!p->blocks.empty()) blocks_->Free(p->blocks).IgnoreError();
+      if (!p->blocks.empty()) blocks_->Release(p->blocks);
       p->done(status);
     }
     if (in_step.empty()) {
@@ -218,7 +213,7 @@ void PrefillEngine::Loop() {
       }
     }
     for (auto& [p, r] : finished) {
-      if (!r.ok()) blocks_->Free(p->blocks).IgnoreError();
+      if (!r.ok()) blocks_->Release(p->blocks);
       p->done(std::move(r));
     }
   }

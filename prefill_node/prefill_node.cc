@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/request_checks.h"
 #include "common/status_macros.h"
 
 namespace tandem {
@@ -84,6 +85,7 @@ NodeLoad PrefillNode::Load() const {
   l.queued = engine_->queued();
   l.free_blocks = blocks_->free_blocks();
   l.total_blocks = blocks_->total_blocks();
+  l.block_free_errors = blocks_->free_errors();
   absl::MutexLock lock(&mu_);
   l.leases = leases_.size();
   return l;
@@ -95,16 +97,10 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(const std::string& request_i
                                                     uint64_t sample_step, int32_t max_new_tokens,
                                                     absl::Duration lease, absl::Time deadline,
                                                     const std::function<bool()>& cancelled) {
-  if (max_new_tokens < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_new_tokens must be >= 0 (got ", max_new_tokens, ")"));
-  }
-  const int64_t total = static_cast<int64_t>(prompt.size()) + max_new_tokens;
-  if (config_.max_context > 0 && total > config_.max_context) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("prompt (", prompt.size(), " tokens) + max_new_tokens (", max_new_tokens,
-                     ") exceeds the model context of ", config_.max_context, " tokens"));
-  }
+  // The decode side adds max_new_tokens positions, so they must fit the context too.
+  TANDEM_RETURN_IF_ERROR(CheckTokenBudget(max_new_tokens, "max_new_tokens", 0));
+  TANDEM_RETURN_IF_ERROR(CheckContextFit(static_cast<int64_t>(prompt.size()), max_new_tokens,
+                                         "max_new_tokens", config_.max_context));
   lease =
       lease <= absl::ZeroDuration() ? options_.default_lease : std::min(lease, options_.max_lease);
   struct Wait {
@@ -159,7 +155,7 @@ bool PrefillNode::ReleaseKv(const std::string& request_id, uint64_t epoch, uint6
     blocks = leases_.Release(request_id, generation);
   }
   if (!blocks.has_value()) return false;
-  blocks_->Free(*blocks).IgnoreError();
+  blocks_->Release(*blocks);
   return true;
 }
 
@@ -179,7 +175,7 @@ void PrefillNode::ReapLoop() {
     mu_.AwaitWithDeadline(absl::Condition(&stopping_), wake);
     if (stopping_) break;
     std::vector<std::vector<int32_t>> expired = leases_.TakeExpired(absl::Now());
-    for (const auto& blocks : expired) blocks_->Free(blocks).IgnoreError();
+    for (const auto& blocks : expired) blocks_->Release(blocks);
   }
 }
 

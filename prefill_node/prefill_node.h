@@ -46,6 +46,7 @@ struct PrefillOutcome {
 
 struct NodeLoad {
   int32_t running = 0, queued = 0, free_blocks = 0, total_blocks = 0, leases = 0;
+  int64_t block_free_errors = 0;  // BlockManager::free_errors()
 };
 
 class PrefillNode {

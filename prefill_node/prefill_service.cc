@@ -2,8 +2,9 @@
 
 #include "absl/time/time.h"
 #include "kv_transfer/ucx/metadata_proto.h"
+#include "proto/convert/kv_layout_proto.h"
+#include "proto/convert/sampling_proto.h"
 #include "serving/grpc_status.h"
-#include "serving/proto_convert.h"
 
 namespace tandem {
 namespace {
@@ -91,6 +92,7 @@ grpc::Status PrefillServiceImpl::Status(grpc::ServerContext*, const v1::StatusRe
   resp->set_epoch(node->epoch());
   resp->set_address(node->advertised_address());
   resp->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - node->started()));
+  resp->set_block_free_errors(l.block_free_errors);
   return grpc::Status::OK;
 }
 

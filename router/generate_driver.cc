@@ -12,10 +12,12 @@
 #include "model/tokenizer/streaming_decoder.h"
 #include "router/decode_stream.h"
 #include "router/request_prep.h"
+#include "proto/convert/finish_reason_proto.h"
+#include "proto/convert/sampling_proto.h"
 #include "router/request_state.h"
 #include "router/unary_call.h"
 #include "serving/grpc_status.h"
-#include "serving/proto_convert.h"
+#include "serving/request_id.h"
 #include "tandem/v1/prefill.grpc.pb.h"
 
 namespace tandem {
@@ -147,9 +149,17 @@ bool Driver::OnDecodeEvent(RequestState& state, const v1::DecodeEvent& event) {
       }
       return state.phase() == RequestPhase::kDecode;
     }
-    case v1::DecodeEvent::kFinish:
-      state.OnDecodeFinished(event.finish().reason() == "stop" ? FinishReason::kStop
-                                                               : FinishReason::kLength);
+    case v1::DecodeEvent::kFinish: {
+      // A finish event ends a successful stream, so only stop and length are valid there; a
+      // node that says anything else is broken, and its request fails rather than guessing.
+      const absl::StatusOr<FinishReason> reason = FromProto(event.finish().reason());
+      if (reason.ok() && (*reason == FinishReason::kStop || *reason == FinishReason::kLength)) {
+        state.OnDecodeFinished(*reason);
+      } else {
+        state.Fail(absl::InternalError(absl::StrCat(
+            "decode node sent a finish event with reason ",
+            reason.ok() ? std::string(FinishReasonName(*reason)) : reason.status().ToString())));
+      }
       return false;
     case v1::DecodeEvent::EVENT_NOT_SET:
       return true;

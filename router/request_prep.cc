@@ -1,8 +1,8 @@
 #include "router/request_prep.h"
 
 #include "common/status_macros.h"
+#include "proto/convert/sampling_proto.h"
 #include "router/request_validation.h"
-#include "serving/proto_convert.h"
 
 namespace tandem {
 namespace {
@@ -40,7 +40,8 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const ServedModel& model,
   TANDEM_RETURN_IF_ERROR(ValidatePromptInput(input));
   TANDEM_RETURN_IF_ERROR(ValidateMaxTokens(request.max_tokens()));
   PreparedRequest out;
-  TANDEM_ASSIGN_OR_RETURN(out.sampling, NormalizeSampling(FromProto(request.sampling())));
+  out.sampling = FromProto(request.sampling());
+  TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(out.sampling));
   out.prompt = model.Tokenize(input);
   TANDEM_RETURN_IF_ERROR(ValidatePromptIds(out.prompt, limits));
   TANDEM_RETURN_IF_ERROR(

@@ -16,7 +16,7 @@ namespace tandem {
 struct PreparedRequest {
   std::vector<int32_t> prompt;
   int32_t max_tokens = 0;
-  SamplingParams sampling;        // normalised (top_p 0 -> 1)
+  SamplingParams sampling;        // validated (an unset top_p is 1)
   std::vector<int32_t> stop_ids;  // the tokenizer's stop ids; empty with ignore_eos
 };
 

@@ -6,10 +6,6 @@
 
 namespace tandem {
 
-absl::string_view FinishReasonName(FinishReason reason) {
-  return reason == FinishReason::kStop ? "stop" : "length";
-}
-
 bool IsRetryablePrefillError(absl::StatusCode code) {
   return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded ||
          code == absl::StatusCode::kAborted;

@@ -36,6 +36,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/finish_reason.h"
 
 namespace tandem {
 
@@ -45,9 +46,6 @@ enum class RequestPhase {
   kDone,     // finished normally: finish_reason()
   kFailed,   // finished with error()
 };
-
-enum class FinishReason { kStop, kLength };
-absl::string_view FinishReasonName(FinishReason reason);  // "stop" | "length"
 
 struct PrefillPlan {
   std::vector<int32_t> prompt_ids;

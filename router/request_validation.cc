@@ -1,6 +1,7 @@
 #include "router/request_validation.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/request_checks.h"
 
 namespace tandem {
 
@@ -35,42 +36,16 @@ absl::Status ValidatePromptInput(const PromptInput& prompt) {
 }
 
 absl::Status ValidateMaxTokens(int32_t max_tokens) {
-  if (max_tokens >= 1) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("max_tokens must be >= 1 (got ", max_tokens, ")"));
-}
-
-absl::StatusOr<SamplingParams> NormalizeSampling(SamplingParams params) {
-  // Proto3 cannot tell an unset float from 0, and top_p = 0 would exclude every token, so 0
-  // is read as "unset" (= no nucleus restriction).
-  if (params.top_p == 0.f) params.top_p = 1.f;
-  if (absl::Status s = ValidateSamplingParams(params); !s.ok()) return s;
-  return params;
+  return CheckTokenBudget(max_tokens, "max_tokens");
 }
 
 absl::Status ValidatePromptIds(absl::Span<const int32_t> ids, const ModelLimits& limits) {
   if (ids.empty()) return absl::InvalidArgumentError("prompt is empty after tokenisation");
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= limits.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt token id ", ids[i], " at position ", i,
-                                                     " is outside the vocabulary [0, ",
-                                                     limits.vocab_size, ")"));
-    }
-  }
-  return absl::OkStatus();
+  return CheckTokenIds(ids, limits.vocab_size, "prompt");
 }
 
 absl::Status ValidateLengths(int64_t prompt_len, int32_t max_tokens, const ModelLimits& limits) {
-  if (prompt_len > limits.context_length) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt has ", prompt_len,
-                                                   " tokens, more than the model's context length ",
-                                                   limits.context_length));
-  }
-  if (prompt_len + max_tokens > limits.context_length) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt (", prompt_len, " tokens) + max_tokens (", max_tokens, ") = ",
-        prompt_len + max_tokens, " exceeds the model's context length ", limits.context_length));
-  }
-  return absl::OkStatus();
+  return CheckContextFit(prompt_len, max_tokens, "max_tokens", limits.context_length);
 }
 
 }  // namespace tandem

@@ -1,15 +1,16 @@
 // Validation of Router.Generate requests, producing the exact status the client receives
 // (DESIGN.md §7: bad input gets a precise status, never a crash). Pure functions; thread-safe.
+// The token-id, budget and length checks are common/request_checks.h, shared with the nodes.
 //
 // The router checks in this order, returning the first failure:
 //   1. ValidateModelName      NOT_FOUND when the request names a model this router does not serve
 //   2. ValidatePromptInput    INVALID_ARGUMENT: no prompt, empty prompt, unknown chat role
 //   3. ValidateMaxTokens      INVALID_ARGUMENT: max_tokens < 1
-//   4. NormalizeSampling      INVALID_ARGUMENT: temperature < 0 / NaN / inf, top_k < 0,
-//                             top_p outside (0, 1] (0 means unset and becomes 1)
+//   4. ValidateSamplingParams INVALID_ARGUMENT: temperature < 0 / NaN / inf, top_k < 0,
+//      (model/sampling.h)     top_p outside (0, 1] (an unset top_p is 1; an explicit 0 fails)
 //   -- the prompt is tokenised --
 //   5. ValidatePromptIds      INVALID_ARGUMENT: empty, id < 0 or >= vocab_size (names id +
-//   position)
+//                             position)
 //   6. ValidateLengths        INVALID_ARGUMENT: prompt longer than the context, or
 //                             prompt + max_tokens beyond it
 #pragma once
@@ -50,9 +51,6 @@ struct PromptInput {
 [[nodiscard]] absl::Status ValidatePromptInput(const PromptInput& prompt);
 
 [[nodiscard]] absl::Status ValidateMaxTokens(int32_t max_tokens);
-
-// Returns the parameters with top_p = 0 replaced by 1, once they are valid.
-[[nodiscard]] absl::StatusOr<SamplingParams> NormalizeSampling(SamplingParams params);
 
 [[nodiscard]] absl::Status ValidatePromptIds(absl::Span<const int32_t> ids,
                                              const ModelLimits& limits);

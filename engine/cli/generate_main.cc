@@ -145,6 +145,6 @@ int main(int argc, char** argv) {
                "%.1f tok/s; finish: %s\n",
                prompt.size(), prefill_s, prompt.size() / std::max(prefill_s, 1e-9), generated,
                generated > 1 ? (generated - 1) / std::max(decode_s, 1e-9) : 0.0,
-               tandem::FinishReasonName(result->reason));
+               std::string(tandem::FinishReasonName(result->reason)).c_str());
   return 0;
 }

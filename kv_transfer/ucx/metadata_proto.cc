@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "kv_transfer/fnv1a.h"
 #include "kv_transfer/ucx/transfer_checks.h"
+#include "proto/convert/kv_layout_proto.h"
 
 namespace tandem {
 namespace {
@@ -31,33 +32,6 @@ uint64_t Checksum(absl::string_view worker_address, uint64_t pool_base, int64_t 
   return Fnv1a64(enc);
 }
 
-absl::StatusOr<KvDType> DTypeFromProto(v1::KvDType d) {
-  switch (d) {
-    case v1::KV_DTYPE_F32:
-      return KvDType::kF32;
-    case v1::KV_DTYPE_F16:
-      return KvDType::kF16;
-    case v1::KV_DTYPE_BF16:
-      return KvDType::kBF16;
-    default:
-      break;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("transfer metadata: layout.dtype has unknown value ", static_cast<int>(d)));
-}
-
-v1::KvDType DTypeToProto(KvDType d) {
-  switch (d) {
-    case KvDType::kF32:
-      return v1::KV_DTYPE_F32;
-    case KvDType::kF16:
-      return v1::KV_DTYPE_F16;
-    case KvDType::kBF16:
-      return v1::KV_DTYPE_BF16;
-  }
-  return v1::KV_DTYPE_F32;
-}
-
 }  // namespace
 
 v1::TransferMetadata ToProto(const TransferMetadata& m) {
@@ -65,20 +39,8 @@ v1::TransferMetadata ToProto(const TransferMetadata& m) {
   p.set_engine_id(m.engine_id);
   p.set_epoch(m.epoch);
   p.set_compat_hash(m.compat_hash);
-  v1::KvLayout* layout = p.mutable_layout();
+  *p.mutable_layout() = ToProto(m.layout);
   const ParallelConfig& cfg = m.layout.parallel;
-  v1::ParallelConfig* pc = layout->mutable_parallel();
-  pc->set_tp(cfg.tp);
-  pc->set_pcp(cfg.pcp);
-  pc->set_dcp(cfg.dcp);
-  pc->set_block_size(cfg.block_size);
-  pc->set_interleave(cfg.interleave);
-  v1::ModelDims* dims = layout->mutable_dims();
-  dims->set_num_layers(m.layout.dims.num_layers);
-  dims->set_num_q_heads(m.layout.dims.num_q_heads);
-  dims->set_num_kv_heads(m.layout.dims.num_kv_heads);
-  dims->set_head_dim(m.layout.dims.head_dim);
-  layout->set_dtype(DTypeToProto(m.layout.dtype));
   for (size_t r = 0; r < m.ranks.size(); ++r) {
     const RankTransferInfo& info = m.ranks[r];
     const RankPlacement place = PlaceRank(cfg, m.layout.dims, static_cast<int32_t>(r));
@@ -97,22 +59,16 @@ v1::TransferMetadata ToProto(const TransferMetadata& m) {
 
 absl::StatusOr<TransferMetadata> FromProto(const v1::TransferMetadata& p) {
   if (!p.has_layout()) return absl::InvalidArgumentError("transfer metadata: layout is missing");
-  const v1::KvLayout& layout = p.layout();
-  if (!layout.has_parallel()) {
-    return absl::InvalidArgumentError("transfer metadata: layout.parallel is missing");
-  }
-  if (!layout.has_dims()) {
-    return absl::InvalidArgumentError("transfer metadata: layout.dims is missing");
-  }
   TransferMetadata m;
   m.engine_id = p.engine_id();
   m.epoch = p.epoch();
   m.compat_hash = p.compat_hash();
-  const v1::ParallelConfig& pc = layout.parallel();
-  m.layout.parallel = ParallelConfig{pc.tp(), pc.pcp(), pc.dcp(), pc.block_size(), pc.interleave()};
-  const v1::ModelDims& d = layout.dims();
-  m.layout.dims = ModelDims{d.num_layers(), d.num_q_heads(), d.num_kv_heads(), d.head_dim()};
-  TANDEM_ASSIGN_OR_RETURN(m.layout.dtype, DTypeFromProto(layout.dtype()));
+  absl::StatusOr<KvLayout> layout = FromProto(p.layout(), InstanceRole::kPrefill);
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transfer metadata: ", layout.status().message()));
+  }
+  m.layout = *std::move(layout);
 
   for (int r = 0; r < p.ranks_size(); ++r) {
     const v1::RankTransferInfo& in = p.ranks(r);

@@ -54,8 +54,22 @@ TEST(BlockManagerTest, RejectsFreeingUnallocatedBlocks) {
   EXPECT_THAT(bm.Free(std::vector<int32_t>{9}).message(), HasSubstr("outside [0, 4)"));
   EXPECT_EQ(bm.Free(std::vector<int32_t>{0, 0}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bm.free_blocks(), 3);  // nothing changed
+  EXPECT_EQ(bm.free_errors(), 3);  // each failure is counted
   ASSERT_TRUE(bm.Free(a).ok());
   EXPECT_EQ(bm.free_blocks(), 4);
+  EXPECT_EQ(bm.free_errors(), 3);
+}
+
+TEST(BlockManagerTest, ReleaseCountsWhatItCannotReturn) {
+  BlockManager bm(4);
+  const std::vector<int32_t> a = *bm.Allocate(2);
+  EXPECT_EQ(bm.free_errors(), 0);
+  bm.Release(a);
+  EXPECT_EQ(bm.free_blocks(), 4);
+  EXPECT_EQ(bm.free_errors(), 0);
+  bm.Release(a);  // a double free: nothing changes, the error is counted
+  EXPECT_EQ(bm.free_blocks(), 4);
+  EXPECT_EQ(bm.free_errors(), 1);
 }
 
 }  // namespace

@@ -184,7 +184,7 @@ class FakeDecode::Stream final : public grpc::ServerWriteReactor<v1::DecodeEvent
     }
     if (!finish_sent_) {
       finish_sent_ = true;
-      event_.mutable_finish()->set_reason("length");
+      event_.mutable_finish()->set_reason(behaviour_.finish);
       event_.mutable_finish()->set_generated(request_.max_new_tokens());
       StartWrite(&event_);
       return;

@@ -43,6 +43,7 @@ struct PrefillScript {
 struct DecodeBehaviour {
   int die_after = -1;   // after this many tokens, end the stream with UNAVAILABLE
   int hang_after = -1;  // after this many tokens, send nothing until cancelled
+  v1::FinishReason finish = v1::FINISH_REASON_LENGTH;  // the finish event's reason
 };
 
 struct DecodeScript {

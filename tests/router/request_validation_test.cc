@@ -73,30 +73,23 @@ SamplingParams Sampling(float temperature, int top_k, float top_p) {
   return p;
 }
 
-TEST(NormalizeSamplingTest, TopPZeroMeansUnset) {
-  const absl::StatusOr<SamplingParams> p = NormalizeSampling(Sampling(0.7f, 40, 0.f));
-  ASSERT_TRUE(p.ok());
-  EXPECT_EQ(p->top_p, 1.f);
-  EXPECT_EQ(p->temperature, 0.7f);
-  EXPECT_EQ(p->top_k, 40);
-  EXPECT_EQ(p->seed, 7u);
-  EXPECT_EQ(NormalizeSampling(Sampling(0.f, 0, 0.5f))->top_p, 0.5f);
-}
-
-TEST(NormalizeSamplingTest, BadValues) {
-  ExpectInvalid(NormalizeSampling(Sampling(-0.5f, 0, 1.f)).status(),
+// The router checks sampling values with the engines' ValidateSamplingParams; an explicit
+// top_p of 0 is an error (proto presence tells it from an unset one, tests/proto).
+TEST(ValidateSamplingTest, BadValues) {
+  EXPECT_TRUE(ValidateSamplingParams(Sampling(0.7f, 40, 0.5f)).ok());
+  ExpectInvalid(ValidateSamplingParams(Sampling(-0.5f, 0, 1.f)),
                 "temperature must be a finite number >= 0 (got -0.5)");
-  ExpectInvalid(NormalizeSampling(Sampling(std::nanf(""), 0, 1.f)).status(),
+  ExpectInvalid(ValidateSamplingParams(Sampling(std::nanf(""), 0, 1.f)),
                 "temperature must be a finite number >= 0 (got nan)");
-  ExpectInvalid(
-      NormalizeSampling(Sampling(std::numeric_limits<float>::infinity(), 0, 1.f)).status(),
-      "temperature must be a finite number >= 0 (got inf)");
-  ExpectInvalid(NormalizeSampling(Sampling(1.f, -1, 1.f)).status(), "top_k must be >= 0 (got -1)");
-  ExpectInvalid(NormalizeSampling(Sampling(1.f, 0, 1.5f)).status(),
+  ExpectInvalid(ValidateSamplingParams(Sampling(std::numeric_limits<float>::infinity(), 0, 1.f)),
+                "temperature must be a finite number >= 0 (got inf)");
+  ExpectInvalid(ValidateSamplingParams(Sampling(1.f, -1, 1.f)), "top_k must be >= 0 (got -1)");
+  ExpectInvalid(ValidateSamplingParams(Sampling(1.f, 0, 0.f)), "top_p must be in (0, 1] (got 0)");
+  ExpectInvalid(ValidateSamplingParams(Sampling(1.f, 0, 1.5f)),
                 "top_p must be in (0, 1] (got 1.5)");
-  ExpectInvalid(NormalizeSampling(Sampling(1.f, 0, -0.1f)).status(),
+  ExpectInvalid(ValidateSamplingParams(Sampling(1.f, 0, -0.1f)),
                 "top_p must be in (0, 1] (got -0.1)");
-  ExpectInvalid(NormalizeSampling(Sampling(1.f, 0, std::nanf(""))).status(),
+  ExpectInvalid(ValidateSamplingParams(Sampling(1.f, 0, std::nanf(""))),
                 "top_p must be in (0, 1] (got nan)");
 }
 

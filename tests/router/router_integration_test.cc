@@ -281,6 +281,35 @@ TEST_F(RouterIntegrationTest, NonRetryableNodeErrorReachesTheClientUnchanged) {
 
 TEST_F(RouterIntegrationTest, DecodeDeathMidStreamResumesOnTheOtherNodeWithoutDuplicates) {
   FakePrefill prefill("p0", prefill_script_);
+// The decode node's finish reason travels as an enum and reaches the client as the names it
+// always had; a finish event without a valid reason fails the request instead of reading as
+// "length".
+TEST_F(RouterIntegrationTest, DecodeFinishReasonReachesTheClientByName) {
+  FakePrefill prefill("p0", prefill_script_);
+  FakeDecode d0("d0", decode_script_);
+  StartRouter({&prefill}, {&d0});
+  ASSERT_TRUE(WaitAllHealthy(2));
+  {
+    absl::MutexLock lock(&decode_script_->mu);
+    decode_script_->calls.push_back(DecodeBehaviour{.finish = v1::FINISH_REASON_STOP});
+    decode_script_->calls.push_back(DecodeBehaviour{.finish = v1::FINISH_REASON_UNSPECIFIED});
+    decode_script_->calls.push_back(DecodeBehaviour{.finish = v1::FINISH_REASON_CANCELLED});
+  }
+  const Reply stop = Generate(TextRequest("hi", 4));
+  ASSERT_TRUE(stop.status.ok()) << stop.status.error_message();
+  ASSERT_TRUE(stop.final.has_value());
+  EXPECT_EQ(stop.final->finish_reason(), "stop");
+  const Reply unset = Generate(TextRequest("hi", 4));
+  EXPECT_EQ(unset.status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_THAT(unset.status.error_message(), HasSubstr("finish reason 0 (unspecified"));
+  const Reply cancelled = Generate(TextRequest("hi", 4));
+  EXPECT_EQ(cancelled.status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_THAT(cancelled.status.error_message(), HasSubstr("with reason cancelled"));
+  const Reply normal = Generate(TextRequest("hi", 4));
+  ASSERT_TRUE(normal.status.ok()) << normal.status.error_message();
+  EXPECT_EQ(normal.final->finish_reason(), "length");
+}
+
   FakeDecode d0("d0", decode_script_);
   FakeDecode d1("d1", decode_script_);
   StartRouter({&prefill}, {&d0, &d1});
@@ -406,6 +435,9 @@ TEST_F(RouterIntegrationTest, BadInputGetsExactStatuses) {
   r = TextRequest("hi", 4);
   r.mutable_sampling()->set_top_k(-5);
   add(r, grpc::StatusCode::INVALID_ARGUMENT, "top_k must be >= 0 (got -5)");
+  r.mutable_sampling()->set_top_p(0.f);  // explicit 0 is not "unset" (unset reads as 1)
+  add(r, grpc::StatusCode::INVALID_ARGUMENT, "top_p must be in (0, 1] (got 0)");
+  r = TextRequest("hi", 4);
   r = TextRequest("hi", 4);
   r.mutable_token_ids()->add_ids(5);
   r.mutable_token_ids()->add_ids(kTestVocab);

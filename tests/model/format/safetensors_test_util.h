@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -49,9 +50,11 @@ inline std::string SafetensorsImage(const std::vector<StEntry>& entries) {
                                  ",", data.size() + bytes.size(), "]}"));
     data += bytes;
   }
-  const std::string header = "{" + absl::StrJoin(parts, ",") + "}";
+  // StrCat, not `"{" + std::string(...)`: GCC 12 at -O3 reports a false -Wrestrict inside
+  // std::string's operator+(const char*, string&&) (GCC bug 105329).
+  const std::string header = absl::StrCat("{", absl::StrJoin(parts, ","), "}");
   const uint64_t n = header.size();
-  return std::string(reinterpret_cast<const char*>(&n), 8) + header + data;
+  return absl::StrCat(std::string_view(reinterpret_cast<const char*>(&n), 8), header, data);
 }
 
 // A new, empty directory under the test temp dir, removed with its contents on destruction
