@@ -8,11 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
 #include "model/format/half.h"
 #include "model/format/llama_tensor_plan.h"
@@ -54,7 +54,7 @@ inline std::string SafetensorsImage(const std::vector<StEntry>& entries) {
   // std::string's operator+(const char*, string&&) (GCC bug 105329).
   const std::string header = absl::StrCat("{", absl::StrJoin(parts, ","), "}");
   const uint64_t n = header.size();
-  return absl::StrCat(std::string_view(reinterpret_cast<const char*>(&n), 8), header, data);
+  return absl::StrCat(absl::string_view(reinterpret_cast<const char*>(&n), 8), header, data);
 }
 
 // A new, empty directory under the test temp dir, removed with its contents on destruction
