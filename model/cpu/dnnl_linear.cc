@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <compare>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <utility>
@@ -54,8 +55,9 @@ dnnl::primitive_attr UserScratchpad() {
   return attr;
 }
 
-// The attributes of a matmul with `epilogue` on an [m][n] output.
-dnnl::primitive_attr EpilogueAttr(DnnlLinear::Epilogue epilogue, int64_t m, int64_t n) {
+// The attributes of a matmul with `epilogue` on an [m][n] output whose rows are ldy apart.
+dnnl::primitive_attr EpilogueAttr(DnnlLinear::Epilogue epilogue, int64_t m, int64_t n,
+                                  int64_t ldy) {
   dnnl::primitive_attr attr = UserScratchpad();
   dnnl::post_ops ops;
   switch (epilogue) {
@@ -67,7 +69,8 @@ dnnl::primitive_attr EpilogueAttr(DnnlLinear::Epilogue epilogue, int64_t m, int6
     case DnnlLinear::Epilogue::kSiluMul:
       // swish with alpha 1 is x·sigmoid(x) = silu(x); then the element-wise product with aux.
       ops.append_eltwise(1.f, dnnl::algorithm::eltwise_swish, 1.f, 0.f);
-      ops.append_binary(dnnl::algorithm::binary_mul, memory::desc({m, n}, DType::f32, Tag::ab));
+      ops.append_binary(dnnl::algorithm::binary_mul,
+                        memory::desc({m, n}, DType::f32, memory::dims{ldy, 1}));
       break;
   }
   attr.set_post_ops(ops);
@@ -102,7 +105,7 @@ struct DnnlLinear::Impl {
       const memory::desc b = has_bias ? memory::desc({1, n}, DType::f32, Tag::ab) : memory::desc();
       const dnnl::matmul::desc d = has_bias ? dnnl::matmul::desc(src, weights_desc, b, dst)
                                             : dnnl::matmul::desc(src, weights_desc, dst);
-      const dnnl::matmul::primitive_desc pd(d, EpilogueAttr(epilogue, m, n), engine);
+      const dnnl::matmul::primitive_desc pd(d, EpilogueAttr(epilogue, m, n, n), engine);
       Prepared prepared{dnnl::matmul(pd), pd.scratchpad_desc()};
       primitives.emplace(std::make_pair(m, epilogue), prepared);
       return prepared;
@@ -184,6 +187,94 @@ absl::Status DnnlLinear::Forward(const float* x, int64_t m, float* y, Epilogue e
     stream.wait();
   } catch (const dnnl::error& e) {
     return ToStatus(e, "matmul");
+  }
+  g_total_nanos.fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count(),
+      std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+namespace {
+
+struct PlainKey {
+  int64_t m, k, n, ldy;
+  DnnlLinear::Epilogue epilogue;
+  bool bias;
+  auto operator<=>(const PlainKey&) const = default;
+};
+
+struct PlainPrimitive {
+  dnnl::matmul primitive;
+  memory::desc scratchpad;
+};
+
+absl::Mutex g_plain_mu;
+std::map<PlainKey, PlainPrimitive>& PlainPrimitives() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_plain_mu) {
+  static auto* cache = new std::map<PlainKey, PlainPrimitive>();
+  return *cache;
+}
+
+absl::StatusOr<PlainPrimitive> PlainPrimitiveFor(const PlainKey& key) {
+  absl::MutexLock lock(&g_plain_mu);
+  auto& cache = PlainPrimitives();
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  try {
+    const memory::desc src({key.m, key.k}, DType::f32, Tag::ab);
+    const memory::desc wei({key.k, key.n}, DType::f32, Tag::ba);
+    const memory::desc dst({key.m, key.n}, DType::f32, memory::dims{key.ldy, 1});
+    const memory::desc b =
+        key.bias ? memory::desc({1, key.n}, DType::f32, Tag::ab) : memory::desc();
+    const dnnl::matmul::desc d =
+        key.bias ? dnnl::matmul::desc(src, wei, b, dst) : dnnl::matmul::desc(src, wei, dst);
+    const dnnl::matmul::primitive_desc pd(d, EpilogueAttr(key.epilogue, key.m, key.n, key.ldy),
+                                          CpuEngine());
+    PlainPrimitive p{dnnl::matmul(pd), pd.scratchpad_desc()};
+    cache.emplace(key, p);
+    return p;
+  } catch (const dnnl::error& e) {
+    return ToStatus(e, "plain matmul creation");
+  }
+}
+
+}  // namespace
+
+absl::Status DnnlLinear::PlainGemm(const float* x, int64_t m, int64_t k, const float* w, int64_t n,
+                                   const float* bias, float* y, int64_t ldy, Epilogue epilogue,
+                                   const float* aux) {
+  if (m <= 0 || n <= 0) return absl::OkStatus();
+  if (epilogue == Epilogue::kSiluMul && (aux == nullptr || aux == y)) {
+    return absl::InvalidArgumentError(
+        "linear: the SiLU-multiply epilogue needs aux, distinct from y");
+  }
+  absl::StatusOr<PlainPrimitive> prim =
+      PlainPrimitiveFor(PlainKey{m, k, n, ldy, epilogue, bias != nullptr});
+  if (!prim.ok()) return prim.status();
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    const dnnl::engine& engine = CpuEngine();
+    dnnl::stream& stream = ThreadStream();
+    memory src({{m, k}, DType::f32, Tag::ab}, engine, const_cast<float*>(x));
+    memory wei({{k, n}, DType::f32, Tag::ba}, engine, const_cast<float*>(w));
+    memory dst({{m, n}, DType::f32, memory::dims{ldy, 1}}, engine, y);
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
+    if (bias != nullptr) {
+      args.emplace(DNNL_ARG_BIAS,
+                   memory({{1, n}, DType::f32, Tag::ab}, engine, const_cast<float*>(bias)));
+    }
+    if (epilogue == Epilogue::kSiluMul) {
+      args.emplace(
+          DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1,
+          memory({{m, n}, DType::f32, memory::dims{ldy, 1}}, engine, const_cast<float*>(aux)));
+    }
+    memory scratch(prim->scratchpad, engine, ThreadScratchpad(prim->scratchpad.get_size()));
+    args.emplace(DNNL_ARG_SCRATCHPAD, scratch);
+    prim->primitive.execute(stream, args);
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    return ToStatus(e, "plain matmul");
   }
   g_total_nanos.fetch_add(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)

@@ -1,0 +1,71 @@
+// Small-batch linear layers straight from GGML block formats: y[m][n] = x[m][k]·Wᵀ (+ b, + an
+// epilogue) with W kept as the file stores it (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, F16, BF16).
+//
+// Each kernel loads a weight row's blocks, expands every 32-element chunk to f32 in vector
+// registers with exactly the arithmetic of model/format/dequant.cc (so the weights it multiplies
+// by are bit-identical to the dequantised model's), and accumulates the dot products in f32
+// with FMAs. Only the summation order differs from a GEMM on the dequantised matrix. Weight
+// rows are decoded once per block of up to 8 (AVX-512) or 2 (AVX2) activation rows, so batched
+// decode re-reads a row from cache, not memory.
+//
+// Paths: AVX-512 (F, BW, VL + FMA, F16C), AVX2 (+ FMA, F16C) and portable C++ (dequantise a row,
+// then dot), picked by attention/cpu/cpu_isa.h's ActiveCpuIsa() — tests pin each path in turn.
+//
+// Thread-safety: pure functions of their arguments; callers split the n range across threads.
+#pragma once
+
+#include <cstdint>
+
+#include "attention/cpu/cpu_isa.h"
+#include "model/format/ggml_types.h"
+
+namespace tandem::quant {
+
+// What happens to each result v = x·w_nᵀ + b_n before it is stored.
+enum class Epilogue : uint8_t {
+  kStore,       // y = v
+  kAccumulate,  // y += v (a residual add)
+  kSiluMul,     // y = silu(v) · aux, aux [m][n]
+};
+
+// A row-major weight matrix of n rows, each k elements of `type` in row_bytes bytes.
+struct QuantMatrix {
+  GgmlType type = GgmlType::kF32;
+  const uint8_t* data = nullptr;
+  int64_t n = 0;
+  int64_t k = 0;
+  int64_t row_bytes = 0;
+};
+
+struct GemvArgs {
+  QuantMatrix w;
+  const float* x = nullptr;  // [m][k]
+  int64_t m = 0;
+  const float* bias = nullptr;  // [n] or null
+  float* y = nullptr;           // [m][n]
+  Epilogue epilogue = Epilogue::kStore;
+  const float* aux = nullptr;  // [m][n] for kSiluMul
+};
+
+// Types the kernels read directly.
+bool GemvSupports(GgmlType type);
+
+// Computes outputs [n_begin, n_end) of every row of `a` on the active ISA path.
+// REQUIRES: GemvSupports(a.w.type); k a whole number of the type's blocks.
+void Gemv(const GemvArgs& a, int64_t n_begin, int64_t n_end);
+
+// The same on one path (isa must be supported by this CPU).
+void GemvOnPath(CpuIsa isa, const GemvArgs& a, int64_t n_begin, int64_t n_end);
+
+namespace internal {
+using GemvFn = void (*)(const GemvArgs& a, int64_t n_begin, int64_t n_end);
+// Per-path entry points; null when the type has no kernel on that path.
+GemvFn Avx512Gemv(GgmlType type);
+GemvFn Avx2Gemv(GgmlType type);
+void PortableGemv(const GemvArgs& a, int64_t n_begin, int64_t n_end);
+// The scalar epilogue every path applies, compiled once without ISA flags (so paths agree bit
+// for bit on it, and no AVX-512 copy of an inline function can be picked by the linker).
+float ApplyEpilogue(Epilogue e, float v, float old_y, float aux);
+}  // namespace internal
+
+}  // namespace tandem::quant

@@ -1,0 +1,53 @@
+// AVX2 (+ FMA, F16C) quantised GEMV kernels. Compiled with those flags only for this file; called
+// only when the CPU has them (quant_gemv.cc).
+#include <immintrin.h>
+
+#include "model/cpu/quant_gemv_impl.h"
+
+namespace tandem::quant::internal {
+namespace {
+
+struct Avx2 {
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  // 2 rows × 4 accumulators + 4 weight vectors + 1 activation: 13 of the 16 ymm registers.
+  static constexpr int kMaxRows = 2;
+  static V Zero() { return _mm256_setzero_ps(); }
+  static V Set1(float x) { return _mm256_set1_ps(x); }
+  static V Load(const float* p) { return _mm256_loadu_ps(p); }
+  static V Add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V Sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static float ReduceAdd(V v) {
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+  }
+  static float F16ToF32(uint16_t h) { return _cvtsh_ss(h); }
+  static void U8x16(__m128i b, V* out) {
+    out[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+    out[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
+  }
+  static void I8x16(__m128i b, V* out) {
+    out[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+    out[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+  }
+  static void F16x16(const uint8_t* p, V* out) {
+    out[0] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    out[1] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+  }
+  static void Bf16x16(const uint8_t* p, V* out) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256i u =
+          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+      out[h] = _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+    }
+  }
+};
+
+}  // namespace
+
+GemvFn Avx2Gemv(GgmlType type) { return impl::Select<Avx2>(type); }
+
+}  // namespace tandem::quant::internal

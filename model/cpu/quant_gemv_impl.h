@@ -1,0 +1,272 @@
+// The quantised GEMV kernels, written once over an ISA traits type I. Included only by
+// quant_gemv_avx512.cc and quant_gemv_avx2.cc; everything here is in an anonymous namespace, so
+// the two ISA builds of it never meet at link time.
+//
+// I provides: V (a vector of kLanes floats, kLanes 8 or 16), Zero, Set1, Load, Mul, Add, Sub,
+// Fma, ReduceAdd, and the widening loads U8x16 / I8x16 (16 bytes → 16 floats in 16 / kLanes
+// vectors), F16x16, Bf16x16 (16 halves → 16 floats) and the scalar F16 conversion F16ToF32.
+//
+// Every decoder produces the 32 weights of chunk c (elements [32c, 32c+32)) of a row with the
+// operations of model/format/dequant.cc in the same order — mul then add, never fused (the
+// kernel files are compiled with -ffp-contract=off) — so the expanded weights are bit-identical
+// to the dequantised model's.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "model/cpu/quant_gemv.h"
+
+namespace tandem::quant::impl {
+namespace {  // one copy per including ISA file
+
+inline uint16_t LoadU16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <class I>
+struct Chunk {
+  static constexpr int kVecs = 32 / I::kLanes;
+  using V = typename I::V;
+};
+
+// Nibbles of 16 bytes: low (elements 0..15 of a Q4 block) and high (16..31).
+inline __m128i LowNibbles(__m128i q) { return _mm_and_si128(q, _mm_set1_epi8(0x0f)); }
+inline __m128i HighNibbles(__m128i q) {
+  return _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
+}
+
+template <class I>
+struct Q8_0 {
+  static constexpr int64_t kBlock = 32, kBytes = 34;
+  static void Decode(const uint8_t* row, int64_t c, typename I::V* w) {
+    const uint8_t* b = row + c * kBytes;
+    const typename I::V d = I::Set1(I::F16ToF32(LoadU16(b)));
+    I::I8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)), w);
+    I::I8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 18)), w + 16 / I::kLanes);
+    for (int p = 0; p < Chunk<I>::kVecs; ++p) w[p] = I::Mul(d, w[p]);
+  }
+};
+
+template <class I>
+struct Q4_0 {
+  static constexpr int64_t kBlock = 32, kBytes = 18;
+  static void Decode(const uint8_t* row, int64_t c, typename I::V* w) {
+    const uint8_t* b = row + c * kBytes;
+    const typename I::V d = I::Set1(I::F16ToF32(LoadU16(b)));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+    const __m128i eight = _mm_set1_epi8(8);
+    I::I8x16(_mm_sub_epi8(LowNibbles(q), eight), w);
+    I::I8x16(_mm_sub_epi8(HighNibbles(q), eight), w + 16 / I::kLanes);
+    for (int p = 0; p < Chunk<I>::kVecs; ++p) w[p] = I::Mul(d, w[p]);
+  }
+};
+
+template <class I>
+struct Q4_1 {
+  static constexpr int64_t kBlock = 32, kBytes = 20;
+  static void Decode(const uint8_t* row, int64_t c, typename I::V* w) {
+    const uint8_t* b = row + c * kBytes;
+    const typename I::V d = I::Set1(I::F16ToF32(LoadU16(b)));
+    const typename I::V m = I::Set1(I::F16ToF32(LoadU16(b + 2)));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4));
+    I::U8x16(LowNibbles(q), w);
+    I::U8x16(HighNibbles(q), w + 16 / I::kLanes);
+    for (int p = 0; p < Chunk<I>::kVecs; ++p) w[p] = I::Add(I::Mul(d, w[p]), m);
+  }
+};
+
+// Q4_K: chunk c is sub-block c % 8 of super-block c / 8.
+inline void Q4KScaleMin(int j, const uint8_t* s, int* scale, int* min) {
+  if (j < 4) {
+    *scale = s[j] & 63;
+    *min = s[j + 4] & 63;
+  } else {
+    *scale = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+    *min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+template <class I>
+struct Q4_K {
+  static constexpr int64_t kBlock = 256, kBytes = 144;
+  static void Decode(const uint8_t* row, int64_t c, typename I::V* w) {
+    const uint8_t* b = row + (c >> 3) * kBytes;
+    const int j = static_cast<int>(c & 7);
+    const float d = I::F16ToF32(LoadU16(b));
+    const float dmin = I::F16ToF32(LoadU16(b + 2));
+    int sc, mn;
+    Q4KScaleMin(j, b + 4, &sc, &mn);
+    const typename I::V d1 = I::Set1(d * static_cast<float>(sc));
+    const typename I::V m1 = I::Set1(dmin * static_cast<float>(mn));
+    const uint8_t* q = b + 16 + 32 * (j >> 1);
+    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
+    if ((j & 1) == 0) {
+      I::U8x16(LowNibbles(q0), w);
+      I::U8x16(LowNibbles(q1), w + 16 / I::kLanes);
+    } else {
+      I::U8x16(HighNibbles(q0), w);
+      I::U8x16(HighNibbles(q1), w + 16 / I::kLanes);
+    }
+    for (int p = 0; p < Chunk<I>::kVecs; ++p) w[p] = I::Sub(I::Mul(d1, w[p]), m1);
+  }
+};
+
+// Q6_K: chunk c is chunk kk = c % 4 of half (c / 4) % 2 of super-block c / 8. Its 16-element
+// halves use scales S[2kk] and S[2kk + 1]; d·(S·q) with S·q exact in f32, as dequant.cc.
+template <class I>
+struct Q6_K {
+  static constexpr int64_t kBlock = 256, kBytes = 210;
+  static void Decode(const uint8_t* row, int64_t c, typename I::V* w) {
+    const uint8_t* b = row + (c >> 3) * kBytes;
+    const int half = static_cast<int>((c >> 2) & 1), kk = static_cast<int>(c & 3);
+    const uint8_t* L = b + 64 * half + (kk & 1) * 32;
+    const uint8_t* H = b + 128 + 32 * half;
+    const int8_t* S = reinterpret_cast<const int8_t*>(b + 192) + 8 * half + 2 * kk;
+    const typename I::V d = I::Set1(I::F16ToF32(LoadU16(b + 208)));
+    const __m128i lshift = _mm_cvtsi32_si128((kk >> 1) * 4);
+    const __m128i hshift = _mm_cvtsi32_si128(2 * kk);
+    for (int h = 0; h < 2; ++h) {
+      const __m128i l = _mm_loadu_si128(reinterpret_cast<const __m128i*>(L + 16 * h));
+      const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(H + 16 * h));
+      // 16-bit shifts move bits across byte boundaries; the masks keep each byte's own bits.
+      const __m128i lo4 = _mm_and_si128(_mm_srl_epi16(l, lshift), _mm_set1_epi8(0x0f));
+      const __m128i hi2 = _mm_and_si128(_mm_srl_epi16(hi, hshift), _mm_set1_epi8(0x03));
+      const __m128i q = _mm_sub_epi8(_mm_or_si128(lo4, _mm_slli_epi16(hi2, 4)), _mm_set1_epi8(32));
+      typename I::V* out = w + h * (16 / I::kLanes);
+      I::I8x16(q, out);
+      const typename I::V s = I::Set1(static_cast<float>(S[h]));
+      for (int p = 0; p < 16 / I::kLanes; ++p) out[p] = I::Mul(d, I::Mul(s, out[p]));
+    }
+  }
+};
+
+template <class I>
+struct F16 {
+  static constexpr int64_t kBlock = 1, kBytes = 2;
+  static void Decode(const uint8_t* row, int64_t c, typename I::V* w) {
+    I::F16x16(row + c * 64, w);
+    I::F16x16(row + c * 64 + 32, w + 16 / I::kLanes);
+  }
+  static float Scalar(const uint8_t* row, int64_t k) { return I::F16ToF32(LoadU16(row + 2 * k)); }
+};
+
+template <class I>
+struct Bf16 {
+  static constexpr int64_t kBlock = 1, kBytes = 2;
+  static void Decode(const uint8_t* row, int64_t c, typename I::V* w) {
+    I::Bf16x16(row + c * 64, w);
+    I::Bf16x16(row + c * 64 + 32, w + 16 / I::kLanes);
+  }
+  static float Scalar(const uint8_t* row, int64_t k) {
+    const uint32_t bits = static_cast<uint32_t>(LoadU16(row + 2 * k)) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  }
+};
+
+template <class D>
+concept HasScalarTail = requires(const uint8_t* r) {
+  D::Scalar(r, int64_t{0});
+};
+
+// Rows [n0, n1) for activation rows [m0, m0 + MB).
+template <class I, class D, int MB>
+void RowsBlock(const GemvArgs& a, int64_t n0, int64_t n1, int64_t m0) {
+  using V = typename I::V;
+  constexpr int kVecs = Chunk<I>::kVecs;
+  const int64_t k = a.w.k;
+  const int64_t chunks = k / 32;
+  const float* x = a.x + m0 * k;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = a.w.data + n * a.w.row_bytes;
+    V acc[MB][kVecs];
+    for (int i = 0; i < MB; ++i) {
+      for (int p = 0; p < kVecs; ++p) acc[i][p] = I::Zero();
+    }
+    for (int64_t c = 0; c < chunks; ++c) {
+      V w[kVecs];
+      D::Decode(row, c, w);
+      for (int i = 0; i < MB; ++i) {
+        const float* xi = x + i * k + 32 * c;
+        for (int p = 0; p < kVecs; ++p) {
+          acc[i][p] = I::Fma(w[p], I::Load(xi + p * I::kLanes), acc[i][p]);
+        }
+      }
+    }
+    for (int i = 0; i < MB; ++i) {
+      V s = acc[i][0];
+      for (int p = 1; p < kVecs; ++p) s = I::Add(s, acc[i][p]);
+      float v = I::ReduceAdd(s);
+      if constexpr (HasScalarTail<D>) {
+        const float* xi = x + i * k;
+        for (int64_t kk = chunks * 32; kk < k; ++kk) v += D::Scalar(row, kk) * xi[kk];
+      }
+      if (a.bias != nullptr) v += a.bias[n];
+      const int64_t at = (m0 + i) * a.w.n + n;
+      a.y[at] = internal::ApplyEpilogue(a.epilogue, v, a.y[at], a.aux != nullptr ? a.aux[at] : 0.f);
+    }
+  }
+}
+
+// All m rows of outputs [n_begin, n_end): tiles of 32 weight rows (a few KB, they stay in L1
+// while every block of activation rows passes over them).
+template <class I, class D>
+void Gemv(const GemvArgs& a, int64_t n_begin, int64_t n_end) {
+  constexpr int kMaxRows = I::kMaxRows;
+  constexpr int64_t kTile = 32;
+  for (int64_t t = n_begin; t < n_end; t += kTile) {
+    const int64_t te = t + kTile < n_end ? t + kTile : n_end;
+    int64_t m0 = 0;
+    for (; m0 + kMaxRows <= a.m; m0 += kMaxRows) RowsBlock<I, D, kMaxRows>(a, t, te, m0);
+    const int64_t rest = a.m - m0;
+    if constexpr (kMaxRows > 4) {
+      if (rest >= 4) {
+        RowsBlock<I, D, 4>(a, t, te, m0);
+        m0 += 4;
+      }
+    }
+    if constexpr (kMaxRows > 2) {
+      if (a.m - m0 >= 2) {
+        RowsBlock<I, D, 2>(a, t, te, m0);
+        m0 += 2;
+      }
+    }
+    if (a.m - m0 >= 2) {
+      RowsBlock<I, D, 2>(a, t, te, m0);
+      m0 += 2;
+    }
+    if (a.m - m0 >= 1) RowsBlock<I, D, 1>(a, t, te, m0);
+  }
+}
+
+template <class I>
+internal::GemvFn Select(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return &Gemv<I, Q8_0<I>>;
+    case GgmlType::kQ4_0:
+      return &Gemv<I, Q4_0<I>>;
+    case GgmlType::kQ4_1:
+      return &Gemv<I, Q4_1<I>>;
+    case GgmlType::kQ4_K:
+      return &Gemv<I, Q4_K<I>>;
+    case GgmlType::kQ6_K:
+      return &Gemv<I, Q6_K<I>>;
+    case GgmlType::kF16:
+      return &Gemv<I, F16<I>>;
+    case GgmlType::kBF16:
+      return &Gemv<I, Bf16<I>>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::quant::impl

@@ -1,0 +1,143 @@
+#include "model/cpu/quant_linear.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "common/parallel_for.h"
+#include "model/format/dequant.h"
+
+namespace tandem {
+namespace {
+
+std::atomic<int64_t> g_small_batch_limit{QuantLinear::kDefaultSmallBatchLimit};
+
+quant::Epilogue ToQuant(DnnlLinear::Epilogue e) {
+  switch (e) {
+    case DnnlLinear::Epilogue::kStore:
+      return quant::Epilogue::kStore;
+    case DnnlLinear::Epilogue::kAccumulate:
+      return quant::Epilogue::kAccumulate;
+    case DnnlLinear::Epilogue::kSiluMul:
+      return quant::Epilogue::kSiluMul;
+  }
+  return quant::Epilogue::kStore;
+}
+
+// f32 bytes of one dequantised tile: small enough to stay in L2 next to the GEMM's own blocks,
+// large enough that one GEMM call per tile amortises its setup.
+constexpr int64_t kTileBytes = int64_t{4} << 20;
+
+}  // namespace
+
+int64_t QuantLinear::SmallBatchLimit() { return g_small_batch_limit.load(); }
+void QuantLinear::SetSmallBatchLimit(int64_t m) { g_small_batch_limit.store(m); }
+
+QuantLinear::~QuantLinear() { std::free(blocks_); }
+
+int64_t QuantLinear::resident_bytes() const {
+  return n_ * row_bytes_ + static_cast<int64_t>(bias_.size() * sizeof(float));
+}
+
+absl::StatusOr<std::unique_ptr<QuantLinear>> QuantLinear::Create(GgmlType type, const uint8_t* rows,
+                                                                 int64_t n, int64_t k,
+                                                                 const float* bias) {
+  if (!quant::GemvSupports(type)) {
+    return absl::UnimplementedError(
+        absl::StrCat("quantised linear: no kernels for type ", GgmlTypeName(type)));
+  }
+  if (n <= 0 || k <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("quantised linear: bad shape [", n, "][", k, "]"));
+  }
+  const absl::StatusOr<int64_t> row_bytes = GgmlByteSize(type, k);
+  if (!row_bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("quantised linear: a row of ", k, " elements ",
+                                                   "is not whole ", GgmlTypeName(type), " blocks"));
+  }
+  std::unique_ptr<QuantLinear> op(new QuantLinear());
+  op->type_ = type;
+  op->n_ = n;
+  op->k_ = k;
+  op->row_bytes_ = *row_bytes;
+  const int64_t bytes = n * *row_bytes;
+  // Large matrices on 2 MiB pages (see CpuBackend::Allocate): the GEMV streams them.
+  constexpr int64_t kHuge = int64_t{2} << 20;
+  const int64_t align = bytes >= kHuge ? kHuge : 64;
+  const int64_t rounded = (bytes + align - 1) / align * align;
+  op->blocks_ = static_cast<uint8_t*>(std::aligned_alloc(align, rounded));
+  if (op->blocks_ == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
+  }
+  if (align == kHuge) madvise(op->blocks_, rounded, MADV_HUGEPAGE);
+  std::memcpy(op->blocks_, rows, bytes);
+  if (bias != nullptr) op->bias_.assign(bias, bias + n);
+  return op;
+}
+
+absl::Status QuantLinear::Forward(const float* x, int64_t m, float* y,
+                                  DnnlLinear::Epilogue epilogue, const float* aux) const {
+  if (m <= 0) return absl::OkStatus();
+  if (epilogue == DnnlLinear::Epilogue::kSiluMul && (aux == nullptr || aux == y)) {
+    return absl::InvalidArgumentError(
+        "linear: the SiLU-multiply epilogue needs aux, distinct from y");
+  }
+  if (m > SmallBatchLimit()) return ForwardTiled(x, m, y, epilogue, aux);
+  quant::GemvArgs a;
+  a.w = quant::QuantMatrix{type_, blocks_, n_, k_, row_bytes_};
+  a.x = x;
+  a.m = m;
+  a.bias = bias_.empty() ? nullptr : bias_.data();
+  a.y = y;
+  a.epilogue = ToQuant(epilogue);
+  a.aux = aux;
+  // Each thread takes whole 32-row tiles (the kernel's unit); small layers run on fewer threads.
+  ParallelFor((n_ + 31) / 32, 1,
+              [&](int64_t b, int64_t e) { quant::Gemv(a, b * 32, std::min(e * 32, n_)); });
+  return absl::OkStatus();
+}
+
+absl::Status QuantLinear::ForwardTiled(const float* x, int64_t m, float* y,
+                                       DnnlLinear::Epilogue epilogue, const float* aux) const {
+  const int64_t rows_per_tile =
+      std::min(n_, std::max<int64_t>(64, kTileBytes / (k_ * static_cast<int64_t>(sizeof(float)))));
+  thread_local std::vector<float> tile_buffer;
+  tile_buffer.resize(static_cast<size_t>(rows_per_tile * k_));
+  // Named outside the parallel loop: inside it, a thread_local would be each worker's own.
+  float* const tile = tile_buffer.data();
+  for (int64_t t = 0; t < n_; t += rows_per_tile) {
+    const int64_t rows = std::min(rows_per_tile, n_ - t);
+    ParallelFor(rows, 16, [&](int64_t b, int64_t e) {
+      const absl::Status s = Dequantize(
+          type_, absl::MakeConstSpan(blocks_ + (t + b) * row_bytes_, (e - b) * row_bytes_),
+          absl::MakeSpan(tile + b * k_, (e - b) * k_));
+      (void)s;  // Create validated the type and the row size.
+    });
+    const absl::Status s =
+        DnnlLinear::PlainGemm(x, m, k_, tile, rows, bias_.empty() ? nullptr : bias_.data() + t,
+                              y + t, n_, epilogue, aux != nullptr ? aux + t : nullptr);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status QuantLinear::DequantizeRows(const int32_t* ids, int64_t count, float* out) const {
+  for (int64_t i = 0; i < count; ++i) {
+    if (ids[i] < 0 || ids[i] >= n_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("row id ", ids[i], " outside the table's ", n_, " rows"));
+    }
+    const absl::Status s =
+        Dequantize(type_, absl::MakeConstSpan(blocks_ + ids[i] * row_bytes_, row_bytes_),
+                   absl::MakeSpan(out + i * k_, k_));
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem

@@ -1,0 +1,276 @@
+// The quantised linear layers (model/cpu/quant_gemv.h, quant_linear.h) against the reference they
+// must equal: dequantise W with model/format/dequant.cc, then y = x·Wᵀ + b in double. Every
+// supported type, odd shapes (n not a multiple of the kernel's 32-row tile, K not a multiple of
+// 32 for the one-element-block types F16/BF16, several blocks and super-blocks otherwise),
+// M = 1..33, each epilogue, and each ISA path this CPU has (portable, AVX2, AVX-512).
+//
+// Tolerance: f32 products of the same exact weights, summed in another order:
+// |y − ref| <= 1e-5 · Σ_j |w_j·x_j| (+ what the epilogue scales it by). A wrong nibble order,
+// scale index or block stride is off by the size of a weight, orders of magnitude more.
+#include "model/cpu/quant_linear.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "attention/cpu/cpu_isa.h"
+#include "common/parallel_for.h"
+#include "gtest/gtest.h"
+#include "model/cpu/quant_gemv.h"
+#include "model/format/dequant.h"
+#include "model/format/half.h"
+
+namespace tandem {
+namespace {
+
+std::vector<float> Random(size_t n, uint64_t seed, float scale = 1.f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+void PutF16(uint8_t* p, float v) {
+  const uint16_t h = F32ToF16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// n rows of k elements of `type`: random quants, sane f16 scales (random bytes there could be
+// NaN or huge), random F16/BF16 values.
+std::vector<uint8_t> RandomRows(GgmlType type, int64_t n, int64_t k, uint64_t seed) {
+  const int64_t row_bytes = *GgmlByteSize(type, k);
+  std::vector<uint8_t> out(n * row_bytes);
+  std::mt19937_64 rng(seed);
+  for (uint8_t& b : out) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> u(0.001f, 0.05f), v(-1.f, 1.f);
+  const GgmlTypeInfo& info = GgmlTypeTraits(type);
+  for (int64_t r = 0; r < n; ++r) {
+    uint8_t* row = out.data() + r * row_bytes;
+    for (int64_t b = 0; b < k / info.block_size; ++b) {
+      uint8_t* blk = row + b * info.block_bytes;
+      switch (type) {
+        case GgmlType::kQ8_0:
+        case GgmlType::kQ4_0:
+          PutF16(blk, u(rng) * (rng() % 2 ? 1 : -1));
+          break;
+        case GgmlType::kQ4_1:
+        case GgmlType::kQ4_K:
+          PutF16(blk, u(rng));
+          PutF16(blk + 2, v(rng) * 0.1f);
+          break;
+        case GgmlType::kQ6_K:
+          PutF16(blk + 208, u(rng) * 0.1f);
+          break;
+        case GgmlType::kF16:
+          PutF16(blk, v(rng));
+          break;
+        case GgmlType::kBF16: {
+          const uint16_t h = F32ToBf16(v(rng));
+          std::memcpy(blk, &h, 2);
+          break;
+        }
+        default:
+          break;
+      }
+    }
+  }
+  return out;
+}
+
+struct Case {
+  GgmlType type;
+  int64_t n, k;
+};
+
+std::vector<Case> Cases() {
+  return {
+      {GgmlType::kQ8_0, 37, 96}, {GgmlType::kQ4_0, 45, 160}, {GgmlType::kQ4_1, 33, 96},
+      {GgmlType::kQ4_1, 70, 32}, {GgmlType::kQ4_K, 35, 512}, {GgmlType::kQ6_K, 39, 512},
+      {GgmlType::kQ6_K, 5, 256}, {GgmlType::kF16, 37, 77},   {GgmlType::kF16, 9, 64},
+      {GgmlType::kBF16, 41, 45}, {GgmlType::kBF16, 3, 7},
+  };
+}
+
+std::vector<CpuIsa> Paths() {
+  std::vector<CpuIsa> out = {CpuIsa::kPortable};
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (CpuSupports(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+double Silu(double v) { return v / (1.0 + std::exp(-v)); }
+
+// Checks y against the double reference for every element; returns the number of mismatches.
+int CheckAgainstReference(const std::vector<float>& w, const Case& c, int64_t m,
+                          const std::vector<float>& x, const float* bias, quant::Epilogue e,
+                          const std::vector<float>& y0, const std::vector<float>& aux,
+                          const std::vector<float>& y) {
+  int bad = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double v = 0, mag = 0;
+      for (int64_t t = 0; t < c.k; ++t) {
+        const double p = static_cast<double>(w[j * c.k + t]) * x[i * c.k + t];
+        v += p;
+        mag += std::fabs(p);
+      }
+      if (bias != nullptr) {
+        v += bias[j];
+        mag += std::fabs(bias[j]);
+      }
+      const int64_t at = i * c.n + j;
+      double ref = v, tol = 1e-5 * mag + 1e-6;
+      if (e == quant::Epilogue::kAccumulate) {
+        ref = y0[at] + v;
+        tol += 1e-6 * std::fabs(y0[at]);
+      } else if (e == quant::Epilogue::kSiluMul) {
+        ref = Silu(v) * aux[at];
+        tol = tol * (1.0 + std::fabs(aux[at])) * 1.2 + 1e-6 * std::fabs(ref);
+      }
+      if (std::fabs(y[at] - ref) > tol && bad++ < 3) {
+        ADD_FAILURE() << "y[" << i << "][" << j << "] = " << y[at] << ", reference " << ref
+                      << " (tolerance " << tol << ")";
+      }
+    }
+  }
+  return bad;
+}
+
+TEST(QuantGemvTest, EveryPathTypeAndEpilogueMatchesTheDequantisedReference) {
+  for (const Case& c : Cases()) {
+    const std::vector<uint8_t> rows = RandomRows(c.type, c.n, c.k, c.n * 31 + c.k);
+    std::vector<float> w(c.n * c.k);
+    ASSERT_TRUE(Dequantize(c.type, absl::MakeConstSpan(rows), absl::MakeSpan(w)).ok());
+    const std::vector<float> bias = Random(c.n, 3);
+    const int64_t row_bytes = *GgmlByteSize(c.type, c.k);
+    for (CpuIsa isa : Paths()) {
+      for (int64_t m = 1; m <= 33; ++m) {
+        const std::vector<float> x = Random(m * c.k, m);
+        const std::vector<float> aux = Random(m * c.n, 7, 2.f);
+        const std::vector<float> y0 = Random(m * c.n, 5);
+        for (quant::Epilogue e :
+             {quant::Epilogue::kStore, quant::Epilogue::kAccumulate, quant::Epilogue::kSiluMul}) {
+          SCOPED_TRACE(std::string(GgmlTypeName(c.type)) + " n=" + std::to_string(c.n) +
+                       " k=" + std::to_string(c.k) + " m=" + std::to_string(m) + " path=" +
+                       CpuIsaName(isa) + " epilogue=" + std::to_string(static_cast<int>(e)));
+          std::vector<float> y = y0;
+          quant::GemvArgs a;
+          a.w = quant::QuantMatrix{c.type, rows.data(), c.n, c.k, row_bytes};
+          a.x = x.data();
+          a.m = m;
+          a.bias = m % 2 ? bias.data() : nullptr;
+          a.y = y.data();
+          a.epilogue = e;
+          a.aux = aux.data();
+          // Two pieces, split inside the kernel's 32-row tile, as two threads would.
+          const int64_t cut = c.n / 3;
+          quant::GemvOnPath(isa, a, 0, cut);
+          quant::GemvOnPath(isa, a, cut, c.n);
+          ASSERT_EQ(CheckAgainstReference(w, c, m, x, a.bias, e, y0, aux, y), 0);
+        }
+      }
+    }
+  }
+}
+
+// Same weights, same x: every path computes the same exactly-dequantised weights, so the paths
+// agree to f32 summation noise (much tighter than the reference tolerance's scale).
+TEST(QuantGemvTest, PathsAgreeWithEachOther) {
+  const Case c{GgmlType::kQ4_1, 64, 576};
+  const std::vector<uint8_t> rows = RandomRows(c.type, c.n, c.k, 11);
+  const std::vector<float> x = Random(4 * c.k, 12);
+  std::vector<std::vector<float>> ys;
+  for (CpuIsa isa : Paths()) {
+    std::vector<float> y(4 * c.n);
+    quant::GemvArgs a;
+    a.w = quant::QuantMatrix{c.type, rows.data(), c.n, c.k, *GgmlByteSize(c.type, c.k)};
+    a.x = x.data();
+    a.m = 4;
+    a.y = y.data();
+    quant::GemvOnPath(isa, a, 0, c.n);
+    ys.push_back(y);
+  }
+  for (size_t p = 1; p < ys.size(); ++p) {
+    for (size_t i = 0; i < ys[0].size(); ++i) {
+      ASSERT_NEAR(ys[p][i], ys[0][i], 1e-4f * (1.f + std::fabs(ys[0][i]))) << "element " << i;
+    }
+  }
+}
+
+// QuantLinear end to end on both of its paths (the GEMV below the crossover, dequantised tiles
+// through oneDNN above it, including a matrix of several tiles), on two threads.
+TEST(QuantLinearTest, BothPathsMatchTheReferenceForEveryEpilogue) {
+  SetThreadsForThisThread(2);
+  const int64_t saved = QuantLinear::SmallBatchLimit();
+  for (const Case& c : std::vector<Case>{{GgmlType::kQ4_1, 70, 96},
+                                         {GgmlType::kQ4_K, 5000, 256},
+                                         {GgmlType::kQ6_K, 33, 256},
+                                         {GgmlType::kBF16, 37, 45}}) {
+    const std::vector<uint8_t> rows = RandomRows(c.type, c.n, c.k, 17);
+    std::vector<float> w(c.n * c.k);
+    ASSERT_TRUE(Dequantize(c.type, absl::MakeConstSpan(rows), absl::MakeSpan(w)).ok());
+    const std::vector<float> bias = Random(c.n, 4);
+    absl::StatusOr<std::unique_ptr<QuantLinear>> op =
+        QuantLinear::Create(c.type, rows.data(), c.n, c.k, bias.data());
+    ASSERT_TRUE(op.ok()) << op.status();
+    EXPECT_EQ((*op)->resident_bytes(),
+              static_cast<int64_t>(rows.size() + bias.size() * sizeof(float)));
+    for (int64_t limit : {int64_t{64}, int64_t{0}}) {
+      QuantLinear::SetSmallBatchLimit(limit);
+      for (int64_t m : {1, 7, 40}) {
+        const std::vector<float> x = Random(m * c.k, m + 100);
+        const std::vector<float> aux = Random(m * c.n, 8, 2.f);
+        const std::vector<float> y0 = Random(m * c.n, 9);
+        for (DnnlLinear::Epilogue e :
+             {DnnlLinear::Epilogue::kStore, DnnlLinear::Epilogue::kAccumulate,
+              DnnlLinear::Epilogue::kSiluMul}) {
+          SCOPED_TRACE(std::string(GgmlTypeName(c.type)) + " n=" + std::to_string(c.n) +
+                       " m=" + std::to_string(m) + " limit=" + std::to_string(limit) +
+                       " epilogue=" + std::to_string(static_cast<int>(e)));
+          std::vector<float> y = y0;
+          ASSERT_TRUE((*op)->Forward(x.data(), m, y.data(), e, aux.data()).ok());
+          const quant::Epilogue qe = e == DnnlLinear::Epilogue::kStore ? quant::Epilogue::kStore
+                                     : e == DnnlLinear::Epilogue::kAccumulate
+                                         ? quant::Epilogue::kAccumulate
+                                         : quant::Epilogue::kSiluMul;
+          ASSERT_EQ(CheckAgainstReference(w, c, m, x, bias.data(), qe, y0, aux, y), 0);
+        }
+      }
+    }
+  }
+  QuantLinear::SetSmallBatchLimit(saved);
+}
+
+TEST(QuantLinearTest, DequantizeRowsIsTheDequantisedTableAndChecksIds) {
+  const Case c{GgmlType::kQ8_0, 50, 64};
+  const std::vector<uint8_t> rows = RandomRows(c.type, c.n, c.k, 21);
+  std::vector<float> w(c.n * c.k);
+  ASSERT_TRUE(Dequantize(c.type, absl::MakeConstSpan(rows), absl::MakeSpan(w)).ok());
+  absl::StatusOr<std::unique_ptr<QuantLinear>> op =
+      QuantLinear::Create(c.type, rows.data(), c.n, c.k, nullptr);
+  ASSERT_TRUE(op.ok()) << op.status();
+  const std::vector<int32_t> ids = {49, 0, 7, 7};
+  std::vector<float> out(ids.size() * c.k);
+  ASSERT_TRUE((*op)->DequantizeRows(ids.data(), 4, out.data()).ok());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (int64_t t = 0; t < c.k; ++t) ASSERT_EQ(out[i * c.k + t], w[ids[i] * c.k + t]);
+  }
+  const int32_t bad = 50;
+  EXPECT_EQ((*op)->DequantizeRows(&bad, 1, out.data()).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(QuantLinearTest, CreateRejectsTypesWithoutKernelsAndPartialBlocks) {
+  const std::vector<uint8_t> rows(1024);
+  EXPECT_EQ(QuantLinear::Create(GgmlType::kQ5_K, rows.data(), 1, 256, nullptr).status().code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(QuantLinear::Create(GgmlType::kQ4_0, rows.data(), 2, 40, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tandem
