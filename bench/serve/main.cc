@@ -4,6 +4,7 @@
 // in load_runner, the backends and latency_report.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -137,6 +138,7 @@ int Fail(const absl::Status& status) {
 int Main() {
   absl::StatusOr<RequestSourceOptions> source_options = SourceOptions();
   if (!source_options.ok()) return Fail(source_options.status());
+  const size_t dataset_size = source_options->dataset.size();
   absl::StatusOr<RequestSource> source = RequestSource::Create(*std::move(source_options));
   if (!source.ok()) return Fail(source.status());
 
@@ -154,7 +156,13 @@ int Main() {
     o.api_key = absl::GetFlag(FLAGS_api_key);
     o.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
     auto openai = std::make_unique<OpenAiBackend>(o);
-    if (absl::Status s = openai->Check(source->Make(0)); !s.ok()) return Fail(s);
+    // Every dataset entry (or the first random request) must fit the endpoint.
+    const size_t forms = std::max<size_t>(1, dataset_size);
+    for (size_t i = 0; i < forms; ++i) {
+      if (absl::Status s = openai->Check(source->Make(static_cast<int64_t>(i))); !s.ok()) {
+        return Fail(s);
+      }
+    }
     backend = std::move(openai);
   } else {
     return Fail(absl::InvalidArgumentError(
