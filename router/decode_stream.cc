@@ -5,6 +5,8 @@
 
 #include <utility>
 
+#include "serving/request_id.h"
+
 namespace tandem {
 
 class DecodeStream::Reactor final : public grpc::ClientReadReactor<v1::DecodeEvent> {
@@ -44,10 +46,11 @@ class DecodeStream::Reactor final : public grpc::ClientReadReactor<v1::DecodeEve
 };
 
 DecodeStream::DecodeStream(const std::shared_ptr<grpc::Channel>& channel, v1::DecodeRequest request,
-                           absl::Time deadline)
+                           absl::Time deadline, const std::string& request_id)
     : shared_(std::make_shared<Shared>()) {
   shared_->request = std::move(request);
   shared_->context.set_deadline(absl::ToChronoTime(deadline));
+  SetRequestIdMetadata(&shared_->context, request_id);
   (new Reactor(shared_, channel))->Begin();
 }
 

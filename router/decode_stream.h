@@ -16,6 +16,7 @@
 
 #include <deque>
 #include <memory>
+#include <string>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -25,9 +26,9 @@ namespace tandem {
 
 class DecodeStream {
  public:
-  // Starts the call at once.
+  // Starts the call at once, carrying `request_id` as x-request-id metadata (serving/request_id.h).
   DecodeStream(const std::shared_ptr<grpc::Channel>& channel, v1::DecodeRequest request,
-               absl::Time deadline);
+               absl::Time deadline, const std::string& request_id = "");
   ~DecodeStream();
   DecodeStream(const DecodeStream&) = delete;
   DecodeStream& operator=(const DecodeStream&) = delete;

@@ -6,14 +6,16 @@
 #include <string>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/request_log.h"
 #include "model/tokenizer/streaming_decoder.h"
-#include "router/decode_stream.h"
-#include "router/request_prep.h"
 #include "proto/convert/finish_reason_proto.h"
 #include "proto/convert/sampling_proto.h"
+#include "router/decode_stream.h"
+#include "router/request_prep.h"
 #include "router/request_state.h"
 #include "router/unary_call.h"
 #include "serving/grpc_status.h"
@@ -57,6 +59,7 @@ class Driver {
   absl::Time UnaryDeadline() const {
     return std::min(absl::Now() + deps_.options.rpc_timeout, client_deadline_);
   }
+  // The request's log line and its end-of-request metrics.
   void LogEnd(const RequestState* state, const absl::Status& status);
 
   const RouterDeps& deps_;
@@ -73,6 +76,12 @@ class Driver {
   absl::flat_hash_set<std::string> failed_decode_;
   int node_calls_ = 0;
   absl::Time first_token_at_ = absl::InfinitePast();
+  absl::Time last_token_at_ = absl::InfinitePast();
+  // Time spent in node calls, for the log line.
+  absl::Duration prefill_time_;
+  absl::Duration decode_time_;
+  absl::Duration transfer_time_;  // as the decode nodes report it (DecodeFinish.transfer_us)
+  int resumes_ = 0;
 };
 
 std::string Driver::NodeRequestId() const {
@@ -93,7 +102,16 @@ void Driver::SendToken(int32_t id, int32_t index) {
   chunk->set_id(id);
   chunk->set_text(detokenizer_->Push(id));
   chunk->set_index(index);
-  if (first_token_at_ == absl::InfinitePast()) first_token_at_ = absl::Now();
+  const absl::Time now = absl::Now();
+  if (first_token_at_ == absl::InfinitePast()) {
+    first_token_at_ = now;
+    if (deps_.metrics != nullptr) {
+      deps_.metrics->time_to_first_token->Observe(absl::ToDoubleSeconds(now - start_));
+    }
+  } else if (deps_.metrics != nullptr) {
+    deps_.metrics->inter_token_latency->Observe(absl::ToDoubleSeconds(now - last_token_at_));
+  }
+  last_token_at_ = now;
   sink_->Send(std::move(response));
 }
 
@@ -113,6 +131,8 @@ void Driver::Prefill(RequestState& state) {
   ++node_calls_;
 
   UnaryCall<v1::PrefillRequest, v1::PrefillResponse> call(std::move(request), UnaryDeadline());
+  SetRequestIdMetadata(call.context(), request_id_);
+  const absl::Time called = absl::Now();
   auto stub = v1::PrefillService::NewStub(node->channel());
   call.Start([&stub](auto* ctx, auto* req, auto* resp, auto done) {
     stub->async()->Prefill(ctx, req, resp, std::move(done));
@@ -122,6 +142,7 @@ void Driver::Prefill(RequestState& state) {
     CallCanceller::Registration registration(canceller_, call.context());
     response = call.Wait();
   }
+  prefill_time_ += absl::Now() - called;
   if (!response.ok()) {
     if (canceller_->cancelled()) {
       state.Fail(absl::CancelledError("request cancelled by the client"));
@@ -131,6 +152,9 @@ void Driver::Prefill(RequestState& state) {
     if (retryable) failed_prefill_.insert(node->address());
     state.OnPrefillFailed(
         NodeError(v1::INSTANCE_ROLE_PREFILL, node->address(), response.status(), retryable));
+    if (retryable && state.phase() != RequestPhase::kFailed && deps_.metrics != nullptr) {
+      deps_.metrics->prefill_retries->Increment();
+    }
     return;
   }
   kv_ = HeldKv{std::move(*response->mutable_kv()), node->address(), node->channel()};
@@ -161,6 +185,7 @@ bool Driver::OnDecodeEvent(RequestState& state, const v1::DecodeEvent& event) {
             reason.ok() ? std::string(FinishReasonName(*reason)) : reason.status().ToString())));
       }
       return false;
+    }
     case v1::DecodeEvent::EVENT_NOT_SET:
       return true;
   }
@@ -187,12 +212,17 @@ void Driver::Decode(RequestState& state) {
   const absl::Duration idle = deps_.options.decode_idle_timeout;
   const absl::Time deadline = std::min(
       client_deadline_, absl::Now() + deps_.options.rpc_timeout + idle * (plan.max_new_tokens + 1));
-  DecodeStream stream(node->channel(), std::move(request), deadline);
+  const absl::Time called = absl::Now();
+  absl::Cleanup timed = [this, called] { decode_time_ += absl::Now() - called; };
+  DecodeStream stream(node->channel(), std::move(request), deadline, request_id_);
   CallCanceller::Registration registration(canceller_, stream.context());
   absl::Status failure;
   while (true) {
     DecodeStream::ReadResult next = stream.Read(idle);
     if (next.kind == DecodeStream::ReadResult::Kind::kEvent) {
+      if (next.event.has_finish()) {
+        transfer_time_ += absl::Microseconds(next.event.finish().transfer_us());
+      }
       if (OnDecodeEvent(state, next.event)) continue;
       if (next.event.has_finish()) {
         // Collect the final status so the node sees a clean end rather than a cancellation.
@@ -217,6 +247,10 @@ void Driver::Decode(RequestState& state) {
   const bool retryable = IsRetryableDecodeError(failure.code());
   if (retryable) failed_decode_.insert(node->address());
   state.OnDecodeFailed(NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable));
+  if (retryable && state.phase() != RequestPhase::kFailed) {
+    ++resumes_;
+    if (deps_.metrics != nullptr) deps_.metrics->decode_resumes->Increment();
+  }
 }
 
 void Driver::ReleaseKv() {
@@ -227,6 +261,7 @@ void Driver::ReleaseKv() {
   // Not bounded by the client: a cancelled client is exactly when the blocks must be freed.
   UnaryCall<v1::ReleaseKvRequest, v1::ReleaseKvResponse> call(
       std::move(request), absl::Now() + deps_.options.rpc_timeout);
+  SetRequestIdMetadata(call.context(), request_id_);
   auto stub = v1::PrefillService::NewStub(kv_->channel);
   call.Start([&stub](auto* ctx, auto* req, auto* resp, auto done) {
     stub->async()->ReleaseKv(ctx, req, resp, std::move(done));
@@ -240,18 +275,41 @@ void Driver::ReleaseKv() {
 }
 
 void Driver::LogEnd(const RequestState* state, const absl::Status& status) {
-  const absl::Time now = absl::Now();
-  deps_.log(absl::StrCat(
-      "request ", request_id_, ": ", status.ok() ? "OK" : status.ToString(),
-      " prompt_tokens=", prepared_.prompt.size(),
-      " completion_tokens=", state != nullptr ? state->streamed().size() : 0, " ttft_us=",
-      first_token_at_ == absl::InfinitePast() ? 0
-                                              : absl::ToInt64Microseconds(first_token_at_ - start_),
-      " total_us=", absl::ToInt64Microseconds(now - start_),
-      " retries=", state != nullptr ? state->retries() : 0));
+  const absl::Duration total = absl::Now() - start_;
+  const bool done = status.ok() && state != nullptr && state->phase() == RequestPhase::kDone;
+  const std::string finish_reason =
+      done ? std::string(FinishReasonName(state->finish_reason())) : "";
+  RequestLogLine line;
+  line.Add("request_id", request_id_)
+      .Add("outcome", status.ok() ? "OK" : absl::StatusCodeToString(status.code()));
+  if (done) line.Add("finish_reason", finish_reason);
+  line.Add("prompt_tokens", static_cast<int64_t>(prepared_.prompt.size()))
+      .Add("generated_tokens",
+           static_cast<int64_t>(state != nullptr ? state->streamed().size() : 0))
+      .AddMillis("prefill_ms", prefill_time_)
+      .AddMillis("transfer_ms", transfer_time_)
+      .AddMillis("decode_ms", decode_time_)
+      .AddMillis("ttft_ms", first_token_at_ == absl::InfinitePast() ? absl::ZeroDuration()
+                                                                    : first_token_at_ - start_)
+      .AddMillis("total_ms", total)
+      .Add("retries", state != nullptr ? state->retries() : 0)
+      .Add("resumes", resumes_);
+  if (!status.ok()) line.Add("error", status.message());
+  deps_.log(line.str());
+  if (deps_.metrics == nullptr) return;
+  if (status.ok()) {
+    if (done) deps_.metrics->request_success->WithLabels({finish_reason}).Increment();
+    deps_.metrics->e2e_request_latency->Observe(absl::ToDoubleSeconds(total));
+  } else {
+    deps_.metrics->RecordFailure(absl::StatusCodeToString(status.code()));
+  }
 }
 
 grpc::Status Driver::Run(const v1::GenerateRequest& request) {
+  if (deps_.metrics != nullptr) deps_.metrics->requests_running->Add(1);
+  absl::Cleanup not_running = [this] {
+    if (deps_.metrics != nullptr) deps_.metrics->requests_running->Add(-1);
+  };
   request_id_ = request.request_id();
   if (request_id_.empty()) {
     request_id_ = absl::StrCat("req-", absl::Hex(absl::ToUnixMicros(start_)), "-",

@@ -22,6 +22,7 @@
 #include "router/call_canceller.h"
 #include "router/node_pool.h"
 #include "router/router_log.h"
+#include "router/router_metrics.h"
 #include "router/router_options.h"
 #include "router/served_model.h"
 #include "tandem/v1/router.pb.h"
@@ -41,6 +42,7 @@ struct RouterDeps {
   RouterOptions options;
   LogFn log;
   std::atomic<uint64_t>* request_counter = nullptr;  // for router-assigned request ids
+  const RouterMetrics* metrics = nullptr;            // nullptr: nothing recorded
 };
 
 grpc::Status RunGenerate(const RouterDeps& deps, const v1::GenerateRequest& request,

@@ -32,7 +32,11 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
       return s;
     }
   }
+  absl::StatusOr<RouterMetrics> metrics = RouterMetrics::Register(r->metrics_registry_);
+  if (!metrics.ok()) return metrics.status();
+  r->metrics_ = *metrics;
   r->deps_ = RouterDeps{r->model_.get(), r->pool_.get(), options, log, &r->request_counter_};
+  r->deps_.metrics = &r->metrics_;
   // A poll must end before the next one would start, but a loaded node deserves a second.
   const absl::Duration poll_timeout =
       std::min(std::max(options.health_interval, absl::Seconds(1)), options.rpc_timeout);

@@ -6,7 +6,8 @@
 // nodes are cancelled, KV leases released) and waits for their threads; it is idempotent and
 // also run by the destructor.
 //
-// Thread-safety: port() and model() are safe from any thread; Shutdown from one thread.
+// Thread-safety: port(), model() and metrics() are safe from any thread; Shutdown from one
+// thread.
 #pragma once
 
 #include <grpcpp/server.h>
@@ -23,6 +24,7 @@
 #include "router/node_pool.h"
 #include "router/request_threads.h"
 #include "router/router_log.h"
+#include "router/router_metrics.h"
 #include "router/router_options.h"
 #include "router/router_service.h"
 #include "router/served_model.h"
@@ -41,6 +43,9 @@ class RouterServer {
 
   int port() const { return port_; }
   const ServedModel& model() const { return *model_; }
+  // The router's metrics (router/router_metrics.h), for GET /metrics:
+  // RenderPrometheusText(server.metrics()) (common/prometheus_text.h).
+  const MetricsRegistry& metrics() const { return metrics_registry_; }
   void Shutdown(absl::Duration grace = absl::Seconds(5));
 
  private:
@@ -49,6 +54,8 @@ class RouterServer {
   // Declaration order is destruction order reversed: the server goes first, then the request
   // threads, the health checker, the pool and the model they all use.
   std::unique_ptr<ServedModel> model_;
+  MetricsRegistry metrics_registry_;
+  RouterMetrics metrics_;
   std::unique_ptr<NodePool> pool_;
   std::atomic<uint64_t> request_counter_{0};
   RouterDeps deps_;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "serving/request_id.h"
 #include "tests/router/test_model.h"
 
 namespace tandem::testing_router {
@@ -73,6 +74,11 @@ std::vector<v1::KvHandle> FakePrefill::handles() const {
   return handles_;
 }
 
+std::vector<std::string> FakePrefill::prefill_request_ids() const {
+  absl::MutexLock lock(&mu_);
+  return prefill_request_ids_;
+}
+
 bool FakePrefill::WaitForReleases(size_t n, absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
   const auto enough = [this, n]()
@@ -95,6 +101,7 @@ grpc::ServerUnaryReactor* FakePrefill::Prefill(grpc::CallbackServerContext* ctx,
   }
   absl::MutexLock lock(&mu_);
   prefills_.push_back(*request);
+  prefill_request_ids_.push_back(RequestIdFromMetadata(*ctx, ""));
   if (failure.has_value()) return Reply(ctx, *failure);
   response->set_first_token(token);
   v1::KvHandle* kv = response->mutable_kv();
@@ -226,6 +233,11 @@ std::vector<v1::DecodeRequest> FakeDecode::requests() const {
   return requests_;
 }
 
+std::vector<std::string> FakeDecode::request_ids() const {
+  absl::MutexLock lock(&mu_);
+  return request_ids_;
+}
+
 int FakeDecode::cancelled() const {
   absl::MutexLock lock(&mu_);
   return cancelled_;
@@ -242,7 +254,7 @@ void FakeDecode::NoteCancelled() {
   ++cancelled_;
 }
 
-grpc::ServerWriteReactor<v1::DecodeEvent>* FakeDecode::Decode(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<v1::DecodeEvent>* FakeDecode::Decode(grpc::CallbackServerContext* ctx,
                                                               const v1::DecodeRequest* request) {
   DecodeBehaviour behaviour;
   {
@@ -255,6 +267,7 @@ grpc::ServerWriteReactor<v1::DecodeEvent>* FakeDecode::Decode(grpc::CallbackServ
   {
     absl::MutexLock lock(&mu_);
     requests_.push_back(*request);
+    request_ids_.push_back(RequestIdFromMetadata(*ctx, ""));
   }
   return new Stream(this, *request, behaviour);
 }

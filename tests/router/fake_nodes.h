@@ -60,6 +60,8 @@ class FakePrefill final : public v1::PrefillService::CallbackService {
   std::vector<v1::PrefillRequest> prefills() const;
   std::vector<v1::ReleaseKvRequest> releases() const;
   std::vector<v1::KvHandle> handles() const;  // every handle returned, in order
+  // The x-request-id metadata of each Prefill call, in order ("" when absent).
+  std::vector<std::string> prefill_request_ids() const;
   // Waits up to `timeout` until at least `n` ReleaseKv calls arrived.
   bool WaitForReleases(size_t n, absl::Duration timeout) const;
 
@@ -83,6 +85,7 @@ class FakePrefill final : public v1::PrefillService::CallbackService {
   std::vector<v1::PrefillRequest> prefills_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::KvHandle> handles_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReleaseKvRequest> releases_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> prefill_request_ids_ ABSL_GUARDED_BY(mu_);
 };
 
 class FakeDecode final : public v1::DecodeService::CallbackService {
@@ -92,6 +95,8 @@ class FakeDecode final : public v1::DecodeService::CallbackService {
 
   const std::string& address() const { return address_; }
   std::vector<v1::DecodeRequest> requests() const;
+  // The x-request-id metadata of each Decode call, in order ("" when absent).
+  std::vector<std::string> request_ids() const;
   int cancelled() const;
   // Waits up to `timeout` until at least `n` calls saw a cancellation.
   bool WaitForCancelled(int n, absl::Duration timeout) const;
@@ -112,6 +117,7 @@ class FakeDecode final : public v1::DecodeService::CallbackService {
   std::string address_;
   mutable absl::Mutex mu_;
   std::vector<v1::DecodeRequest> requests_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> request_ids_ ABSL_GUARDED_BY(mu_);
   int cancelled_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/prometheus_text.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/router_server.h"
@@ -197,8 +198,9 @@ TEST_F(RouterIntegrationTest, HappyPathStreamsEveryTokenInOrderWithText) {
   EXPECT_EQ(decodes[0].sampling().temperature(), 0.5f);
   EXPECT_TRUE(prefill.releases().empty());  // the decode node releases the KV, not the router
 
-  EXPECT_THAT(Log(), testing::Contains(HasSubstr(
-                         "request happy-1: OK prompt_tokens=2 completion_tokens=5 ttft_us=")));
+  EXPECT_THAT(Log(), testing::Contains(
+                         HasSubstr("request request_id=happy-1 outcome=OK finish_reason=length "
+                                   "prompt_tokens=2 generated_tokens=5 prefill_ms=")));
 }
 
 TEST_F(RouterIntegrationTest, RequestWithoutAClientDeadlineIsServed) {
@@ -279,8 +281,6 @@ TEST_F(RouterIntegrationTest, NonRetryableNodeErrorReachesTheClientUnchanged) {
   EXPECT_EQ(prefill.prefills().size(), 1u);
 }
 
-TEST_F(RouterIntegrationTest, DecodeDeathMidStreamResumesOnTheOtherNodeWithoutDuplicates) {
-  FakePrefill prefill("p0", prefill_script_);
 // The decode node's finish reason travels as an enum and reaches the client as the names it
 // always had; a finish event without a valid reason fails the request instead of reading as
 // "length".
@@ -310,6 +310,8 @@ TEST_F(RouterIntegrationTest, DecodeFinishReasonReachesTheClientByName) {
   EXPECT_EQ(normal.final->finish_reason(), "length");
 }
 
+TEST_F(RouterIntegrationTest, DecodeDeathMidStreamResumesOnTheOtherNodeWithoutDuplicates) {
+  FakePrefill prefill("p0", prefill_script_);
   FakeDecode d0("d0", decode_script_);
   FakeDecode d1("d1", decode_script_);
   StartRouter({&prefill}, {&d0, &d1});
@@ -433,11 +435,11 @@ TEST_F(RouterIntegrationTest, BadInputGetsExactStatuses) {
   r.mutable_sampling()->set_top_p(2.f);
   add(r, grpc::StatusCode::INVALID_ARGUMENT, "top_p must be in (0, 1] (got 2)");
   r = TextRequest("hi", 4);
-  r.mutable_sampling()->set_top_k(-5);
-  add(r, grpc::StatusCode::INVALID_ARGUMENT, "top_k must be >= 0 (got -5)");
   r.mutable_sampling()->set_top_p(0.f);  // explicit 0 is not "unset" (unset reads as 1)
   add(r, grpc::StatusCode::INVALID_ARGUMENT, "top_p must be in (0, 1] (got 0)");
   r = TextRequest("hi", 4);
+  r.mutable_sampling()->set_top_k(-5);
+  add(r, grpc::StatusCode::INVALID_ARGUMENT, "top_k must be >= 0 (got -5)");
   r = TextRequest("hi", 4);
   r.mutable_token_ids()->add_ids(5);
   r.mutable_token_ids()->add_ids(kTestVocab);
@@ -554,6 +556,63 @@ TEST_F(RouterIntegrationTest, ServesTheStandardHealthService) {
     bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   }
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+}
+
+// The router's /metrics registry counts what its clients saw: successes by finish reason, time
+// to first token and inter-token gaps, a prefill retried and a decode resumed, failures by code,
+// nothing left running; and every node call carries the request id as x-request-id metadata.
+TEST_F(RouterIntegrationTest, MetricsCountRequestsRecoveriesAndFailuresAndNodesGetTheRequestId) {
+  FakePrefill p0("p0", prefill_script_);
+  FakePrefill p1("p1", prefill_script_);
+  FakeDecode d0("d0", decode_script_);
+  FakeDecode d1("d1", decode_script_);
+  StartRouter({&p0, &p1}, {&d0, &d1});
+  ASSERT_TRUE(WaitAllHealthy(4));
+  const std::string before = RenderPrometheusText(router_->metrics());
+  EXPECT_THAT(before, HasSubstr("tandem_request_success_total{finish_reason=\"length\"} 0\n"));
+  EXPECT_THAT(before, HasSubstr("tandem_time_to_first_token_seconds_count 0\n"));
+  {
+    absl::MutexLock lock(&prefill_script_->mu);
+    prefill_script_->failures.push_back(
+        grpc::Status(grpc::StatusCode::UNAVAILABLE, "prefill node going away"));
+  }
+  {
+    absl::MutexLock lock(&decode_script_->mu);
+    decode_script_->calls.push_back(DecodeBehaviour{.die_after = 2});
+  }
+  v1::GenerateRequest request = TextRequest("hi", 6);
+  request.set_request_id("metrics-1");
+  const Reply reply = Generate(request);
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  ASSERT_EQ(reply.tokens.size(), 6u);
+  ASSERT_TRUE(reply.final.has_value());
+  EXPECT_EQ(reply.final->retries(), 2);  // one prefill retry + one decode resume
+
+  v1::GenerateRequest bad = TextRequest("hi", 0);  // max_tokens 0: INVALID_ARGUMENT
+  EXPECT_EQ(Generate(bad).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  const std::string text = RenderPrometheusText(router_->metrics());
+  EXPECT_THAT(text, HasSubstr("tandem_request_success_total{finish_reason=\"length\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_request_success_total{finish_reason=\"stop\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_request_failure_total{code=\"INVALID_ARGUMENT\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_time_to_first_token_seconds_count 1\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_inter_token_latency_seconds_count 5\n"));  // 6 tokens
+  EXPECT_THAT(text, HasSubstr("tandem_e2e_request_latency_seconds_count 1\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_prefill_retries_total 1\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_decode_resumes_total 1\n"));
+  EXPECT_THAT(text, HasSubstr("tandem_num_requests_running 0\n"));
+
+  // Three prefill calls (failed, first, resume) and two decode calls, all tagged metrics-1.
+  std::vector<std::string> ids = p0.prefill_request_ids();
+  for (const std::string& id : p1.prefill_request_ids()) ids.push_back(id);
+  for (const std::string& id : d0.request_ids()) ids.push_back(id);
+  for (const std::string& id : d1.request_ids()) ids.push_back(id);
+  EXPECT_THAT(ids, ElementsAre("metrics-1", "metrics-1", "metrics-1", "metrics-1", "metrics-1"))
+      << "prefill calls: " << p0.prefills().size() << "+" << p1.prefills().size();
+
+  // The log line carries the same id and the recoveries.
+  EXPECT_THAT(Log(), testing::Contains(AllOf(HasSubstr("request request_id=metrics-1 outcome=OK"),
+                                             HasSubstr(" retries=2 resumes=1"))));
 }
 
 }  // namespace

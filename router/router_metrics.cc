@@ -1,0 +1,61 @@
+#include "router/router_metrics.h"
+
+#include "common/status_macros.h"
+
+namespace tandem {
+
+absl::StatusOr<RouterMetrics> RouterMetrics::Register(MetricsRegistry& r) {
+  RouterMetrics m;
+  // vLLM's bucket bounds for the same three histograms, so dashboards carry over.
+  TANDEM_ASSIGN_OR_RETURN(
+      m.time_to_first_token,
+      r.AddHistogram("tandem_time_to_first_token_seconds",
+                     "Time from the request's arrival at the router to its first token sent.",
+                     {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+                      1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}));
+  TANDEM_ASSIGN_OR_RETURN(
+      m.inter_token_latency,
+      r.AddHistogram("tandem_inter_token_latency_seconds",
+                     "Time between two consecutive tokens sent for one request.",
+                     {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+                      7.5, 10.0, 20.0, 40.0, 80.0}));
+  TANDEM_ASSIGN_OR_RETURN(
+      m.e2e_request_latency,
+      r.AddHistogram("tandem_e2e_request_latency_seconds",
+                     "Time from the request's arrival to its final response, successful requests.",
+                     {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+                      30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}));
+  TANDEM_ASSIGN_OR_RETURN(
+      m.request_success,
+      r.AddCounterFamily<1>("tandem_request_success_total",
+                            "Requests finished successfully, by finish reason (stop, length).",
+                            {"finish_reason"}));
+  TANDEM_ASSIGN_OR_RETURN(
+      m.request_failure,
+      r.AddCounterFamily<1>("tandem_request_failure_total",
+                            "Requests that ended with an error, by status code (e.g. CANCELLED, "
+                            "INVALID_ARGUMENT, UNAVAILABLE).",
+                            {"code"}));
+  TANDEM_ASSIGN_OR_RETURN(
+      m.prefill_retries,
+      r.AddCounter("tandem_prefill_retries_total",
+                   "Prefill calls that failed retryably and were retried on another node."));
+  TANDEM_ASSIGN_OR_RETURN(
+      m.decode_resumes,
+      r.AddCounter("tandem_decode_resumes_total",
+                   "Decode streams that failed retryably and were resumed (prefill of the prompt "
+                   "and the tokens so far, then decode on another node)."));
+  TANDEM_ASSIGN_OR_RETURN(
+      m.requests_running,
+      r.AddGauge("tandem_num_requests_running", "Generate requests in flight in the router."));
+  // Present at 0 from the start, so rate() over them works before the first request ends.
+  m.request_success->WithLabels({"stop"});
+  m.request_success->WithLabels({"length"});
+  return m;
+}
+
+void RouterMetrics::RecordFailure(const std::string& code) const {
+  request_failure->WithLabels({code}).Increment();
+}
+
+}  // namespace tandem
