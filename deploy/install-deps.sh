@@ -15,6 +15,7 @@ packages=(
   libcivetweb-dev libcpp-httplib-dev
   python3 python3-pip python3-venv python3-yaml unzip
   iproute2 procps
+  clang-format
   prometheus
 )
 
