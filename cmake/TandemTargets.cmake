@@ -3,7 +3,7 @@
 #
 #   tandem_library(NAME <name> SRCS <files...> [DEPS <targets...>] [PURE])
 #       PURE marks a `*_core`-style target of pure logic: it may depend only on the standard
-#       library, abseil and other PURE Tandem targets (checked at configure time).
+#       library, abseil, nlohmann_json and other PURE Tandem targets (checked at configure time).
 #   tandem_executable(NAME <name> SRCS <files...> [DEPS <targets...>])
 #   tandem_test(NAME <name> SRCS <files...> [DEPS <targets...>] LABELS <labels...>
 #               [TIMEOUT <seconds>] [ARGS <args...>])
@@ -49,7 +49,8 @@ function(tandem_library)
       set_property(GLOBAL APPEND PROPERTY TANDEM_PURE_SOURCES "${ARG_NAME}:${abs}")
     endforeach()
     foreach(dep IN LISTS ARG_DEPS)
-      if(dep MATCHES "^absl::" OR dep STREQUAL "Threads::Threads")
+      if(dep MATCHES "^absl::" OR dep STREQUAL "Threads::Threads" OR
+         dep STREQUAL "nlohmann_json::nlohmann_json")  # header-only JSON, no I/O
         continue()
       endif()
       if(NOT TARGET ${dep})

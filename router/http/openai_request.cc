@@ -1,0 +1,241 @@
+#include "router/http/openai_request.h"
+
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+namespace {
+
+using Json = nlohmann::json;
+
+absl::StatusOr<std::optional<int64_t>> OptionalInt(const Json& body, const char* field) {
+  const auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (it->is_number_integer()) return it->get<int64_t>();
+  if (it->is_number_unsigned()) {
+    return OpenAiInvalidParam(field, absl::StrCat("'", field, "' is out of range"));
+  }
+  return OpenAiInvalidParam(field, absl::StrCat("'", field, "' must be an integer"));
+}
+
+absl::StatusOr<std::optional<double>> OptionalNumber(const Json& body, const char* field) {
+  const auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) {
+    return OpenAiInvalidParam(field, absl::StrCat("'", field, "' must be a number"));
+  }
+  return it->get<double>();
+}
+
+absl::StatusOr<bool> OptionalBool(const Json& body, const char* field) {
+  const auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return false;
+  if (!it->is_boolean()) {
+    return OpenAiInvalidParam(field, absl::StrCat("'", field, "' must be a boolean"));
+  }
+  return it->get<bool>();
+}
+
+int32_t ClampToInt32(int64_t v) {
+  if (v > std::numeric_limits<int32_t>::max()) return std::numeric_limits<int32_t>::max();
+  if (v < std::numeric_limits<int32_t>::min()) return std::numeric_limits<int32_t>::min();
+  return static_cast<int32_t>(v);
+}
+
+// A message's content: a string, null (an assistant turn with no text), or text parts.
+absl::StatusOr<std::string> MessageContent(const Json& content, size_t index) {
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_null()) return std::string();
+  const std::string field = absl::StrCat("messages[", index, "].content");
+  if (!content.is_array()) {
+    return OpenAiInvalidParam(field, absl::StrCat("'", field, "' must be a string or an array"));
+  }
+  std::string text;
+  for (const Json& part : content) {
+    const auto type = part.is_object() ? part.find("type") : part.end();
+    if (!part.is_object() || type == part.end() || *type != "text") {
+      return OpenAiInvalidParam(
+          field, absl::StrCat("'", field, "' parts must be {\"type\": \"text\", \"text\": ...}"));
+    }
+    const auto part_text = part.find("text");
+    if (part_text == part.end() || !part_text->is_string()) {
+      return OpenAiInvalidParam(field, absl::StrCat("'", field, "' text part has no 'text'"));
+    }
+    text += part_text->get<std::string>();
+  }
+  return text;
+}
+
+absl::Status ParseMessages(const Json& body, PromptInput& prompt) {
+  const auto it = body.find("messages");
+  if (it == body.end() || !it->is_array()) {
+    return OpenAiInvalidParam("messages", "'messages' must be an array of messages");
+  }
+  prompt.kind = PromptInput::Kind::kChat;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& m = (*it)[i];
+    const auto role = m.is_object() ? m.find("role") : m.end();
+    if (!m.is_object() || role == m.end() || !role->is_string()) {
+      const std::string field = absl::StrCat("messages[", i, "].role");
+      return OpenAiInvalidParam(field, absl::StrCat("'", field, "' must be a string"));
+    }
+    const auto content = m.find("content");
+    absl::StatusOr<std::string> text =
+        MessageContent(content == m.end() ? Json(nullptr) : *content, i);
+    if (!text.ok()) return text.status();
+    prompt.chat.push_back({role->get<std::string>(), *std::move(text)});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TokenIds(const Json& array, PromptInput& prompt) {
+  prompt.kind = PromptInput::Kind::kTokenIds;
+  for (const Json& id : array) {
+    if (!id.is_number_integer()) {
+      return OpenAiInvalidParam("prompt", "'prompt' token ids must be integers");
+    }
+    prompt.token_ids.push_back(ClampToInt32(id.get<int64_t>()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParsePrompt(const Json& body, PromptInput& prompt) {
+  const auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) {
+    return OpenAiInvalidParam("prompt", "'prompt' is required");
+  }
+  if (it->is_string()) {
+    prompt.kind = PromptInput::Kind::kText;
+    prompt.text = it->get<std::string>();
+    return absl::OkStatus();
+  }
+  if (!it->is_array()) {
+    return OpenAiInvalidParam("prompt", "'prompt' must be a string or an array of token ids");
+  }
+  if (!it->empty() && ((*it)[0].is_string() || (*it)[0].is_array())) {
+    // A batch of prompts: only a batch of one is served.
+    if (it->size() != 1) {
+      return OpenAiInvalidParam("prompt", "only one prompt per request is supported");
+    }
+    const Json& only = (*it)[0];
+    if (only.is_string()) {
+      prompt.kind = PromptInput::Kind::kText;
+      prompt.text = only.get<std::string>();
+      return absl::OkStatus();
+    }
+    return TokenIds(only, prompt);
+  }
+  return TokenIds(*it, prompt);
+}
+
+absl::Status ParseStop(const Json& body, std::vector<std::string>& stop) {
+  const auto it = body.find("stop");
+  if (it == body.end() || it->is_null()) return absl::OkStatus();
+  if (it->is_string()) {
+    if (!it->get<std::string>().empty()) stop.push_back(it->get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!it->is_array()) {
+    return OpenAiInvalidParam("stop", "'stop' must be a string or an array of strings");
+  }
+  for (const Json& s : *it) {
+    if (!s.is_string()) return OpenAiInvalidParam("stop", "'stop' must contain only strings");
+    if (!s.get<std::string>().empty()) stop.push_back(s.get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+// Fields Tandem does not implement that would change the response: rejected when they ask for it.
+absl::Status RejectUnsupported(const Json& body) {
+  for (const char* field : {"logprobs", "echo"}) {
+    const auto it = body.find(field);
+    if (it == body.end() || it->is_null()) continue;
+    if ((it->is_boolean() && it->get<bool>()) || (it->is_number() && it->get<double>() != 0)) {
+      return OpenAiInvalidParam(field, absl::StrCat("'", field, "' is not supported"));
+    }
+  }
+  for (const char* field : {"presence_penalty", "frequency_penalty"}) {
+    const auto it = body.find(field);
+    if (it != body.end() && it->is_number() && it->get<double>() != 0) {
+      return OpenAiInvalidParam(field, absl::StrCat("'", field, "' is not supported (must be 0)"));
+    }
+  }
+  const auto best_of = body.find("best_of");
+  if (best_of != body.end() && best_of->is_number() && best_of->get<double>() != 1) {
+    return OpenAiInvalidParam("best_of", "'best_of' is not supported (must be 1)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status OpenAiInvalidParam(absl::string_view param, absl::string_view message) {
+  absl::Status s = absl::InvalidArgumentError(message);
+  s.SetPayload(kOpenAiParamPayload, absl::Cord(param));
+  return s;
+}
+
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::string_view body) {
+  const Json json = Json::parse(body, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) return absl::InvalidArgumentError("request body is not valid JSON");
+  if (!json.is_object()) return absl::InvalidArgumentError("request body must be a JSON object");
+  OpenAiRequest r;
+  r.endpoint = endpoint;
+  if (const auto model = json.find("model"); model != json.end() && !model->is_null()) {
+    if (!model->is_string()) return OpenAiInvalidParam("model", "'model' must be a string");
+    r.model = model->get<std::string>();
+  }
+  if (absl::Status s = RejectUnsupported(json); !s.ok()) return s;
+  absl::StatusOr<std::optional<int64_t>> n = OptionalInt(json, "n");
+  if (!n.ok()) return n.status();
+  if (n->has_value() && **n != 1) {
+    return OpenAiInvalidParam(
+        "n", absl::StrCat("'n' must be 1 (got ", **n, "): one choice per request is supported"));
+  }
+  if (absl::Status s = endpoint == OpenAiEndpoint::kChatCompletions ? ParseMessages(json, r.prompt)
+                                                                    : ParsePrompt(json, r.prompt);
+      !s.ok()) {
+    return s;
+  }
+  for (const char* field : {"max_tokens", "max_completion_tokens"}) {
+    absl::StatusOr<std::optional<int64_t>> v = OptionalInt(json, field);
+    if (!v.ok()) return v.status();
+    if (v->has_value()) r.max_tokens = ClampToInt32(**v);
+  }
+  absl::StatusOr<std::optional<double>> temperature = OptionalNumber(json, "temperature");
+  if (!temperature.ok()) return temperature.status();
+  r.sampling.temperature = static_cast<float>(temperature->value_or(1.0));
+  absl::StatusOr<std::optional<double>> top_p = OptionalNumber(json, "top_p");
+  if (!top_p.ok()) return top_p.status();
+  r.sampling.top_p = static_cast<float>(top_p->value_or(1.0));
+  absl::StatusOr<std::optional<int64_t>> top_k = OptionalInt(json, "top_k");
+  if (!top_k.ok()) return top_k.status();
+  r.sampling.top_k = top_k->has_value() && **top_k != -1 ? ClampToInt32(**top_k) : 0;
+  absl::StatusOr<std::optional<int64_t>> seed = OptionalInt(json, "seed");
+  if (!seed.ok()) return seed.status();
+  if (seed->has_value()) r.seed = static_cast<uint64_t>(**seed);
+  if (absl::Status s = ParseStop(json, r.stop); !s.ok()) return s;
+  absl::StatusOr<bool> ignore_eos = OptionalBool(json, "ignore_eos");
+  if (!ignore_eos.ok()) return ignore_eos.status();
+  r.ignore_eos = *ignore_eos;
+  absl::StatusOr<bool> stream = OptionalBool(json, "stream");
+  if (!stream.ok()) return stream.status();
+  r.stream = *stream;
+  if (const auto opts = json.find("stream_options"); opts != json.end() && !opts->is_null()) {
+    if (!opts->is_object()) {
+      return OpenAiInvalidParam("stream_options", "'stream_options' must be an object");
+    }
+    absl::StatusOr<bool> include_usage = OptionalBool(*opts, "include_usage");
+    if (!include_usage.ok()) {
+      return OpenAiInvalidParam("stream_options.include_usage",
+                                "'stream_options.include_usage' must be a boolean");
+    }
+    r.include_usage = *include_usage;
+  }
+  return r;
+}
+
+}  // namespace tandem

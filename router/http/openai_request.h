@@ -1,0 +1,53 @@
+// Parsing of OpenAI-style request bodies (POST /v1/chat/completions and /v1/completions, as vLLM
+// implements them) into what the router routes. Pure; thread-safe.
+//
+// Accepted: model, messages (content a string, null, or text parts) / prompt (a string, a token-id
+// array, or a one-element array of either), max_tokens / max_completion_tokens (the latter wins),
+// temperature, top_p, top_k (-1 = disabled, as vLLM), seed, stop (string or strings), ignore_eos,
+// n (1 only), stream, stream_options.include_usage. `user` and unknown fields are ignored, as
+// vLLM does. Fields that would change the response's shape and that Tandem does not implement
+// (logprobs, echo, best_of > 1, non-zero penalties) are rejected rather than silently dropped.
+//
+// Errors are INVALID_ARGUMENT naming the field; the field is also attached as the status payload
+// kOpenAiParamPayload (the OpenAI error object's `param`). Range checks the router's gRPC path
+// already makes (max_tokens >= 1, temperature >= 0, top_p, context length, ...) are left to it, so
+// both APIs answer with the same messages.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "model/sampling.h"
+#include "router/request_validation.h"
+
+namespace tandem {
+
+enum class OpenAiEndpoint { kChatCompletions, kCompletions };
+
+inline constexpr char kOpenAiParamPayload[] = "type.tandem/openai.param";
+
+struct OpenAiRequest {
+  OpenAiEndpoint endpoint = OpenAiEndpoint::kChatCompletions;
+  std::string model;   // empty = the router's model
+  PromptInput prompt;  // kChat for chat completions; kText or kTokenIds for completions
+  std::optional<int32_t> max_tokens;  // unset = up to the end of the context (vLLM's default)
+  SamplingParams sampling;            // OpenAI defaults: temperature 1, top_p 1; top_k off
+  std::optional<uint64_t> seed;       // unset = a random seed
+  std::vector<std::string> stop;      // non-empty stop strings
+  bool ignore_eos = false;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+[[nodiscard]] absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint,
+                                                               absl::string_view body);
+
+// INVALID_ARGUMENT `message` carrying `param` as kOpenAiParamPayload.
+[[nodiscard]] absl::Status OpenAiInvalidParam(absl::string_view param, absl::string_view message);
+
+}  // namespace tandem

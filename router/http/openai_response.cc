@@ -1,0 +1,155 @@
+#include "router/http/openai_response.h"
+
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+namespace {
+
+using Json = nlohmann::json;
+
+bool IsChat(const CompletionMeta& meta) {
+  return meta.endpoint == OpenAiEndpoint::kChatCompletions;
+}
+
+Json Header(const CompletionMeta& meta, bool chunk) {
+  const char* object =
+      IsChat(meta) ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  return Json{
+      {"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}};
+}
+
+Json UsageJson(const CompletionUsage& usage) {
+  return Json{{"prompt_tokens", usage.prompt_tokens},
+              {"completion_tokens", usage.completion_tokens},
+              {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+}
+
+Json FinishReason(absl::string_view reason) {
+  return reason.empty() ? Json(nullptr) : Json(std::string(reason));
+}
+
+// Invalid UTF-8 cannot reach a client's JSON parser; replace it rather than fail the response.
+std::string Dump(const Json& json) {
+  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+const char* ErrorType(int http_status) {
+  switch (http_status) {
+    case 400:
+      return "invalid_request_error";
+    case 404:
+      return "not_found_error";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+      return "service_unavailable_error";
+    case 504:
+      return "timeout_error";
+    case 499:
+      return "cancelled_error";
+    default:
+      return "internal_error";
+  }
+}
+
+}  // namespace
+
+std::string CompletionId(OpenAiEndpoint endpoint, absl::string_view request_id) {
+  return absl::StrCat(endpoint == OpenAiEndpoint::kChatCompletions ? "chatcmpl-" : "cmpl-",
+                      request_id);
+}
+
+std::string CompletionBody(const CompletionMeta& meta, absl::string_view text,
+                           absl::string_view finish_reason, const CompletionUsage& usage) {
+  Json choice{{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishReason(finish_reason)}};
+  if (IsChat(meta)) {
+    choice["message"] = Json{{"role", "assistant"}, {"content", std::string(text)}};
+  } else {
+    choice["text"] = std::string(text);
+  }
+  Json body = Header(meta, /*chunk=*/false);
+  body["choices"] = Json::array({choice});
+  body["usage"] = UsageJson(usage);
+  return Dump(body);
+}
+
+std::string ChunkBody(const CompletionMeta& meta, absl::string_view text, bool role,
+                      absl::string_view finish_reason, bool usage_field) {
+  Json choice{{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishReason(finish_reason)}};
+  if (IsChat(meta)) {
+    Json delta = Json::object();
+    if (role) delta["role"] = "assistant";
+    if (!text.empty() || finish_reason.empty()) delta["content"] = std::string(text);
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = std::string(text);
+  }
+  Json body = Header(meta, /*chunk=*/true);
+  body["choices"] = Json::array({choice});
+  if (usage_field) body["usage"] = nullptr;
+  return Dump(body);
+}
+
+std::string UsageChunkBody(const CompletionMeta& meta, const CompletionUsage& usage) {
+  Json body = Header(meta, /*chunk=*/true);
+  body["choices"] = Json::array();
+  body["usage"] = UsageJson(usage);
+  return Dump(body);
+}
+
+std::string SseEvent(absl::string_view json) { return absl::StrCat("data: ", json, "\n\n"); }
+
+std::string ModelsBody(absl::string_view model, int64_t created) {
+  const Json body{{"object", "list"},
+                  {"data", Json::array({Json{{"id", std::string(model)},
+                                             {"object", "model"},
+                                             {"created", created},
+                                             {"owned_by", "tandem"}}})}};
+  return Dump(body);
+}
+
+int HttpStatusFor(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+      return 400;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kAborted:
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    case absl::StatusCode::kCancelled:
+      return 499;
+    case absl::StatusCode::kUnimplemented:
+      return 501;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    default:
+      return 500;  // INTERNAL, UNKNOWN, DATA_LOSS, ALREADY_EXISTS: a bug
+  }
+}
+
+std::string ErrorBody(const absl::Status& status) {
+  const int http = HttpStatusFor(status.code());
+  const auto param = status.GetPayload(kOpenAiParamPayload);
+  const Json body{{"error",
+                   {{"message", std::string(status.message())},
+                    {"type", ErrorType(http)},
+                    {"param", param.has_value() ? Json(std::string(*param)) : Json(nullptr)},
+                    {"code", http}}}};
+  return Dump(body);
+}
+
+}  // namespace tandem

@@ -1,0 +1,46 @@
+#include "router/http/stop_matcher.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace tandem {
+
+StopMatcher::StopMatcher(std::vector<std::string> stops) {
+  for (std::string& s : stops) {
+    if (s.empty()) continue;
+    longest_ = std::max(longest_, s.size());
+    stops_.push_back(std::move(s));
+  }
+}
+
+std::string StopMatcher::Push(absl::string_view text) {
+  if (stopped_) return "";
+  pending_.append(text.data(), text.size());
+  if (stops_.empty()) return std::exchange(pending_, "");
+  size_t match = std::string::npos;
+  for (const std::string& stop : stops_) match = std::min(match, pending_.find(stop));
+  if (match != std::string::npos) {
+    stopped_ = true;
+    std::string out = pending_.substr(0, match);
+    pending_.clear();
+    return out;
+  }
+  // Hold back the longest tail of the pending text that begins some stop string.
+  size_t hold = 0;
+  for (size_t k = std::min(pending_.size(), longest_ - 1); k > 0 && hold == 0; --k) {
+    const absl::string_view tail = absl::string_view(pending_).substr(pending_.size() - k);
+    for (const std::string& stop : stops_) {
+      if (absl::string_view(stop).substr(0, k) == tail) {
+        hold = k;
+        break;
+      }
+    }
+  }
+  std::string out = pending_.substr(0, pending_.size() - hold);
+  pending_.erase(0, pending_.size() - hold);
+  return out;
+}
+
+std::string StopMatcher::Flush() { return std::exchange(pending_, ""); }
+
+}  // namespace tandem
