@@ -43,7 +43,8 @@ absl::StatusOr<std::unique_ptr<DecodeNode>> DecodeNode::Create(DecodeNodeOptions
       ValidateParallelConfig(o.instance.parallel, DimsOf(node->config_), InstanceRole::kDecode));
   const int32_t world = o.instance.parallel.world();
   for (int32_t r = 0; r < world; ++r) {
-    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<KvPuller> p, KvPuller::Create(KvPullerOptions{o.ucx}));
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxKvPuller> p,
+                            UcxKvPuller::Create(UcxKvPullerOptions{o.ucx}));
     node->pullers_.push_back(std::move(p));
     node->puller_mu_.push_back(std::make_unique<absl::Mutex>());
   }
@@ -51,9 +52,7 @@ absl::StatusOr<std::unique_ptr<DecodeNode>> DecodeNode::Create(DecodeNodeOptions
   DecodeNode* raw = node.get();
   io.pool_allocator = [raw](int32_t rank,
                             int64_t bytes) -> absl::StatusOr<std::unique_ptr<KvPoolMemory>> {
-    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxPool> pool,
-                            raw->pullers_[rank]->AllocatePool(bytes));
-    return std::unique_ptr<KvPoolMemory>(std::move(pool));
+    return raw->pullers_[rank]->AllocatePool(bytes);
   };
   TANDEM_ASSIGN_OR_RETURN(node->instance_, Instance::Create(model.weights, io));
   node->blocks_ = std::make_unique<BlockManager>(node->instance_->num_blocks());

@@ -111,7 +111,7 @@ class DecodeNode {
   LlamaConfig config_;
   absl::Time started_;
 
-  std::vector<std::unique_ptr<KvPuller>> pullers_;       // [world]; own the pools
+  std::vector<std::unique_ptr<UcxKvPuller>> pullers_;    // [world]; own the pools
   std::vector<std::unique_ptr<absl::Mutex>> puller_mu_;  // one pull at a time per rank
   std::unique_ptr<Instance> instance_;
   std::unique_ptr<BlockManager> blocks_;

@@ -22,7 +22,7 @@
 #include "absl/types/span.h"
 #include "attention/kv_dtype.h"
 #include "attention/parallel_layout.h"
-#include "engine/kv_pool_memory.h"
+#include "common/kv_pool_memory.h"
 #include "engine/rank_model.h"
 #include "engine/step.h"
 #include "model/format/llama_weights.h"

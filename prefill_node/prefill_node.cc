@@ -52,17 +52,17 @@ absl::StatusOr<std::unique_ptr<PrefillNode>> PrefillNode::Create(PrefillNodeOpti
                                                    " bytes per rank is below one block (",
                                                    geom.block_bytes(), " bytes)"));
   }
-  TransferSourceOptions so;
+  UcxTransferSourceOptions so;
   so.engine_id = node->engine_id_;
   so.epoch = node->epoch_;
   so.compat_hash = CompatibilityHash(model.identity, layout);
   so.layout = layout;
   so.pool_bytes_per_rank = PoolBytes(geom, blocks);
   so.ucx = o.ucx;
-  TANDEM_ASSIGN_OR_RETURN(node->source_, TransferSource::Create(so));
+  TANDEM_ASSIGN_OR_RETURN(node->source_, UcxTransferSource::Create(so));
 
   InstanceOptions io = o.instance;
-  TransferSource* source = node->source_.get();
+  UcxTransferSource* source = node->source_.get();
   io.pool_allocator = [source](int32_t rank, int64_t bytes) {
     return source->BorrowPool(rank, bytes);
   };

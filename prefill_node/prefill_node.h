@@ -92,7 +92,7 @@ class PrefillNode {
   absl::Time started_;
   LlamaConfig config_;
 
-  std::unique_ptr<TransferSource> source_;  // owns the pools: destroyed after the instance
+  std::unique_ptr<UcxTransferSource> source_;  // owns the pools: destroyed after the instance
   std::unique_ptr<Instance> instance_;
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<PrefillEngine> engine_;

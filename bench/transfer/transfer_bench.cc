@@ -21,7 +21,7 @@ ABSL_FLAG(int32_t, kv_heads, 8, "KV heads");
 ABSL_FLAG(int32_t, head_dim, 128, "head dimension");
 ABSL_FLAG(int32_t, block_size, 16, "tokens per block (B)");
 ABSL_FLAG(int32_t, reps, 7, "timed passes per scenario (after one warm-up pass)");
-ABSL_FLAG(int32_t, max_in_flight, 1024, "KvPuller get window");
+ABSL_FLAG(int32_t, max_in_flight, 1024, "UcxKvPuller get window");
 ABSL_FLAG(bool, tcp, false, "also run every scenario over TCP loopback");
 ABSL_FLAG(bool, token_granular, true, "include the token-interleaved (one copy per row) case");
 ABSL_FLAG(std::string, scenario, "", "run only scenarios whose name contains this");

@@ -80,14 +80,15 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
   const std::vector<TransferCopy>& copies = plan.copies[0];
 
   const UcxOptions ucx{testing::UcxSettings(options.transport)};
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<KvPuller> puller, KvPuller::Create(KvPullerOptions{ucx}));
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxPool> pool,
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxKvPuller> puller,
+                          UcxKvPuller::Create(UcxKvPullerOptions{ucx}));
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<KvPoolMemory> pool,
                           puller->AllocatePool(testing::PoolBytesForBlocks(sc.dst, dst_blocks)));
   auto* local = static_cast<std::byte*>(pool->base());
   const absl::Span<std::byte> local_span(local, static_cast<size_t>(pool->bytes()));
   testing::PoisonPool(local_span);  // also faults every page in before timing
 
-  // The raw loop gets its own worker and endpoints: nothing of KvPuller on its path.
+  // The raw loop gets its own worker and endpoints: nothing of UcxKvPuller on its path.
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxContext> raw_context, UcxContext::Create(ucx));
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxWorker> raw_worker,
                           UcxWorker::Create(std::shared_ptr<UcxContext>(std::move(raw_context))));

@@ -1,7 +1,7 @@
 // One benchmark scenario of transfer_bench: a source peer process (this executable, re-run with
 // --source_peer) holds a filled KV for `src`; this process plans the pull into `dst` and times,
 // on the same UCX-allocated memory and transport:
-//   planned  — KvPuller::Execute of the plan (what Tandem does),
+//   planned  — UcxKvPuller::Execute of the plan (what Tandem does),
 //   raw      — RawGetLoop over the same copy list (simplest ucp_get loop),
 //   memcpy   — MemcpyLoop over the same copy list between local buffers.
 // After one untimed warm-up pass (which maps the source pools and is verified), each timed pass

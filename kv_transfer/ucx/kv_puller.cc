@@ -47,30 +47,33 @@ std::string SourceName(const TransferMetadata& m) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<KvPuller>> KvPuller::Create(const KvPullerOptions& options) {
+absl::StatusOr<std::unique_ptr<UcxKvPuller>> UcxKvPuller::Create(
+    const UcxKvPullerOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxContext> context, UcxContext::Create(options.ucx));
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxWorker> worker,
                           UcxWorker::Create(std::shared_ptr<UcxContext>(std::move(context))));
-  return std::unique_ptr<KvPuller>(new KvPuller(std::move(worker)));
+  return std::unique_ptr<UcxKvPuller>(new UcxKvPuller(std::move(worker)));
 }
 
-KvPuller::~KvPuller() = default;
+UcxKvPuller::~UcxKvPuller() = default;
 
-absl::StatusOr<std::unique_ptr<UcxPool>> KvPuller::AllocatePool(int64_t bytes) {
-  return UcxPool::Create(worker_->context(), bytes);
+absl::StatusOr<std::unique_ptr<KvPoolMemory>> UcxKvPuller::AllocatePool(int64_t bytes) {
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxPool> pool,
+                          UcxPool::Create(worker_->context(), bytes));
+  return std::unique_ptr<KvPoolMemory>(std::move(pool));
 }
 
-void KvPuller::Forget(absl::string_view engine_id, uint64_t epoch) {
+void UcxKvPuller::Forget(absl::string_view engine_id, uint64_t epoch) {
   absl::erase_if(connections_, [&](const auto& entry) {
     return std::get<0>(entry.first) == engine_id && std::get<1>(entry.first) == epoch;
   });
 }
 
-void KvPuller::Drop(const TransferMetadata& source, int32_t rank) {
+void UcxKvPuller::Drop(const TransferMetadata& source, int32_t rank) {
   connections_.erase(Key(source.engine_id, source.epoch, rank));
 }
 
-absl::StatusOr<RemoteRank*> KvPuller::Connection(const TransferMetadata& source, int32_t rank) {
+absl::StatusOr<RemoteRank*> UcxKvPuller::Connection(const TransferMetadata& source, int32_t rank) {
   // A newer epoch of an engine means the old process is gone: its connections are stale.
   absl::erase_if(connections_, [&](const auto& entry) {
     return std::get<0>(entry.first) == source.engine_id && std::get<1>(entry.first) != source.epoch;
@@ -91,9 +94,9 @@ absl::StatusOr<RemoteRank*> KvPuller::Connection(const TransferMetadata& source,
   return raw;
 }
 
-absl::Status KvPuller::Execute(const TransferMetadata& source,
-                               absl::Span<const TransferCopy> copies,
-                               absl::Span<std::byte> local_pool, const PullOptions& options) {
+absl::Status UcxKvPuller::Execute(const TransferMetadata& source,
+                                  absl::Span<const TransferCopy> copies,
+                                  absl::Span<std::byte> local_pool, const PullOptions& options) {
   TANDEM_RETURN_IF_ERROR(ValidateTransferMetadata(source));
   if (options.max_in_flight < 1) {
     return absl::InvalidArgumentError(
@@ -134,6 +137,11 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
   auto fail = [&failure](absl::Status status) {
     if (failure.ok()) failure = std::move(status);
   };
+  // Source ranks a failure is blamed on, each once (options.failed_source_ranks).
+  std::vector<int32_t> blamed;
+  auto blame = [&blamed](int32_t rank) {
+    if (std::find(blamed.begin(), blamed.end(), rank) == blamed.end()) blamed.push_back(rank);
+  };
   auto peer_name = [&](int32_t rank) {
     return remote[rank] != nullptr ? remote[rank]->label()
                                    : absl::StrCat("source rank ", rank, " of ", SourceName(source));
@@ -145,6 +153,7 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
       return;
     }
     // Gets cancelled by our own force-close land here too; `failure` already says why.
+    if (!cancelled && failure.ok()) blame(rank);
     fail(absl::UnavailableError(
         absl::StrCat("get from ", peer_name(rank), ": ", ToStatus(status, "failed").message())));
   };
@@ -210,8 +219,11 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
     }
     done_slots.clear();
     // The endpoint error callback runs inside ProgressAll; UCX fails that endpoint's gets too.
-    for (RemoteRank* r : remote) {
-      if (r != nullptr && !r->error().ok()) fail(r->error());
+    for (size_t rank = 0; rank < remote.size(); ++rank) {
+      if (remote[rank] != nullptr && !remote[rank]->error().ok()) {
+        blame(static_cast<int32_t>(rank));
+        fail(remote[rank]->error());
+      }
     }
     const absl::Time now = absl::Now();
     if (reaped > 0) last_completion = now;
@@ -228,6 +240,7 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
       }
       std::sort(owing.begin(), owing.end());
       if (!cancelled) {
+        for (int32_t rank : owing) blame(rank);
         fail(absl::DeadlineExceededError(
             absl::StrCat("KV transfer from ", SourceName(source), " stalled: no get completed for ",
                          absl::FormatDuration(options.stall_timeout), "; ", in_flight,
@@ -265,6 +278,10 @@ absl::Status KvPuller::Execute(const TransferMetadata& source,
   }
 
   publish();
+  if (options.failed_source_ranks != nullptr && !cancelled) {
+    options.failed_source_ranks->insert(options.failed_source_ranks->end(), blamed.begin(),
+                                        blamed.end());
+  }
   // A failed endpoint is never reused: the next Execute reconnects.
   for (size_t rank = 0; rank < remote.size(); ++rank) {
     if (remote[rank] != nullptr && !remote[rank]->error().ok()) {

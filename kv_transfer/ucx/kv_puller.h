@@ -1,4 +1,5 @@
-// KvPuller: the decode side of the KV transfer (DESIGN.md §6). One per decode rank.
+// UcxKvPuller: the UCX implementation of KvPuller (kv_transfer/kv_puller.h), the decode side of
+// the KV transfer (DESIGN.md §6). One per decode rank.
 //
 // Owns a UCX context and worker and a cache of connections (endpoint + unpacked rkey) keyed by
 // (source engine id, epoch, source rank). Execute() pulls a planned list of copies from one
@@ -13,6 +14,7 @@
 //     pool when Execute returns;
 //   * UCX reporting a source endpoint failed (peer error handling) → UNAVAILABLE naming the
 //     source rank; that connection is dropped and the next Execute reconnects.
+//   * the ranks blamed for a stall or failure go to options.failed_source_ranks.
 // After a non-OK return the local pool may hold part of the data; the caller discards it.
 //
 // Thread-safety: thread-compatible — one thread at a time (the owning decode rank's thread)
@@ -33,6 +35,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "kv_transfer/kv_puller.h"
 #include "kv_transfer/transfer_types.h"
 #include "kv_transfer/ucx/remote_rank.h"
 #include "kv_transfer/ucx/ucx_pool.h"
@@ -40,37 +43,17 @@
 
 namespace tandem {
 
-// Live counters of one Execute, for monitoring (and for tests that act mid-transfer). Execute
-// publishes them once per turn of its loop (every 64 posts at most), not per get.
-struct PullProgress {
-  std::atomic<int64_t> posted{0};           // gets handed to UCX
-  std::atomic<int64_t> completed{0};        // gets finished successfully
-  std::atomic<int64_t> completed_bytes{0};  // bytes of those gets
-  // Wall time spent posting (ucp_get_nbx calls), accumulated. On shared memory UCX copies the
-  // bytes inside ucp_get_nbx, so there this is most of the transfer.
-  std::atomic<int64_t> post_nanos{0};
-};
-
-struct PullOptions {
-  // ≥ 1. Tiny gets over TCP need a deep window to keep the source busy (measured: 64 → 0.3× the
-  // raw loop for 256-byte gets, 1024 → parity); memory cost is one small slot per get.
-  int32_t max_in_flight = 1024;
-  absl::Duration stall_timeout = absl::Seconds(10);  // > 0
-  const std::atomic<bool>* cancel = nullptr;         // optional; checked while waiting
-  PullProgress* progress = nullptr;                  // optional
-};
-
-struct KvPullerOptions {
+struct UcxKvPullerOptions {
   UcxOptions ucx;
 };
 
-class KvPuller {
+class UcxKvPuller final : public KvPuller {
  public:
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<KvPuller>> Create(
-      const KvPullerOptions& options);
-  ~KvPuller();
-  KvPuller(const KvPuller&) = delete;
-  KvPuller& operator=(const KvPuller&) = delete;
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<UcxKvPuller>> Create(
+      const UcxKvPullerOptions& options);
+  ~UcxKvPuller() override;
+  UcxKvPuller(const UcxKvPuller&) = delete;
+  UcxKvPuller& operator=(const UcxKvPuller&) = delete;
 
   // Copies copies[i].length bytes from source rank copies[i].src_rank's pool at src_offset to
   // local_pool at dst_offset, for every i. REQUIRES: copies' destination ranges do not overlap.
@@ -78,19 +61,20 @@ class KvPuller {
   // CheckHandshake once per (engine id, epoch) first.
   [[nodiscard]] absl::Status Execute(const TransferMetadata& source,
                                      absl::Span<const TransferCopy> copies,
-                                     absl::Span<std::byte> local_pool, const PullOptions& options);
+                                     absl::Span<std::byte> local_pool,
+                                     const PullOptions& options) override;
 
-  // A pool in this puller's UCX context, for the decode rank's own KV cache.
-  [[nodiscard]] absl::StatusOr<std::unique_ptr<UcxPool>> AllocatePool(int64_t bytes);
+  // A UcxPool in this puller's UCX context, for the decode rank's own KV cache.
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<KvPoolMemory>> AllocatePool(int64_t bytes) override;
 
   // Drops the cached connections to (engine_id, epoch).
-  void Forget(absl::string_view engine_id, uint64_t epoch);
+  void Forget(absl::string_view engine_id, uint64_t epoch) override;
   int64_t cached_connections() const { return static_cast<int64_t>(connections_.size()); }
 
  private:
   using Key = std::tuple<std::string, uint64_t, int32_t>;  // engine id, epoch, source rank
 
-  explicit KvPuller(std::unique_ptr<UcxWorker> worker) : worker_(std::move(worker)) {}
+  explicit UcxKvPuller(std::unique_ptr<UcxWorker> worker) : worker_(std::move(worker)) {}
   absl::StatusOr<RemoteRank*> Connection(const TransferMetadata& source, int32_t rank);
   void Drop(const TransferMetadata& source, int32_t rank);
 

@@ -11,29 +11,21 @@ namespace tandem {
 
 // Members are destroyed bottom-up: the progress thread stops before the pool is unmapped and
 // the worker destroyed; the context (shared by worker and pool) goes last.
-struct TransferSource::Rank {
+struct UcxTransferSource::Rank {
   std::shared_ptr<UcxContext> context;
   std::unique_ptr<UcxWorker> worker;
   std::unique_ptr<UcxPool> pool;
   std::unique_ptr<WorkerProgressThread> progress;
 };
 
-TransferSource::TransferSource() = default;
-TransferSource::~TransferSource() = default;
+UcxTransferSource::UcxTransferSource() = default;
+UcxTransferSource::~UcxTransferSource() = default;
 
-absl::StatusOr<std::unique_ptr<TransferSource>> TransferSource::Create(
-    const TransferSourceOptions& options) {
-  if (options.engine_id.empty()) {
-    return absl::InvalidArgumentError("TransferSource: engine_id must not be empty");
-  }
-  TANDEM_RETURN_IF_ERROR(
-      ValidateParallelConfig(options.layout.parallel, options.layout.dims, InstanceRole::kPrefill));
-  if (options.pool_bytes_per_rank <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "TransferSource: pool_bytes_per_rank must be > 0, got ", options.pool_bytes_per_rank));
-  }
+absl::StatusOr<std::unique_ptr<UcxTransferSource>> UcxTransferSource::Create(
+    const UcxTransferSourceOptions& options) {
+  TANDEM_RETURN_IF_ERROR(ValidateKvSourceOptions(options));
 
-  std::unique_ptr<TransferSource> self(new TransferSource());
+  std::unique_ptr<UcxTransferSource> self(new UcxTransferSource());
   self->metadata_.engine_id = options.engine_id;
   self->metadata_.epoch = options.epoch;
   self->metadata_.compat_hash = options.compat_hash;
@@ -62,36 +54,6 @@ absl::StatusOr<std::unique_ptr<TransferSource>> TransferSource::Create(
   return self;
 }
 
-KvPoolMemory& TransferSource::pool(int32_t rank) const { return *ranks_[rank]->pool; }
-
-namespace {
-
-class BorrowedPool final : public KvPoolMemory {
- public:
-  BorrowedPool(void* base, int64_t bytes) : base_(base), bytes_(bytes) {}
-  void* base() const override { return base_; }
-  int64_t bytes() const override { return bytes_; }
-
- private:
-  void* base_;
-  int64_t bytes_;
-};
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<KvPoolMemory>> TransferSource::BorrowPool(int32_t rank,
-                                                                         int64_t bytes) const {
-  if (rank < 0 || rank >= world()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("TransferSource::BorrowPool: rank ", rank, " outside [0, ", world(), ")"));
-  }
-  const KvPoolMemory& p = pool(rank);
-  if (bytes < 0 || bytes > p.bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat("TransferSource::BorrowPool: rank ", rank,
-                                                   " asked for ", bytes, " bytes, pool has ",
-                                                   p.bytes()));
-  }
-  return std::unique_ptr<KvPoolMemory>(new BorrowedPool(p.base(), bytes));
-}
+KvPoolMemory& UcxTransferSource::pool(int32_t rank) const { return *ranks_[rank]->pool; }
 
 }  // namespace tandem

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "engine/kv_pool_memory.h"
+#include "common/kv_pool_memory.h"
 #include "kv_transfer/ucx/ucx_worker.h"
 
 namespace tandem {

@@ -1,4 +1,4 @@
-// Child process of the two-process KV transfer tests: a TransferSource serving filled pools
+// Child process of the two-process KV transfer tests: a UcxTransferSource serving filled pools
 // (kv_transfer/ucx/testing/source_peer.h describes the protocol on fds 3 and 4).
 #include "kv_transfer/ucx/testing/source_peer.h"
 

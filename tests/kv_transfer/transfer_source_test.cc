@@ -1,4 +1,4 @@
-// TransferSource in one process: option validation, the metadata it publishes, borrowed pool
+// UcxTransferSource in one process: option validation, the metadata it publishes, borrowed pool
 // views, clean shutdown, and that its progress threads serve TCP gets (which UCX emulates with
 // messages the source must progress).
 #include "kv_transfer/ucx/transfer_source.h"
@@ -18,8 +18,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TransferSourceOptions Options(Transport transport = Transport::kSharedMemory) {
-  TransferSourceOptions o;
+UcxTransferSourceOptions Options(Transport transport = Transport::kSharedMemory) {
+  UcxTransferSourceOptions o;
   o.engine_id = "prefill-in-process";
   o.epoch = 5;
   o.compat_hash = 77;
@@ -30,27 +30,27 @@ TransferSourceOptions Options(Transport transport = Transport::kSharedMemory) {
 }
 
 TEST(TransferSourceTest, RejectsBadOptions) {
-  TransferSourceOptions o = Options();
+  UcxTransferSourceOptions o = Options();
   o.engine_id.clear();
-  EXPECT_THAT(TransferSource::Create(o),
+  EXPECT_THAT(UcxTransferSource::Create(o),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("engine_id")));
   o = Options();
   o.layout.parallel.tp = 3;  // does not divide 4 query heads
-  EXPECT_THAT(TransferSource::Create(o),
+  EXPECT_THAT(UcxTransferSource::Create(o),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tp")));
   o = Options();
   o.pool_bytes_per_rank = 0;
-  EXPECT_THAT(TransferSource::Create(o), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                  HasSubstr("pool_bytes_per_rank must be > 0")));
+  EXPECT_THAT(UcxTransferSource::Create(o), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                     HasSubstr("pool_bytes_per_rank must be > 0")));
   o = Options();
   o.ucx.config = {{"RNDV_THRESH", "not-a-size"}};
-  EXPECT_THAT(TransferSource::Create(o),
+  EXPECT_THAT(UcxTransferSource::Create(o),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("ucp_config_modify RNDV_THRESH=not-a-size")));
 }
 
 TEST(TransferSourceTest, PublishesOneValidEntryPerRank) {
-  absl::StatusOr<std::unique_ptr<TransferSource>> source = TransferSource::Create(Options());
+  absl::StatusOr<std::unique_ptr<UcxTransferSource>> source = UcxTransferSource::Create(Options());
   ASSERT_OK(source);
   const TransferMetadata& m = (*source)->metadata();
   EXPECT_EQ(m.engine_id, "prefill-in-process");
@@ -69,7 +69,7 @@ TEST(TransferSourceTest, PublishesOneValidEntryPerRank) {
 }
 
 TEST(TransferSourceTest, BorrowedPoolsAreViewsWithChecks) {
-  absl::StatusOr<std::unique_ptr<TransferSource>> source = TransferSource::Create(Options());
+  absl::StatusOr<std::unique_ptr<UcxTransferSource>> source = UcxTransferSource::Create(Options());
   ASSERT_OK(source);
   absl::StatusOr<std::unique_ptr<KvPoolMemory>> view = (*source)->BorrowPool(1, 4096);
   ASSERT_OK(view);
@@ -85,21 +85,21 @@ TEST(TransferSourceTest, ShutsDownCleanlyRepeatedly) {
   // Each destruction joins two progress threads blocked on their workers' event fds.
   for (int i = 0; i < 5; ++i) {
     const absl::Time start = absl::Now();
-    ASSERT_OK(TransferSource::Create(Options()));
+    ASSERT_OK(UcxTransferSource::Create(Options()));
     EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   }
 }
 
 TEST(TransferSourceTest, ProgressThreadsServeTcpGets) {
-  absl::StatusOr<std::unique_ptr<TransferSource>> source =
-      TransferSource::Create(Options(Transport::kTcp));
+  absl::StatusOr<std::unique_ptr<UcxTransferSource>> source =
+      UcxTransferSource::Create(Options(Transport::kTcp));
   ASSERT_OK(source);
   for (int32_t r = 0; r < 2; ++r) {
     auto* bytes = static_cast<unsigned char*>((*source)->pool(r).base());
     for (int i = 0; i < (1 << 16); ++i) bytes[i] = static_cast<unsigned char>(i * 7 + r);
   }
-  absl::StatusOr<std::unique_ptr<KvPuller>> puller =
-      KvPuller::Create(KvPullerOptions{UcxOptions{UcxSettings(Transport::kTcp)}});
+  absl::StatusOr<std::unique_ptr<UcxKvPuller>> puller =
+      UcxKvPuller::Create(UcxKvPullerOptions{UcxOptions{UcxSettings(Transport::kTcp)}});
   ASSERT_OK(puller);
   std::vector<std::byte> local(1 << 17);
   // Rank 1's second half, then rank 0's first half, into one local buffer.

@@ -56,8 +56,8 @@ class Transfer {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<std::unique_ptr<KvPuller>> NewPuller() const {
-    return KvPuller::Create(KvPullerOptions{UcxOptions{UcxSettings(transport_)}});
+  absl::StatusOr<std::unique_ptr<UcxKvPuller>> NewPuller() const {
+    return UcxKvPuller::Create(UcxKvPullerOptions{UcxOptions{UcxSettings(transport_)}});
   }
 
   std::vector<std::byte> PoisonedPool() const {

@@ -1,6 +1,6 @@
 // Two processes, real UCX: a source peer process fills its pools for one layout and publishes
 // its metadata over a pipe; this process, with a different layout, checks the handshake, plans
-// with the planner, pulls every destination rank's copies with its own KvPuller and verifies
+// with the planner, pulls every destination rank's copies with its own UcxKvPuller and verifies
 // every byte — over shared memory and over TCP loopback.
 #include <sys/wait.h>
 
@@ -95,10 +95,10 @@ TEST_P(UcxTransferTest, PullsEveryByteAcrossProcesses) {
 
   for (int32_t d = 0; d < dst.world(); ++d) {
     SCOPED_TRACE(::testing::Message() << "destination rank " << d);
-    absl::StatusOr<std::unique_ptr<KvPuller>> puller =
-        KvPuller::Create(KvPullerOptions{UcxOptions{UcxSettings(transport)}});
+    absl::StatusOr<std::unique_ptr<UcxKvPuller>> puller =
+        UcxKvPuller::Create(UcxKvPullerOptions{UcxOptions{UcxSettings(transport)}});
     ASSERT_OK(puller);
-    absl::StatusOr<std::unique_ptr<UcxPool>> pool =
+    absl::StatusOr<std::unique_ptr<KvPoolMemory>> pool =
         (*puller)->AllocatePool(PoolBytesForBlocks(dst, dst_blocks));
     ASSERT_OK(pool);
     const absl::Span<std::byte> bytes(static_cast<std::byte*>((*pool)->base()),

@@ -155,13 +155,13 @@ int RunSourcePeer(int in_fd, int out_fd) {
     std::fprintf(stderr, "source peer: bad config: %s\n", config.status().ToString().c_str());
     return 2;
   }
-  TransferSourceOptions options;
+  UcxTransferSourceOptions options;
   options.engine_id = config->engine_id;
   options.epoch = config->epoch;
   options.compat_hash = config->compat_hash;
   options.layout = config->layout;
   options.pool_bytes_per_rank = PoolBytesForBlocks(config->layout, config->blocks);
-  absl::StatusOr<std::unique_ptr<TransferSource>> source = TransferSource::Create(options);
+  absl::StatusOr<std::unique_ptr<UcxTransferSource>> source = UcxTransferSource::Create(options);
   if (!source.ok()) {
     std::fprintf(stderr, "source peer: %s\n", source.status().ToString().c_str());
     return 3;

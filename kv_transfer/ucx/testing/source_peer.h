@@ -1,10 +1,10 @@
-// Test/benchmark support: a TransferSource running in a separate process ("source peer"), so
+// Test/benchmark support: a UcxTransferSource running in a separate process ("source peer"), so
 // transfers cross a real process boundary the way prefill → decode does.
 //
 // Protocol (pipes on fixed descriptors, never stdout: UCX prints its warnings there):
 //   parent → peer, fd kPeerInFd:  one line, EncodeSourcePeerConfig(config)
 //   peer → parent, fd kPeerOutFd: 8-byte little-endian length + SerializeTransferMetadata(...)
-//   parent → peer: "exit\n" or EOF → the peer destroys its TransferSource and exits 0.
+//   parent → peer: "exit\n" or EOF → the peer destroys its UcxTransferSource and exits 0.
 // The peer fills its pools with kv_pattern.h's pattern before sending the metadata, so the
 // parent may read as soon as it has the metadata. Every wait in the parent has a deadline.
 //

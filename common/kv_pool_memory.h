@@ -1,7 +1,7 @@
 // Memory behind one rank's KV pool. The engine only needs a base pointer and a size; where the
 // memory comes from is the server's choice: plain backend memory for a combined instance, memory
-// allocated through UCX on prefill/decode instances so the KV transfer can read it one-sidedly
-// (DESIGN.md §6).
+// a KV transport allocated on prefill/decode instances so peers can read it one-sidedly
+// (DESIGN.md §6). Here, below both engine/ and kv_transfer/, so neither includes the other.
 #pragma once
 
 #include <cstdint>

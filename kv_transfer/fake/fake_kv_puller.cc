@@ -1,0 +1,165 @@
+#include "kv_transfer/fake/fake_kv_puller.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kv_transfer/ucx/transfer_checks.h"
+
+namespace tandem::fake {
+namespace {
+
+// Longest single sleep while stalled or delayed: bounds how late a cancel flag is noticed.
+constexpr absl::Duration kWaitSlice = absl::Milliseconds(2);
+
+std::string SourceName(const TransferMetadata& m) {
+  return absl::StrCat("engine '", m.engine_id, "' epoch ", m.epoch);
+}
+
+bool Cancelled(const PullOptions& options) {
+  return options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed);
+}
+
+// Sleeps until `until`, in slices; false if cancelled first.
+bool SleepUnlessCancelled(absl::Time until, const PullOptions& options) {
+  while (absl::Now() < until) {
+    if (Cancelled(options)) return false;
+    absl::SleepFor(std::min(until - absl::Now(), kWaitSlice));
+  }
+  return !Cancelled(options);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KvPoolMemory>> FakeKvPuller::AllocatePool(int64_t bytes) {
+  if (bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("pool bytes must be > 0, got ", bytes));
+  }
+  return std::unique_ptr<KvPoolMemory>(new HeapPool(bytes));
+}
+
+absl::Status FakeKvPuller::Execute(const TransferMetadata& source,
+                                   absl::Span<const TransferCopy> copies,
+                                   absl::Span<std::byte> local_pool, const PullOptions& options) {
+  TANDEM_RETURN_IF_ERROR(ValidateTransferMetadata(source));
+  if (options.max_in_flight < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_in_flight must be >= 1, got ", options.max_in_flight));
+  }
+  if (options.stall_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("stall_timeout must be > 0");
+  }
+  TANDEM_RETURN_IF_ERROR(ValidateCopies(copies, source, static_cast<int64_t>(local_pool.size())));
+  const std::string& engine = source.engine_id;
+  auto blame = [&](int32_t rank) {
+    if (options.failed_source_ranks != nullptr) options.failed_source_ranks->push_back(rank);
+  };
+
+  // "Connect" to every source rank the copies read before moving anything.
+  std::vector<std::shared_ptr<HeapPool>> pools(source.ranks.size());
+  for (const TransferCopy& c : copies) {
+    if (pools[c.src_rank] != nullptr) continue;
+    const RankTransferInfo& info = source.ranks[c.src_rank];
+    absl::StatusOr<FakeKvNetwork::Endpoint> ep = network_->Resolve(engine, info.worker_address);
+    if (!ep.ok()) {
+      blame(c.src_rank);
+      return absl::UnavailableError(absl::StrCat("source rank ", c.src_rank, " of ",
+                                                 SourceName(source), ": ", ep.status().message()));
+    }
+    if (ep->info.pool_base != info.pool_base || ep->info.pool_bytes != info.pool_bytes ||
+        ep->info.rkey != info.rkey) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "transfer metadata of ", SourceName(source), ": ranks[", c.src_rank,
+          "] (pool_base, pool_bytes, rkey) is not what ", info.worker_address, " published"));
+    }
+    pools[c.src_rank] = ep->pool;
+  }
+
+  network_->PullStarted(engine);
+  absl::Cleanup finished = [&] { network_->PullFinished(engine); };
+  const int64_t n = static_cast<int64_t>(copies.size());
+  int64_t completed = 0;
+  int64_t completed_bytes = 0;
+  absl::Time last_completion = absl::Now();
+  auto publish = [&](int64_t posted) {
+    if (options.progress == nullptr) return;
+    options.progress->posted.store(posted, std::memory_order_relaxed);
+    options.progress->completed.store(completed, std::memory_order_relaxed);
+    options.progress->completed_bytes.store(completed_bytes, std::memory_order_relaxed);
+  };
+  auto cancelled = [&] {
+    publish(completed);
+    return absl::CancelledError(absl::StrCat("KV transfer from ", SourceName(source),
+                                             " cancelled after ", completed, " of ", n, " copies"));
+  };
+  auto stalled = [&](int32_t rank) {
+    publish(completed);
+    blame(rank);
+    return absl::DeadlineExceededError(absl::StrCat(
+        "KV transfer from ", SourceName(source), " stalled: no get completed for ",
+        absl::FormatDuration(options.stall_timeout), "; 1 gets outstanding to source rank(s) ",
+        rank, " after ", completed, " of ", n, " copies"));
+  };
+
+  for (int64_t i = 0; i < n;) {
+    if (Cancelled(options)) return cancelled();
+    const TransferCopy& c = copies[i];
+    const absl::Time stall_at = last_completion + options.stall_timeout;
+    switch (network_->Admit(engine, c.length)) {
+      case FakeKvNetwork::Verdict::kPaused:
+        network_->AwaitResume(engine, stall_at, options.cancel);
+        if (Cancelled(options)) return cancelled();
+        if (absl::Now() >= stall_at) return stalled(c.src_rank);
+        continue;  // resumed: admit the same copy again
+      case FakeKvNetwork::Verdict::kStall:
+        if (!SleepUnlessCancelled(stall_at, options)) return cancelled();
+        return stalled(c.src_rank);
+      case FakeKvNetwork::Verdict::kDead:
+        publish(completed);
+        blame(c.src_rank);
+        return absl::UnavailableError(absl::StrCat(
+            "get from source rank ", c.src_rank, " of ", SourceName(source),
+            " failed: the peer died (injected) after ", completed, " of ", n, " copies"));
+      case FakeKvNetwork::Verdict::kFail:
+        publish(completed);
+        blame(c.src_rank);
+        return absl::UnavailableError(absl::StrCat("get from source rank ", c.src_rank, " of ",
+                                                   SourceName(source), " failed (injected, copy ",
+                                                   i, ")"));
+      case FakeKvNetwork::Verdict::kShort: {
+        const auto* from = static_cast<const std::byte*>(pools[c.src_rank]->base());
+        std::memcpy(local_pool.data() + c.dst_offset, from + c.src_offset, c.length / 2);
+        publish(completed);
+        return absl::DataLossError(absl::StrCat("get from source rank ", c.src_rank, " of ",
+                                                SourceName(source), " completed ", c.length / 2,
+                                                " of ", c.length, " bytes (copy ", i, ")"));
+      }
+      case FakeKvNetwork::Verdict::kCopy:
+        break;
+    }
+    const auto* from = static_cast<const std::byte*>(pools[c.src_rank]->base());
+    std::memcpy(local_pool.data() + c.dst_offset, from + c.src_offset, c.length);
+    ++completed;
+    completed_bytes += c.length;
+    ++i;
+    last_completion = absl::Now();
+    publish(i);
+    const absl::Duration delay = network_->copy_delay(engine);
+    if (delay > absl::ZeroDuration() && !SleepUnlessCancelled(absl::Now() + delay, options)) {
+      return cancelled();
+    }
+  }
+  publish(n);
+  return absl::OkStatus();
+}
+
+KvPullerFactory FakePullerFactory(FakeKvNetwork* network) {
+  return [network](int32_t) -> absl::StatusOr<std::unique_ptr<KvPuller>> {
+    return std::unique_ptr<KvPuller>(new FakeKvPuller(network));
+  };
+}
+
+}  // namespace tandem::fake
