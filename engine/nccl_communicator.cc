@@ -7,11 +7,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "attention/cuda/cuda_device.h"
-#include "attention/cuda/cuda_status.h"
+#include "common/cuda/cuda_buffer.h"
+#include "common/cuda/cuda_device.h"
+#include "common/cuda/cuda_status.h"
+#include "common/cuda/cuda_stream.h"
 #include "common/status_macros.h"
-#include "model/cuda/cuda_buffer.h"
-#include "model/cuda/cuda_stream.h"
 
 namespace tandem {
 namespace {

@@ -3,7 +3,7 @@
 //
 // Semantics are those of engine/communicator.h, with these specifics:
 // * Buffers are device memory on the member's GPU. Collectives are enqueued on the stream of the
-//   calling thread's CUDA backend (model/cuda/cuda_stream.h; cudaStreamPerThread when the thread
+//   calling thread's CUDA backend (common/cuda/cuda_stream.h; cudaStreamPerThread when the thread
 //   has none), so they are ordered after the backend's kernels, and every collective returns
 //   only once it has completed on the GPU (as the CPU communicator does): an error or a peer that
 //   never arrives is reported by the call itself, never by a later backend op.

@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "attention/cuda/cuda_attention.h"
-#include "attention/cuda/cuda_status.h"
 #include "attention/cuda/kv_access.cuh"
 #include "attention/lse_merge.h"
+#include "common/cuda/cuda_status.h"
 
 namespace tandem::gpu {
 namespace {

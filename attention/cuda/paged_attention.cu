@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "attention/cuda/cuda_attention.h"
-#include "attention/cuda/cuda_status.h"
 #include "attention/cuda/kv_access.cuh"
+#include "common/cuda/cuda_status.h"
 
 namespace tandem::gpu {
 namespace {

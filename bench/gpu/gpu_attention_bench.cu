@@ -23,8 +23,8 @@
 
 #include "attention/cuda/attention_launch_plan.h"
 #include "attention/cuda/cuda_attention.h"
-#include "attention/cuda/cuda_device.h"
-#include "attention/cuda/cuda_status.h"
+#include "common/cuda/cuda_device.h"
+#include "common/cuda/cuda_status.h"
 
 namespace tandem::gpu {
 namespace {

@@ -4,7 +4,7 @@
 #include "attention/cpu/paged_attention.h"
 #include "attention/cuda/attention_launch_plan.h"
 #include "attention/cuda/cuda_attention.h"
-#include "attention/cuda/cuda_device.h"
+#include "common/cuda/cuda_device.h"
 #include "common/status_macros.h"
 
 namespace tandem::gpu {

@@ -21,8 +21,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "attention/attention_args.h"
-#include "model/cuda/cuda_buffer.h"
-#include "model/cuda/staged_upload.h"
+#include "common/cuda/cuda_buffer.h"
+#include "common/cuda/staged_upload.h"
 
 namespace tandem::gpu {
 

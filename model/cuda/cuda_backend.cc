@@ -5,15 +5,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "attention/cuda/cuda_attention.h"
-#include "attention/cuda/cuda_device.h"
-#include "attention/cuda/cuda_status.h"
+#include "common/cuda/cuda_buffer.h"
+#include "common/cuda/cuda_device.h"
+#include "common/cuda/cuda_status.h"
+#include "common/cuda/cuda_stream.h"
+#include "common/cuda/staged_upload.h"
 #include "common/status_macros.h"
 #include "model/cuda/attention_runner.h"
-#include "model/cuda/cuda_buffer.h"
 #include "model/cuda/cuda_linear.h"
 #include "model/cuda/cuda_ops.h"
-#include "model/cuda/cuda_stream.h"
-#include "model/cuda/staged_upload.h"
 
 namespace tandem {
 namespace {
@@ -29,6 +29,17 @@ using gpu::CudaDeviceBuffer;
 using gpu::CudaLinear;
 using gpu::CudaStream;
 using gpu::StagedUpload;
+
+// A device allocation seen through the backend's DeviceBuffer interface.
+class BackendBuffer final : public DeviceBuffer {
+ public:
+  explicit BackendBuffer(std::unique_ptr<CudaDeviceBuffer> buffer) : buffer_(std::move(buffer)) {}
+  void* data() const override { return buffer_->data(); }
+  int64_t bytes() const override { return buffer_->bytes(); }
+
+ private:
+  std::unique_ptr<CudaDeviceBuffer> buffer_;
+};
 
 class CublasHandle {
  public:
@@ -78,7 +89,7 @@ class CudaBackend final : public ComputeBackend {
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(int64_t bytes) override {
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<CudaDeviceBuffer> b,
                             CudaDeviceBuffer::Create(device_, bytes));
-    return std::unique_ptr<DeviceBuffer>(std::move(b));
+    return std::unique_ptr<DeviceBuffer>(std::make_unique<BackendBuffer>(std::move(b)));
   }
 
   absl::Status Upload(void* dst, const void* host_src, int64_t bytes) override {

@@ -5,7 +5,7 @@
 //   Download and the first use of new host data wait for the stream, each wait bounded
 //   (kCudaWaitTimeout → DEADLINE_EXCEEDED); asynchronous faults are reported there.
 // * Creating the backend makes its device current on the calling thread and binds its stream to
-//   that thread (model/cuda/cuda_stream.h), which is how the NCCL communicator of the same rank
+//   that thread (common/cuda/cuda_stream.h), which is how the NCCL communicator of the same rank
 //   thread orders its collectives after the backend's kernels. Use a backend from the thread
 //   that created it.
 // * Memory: cudaMalloc (never managed memory). Weights: bf16 [n][k] + f32 bias on the device.

@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "attention/cuda/cuda_device.h"
-#include "attention/cuda/cuda_status.h"
 #include "attention/kv_dtype.h"
+#include "common/cuda/cuda_device.h"
+#include "common/cuda/cuda_status.h"
 #include "common/status_macros.h"
 #include "model/cuda/cuda_ops.h"
 

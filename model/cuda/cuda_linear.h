@@ -17,8 +17,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/cuda/cuda_buffer.h"
 #include "model/backend.h"
-#include "model/cuda/cuda_buffer.h"
 
 namespace tandem::gpu {
 

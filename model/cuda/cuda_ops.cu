@@ -6,8 +6,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "attention/cuda/cuda_status.h"
 #include "attention/kv_dtype.h"
+#include "common/cuda/cuda_status.h"
 #include "model/cuda/cuda_ops.h"
 
 namespace tandem::gpu {

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "attention/cuda/cuda_device.h"
+#include "common/cuda/cuda_device.h"
 
 namespace tandem::testing {
 

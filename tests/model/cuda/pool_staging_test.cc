@@ -1,6 +1,6 @@
 // PoolStaging copies exactly the requested byte ranges between a device pool and its pinned
 // mirror, in both directions, whatever the chunking; bad ranges are rejected before any copy.
-#include "model/cuda/pool_staging.h"
+#include "common/cuda/pool_staging.h"
 
 #include <random>
 #include <vector>

@@ -1,4 +1,5 @@
-// RAII device and pinned-host allocations.
+// RAII device and pinned-host allocations (CUDA runtime plumbing; the CUDA backend adapts
+// CudaDeviceBuffer to its DeviceBuffer interface).
 //
 // CudaDeviceBuffer: cudaMalloc'd memory on one device (never managed memory: placement and
 // migration stay explicit). Freed with cudaFree on its device, which waits for work that may
@@ -13,20 +14,20 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "model/backend.h"
 
 namespace tandem::gpu {
 
-class CudaDeviceBuffer final : public DeviceBuffer {
+class CudaDeviceBuffer final {
  public:
   // At least one byte is allocated so data() is never null; bytes() is what was asked for.
   static absl::StatusOr<std::unique_ptr<CudaDeviceBuffer>> Create(int32_t device, int64_t bytes);
-  ~CudaDeviceBuffer() override;
+  ~CudaDeviceBuffer();
   CudaDeviceBuffer(const CudaDeviceBuffer&) = delete;
   CudaDeviceBuffer& operator=(const CudaDeviceBuffer&) = delete;
 
-  void* data() const override { return data_; }
-  int64_t bytes() const override { return bytes_; }
+  void* data() const { return data_; }
+  float* f32() const { return static_cast<float*>(data_); }
+  int64_t bytes() const { return bytes_; }
   int32_t device() const { return device_; }
 
  private:

@@ -1,7 +1,7 @@
-#include "model/cuda/cuda_stream.h"
+#include "common/cuda/cuda_stream.h"
 
-#include "attention/cuda/cuda_device.h"
-#include "attention/cuda/cuda_status.h"
+#include "common/cuda/cuda_device.h"
+#include "common/cuda/cuda_status.h"
 #include "common/status_macros.h"
 
 namespace tandem::gpu {

@@ -1,12 +1,12 @@
-#include "model/cuda/cuda_buffer.h"
+#include "common/cuda/cuda_buffer.h"
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "attention/cuda/cuda_device.h"
-#include "attention/cuda/cuda_status.h"
+#include "common/cuda/cuda_device.h"
+#include "common/cuda/cuda_status.h"
 #include "common/status_macros.h"
 
 namespace tandem::gpu {

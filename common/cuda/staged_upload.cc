@@ -1,9 +1,9 @@
-#include "model/cuda/staged_upload.h"
+#include "common/cuda/staged_upload.h"
 
 #include <cstring>
 
-#include "attention/cuda/cuda_device.h"
-#include "attention/cuda/cuda_status.h"
+#include "common/cuda/cuda_device.h"
+#include "common/cuda/cuda_status.h"
 #include "common/status_macros.h"
 
 namespace tandem::gpu {

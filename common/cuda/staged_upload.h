@@ -19,8 +19,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "model/cuda/cuda_buffer.h"
-#include "model/cuda/cuda_stream.h"
+#include "common/cuda/cuda_buffer.h"
+#include "common/cuda/cuda_stream.h"
 
 namespace tandem::gpu {
 

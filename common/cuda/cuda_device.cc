@@ -1,9 +1,9 @@
-#include "attention/cuda/cuda_device.h"
+#include "common/cuda/cuda_device.h"
 
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "attention/cuda/cuda_status.h"
+#include "common/cuda/cuda_status.h"
 
 namespace tandem::gpu {
 namespace {

@@ -1,4 +1,4 @@
-#include "attention/cuda/cuda_status.h"
+#include "common/cuda/cuda_status.h"
 
 #include "absl/strings/str_cat.h"
 

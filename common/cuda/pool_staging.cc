@@ -1,4 +1,4 @@
-#include "model/cuda/pool_staging.h"
+#include "common/cuda/pool_staging.h"
 
 #include <cuda_runtime_api.h>
 
@@ -6,11 +6,11 @@
 #include <array>
 
 #include "absl/strings/str_cat.h"
-#include "attention/cuda/cuda_device.h"
-#include "attention/cuda/cuda_status.h"
+#include "common/cuda/cuda_buffer.h"
+#include "common/cuda/cuda_device.h"
+#include "common/cuda/cuda_status.h"
+#include "common/cuda/cuda_stream.h"
 #include "common/status_macros.h"
-#include "model/cuda/cuda_buffer.h"
-#include "model/cuda/cuda_stream.h"
 
 namespace tandem::gpu {
 
