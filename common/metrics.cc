@@ -23,17 +23,18 @@ bool ValidName(const std::string& name, bool colon_ok) {
   return true;
 }
 
-// A gauge whose value is read at scrape time.
-class CallbackGauge final : public FamilyBase {
+// A gauge or counter whose value is read at scrape time.
+class CallbackMetric final : public FamilyBase {
  public:
-  CallbackGauge(std::string name, std::string help, std::function<double()> read)
-      : name_(std::move(name)), help_(std::move(help)), read_(std::move(read)) {}
+  CallbackMetric(std::string name, std::string help, MetricType type,
+                 std::function<double()> read)
+      : name_(std::move(name)), help_(std::move(help)), type_(type), read_(std::move(read)) {}
 
   FamilySnapshot Collect() const override {
     FamilySnapshot f;
     f.name = name_;
     f.help = help_;
-    f.type = MetricType::kGauge;
+    f.type = type_;
     MetricSnapshot m;
     m.value = read_();
     f.metrics.push_back(std::move(m));
@@ -43,6 +44,7 @@ class CallbackGauge final : public FamilyBase {
  private:
   const std::string name_;
   const std::string help_;
+  const MetricType type_;
   const std::function<double()> read_;
 };
 
@@ -169,7 +171,15 @@ absl::StatusOr<Gauge*> MetricsRegistry::AddGauge(const std::string& name, const 
 absl::Status MetricsRegistry::AddCallbackGauge(const std::string& name, const std::string& help,
                                                std::function<double()> read) {
   if (absl::Status s = Validate(name, {}, MetricType::kGauge, {}); !s.ok()) return s;
-  return Insert(name, std::make_unique<CallbackGauge>(name, help, std::move(read)));
+  return Insert(name,
+                std::make_unique<CallbackMetric>(name, help, MetricType::kGauge, std::move(read)));
+}
+
+absl::Status MetricsRegistry::AddCallbackCounter(const std::string& name, const std::string& help,
+                                                 std::function<double()> read) {
+  if (absl::Status s = Validate(name, {}, MetricType::kCounter, {}); !s.ok()) return s;
+  return Insert(name,
+                std::make_unique<CallbackMetric>(name, help, MetricType::kCounter, std::move(read)));
 }
 
 absl::StatusOr<Histogram*> MetricsRegistry::AddHistogram(const std::string& name,

@@ -205,6 +205,10 @@ class MetricsRegistry {
   // A gauge read by calling `read` at each scrape (e.g. blocks free, requests queued).
   absl::Status AddCallbackGauge(const std::string& name, const std::string& help,
                                 std::function<double()> read);
+  // A counter kept elsewhere (e.g. a component's own cumulative count), read at each scrape.
+  // `read` must never decrease.
+  absl::Status AddCallbackCounter(const std::string& name, const std::string& help,
+                                  std::function<double()> read);
   // INVALID_ARGUMENT also for bounds that are not strictly increasing and finite.
   absl::StatusOr<Histogram*> AddHistogram(const std::string& name, const std::string& help,
                                           std::vector<double> bounds);

@@ -3,10 +3,12 @@
 #include <deque>
 
 #include "absl/synchronization/mutex.h"
+#include "common/request_log.h"
 #include "proto/convert/finish_reason_proto.h"
 #include "proto/convert/kv_layout_proto.h"
 #include "proto/convert/sampling_proto.h"
 #include "serving/grpc_status.h"
+#include "serving/request_id.h"
 
 namespace tandem {
 namespace {
@@ -29,10 +31,58 @@ struct EventQueue {
   int32_t generated ABSL_GUARDED_BY(mu) = 0;
 };
 
+// Whether a failed Start() was the KV transfer's fault (handshake, pull, lease confirmation),
+// rather than the request's (invalid), the capacity's or the client's.
+bool IsTransferFailure(grpc::StatusCode code) {
+  return code != grpc::StatusCode::OK && code != grpc::StatusCode::INVALID_ARGUMENT &&
+         code != grpc::StatusCode::RESOURCE_EXHAUSTED && code != grpc::StatusCode::CANCELLED;
+}
+
+std::string StatusCodeName(const grpc::Status& status) {
+  return absl::StatusCodeToString(FromGrpcStatus(status).code());
+}
+
 }  // namespace
 
 grpc::Status DecodeServiceImpl::Decode(grpc::ServerContext* ctx, const v1::DecodeRequest* req,
                                        grpc::ServerWriter<v1::DecodeEvent>* writer) {
+  DecodeRecord record;
+  const grpc::Status status = RunDecode(ctx, req, writer, &record);
+  const std::string& peer = req->kv().prefill_address();
+  if (metrics_ != nullptr && record.start_called) {
+    if (record.transfer.has_value()) {
+      metrics_->RecordTransfer(peer, static_cast<double>(record.transfer->bytes),
+                               static_cast<double>(record.transfer->micros) * 1e-6,
+                               static_cast<double>(record.transfer->copies));
+    } else if (IsTransferFailure(status.error_code())) {
+      metrics_->transfer_failures->WithLabels({peer}).Increment();
+    }
+  }
+  const absl::Duration transfer =
+      absl::Microseconds(record.transfer.has_value() ? record.transfer->micros : 0);
+  RequestLogLine line;
+  const std::string request_id = RequestIdFromMetadata(*ctx, req->request_id());
+  line.Add("request_id", request_id);
+  if (req->request_id() != request_id) {
+    line.Add("node_request_id", req->request_id());
+  }
+  line.Add("peer", peer).Add("outcome", StatusCodeName(status));
+  if (status.ok()) line.Add("finish_reason", std::string(FinishReasonName(record.reason)));
+  line.Add("prompt_tokens", req->kv().num_tokens())
+      .Add("generated_tokens", record.generated)
+      .AddMillis("queue_ms", record.setup - transfer)
+      .AddMillis("transfer_ms", transfer)
+      .Add("transfer_bytes", record.transfer.has_value() ? record.transfer->bytes : 0)
+      .AddMillis("decode_ms", record.decode)
+      .AddMillis("total_ms", absl::Now() - record.start);
+  if (!status.ok()) line.Add("error", status.error_message());
+  WriteLogLine("tandem-decode", line.str());
+  return status;
+}
+
+grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::DecodeRequest* req,
+                                          grpc::ServerWriter<v1::DecodeEvent>* writer,
+                                          DecodeRecord* record) {
   DecodeNode* node = node_.load();
   if (node == nullptr) return Starting();
   DecodeCall call;
@@ -45,7 +95,8 @@ grpc::Status DecodeServiceImpl::Decode(grpc::ServerContext* ctx, const v1::Decod
   call.next_step = req->next_step();
   auto q = std::make_shared<EventQueue>();
   DecodeSink sink;
-  sink.on_token = [q](int32_t t) {
+  sink.on_token = [q, metrics = metrics_](int32_t t) {
+    if (metrics != nullptr) metrics->generation_tokens->Increment();
     absl::MutexLock lock(&q->mu);
     q->tokens.push_back(t);
   };
@@ -56,9 +107,12 @@ grpc::Status DecodeServiceImpl::Decode(grpc::ServerContext* ctx, const v1::Decod
     q->reason = reason;
     q->generated = generated;
   };
+  record->start_called = true;
   absl::StatusOr<TransferStats> started =
       node->Start(call, std::move(sink), [ctx] { return ctx->IsCancelled(); });
+  record->setup = absl::Now() - record->start;
   if (!started.ok()) return ToGrpcStatus(started.status());
+  record->transfer = *started;
 
   bool cancel_sent = false;
   while (true) {
@@ -88,6 +142,9 @@ grpc::Status DecodeServiceImpl::Decode(grpc::ServerContext* ctx, const v1::Decod
     }
   }
   absl::MutexLock lock(&q->mu);
+  record->decode = absl::Now() - record->start - record->setup;
+  record->generated = q->generated;
+  record->reason = q->reason;
   if (!q->status.ok()) return ToGrpcStatus(q->status);
   if (q->reason == FinishReason::kCancelled || cancel_sent) {
     return grpc::Status(grpc::StatusCode::CANCELLED, "decode cancelled");

@@ -9,6 +9,7 @@
 #include "decode_node/decode_node.h"
 #include "decode_node/decode_service.h"
 #include "serving/instance_flags.h"
+#include "serving/node_metrics.h"
 #include "serving/node_process.h"
 #include "serving/server_runner.h"
 
@@ -27,12 +28,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tandem-decode: %s\n", instance.status().ToString().c_str());
     return 1;
   }
+  tandem::MetricsRegistry metrics;
+  absl::StatusOr<tandem::DecodeMetrics> decode_metrics = tandem::DecodeMetrics::Register(metrics);
+  if (!decode_metrics.ok()) {
+    std::fprintf(stderr, "tandem-decode: %s\n", decode_metrics.status().ToString().c_str());
+    return 1;
+  }
   tandem::DecodeServiceImpl service;
+  service.SetMetrics(&*decode_metrics);
   std::unique_ptr<tandem::DecodeNode> node;
   tandem::NodeProcess process;
   process.program = "tandem-decode";
   process.service = &service;
   process.role = tandem::v1::INSTANCE_ROLE_DECODE;
+  process.metrics = &metrics;
   process.start = [&](const std::string& advertise) -> absl::StatusOr<std::string> {
     tandem::DecodeNodeOptions o;
     o.model_path = absl::GetFlag(FLAGS_model);
@@ -49,6 +58,15 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::unique_ptr<tandem::DecodeNode>> created = tandem::DecodeNode::Create(o);
     if (!created.ok()) return created.status();
     node = std::move(created).value();
+    tandem::DecodeNode* n = node.get();
+    if (absl::Status s = tandem::RegisterNodeLoadGauges(
+            metrics, {.running = [n] { return double(n->running()); },
+                      .waiting = [n] { return double(n->queued()); },
+                      .blocks_used = [n] { return double(n->total_blocks() - n->free_blocks()); },
+                      .blocks_free = [n] { return double(n->free_blocks()); }});
+        !s.ok()) {
+      return s;
+    }
     service.SetNode(node.get());
     return absl::StrCat("serving ", node->model_name(), " on ", advertise, " (",
                         node->total_blocks(), " blocks per rank)");

@@ -10,6 +10,7 @@
 #include "prefill_node/prefill_node.h"
 #include "prefill_node/prefill_service.h"
 #include "serving/instance_flags.h"
+#include "serving/node_metrics.h"
 #include "serving/node_process.h"
 #include "serving/server_runner.h"
 
@@ -29,12 +30,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tandem-prefill: %s\n", instance.status().ToString().c_str());
     return 1;
   }
+  tandem::MetricsRegistry metrics;
+  absl::StatusOr<tandem::PrefillMetrics> prefill_metrics =
+      tandem::PrefillMetrics::Register(metrics);
+  if (!prefill_metrics.ok()) {
+    std::fprintf(stderr, "tandem-prefill: %s\n", prefill_metrics.status().ToString().c_str());
+    return 1;
+  }
   tandem::PrefillServiceImpl service;
+  service.SetMetrics(&*prefill_metrics);
   std::unique_ptr<tandem::PrefillNode> node;
   tandem::NodeProcess process;
   process.program = "tandem-prefill";
   process.service = &service;
   process.role = tandem::v1::INSTANCE_ROLE_PREFILL;
+  process.metrics = &metrics;
   process.start = [&](const std::string& advertise) -> absl::StatusOr<std::string> {
     tandem::PrefillNodeOptions o;
     o.model_path = absl::GetFlag(FLAGS_model);
@@ -51,6 +61,23 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::unique_ptr<tandem::PrefillNode>> created = tandem::PrefillNode::Create(o);
     if (!created.ok()) return created.status();
     node = std::move(created).value();
+    tandem::PrefillNode* n = node.get();
+    if (absl::Status s = tandem::RegisterNodeLoadGauges(
+            metrics,
+            {.running = [n] { return double(n->Load().running); },
+             .waiting = [n] { return double(n->Load().queued); },
+             .blocks_used = [n] { return double(n->Load().total_blocks - n->Load().free_blocks); },
+             .blocks_free = [n] { return double(n->Load().free_blocks); }});
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = tandem::RegisterLeaseMetrics(
+            metrics, {.active = [n] { return double(n->Load().leases); },
+                      .expired = [n] { return double(n->Load().leases_expired_total); },
+                      .released = [n] { return double(n->Load().leases_released_total); }});
+        !s.ok()) {
+      return s;
+    }
     service.SetNode(node.get());
     return absl::StrCat("serving ", node->model_name(), " on ", advertise, " (engine ",
                         node->engine_id(), ", ", node->Load().total_blocks, " blocks per rank)");

@@ -88,6 +88,8 @@ NodeLoad PrefillNode::Load() const {
   l.block_free_errors = blocks_->free_errors();
   absl::MutexLock lock(&mu_);
   l.leases = leases_.size();
+  l.leases_expired_total = leases_expired_;
+  l.leases_released_total = leases_released_;
   return l;
 }
 
@@ -153,6 +155,7 @@ bool PrefillNode::ReleaseKv(const std::string& request_id, uint64_t epoch, uint6
   {
     absl::MutexLock lock(&mu_);
     blocks = leases_.Release(request_id, generation);
+    if (blocks.has_value()) ++leases_released_;
   }
   if (!blocks.has_value()) return false;
   blocks_->Release(*blocks);
@@ -175,6 +178,7 @@ void PrefillNode::ReapLoop() {
     mu_.AwaitWithDeadline(absl::Condition(&stopping_), wake);
     if (stopping_) break;
     std::vector<std::vector<int32_t>> expired = leases_.TakeExpired(absl::Now());
+    leases_expired_ += static_cast<int64_t>(expired.size());
     for (const auto& blocks : expired) blocks_->Release(blocks);
   }
 }

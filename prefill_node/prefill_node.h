@@ -48,6 +48,8 @@ struct NodeLoad {
   int32_t running = 0, queued = 0, free_blocks = 0, total_blocks = 0, leases = 0;
   int64_t block_free_errors = 0;  // BlockManager::free_errors()
 };
+  // Since start: leases that expired unreleased, and leases released while held.
+  int64_t leases_expired_total = 0, leases_released_total = 0;
 
 class PrefillNode {
  public:
@@ -104,3 +106,5 @@ class PrefillNode {
 };
 
 }  // namespace tandem
+  int64_t leases_expired_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t leases_released_ ABSL_GUARDED_BY(mu_) = 0;

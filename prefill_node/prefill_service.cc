@@ -1,10 +1,12 @@
 #include "prefill_node/prefill_service.h"
 
 #include "absl/time/time.h"
+#include "common/request_log.h"
 #include "kv_transfer/ucx/metadata_proto.h"
 #include "proto/convert/kv_layout_proto.h"
 #include "proto/convert/sampling_proto.h"
 #include "serving/grpc_status.h"
+#include "serving/request_id.h"
 
 namespace tandem {
 namespace {
@@ -24,6 +26,28 @@ grpc::Status Starting() {
 
 grpc::Status PrefillServiceImpl::Prefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
                                          v1::PrefillResponse* resp) {
+  const absl::Time start = absl::Now();
+  const grpc::Status status = RunPrefill(ctx, req, resp);
+  const absl::Duration took = absl::Now() - start;
+  if (status.ok() && metrics_ != nullptr) {
+    metrics_->prompt_tokens->Increment(static_cast<double>(req->prompt_ids_size()));
+  }
+  const std::string request_id = RequestIdFromMetadata(*ctx, req->request_id());
+  RequestLogLine line;
+  line.Add("request_id", request_id);
+  if (req->request_id() != request_id) line.Add("node_request_id", req->request_id());
+  line.Add("outcome", absl::StatusCodeToString(FromGrpcStatus(status).code()))
+      .Add("prompt_tokens", req->prompt_ids_size())
+      .Add("generated_tokens", status.ok() ? 1 : 0)
+      .AddMillis("prefill_ms", took);  // queue + compute: the engine does not split them
+  if (status.ok()) line.Add("kv_blocks", resp->kv().block_table_size());
+  if (!status.ok()) line.Add("error", status.error_message());
+  WriteLogLine("tandem-prefill", line.str());
+  return status;
+}
+
+grpc::Status PrefillServiceImpl::RunPrefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
+                                            v1::PrefillResponse* resp) {
   PrefillNode* node = node_.load();
   if (node == nullptr) return Starting();
   std::vector<int32_t> prompt(req->prompt_ids().begin(), req->prompt_ids().end());

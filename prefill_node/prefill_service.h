@@ -1,9 +1,12 @@
-// gRPC adapter of PrefillNode: converts tandem.v1 messages to domain calls and back, nothing else.
+// gRPC adapter of PrefillNode: converts tandem.v1 messages to domain calls and back. Each Prefill
+// call also writes one log line (common/request_log.h) and, with SetMetrics, counts its prompt
+// tokens.
 #pragma once
 
 #include <atomic>
 
 #include "prefill_node/prefill_node.h"
+#include "serving/node_metrics.h"
 #include "tandem/v1/prefill.grpc.pb.h"
 
 namespace tandem {
@@ -12,6 +15,8 @@ namespace tandem {
 class PrefillServiceImpl final : public v1::PrefillService::Service {
  public:
   void SetNode(PrefillNode* node) { node_.store(node); }
+  // REQUIRES: called before the server starts; `metrics` outlives the service.
+  void SetMetrics(const PrefillMetrics* metrics) { metrics_ = metrics; }
 
   grpc::Status Prefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
                        v1::PrefillResponse* resp) override;
@@ -26,7 +31,11 @@ class PrefillServiceImpl final : public v1::PrefillService::Service {
                       v1::InstanceStatus* resp) override;
 
  private:
+  grpc::Status RunPrefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
+                          v1::PrefillResponse* resp);
+
   std::atomic<PrefillNode*> node_{nullptr};
+  const PrefillMetrics* metrics_ = nullptr;
 };
 
 }  // namespace tandem

@@ -10,6 +10,9 @@ ABSL_FLAG(std::string, advertise, "", "address to advertise (default: listen hos
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
 ABSL_FLAG(std::string, router, "", "router address to send heartbeats to (optional)");
 ABSL_FLAG(std::string, ucx_tls, "", "UCX_TLS for KV transfer, e.g. sm,self or tcp");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0",
+          "HTTP address serving Prometheus /metrics, IP:PORT (port 0 = any); empty disables");
+ABSL_FLAG(std::string, metrics_port_file, "", "write the /metrics port to this file once bound");
 ABSL_FLAG(int32_t, tp, 1, "tensor parallel degree");
 ABSL_FLAG(int32_t, pcp, 1, "prefill context parallel degree (prefill instances only)");
 ABSL_FLAG(int32_t, dcp, 1, "decode context parallel degree (KV token sharding)");

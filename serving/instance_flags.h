@@ -16,6 +16,8 @@
 //   --router HOST:PORT      send heartbeats to this router (optional)
 //   --ucx_tls LIST          UCX_TLS for the KV transfer (e.g. "sm,self" or "tcp"); empty = UCX
 //   default
+//   --metrics_listen IP:PORT  HTTP address of GET /metrics (Prometheus text); empty disables
+//   --metrics_port_file PATH  write the bound /metrics port here
 #pragma once
 
 #include <string>
@@ -32,6 +34,8 @@ ABSL_DECLARE_FLAG(std::string, advertise);
 ABSL_DECLARE_FLAG(std::string, port_file);
 ABSL_DECLARE_FLAG(std::string, router);
 ABSL_DECLARE_FLAG(std::string, ucx_tls);
+ABSL_DECLARE_FLAG(std::string, metrics_listen);
+ABSL_DECLARE_FLAG(std::string, metrics_port_file);
 
 namespace tandem {
 

@@ -4,13 +4,49 @@
 
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "common/prometheus_text.h"
 #include "serving/heartbeat.h"
+#include "serving/http_server.h"
 #include "serving/instance_flags.h"
 #include "serving/server_runner.h"
 
 namespace tandem {
+namespace {
+
+// Two threads: a scrape is quick, and Prometheus scrapes one target at a time.
+constexpr int kMetricsThreads = 2;
+
+// The /metrics endpoint, or nullptr when disabled.
+absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsServer(const NodeProcess& p) {
+  const std::string listen = absl::GetFlag(FLAGS_metrics_listen);
+  if (p.metrics == nullptr || listen.empty()) return nullptr;
+  const MetricsRegistry* registry = p.metrics;
+  std::vector<HttpRoute> routes;
+  routes.push_back(HttpRoute{"GET", "/metrics", [registry](HttpExchange& ex) {
+                               ex.Respond(200, kPrometheusTextContentType,
+                                          RenderPrometheusText(*registry));
+                             }});
+  absl::StatusOr<std::unique_ptr<HttpServer>> http =
+      HttpServer::Start(listen, kMetricsThreads, std::move(routes));
+  if (!http.ok()) {
+    return absl::Status(http.status().code(),
+                        absl::StrCat("--metrics_listen=", listen, ": ", http.status().message()));
+  }
+  if (const std::string file = absl::GetFlag(FLAGS_metrics_port_file); !file.empty()) {
+    if (absl::Status s = WritePortFile(file, (*http)->port()); !s.ok()) return s;
+  }
+  std::fprintf(stderr, "%s: metrics at http://%s/metrics\n", p.program.c_str(),
+               WithPort(listen, (*http)->port()).c_str());
+  return http;
+}
+
+}  // namespace
 
 int RunNodeProcess(const NodeProcess& p) {
   auto fail = [&](const absl::Status& s) {
@@ -19,6 +55,8 @@ int RunNodeProcess(const NodeProcess& p) {
   };
   absl::StatusOr<RunningServer> server = StartGrpcServer(absl::GetFlag(FLAGS_listen), {p.service});
   if (!server.ok()) return fail(server.status());
+  absl::StatusOr<std::unique_ptr<HttpServer>> metrics_server = StartMetricsServer(p);
+  if (!metrics_server.ok()) return fail(metrics_server.status());
   grpc::HealthCheckServiceInterface* health = server->server->GetHealthCheckService();
   if (health != nullptr) health->SetServingStatus(false);
   const std::string advertise = absl::GetFlag(FLAGS_advertise).empty()
@@ -44,6 +82,7 @@ int RunNodeProcess(const NodeProcess& p) {
   if (health != nullptr) health->SetServingStatus(false);
   server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->server->Wait();
+  if (*metrics_server != nullptr) (*metrics_server)->Stop();
   p.stop();
   return 0;
 }

@@ -4,6 +4,10 @@
 // the service, then the process becomes ready (health SERVING, --port_file written), sends
 // heartbeats to --router if given, and serves until SIGINT/SIGTERM, when it stops heartbeats,
 // reports NOT_SERVING, drains the server (bounded) and calls `stop`.
+//
+// With `metrics` set and --metrics_listen non-empty, an HTTP server serves GET /metrics
+// (Prometheus text of `metrics`) from start-up on, and --metrics_port_file gets its port; it is
+// stopped before `stop`, so metric readers that point into the node never outlive it.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -12,6 +16,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/metrics.h"
 #include "tandem/v1/common.pb.h"
 
 namespace tandem {
@@ -25,6 +30,8 @@ struct NodeProcess {
   std::function<absl::StatusOr<std::string>(const std::string& advertise)> start;
   // Unwires and destroys the node (after the server has stopped).
   std::function<void()> stop;
+  // Served at /metrics on --metrics_listen (nullptr: no metrics endpoint).
+  const MetricsRegistry* metrics = nullptr;
 };
 
 // Call InstallShutdownSignals() before any thread starts, then this. Returns the exit code.

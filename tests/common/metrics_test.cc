@@ -63,6 +63,8 @@ TEST(MetricsRegistryTest, CollectsInRegistrationOrderWithLabelsSorted) {
       r.AddCounterFamily<2>("t_bytes_total", "bytes", {"peer", "dir"});
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   ASSERT_TRUE(r.AddCallbackGauge("t_free", "free", [] { return 42.0; }).ok());
+  double expired = 0;
+  ASSERT_TRUE(r.AddCallbackCounter("t_expired_total", "expired", [&] { return expired; }).ok());
   absl::StatusOr<Histogram*> lat = r.AddHistogram("t_latency_seconds", "latency", {1, 2});
   ASSERT_TRUE(lat.ok()) << lat.status();
 
@@ -71,9 +73,10 @@ TEST(MetricsRegistryTest, CollectsInRegistrationOrderWithLabelsSorted) {
   (*bytes)->WithLabels({"a:1", "in"}).Increment(5);
   (*bytes)->WithLabels({"b:1", "in"}).Increment(1);
   (*lat)->Observe(1.5);
+  expired = 9;
 
   const std::vector<FamilySnapshot> f = r.Collect();
-  ASSERT_EQ(f.size(), 4u);
+  ASSERT_EQ(f.size(), 5u);
   EXPECT_EQ(f[0].name, "t_tokens_total");
   EXPECT_EQ(f[0].type, MetricType::kCounter);
   ASSERT_EQ(f[0].metrics.size(), 1u);
@@ -90,8 +93,11 @@ TEST(MetricsRegistryTest, CollectsInRegistrationOrderWithLabelsSorted) {
   EXPECT_EQ(f[2].type, MetricType::kGauge);
   EXPECT_EQ(f[2].metrics[0].value, 42.0);
 
-  EXPECT_EQ(f[3].type, MetricType::kHistogram);
-  EXPECT_THAT(f[3].metrics[0].histogram.cumulative, ElementsAre(0u, 1u, 1u));
+  EXPECT_EQ(f[3].type, MetricType::kCounter);
+  EXPECT_EQ(f[3].metrics[0].value, 9.0);
+
+  EXPECT_EQ(f[4].type, MetricType::kHistogram);
+  EXPECT_THAT(f[4].metrics[0].histogram.cumulative, ElementsAre(0u, 1u, 1u));
 }
 
 TEST(MetricsRegistryTest, SameLabelsGiveTheSameChild) {

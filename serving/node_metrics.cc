@@ -1,0 +1,86 @@
+#include "serving/node_metrics.h"
+
+#include <utility>
+
+#include "common/status_macros.h"
+
+namespace tandem {
+
+absl::Status RegisterNodeLoadGauges(MetricsRegistry& r, NodeLoadReaders readers) {
+  TANDEM_RETURN_IF_ERROR(r.AddCallbackGauge("tandem_num_requests_running",
+                                            "Requests in this node's engine batch.",
+                                            std::move(readers.running)));
+  TANDEM_RETURN_IF_ERROR(
+      r.AddCallbackGauge("tandem_num_requests_waiting",
+                         "Requests waiting on this node: queued for the engine or for KV capacity.",
+                         std::move(readers.waiting)));
+  TANDEM_RETURN_IF_ERROR(r.AddCallbackGauge("tandem_kv_blocks_used",
+                                            "KV cache blocks allocated (per rank pool).",
+                                            std::move(readers.blocks_used)));
+  return r.AddCallbackGauge("tandem_kv_blocks_free", "KV cache blocks free (per rank pool).",
+                            std::move(readers.blocks_free));
+}
+
+absl::StatusOr<PrefillMetrics> PrefillMetrics::Register(MetricsRegistry& r) {
+  PrefillMetrics m;
+  TANDEM_ASSIGN_OR_RETURN(m.prompt_tokens, r.AddCounter("tandem_prompt_tokens_total",
+                                                        "Prompt tokens prefilled successfully."));
+  TANDEM_ASSIGN_OR_RETURN(
+      m.prefix_cache_hits,
+      r.AddCounter("tandem_prefix_cache_hits_total",
+                   "Prompt tokens served from a prefix cache instead of computed (always 0: "
+                   "Tandem has no prefix cache yet)."));
+  return m;
+}
+
+absl::Status RegisterLeaseMetrics(MetricsRegistry& r, LeaseReaders readers) {
+  TANDEM_RETURN_IF_ERROR(r.AddCallbackGauge(
+      "tandem_kv_leases_active",
+      "Prefilled KV held under a lease, waiting for a decode node to pull and release it.",
+      std::move(readers.active)));
+  TANDEM_RETURN_IF_ERROR(r.AddCallbackCounter(
+      "tandem_kv_leases_expired_total",
+      "KV leases that expired before anyone released them (their blocks were reclaimed).",
+      std::move(readers.expired)));
+  return r.AddCallbackCounter("tandem_kv_leases_released_total",
+                              "KV leases released while still held (by a decode node after its "
+                              "pull, by the router, or on a cancelled prefill).",
+                              std::move(readers.released));
+}
+
+absl::StatusOr<DecodeMetrics> DecodeMetrics::Register(MetricsRegistry& r) {
+  DecodeMetrics m;
+  TANDEM_ASSIGN_OR_RETURN(
+      m.generation_tokens,
+      r.AddCounter("tandem_generation_tokens_total",
+                   "Tokens sampled by this decode node (each request's first token is sampled "
+                   "by its prefill node and not counted here)."));
+  TANDEM_ASSIGN_OR_RETURN(
+      m.transfer_bytes, r.AddCounterFamily<1>("tandem_kv_transfer_bytes_total",
+                                              "KV cache bytes pulled, by prefill peer.", {"peer"}));
+  TANDEM_ASSIGN_OR_RETURN(
+      m.transfer_seconds,
+      r.AddCounterFamily<1>("tandem_kv_transfer_seconds_total",
+                            "Time spent pulling KV cache, by prefill peer.", {"peer"}));
+  TANDEM_ASSIGN_OR_RETURN(
+      m.transfer_copies,
+      r.AddCounterFamily<1>("tandem_kv_transfer_copies_total",
+                            "One-sided copies issued to pull KV cache, by prefill peer.",
+                            {"peer"}));
+  TANDEM_ASSIGN_OR_RETURN(
+      m.transfer_failures,
+      r.AddCounterFamily<1>("tandem_kv_transfer_failures_total",
+                            "Decode calls whose KV handshake, pull or lease confirmation with the "
+                            "prefill peer failed, by prefill peer.",
+                            {"peer"}));
+  return m;
+}
+
+void DecodeMetrics::RecordTransfer(const std::string& peer, double bytes, double seconds,
+                                   double copies) const {
+  transfer_bytes->WithLabels({peer}).Increment(bytes);
+  transfer_seconds->WithLabels({peer}).Increment(seconds);
+  transfer_copies->WithLabels({peer}).Increment(copies);
+}
+
+}  // namespace tandem
