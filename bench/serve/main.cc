@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/serve/arrival_schedule.h"
 #include "bench/serve/dataset.h"
+#include "bench/serve/direct_backend.h"
 #include "bench/serve/grpc_backend.h"
 #include "bench/serve/latency_report.h"
 #include "bench/serve/load_runner.h"
@@ -29,8 +30,12 @@
 #include "bench/serve/request_source.h"
 #include "common/flag_dashes.h"
 
-ABSL_FLAG(std::string, backend, "grpc", "grpc (Tandem router) or openai (OpenAI-compatible HTTP)");
+ABSL_FLAG(std::string, backend, "grpc",
+          "grpc (Tandem router), openai (OpenAI-compatible HTTP) or direct (a prefill and a decode "
+          "node, no router)");
 ABSL_FLAG(std::string, address, "127.0.0.1:50050", "grpc: router address host:port");
+ABSL_FLAG(std::string, prefill, "", "direct: prefill node host:port");
+ABSL_FLAG(std::string, decode, "", "direct: decode node host:port");
 ABSL_FLAG(std::string, base_url, "http://127.0.0.1:8080", "openai: server base URL");
 ABSL_FLAG(std::string, endpoint, "/v1/completions",
           "openai: /v1/completions or /v1/chat/completions");
@@ -111,6 +116,8 @@ absl::StatusOr<RequestSourceOptions> SourceOptions() {
 nlohmann::json Settings() {
   return {{"backend", absl::GetFlag(FLAGS_backend)},
           {"address", absl::GetFlag(FLAGS_address)},
+          {"prefill", absl::GetFlag(FLAGS_prefill)},
+          {"decode", absl::GetFlag(FLAGS_decode)},
           {"base_url", absl::GetFlag(FLAGS_base_url)},
           {"endpoint", absl::GetFlag(FLAGS_endpoint)},
           {"model", absl::GetFlag(FLAGS_model)},
@@ -164,9 +171,16 @@ int Main() {
       }
     }
     backend = std::move(openai);
+  } else if (kind == "direct") {
+    if (absl::GetFlag(FLAGS_prefill).empty() || absl::GetFlag(FLAGS_decode).empty()) {
+      return Fail(absl::InvalidArgumentError("--backend=direct needs --prefill and --decode"));
+    }
+    if (absl::Status s = DirectBackend::Check(source->Make(0)); !s.ok()) return Fail(s);
+    backend =
+        std::make_unique<DirectBackend>(absl::GetFlag(FLAGS_prefill), absl::GetFlag(FLAGS_decode));
   } else {
     return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--backend must be grpc or openai, got '", kind, "'")));
+        absl::StrCat("--backend must be grpc, openai or direct, got '", kind, "'")));
   }
 
   LoadOptions load;

@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Reproduces the "End to end" record of docs/PERFORMANCE.md with tandem-bench on this machine:
+#   (1) Tandem disaggregated (1 prefill + 1 decode instance, 1 thread each) against one combined
+#       (colocated) server with the same 2 threads, at several Poisson request rates: TTFT/TPOT
+#       p50/p99 and goodput. Tandem has no combined serving mode (CombinedEngine is in-process
+#       only: tandem-generate and the tests), so the combined server is llama.cpp's llama-server.
+#   (2) Tandem vs llama-server, same model file, same load: concurrency 1, 4, 16; 256-token
+#       prompts, 128-token outputs (ignore_eos): output tok/s and TTFT/TPOT percentiles.
+#   (3) Router overhead per streamed token: the same requests through the router and directly to
+#       the same prefill + decode nodes (tandem-bench --backend=direct), alternated.
+# Every RESULT line is a measurement of this run (ratios of two measurements of this run).
+#
+#   flock /tmp/tandem-build.lock bash bench/serve/run.sh [OUT_DIR]
+#
+# Environment: TANDEM_MODEL (default ~/.cache/tandem/models/SmolLM2-135M-Instruct.Q4_1.gguf),
+#   TANDEM_BUILD_DIR (default build), BENCH_SCALE (default 1: multiplies request counts and
+#   stage durations; 0.5 halves the run), LLAMA_PORT (default 18181).
+# llama-server comes from bench/peer/build_llamacpp.sh (built once into ~/.cache/tandem/llamacpp).
+# Output: OUT_DIR (default /tmp/tandem-bench-record) holds one JSON per run, logs, summary.md.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+readonly REPO
+model=${TANDEM_MODEL:-$HOME/.cache/tandem/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+build=$(realpath -m "$REPO/${TANDEM_BUILD_DIR:-build}")
+scale=${BENCH_SCALE:-1}
+llama_port=${LLAMA_PORT:-18181}
+out=$(realpath -m "${1:-/tmp/tandem-bench-record}")
+bench="$build/bench/serve/tandem-bench"
+
+log() { echo "run.sh: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+n() { python3 -c "import sys; print(max(1, round(float(sys.argv[1]) * float(sys.argv[2]))))" "$1" "$scale"; }
+
+[ -f "$model" ] || die "model $model not found (deploy/fetch-model.sh fetches SmolLM2)"
+for b in "$bench" "$build/router/tandem-router" "$build/prefill_node/tandem-prefill" \
+         "$build/decode_node/tandem-decode"; do
+  [ -x "$b" ] || die "$b is missing: build it (tbuild tandem-bench tandem-router tandem-prefill tandem-decode)"
+done
+llama_bin=$("$REPO/bench/peer/build_llamacpp.sh") || die "bench/peer/build_llamacpp.sh failed"
+[ -x "$llama_bin/llama-server" ] || die "no llama-server in $llama_bin"
+mkdir -p "$out"
+rm -f "$out"/*.json "$out"/summary.md
+
+# ---- Tandem: 1 prefill + 1 decode, one thread each, through deploy/cluster.sh ----------------
+conf="$out/disagg.conf"
+cat > "$conf" <<CONF
+# tandem-bench record: 1 prefill + 1 decode instance, one thread each (2 threads in all).
+model=$model
+build_dir=$build
+name=bench-disagg
+startup_timeout_s=300
+router   listen=127.0.0.1:0
+prefill  tp=1 threads_per_rank=1 kv_budget_mb=384 ucx_tls=sm,self
+decode   tp=1 threads_per_rank=1 kv_budget_mb=384 ucx_tls=sm,self max_batch=64
+CONF
+export TANDEM_RUN_DIR="$out/cluster"
+llama_pid=""
+cleanup() {
+  "$REPO/deploy/cluster.sh" down "$conf" >/dev/null 2>&1 || true
+  if [ -n "$llama_pid" ]; then kill "$llama_pid" 2>/dev/null || true; wait "$llama_pid" 2>/dev/null || true; fi
+}
+trap cleanup EXIT
+
+start_tandem() {
+  log "starting Tandem (1 prefill + 1 decode, 1 thread each)"
+  router=$("$REPO/deploy/cluster.sh" up "$conf" | tail -n 1)
+  prefill_addr="127.0.0.1:$(cat "$TANDEM_RUN_DIR/prefill-0.port")"
+  decode_addr="127.0.0.1:$(cat "$TANDEM_RUN_DIR/decode-0.port")"
+  log "router $router, prefill $prefill_addr, decode $decode_addr"
+}
+stop_tandem() { "$REPO/deploy/cluster.sh" down "$conf" >/dev/null; }
+
+start_llama() {
+  log "starting llama-server (-t 2, 16 slots)"
+  "$llama_bin/llama-server" -m "$model" -t 2 -tb 2 -np 16 -c 8192 -cb --host 127.0.0.1 \
+    --port "$llama_port" --no-webui > "$out/llama-server.log" 2>&1 &
+  llama_pid=$!
+  for _ in $(seq 1 120); do
+    curl -sf "http://127.0.0.1:$llama_port/health" > /dev/null 2>&1 && return 0
+    kill -0 "$llama_pid" 2>/dev/null || die "llama-server exited: $(tail -5 "$out/llama-server.log")"
+    sleep 0.5
+  done
+  die "llama-server not healthy after 60 s"
+}
+stop_llama() { kill "$llama_pid"; wait "$llama_pid" 2>/dev/null || true; llama_pid=""; }
+
+# run NAME BACKEND_FLAGS... -- LOAD_FLAGS...: one tandem-bench run, JSON to $out/NAME.json.
+run() {
+  local name=$1; shift
+  log "run $name"
+  "$bench" --token_id_range=100:10000 --seed=1 --request_timeout_s=300 \
+    --json_out="$out/$name.json" --result_prefix="${name}_" "$@" > "$out/$name.txt" 2>&1 ||
+    { cat "$out/$name.txt" >&2; die "run $name failed"; }
+  grep '^RESULT' "$out/$name.txt" || true
+}
+
+slo=(--slo_ttft_ms=2000 --slo_tpot_ms=100)
+rates=(0.25 0.5 1)
+rate_load=(--prompt_len=fixed:256 --output_len=fixed:64 --warmup_requests=2 "${slo[@]}")
+cmp_load=(--prompt_len=fixed:256 --output_len=fixed:128 --warmup_requests=2 "${slo[@]}")
+conc=(1 4 16)
+conc_requests=("$(n 3)" "$(n 8)" "$(n 32)")
+
+llama=(--backend=openai --base_url="http://127.0.0.1:$llama_port" --endpoint=/v1/completions)
+
+start_tandem
+tandem=(--backend=grpc --address="$router")
+direct=(--backend=direct --prefill="$prefill_addr" --decode="$decode_addr")
+# (3) router overhead: direct and router runs alternated, same requests (same seed).
+for rep in 1 2; do
+  run "direct_r$rep" "${direct[@]}" "${cmp_load[@]}" --concurrency=4 --num_requests="$(n 6)"
+  run "router_r$rep" "${tandem[@]}" "${cmp_load[@]}" --concurrency=4 --num_requests="$(n 6)"
+done
+# (2) Tandem at concurrency 1, 4, 16.
+for i in 0 1 2; do
+  run "tandem_c${conc[$i]}" "${tandem[@]}" "${cmp_load[@]}" --concurrency="${conc[$i]}" \
+    --num_requests="${conc_requests[$i]}"
+done
+# (1) Poisson rates, disaggregated.
+for r in "${rates[@]}"; do
+  run "disagg_rate$r" "${tandem[@]}" "${rate_load[@]}" --request_rate="$r" \
+    --duration_s="$(n 24)" --num_requests=0
+done
+stop_tandem
+
+start_llama
+for i in 0 1 2; do
+  run "llamacpp_c${conc[$i]}" "${llama[@]}" "${cmp_load[@]}" --concurrency="${conc[$i]}" \
+    --num_requests="${conc_requests[$i]}"
+done
+for r in "${rates[@]}"; do
+  run "combined_rate$r" "${llama[@]}" "${rate_load[@]}" --request_rate="$r" \
+    --duration_s="$(n 24)" --num_requests=0
+done
+stop_llama
+
+# ---- Summary: tables and the cross-run ratios (each a ratio of two measurements above) -------
+python3 - "$out" "${rates[*]}" <<'PY'
+import json, os, sys
+out, rates = sys.argv[1], sys.argv[2].split()
+def rep(name):
+    with open(os.path.join(out, name + ".json")) as f:
+        return json.load(f)["report"]
+lines = []
+def row(label, r):
+    return (f"| {label} | {r['requests_ok']}/{r['requests_sent']} | {r['request_throughput_rps']:.2f} | "
+            f"{r['output_tokens_per_s']:.1f} | {r['ttft']['p50_ms']:.0f} | {r['ttft']['p99_ms']:.0f} | "
+            f"{r['tpot']['p50_ms']:.1f} | {r['tpot']['p99_ms']:.1f} | {r['goodput_rps']:.3f} "
+            f"({100 * r['good_fraction']:.0f}%) |")
+head = ("| run | ok/sent | req/s | out tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | "
+        "TPOT p99 ms | goodput req/s (met) |\n|---|---|---|---|---|---|---|---|---|")
+lines += ["### (1) Disaggregated vs combined, Poisson arrivals", head]
+for r in rates:
+    lines.append(row(f"Tandem 1P+1D, {r} req/s", rep(f"disagg_rate{r}")))
+    lines.append(row(f"llama-server, {r} req/s", rep(f"combined_rate{r}")))
+lines += ["", "### (2) Tandem vs llama-server, 256-token prompts, 128-token outputs", head]
+for c in (1, 4, 16):
+    lines.append(row(f"Tandem c={c}", rep(f"tandem_c{c}")))
+    lines.append(row(f"llama-server c={c}", rep(f"llamacpp_c{c}")))
+ratio = rep("tandem_c16")["output_tokens_per_s"] / rep("llamacpp_c16")["output_tokens_per_s"]
+lines += ["", "### (3) Router overhead per streamed token (c=4, alternated)",
+          "| run | TPOT mean ms | TPOT p50 ms | ITL p50 ms | TTFT p50 ms |", "|---|---|---|---|---|"]
+over = []
+for k in (1, 2):
+    d, r = rep(f"direct_r{k}"), rep(f"router_r{k}")
+    for label, x in ((f"direct #{k}", d), (f"router #{k}", r)):
+        lines.append(f"| {label} | {x['tpot']['mean_ms']:.2f} | {x['tpot']['p50_ms']:.2f} | "
+                     f"{x['itl']['p50_ms']:.2f} | {x['ttft']['p50_ms']:.0f} |")
+    over.append((r["tpot"]["mean_ms"] - d["tpot"]["mean_ms"]) / d["tpot"]["mean_ms"])
+overhead = sum(over) / len(over)
+lines += ["", "router overhead per pair (router TPOT mean - direct) / direct: "
+          + ", ".join(f"{o:+.4f}" for o in over),
+          f"RESULT tandem_vs_llamacpp_tokens_per_s_c16={ratio:.4g}",
+          f"RESULT router_overhead_tpot_fraction={overhead:.4g}"]
+text = "\n".join(lines) + "\n"
+open(os.path.join(out, "summary.md"), "w").write(text)
+print(text)
+PY
