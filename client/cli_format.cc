@@ -119,6 +119,7 @@ std::string FormatStatusTable(const v1::ClusterStatusResponse& cluster) {
     const v1::ParallelConfig& p = node.status().layout().parallel();
     const v1::InstanceLoad& load = node.status().load();
     const bool polled = node.has_status();
+    const bool loaded = polled && node.status().has_load();  // unhealthy nodes report none
     rows.push_back({
         std::string(RoleText(node.role())),
         node.address(),
@@ -126,10 +127,10 @@ std::string FormatStatusTable(const v1::ClusterStatusResponse& cluster) {
         polled ? absl::StrCat(p.tp(), "/", p.pcp(), "/", p.dcp(), "/", p.block_size(), "/",
                               p.interleave())
                : "-",
-        polled ? absl::StrCat(load.running()) : "-",
-        polled ? absl::StrCat(load.queued()) : "-",
-        polled ? absl::StrCat(load.free_blocks(), "/", load.total_blocks()) : "-",
-        polled ? absl::StrCat(load.leases()) : "-",
+        loaded ? absl::StrCat(load.running()) : "-",
+        loaded ? absl::StrCat(load.queued()) : "-",
+        loaded ? absl::StrCat(load.free_blocks(), "/", load.total_blocks()) : "-",
+        loaded ? absl::StrCat(load.leases()) : "-",
         node.last_error(),
     });
   }

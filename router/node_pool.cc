@@ -218,7 +218,12 @@ v1::ClusterStatusResponse NodePool::Snapshot(absl::Time now) const {
     n->set_role(static_cast<v1::InstanceRole>(key.first));
     n->set_healthy(node.healthy);
     n->set_source(node.from_heartbeat ? "heartbeat" : "static");
-    if (node.last_seen != absl::InfinitePast()) *n->mutable_status() = node.status;
+    if (node.last_seen != absl::InfinitePast()) {
+      *n->mutable_status() = node.status;
+      // The load of a node that stopped answering is not its load any more: show none rather
+      // than figures from before it died (identity and layout stay, they do not go stale).
+      if (!node.healthy) n->mutable_status()->clear_load();
+    }
     n->set_last_seen_ms_ago(node.last_seen == absl::InfinitePast()
                                 ? -1
                                 : absl::ToInt64Milliseconds(now - node.last_seen));

@@ -101,7 +101,8 @@ class NodePool {
                                                const absl::flat_hash_set<std::string>& excluded);
 
   // Every node (prefill first, then decode; by address), with health and its last status
-  // (absent until a poll succeeded; last_seen_ms_ago is then -1).
+  // (absent until a poll succeeded; last_seen_ms_ago is then -1). An unhealthy node's status
+  // has no load: the last polled figures are stale.
   v1::ClusterStatusResponse Snapshot(absl::Time now) const;
 
  private:

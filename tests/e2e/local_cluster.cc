@@ -148,6 +148,15 @@ absl::Status LocalCluster::WaitHealthy(absl::Time deadline) {
 }
 
 LocalCluster::~LocalCluster() {
+  // Every e2e test checks the nodes' block bookkeeping: a failed Free (double free, unknown
+  // block) is counted by the node and must never happen.
+  if (absl::StatusOr<std::vector<InstanceLoadView>> loads = Loads(); loads.ok()) {
+    for (const InstanceLoadView& v : *loads) {
+      EXPECT_EQ(v.block_free_errors, 0)
+          << v.address << " counted failed BlockManager::Free calls:\n"
+          << LogTails(30);
+    }
+  }
   for (Process& p : processes_) {
     if (p.pid > 0) kill(p.pid, SIGTERM);
   }
@@ -168,8 +177,8 @@ LocalCluster::~LocalCluster() {
   // vanish with its log.
   for (const Process& p : processes_) {
     const std::string log = ReadFile(p.log);
-    for (const char* marker :
-         {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"}) {
+    for (const char* marker : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                               "runtime error:", "WARNING: ThreadSanitizer"}) {
       if (log.find(marker) != std::string::npos) {
         ADD_FAILURE() << p.name << " reported a sanitizer error:\n" << Tail(log, 60);
         break;
@@ -239,7 +248,7 @@ absl::StatusOr<std::vector<InstanceLoadView>> LocalCluster::Loads() {
         prefill ? v1::PrefillService::NewStub(channel)->Status(&ctx, v1::StatusRequest(), &st)
                 : v1::DecodeService::NewStub(channel)->Status(&ctx, v1::StatusRequest(), &st);
     if (!s.ok()) return absl::UnavailableError(absl::StrCat(addr, ": ", s.error_message()));
-    out.push_back({addr, st.load()});
+    out.push_back({addr, st.load(), st.block_free_errors()});
     return absl::OkStatus();
   };
   for (const Process& p : processes_) {

@@ -41,6 +41,7 @@ struct GenerateOutcome {
 struct InstanceLoadView {
   std::string address;
   v1::InstanceLoad load;
+  int64_t block_free_errors = 0;  // InstanceStatus.block_free_errors
 };
 
 class LocalCluster {
@@ -60,7 +61,8 @@ class LocalCluster {
       const v1::GenerateRequest& request, absl::Duration timeout,
       const std::function<void(int32_t index, grpc::ClientContext&)>& on_token = nullptr);
 
-  // Status of every prefill and decode instance still running (killed ones are skipped).
+  // Status of every prefill and decode instance still running (killed ones are skipped). The
+  // destructor also asserts that none of them counted a failed BlockManager::Free.
   absl::StatusOr<std::vector<InstanceLoadView>> Loads();
   // Waits until every instance reports free blocks == total, no leases, nothing running or queued.
   absl::Status WaitIdle(absl::Duration timeout);

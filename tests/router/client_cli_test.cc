@@ -108,6 +108,17 @@ TEST(FormatStatusTableTest, AlignedRowsPerNode) {
   d->set_address("d:1");
   d->set_role(v1::INSTANCE_ROLE_DECODE);
   d->set_last_error("UNAVAILABLE: connection refused");
+  // Polled once, then died: the router keeps its layout but sends no (stale) load.
+  v1::NodeStatus* dead = c.add_nodes();
+  dead->set_address("d:2");
+  dead->set_role(v1::INSTANCE_ROLE_DECODE);
+  v1::ParallelConfig* dead_layout = dead->mutable_status()->mutable_layout()->mutable_parallel();
+  dead_layout->set_tp(1);
+  dead_layout->set_pcp(1);
+  dead_layout->set_dcp(1);
+  dead_layout->set_block_size(16);
+  dead_layout->set_interleave(1);
+  dead->set_last_error("UNAVAILABLE: gone");
   EXPECT_EQ(FormatStatusTable(c),
             "model: smol\n"
             "ROLE     ADDRESS        HEALTHY  LAYOUT(tp/pcp/dcp/B/I)  RUNNING  QUEUED  "
@@ -115,7 +126,9 @@ TEST(FormatStatusTableTest, AlignedRowsPerNode) {
             "prefill  10.0.0.1:7001  yes      2/2/4/16/1              3        12      "
             "100/1024            2\n"
             "decode   d:1            no       -                       -        -       "
-            "-                   -       UNAVAILABLE: connection refused\n");
+            "-                   -       UNAVAILABLE: connection refused\n"
+            "decode   d:2            no       1/1/1/16/1              -        -       "
+            "-                   -       UNAVAILABLE: gone\n");
 }
 
 }  // namespace

@@ -179,5 +179,25 @@ TEST_F(NodePoolTest, SnapshotListsPrefillThenDecodeWithLastStatus) {
   EXPECT_EQ(snap.nodes(1).last_seen_ms_ago(), -1);  // never polled
 }
 
+TEST_F(NodePoolTest, ADeadNodeShowsNoStaleLoad) {
+  NodePool pool = MakePool();
+  ASSERT_TRUE(pool.AddStatic("p:1", kPrefill).ok());
+  pool.ReportStatus("p:1", kPrefill, Status(kPrefill, 3, 1, 42), t0_);
+  ASSERT_TRUE(pool.Snapshot(t0_).nodes(0).status().has_load());
+  pool.ReportFailure("p:1", kPrefill, absl::UnavailableError("connection refused"));
+  v1::ClusterStatusResponse snap = pool.Snapshot(t0_ + absl::Seconds(1));
+  ASSERT_EQ(snap.nodes_size(), 1);
+  EXPECT_FALSE(snap.nodes(0).healthy());
+  ASSERT_TRUE(snap.nodes(0).has_status());  // identity and layout from the last poll remain
+  EXPECT_FALSE(snap.nodes(0).status().has_load()) << snap.nodes(0).status().DebugString();
+  EXPECT_EQ(snap.nodes(0).last_seen_ms_ago(), 1000);
+  EXPECT_THAT(snap.nodes(0).last_error(), testing::HasSubstr("connection refused"));
+  // Back to health: the fresh poll's load is shown again.
+  pool.ReportStatus("p:1", kPrefill, Status(kPrefill, 0, 0, 40), t0_ + absl::Seconds(2));
+  snap = pool.Snapshot(t0_ + absl::Seconds(2));
+  EXPECT_TRUE(snap.nodes(0).healthy());
+  EXPECT_EQ(snap.nodes(0).status().load().free_blocks(), 40);
+}
+
 }  // namespace
 }  // namespace tandem
