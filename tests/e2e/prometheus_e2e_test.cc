@@ -1,0 +1,365 @@
+// Metrics end to end: a real local cluster (router, prefill and decode processes) scraped by the
+// real Prometheus server from Debian's `prometheus` package, started here on 127.0.0.1 with a
+// generated config (1 s scrape interval) and a temporary storage directory. After requests go
+// through the cluster, the counters must have moved by exactly what the requests imply, asked
+// through Prometheus' HTTP query API (/api/v1/query). Also checks that every process wrote one
+// log line per request carrying the router's request id.
+//
+// Every wait is bounded; the Prometheus process and the cluster are stopped and their files
+// removed at the end (and the children die with the test through PR_SET_PDEATHSIG).
+#include <curl/curl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/local_cluster.h"
+#include "tests/e2e/reference.h"
+
+namespace tandem::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Bound of every wait on Prometheus (start-up, scrapes landing in query results).
+constexpr absl::Duration kPrometheusWait = absl::Seconds(60);
+// Polling interval of an observed condition (never synchronisation by sleeping).
+constexpr absl::Duration kPoll = absl::Milliseconds(250);
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+size_t AppendBody(char* data, size_t size, size_t n, void* out) {
+  static_cast<std::string*>(out)->append(data, size * n);
+  return size * n;
+}
+
+struct HttpReply {
+  long status = 0;
+  std::string body;
+};
+
+// GET `url` with a 5 s bound. UNAVAILABLE when the connection fails.
+absl::StatusOr<HttpReply> HttpGet(const std::string& url) {
+  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
+  if (curl == nullptr) return absl::InternalError("curl_easy_init failed");
+  HttpReply reply;
+  curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS, 5000L);
+  curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, AppendBody);
+  curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &reply.body);
+  const CURLcode rc = curl_easy_perform(curl.get());
+  if (rc != CURLE_OK) {
+    return absl::UnavailableError(absl::StrCat("GET ", url, ": ", curl_easy_strerror(rc)));
+  }
+  curl_easy_getinfo(curl.get(), CURLINFO_RESPONSE_CODE, &reply.status);
+  return reply;
+}
+
+std::string UrlEscape(const std::string& s) {
+  char* e = curl_easy_escape(nullptr, s.c_str(), static_cast<int>(s.size()));
+  std::string out(e);
+  curl_free(e);
+  return out;
+}
+
+// A port free right now on 127.0.0.1 (Prometheus cannot report a port it picked itself).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// Waits (bounded) for `path` to hold a port number, written by a process at start-up.
+absl::StatusOr<int> WaitPortFile(const std::string& path, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    const int port = std::atoi(ReadFile(path).c_str());
+    if (port > 0) return port;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("no port in ", path));
+}
+
+// The Prometheus server, scraping `targets` (job name → "127.0.0.1:PORT") every second.
+class PrometheusServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<PrometheusServer>> Start(
+      const std::string& dir, const std::map<std::string, std::string>& targets) {
+    std::unique_ptr<PrometheusServer> p(new PrometheusServer());
+    p->dir_ = dir;
+    std::string config =
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
+        "scrape_configs:\n";
+    for (const auto& [job, target] : targets) {
+      absl::StrAppend(&config, "  - job_name: '", job, "'\n    static_configs:\n",
+                      "      - targets: ['", target, "']\n");
+    }
+    const std::string config_path = dir + "/prometheus.yml";
+    std::ofstream(config_path) << config;
+    p->port_ = FreePort();
+    if (p->port_ == 0) return absl::InternalError("no free port for Prometheus");
+    p->log_ = dir + "/prometheus.log";
+    std::vector<std::string> args = {
+        TANDEM_PROMETHEUS_BIN,
+        "--config.file=" + config_path,
+        "--storage.tsdb.path=" + dir + "/data",
+        absl::StrCat("--web.listen-address=127.0.0.1:", p->port_),
+        "--log.level=warn",
+    };
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t parent = getpid();
+    p->pid_ = fork();
+    if (p->pid_ < 0) return absl::InternalError("fork failed");
+    if (p->pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
+      FILE* log = std::fopen(p->log_.c_str(), "w");
+      if (log != nullptr) {
+        dup2(fileno(log), 1);
+        dup2(fileno(log), 2);
+      }
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    const absl::Time deadline = absl::Now() + kPrometheusWait;
+    while (absl::Now() < deadline) {
+      absl::StatusOr<HttpReply> ready = HttpGet(p->url("/-/ready"));
+      if (ready.ok() && ready->status == 200) return p;
+      int wstatus = 0;
+      if (waitpid(p->pid_, &wstatus, WNOHANG) == p->pid_) {
+        p->pid_ = -1;
+        return absl::InternalError(
+            absl::StrCat("prometheus exited during start-up:\n", ReadFile(p->log_)));
+      }
+      absl::SleepFor(kPoll);
+    }
+    return absl::DeadlineExceededError(
+        absl::StrCat("prometheus not ready in time:\n", ReadFile(p->log_)));
+  }
+
+  ~PrometheusServer() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) return;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+
+  std::string url(const std::string& path) const {
+    return absl::StrCat("http://127.0.0.1:", port_, path);
+  }
+  std::string log() const { return ReadFile(log_); }
+
+  // The instant vector of `query` as (labels → value), through /api/v1/query.
+  absl::StatusOr<std::map<std::map<std::string, std::string>, double>> Query(
+      const std::string& query) const {
+    absl::StatusOr<HttpReply> reply = HttpGet(url("/api/v1/query?query=" + UrlEscape(query)));
+    if (!reply.ok()) return reply.status();
+    if (reply->status != 200) {
+      return absl::InternalError(
+          absl::StrCat("query ", query, ": HTTP ", reply->status, " ", reply->body));
+    }
+    const nlohmann::json j =
+        nlohmann::json::parse(reply->body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || j.value("status", "") != "success") {
+      return absl::InternalError(absl::StrCat("query ", query, ": ", reply->body));
+    }
+    std::map<std::map<std::string, std::string>, double> out;
+    for (const nlohmann::json& r : j["data"]["result"]) {
+      std::map<std::string, std::string> labels;
+      for (const auto& [k, v] : r["metric"].items()) labels[k] = v.get<std::string>();
+      out[labels] = std::stod(r["value"][1].get<std::string>());
+    }
+    return out;
+  }
+
+ private:
+  PrometheusServer() = default;
+  std::string dir_;
+  std::string log_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+// Sum of the values `query` returns, once it returns exactly `want` (bounded wait). Returns the
+// last sum seen otherwise, so the failure message shows how far it got.
+double WaitForSum(const PrometheusServer& prom, const std::string& query, double want,
+                  std::string* last_error) {
+  const absl::Time deadline = absl::Now() + kPrometheusWait;
+  double sum = -1;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<std::map<std::map<std::string, std::string>, double>> r = prom.Query(query);
+    if (r.ok() && !r->empty()) {
+      sum = 0;
+      for (const auto& [labels, v] : *r) sum += v;
+      if (sum == want) return sum;
+    } else if (!r.ok()) {
+      *last_error = r.status().ToString();
+    }
+    absl::SleepFor(kPoll);
+  }
+  return sum;
+}
+
+class PrometheusE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/tandem-prom-XXXXXX");
+    ASSERT_NE(mkdtemp(templ.data()), nullptr);
+    dir_ = templ;
+  }
+  void TearDown() override {
+    prometheus_.reset();
+    cluster_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+    curl_global_cleanup();
+  }
+
+  std::string dir_;
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<PrometheusServer> prometheus_;
+};
+
+TEST_F(PrometheusE2eTest, PrometheusScrapesEveryProcessAndTheCountersMove) {
+  ClusterSpec spec;
+  spec.model_path = SyntheticModelPath();
+  spec.prefill = {NodeSpec{{"--metrics_port_file=" + dir_ + "/prefill0.metrics_port"}}};
+  spec.decode = {NodeSpec{{"--metrics_port_file=" + dir_ + "/decode0.metrics_port"}}};
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(spec);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  cluster_ = *std::move(cluster);
+
+  std::map<std::string, std::string> targets;
+  for (const char* node : {"prefill0", "decode0"}) {
+    absl::StatusOr<int> port =
+        WaitPortFile(absl::StrCat(dir_, "/", node, ".metrics_port"), absl::Seconds(10));
+    ASSERT_TRUE(port.ok()) << port.status() << "\n" << cluster_->LogTails();
+    const std::string target = absl::StrCat("127.0.0.1:", *port);
+    // The endpoint answers before Prometheus is involved, with the exposition content type.
+    absl::StatusOr<HttpReply> direct = HttpGet(absl::StrCat("http://", target, "/metrics"));
+    ASSERT_TRUE(direct.ok()) << direct.status();
+    EXPECT_EQ(direct->status, 200);
+    EXPECT_THAT(direct->body, HasSubstr("# TYPE tandem_kv_blocks_free gauge"));
+    targets[absl::StrCat("tandem-", node)] = target;
+  }
+  absl::StatusOr<std::unique_ptr<PrometheusServer>> prom = PrometheusServer::Start(dir_, targets);
+  ASSERT_TRUE(prom.ok()) << prom.status();
+  prometheus_ = *std::move(prom);
+
+  constexpr int kRequests = 4;
+  constexpr int kMaxTokens = 8;
+  int64_t prompt_tokens = 0;
+  std::mt19937 rng(11);
+  for (int i = 0; i < kRequests; ++i) {
+    v1::GenerateRequest req;
+    const int len = 5 + 7 * i;
+    for (int t = 0; t < len; ++t) req.mutable_token_ids()->add_ids(3 + rng() % 200);
+    prompt_tokens += len;
+    req.set_max_tokens(kMaxTokens);
+    req.set_ignore_eos(true);
+    req.set_request_id(absl::StrCat("prom-", i));
+    const GenerateOutcome out = cluster_->Generate(req, absl::Seconds(60));
+    ASSERT_TRUE(out.status.ok()) << out.status.error_message() << "\n" << cluster_->LogTails();
+    ASSERT_EQ(out.tokens.size(), static_cast<size_t>(kMaxTokens));
+  }
+
+  std::string error;
+  // Every target is up.
+  EXPECT_EQ(WaitForSum(*prometheus_, "up", targets.size(), &error), targets.size())
+      << error << "\n"
+      << prometheus_->log();
+  // The decode node sampled every token but each request's first (sampled by the prefill).
+  EXPECT_EQ(WaitForSum(*prometheus_, "tandem_generation_tokens_total{job=\"tandem-decode0\"}",
+                       kRequests * (kMaxTokens - 1), &error),
+            kRequests * (kMaxTokens - 1))
+      << error;
+  EXPECT_EQ(WaitForSum(*prometheus_, "tandem_prompt_tokens_total{job=\"tandem-prefill0\"}",
+                       prompt_tokens, &error),
+            prompt_tokens)
+      << error;
+  // Each request's KV was pulled from the prefill node and its lease released.
+  const std::string peer = cluster_->prefill_addresses()[0];
+  EXPECT_EQ(
+      WaitForSum(*prometheus_,
+                 absl::StrCat("tandem_kv_transfer_copies_total{peer=\"", peer, "\"} > bool 0"), 1,
+                 &error),
+      1)
+      << error;
+  EXPECT_EQ(WaitForSum(*prometheus_,
+                       absl::StrCat("tandem_kv_transfer_bytes_total{peer=\"", peer, "\"} > bool 0"),
+                       1, &error),
+            1)
+      << error;
+  // The scrapes above landed after the requests: no pull failed, so no failure series exists.
+  absl::StatusOr<std::map<std::map<std::string, std::string>, double>> failures =
+      prometheus_->Query("tandem_kv_transfer_failures_total");
+  ASSERT_TRUE(failures.ok()) << failures.status();
+  EXPECT_TRUE(failures->empty());
+  EXPECT_EQ(WaitForSum(*prometheus_, "tandem_kv_leases_released_total", kRequests, &error),
+            kRequests)
+      << error;
+  EXPECT_EQ(WaitForSum(*prometheus_, "tandem_kv_leases_active", 0, &error), 0) << error;
+  EXPECT_EQ(WaitForSum(*prometheus_, "tandem_prefix_cache_hits_total", 0, &error), 0) << error;
+  // Both nodes report their KV pools: all blocks free again, none used.
+  EXPECT_EQ(WaitForSum(*prometheus_, "tandem_kv_blocks_used", 0, &error), 0) << error;
+  EXPECT_EQ(WaitForSum(*prometheus_, "count(tandem_kv_blocks_free > 0)", 2, &error), 2) << error;
+
+  // One log line per request on every process, keyed by the router's request id.
+  const std::string logs = cluster_->LogTails(40);
+  for (int i = 0; i < kRequests; ++i) {
+    const std::string id = absl::StrCat("request_id=prom-", i, " ");
+    EXPECT_THAT(logs, HasSubstr(absl::StrCat("tandem-router: request ", id, "outcome=OK")));
+    EXPECT_THAT(logs, HasSubstr(absl::StrCat("tandem-prefill: request ", id, "outcome=OK")));
+    EXPECT_THAT(logs, HasSubstr(absl::StrCat("tandem-decode: request ", id)));
+  }
+}
+
+}  // namespace
+}  // namespace tandem::testing
