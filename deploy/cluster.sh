@@ -3,10 +3,12 @@
 # config file. See docs/deployment.md for the config format and troubleshooting.
 #
 #   deploy/cluster.sh up CONFIG      start every instance, wait until the router reports all of
-#                                    them healthy, print the router address (last stdout line)
+#                                    them healthy, print `openai api at http://HOST:PORT/v1`
+#                                    and the router's gRPC address (last stdout line)
 #   deploy/cluster.sh down CONFIG    stop exactly the processes `up` started (SIGTERM, bounded
 #                                    wait, SIGKILL) and remove their pid and port files
-#   deploy/cluster.sh status CONFIG  list the processes and print the fleet (`tandem status`)
+#   deploy/cluster.sh status CONFIG  list the processes, the OpenAI API URL and the fleet
+#                                    (`tandem status`)
 #   deploy/cluster.sh check CONFIG   validate the config (syntax, flag names against the built
 #                                    binaries when present) and print the commands `up` would run
 #
@@ -33,7 +35,7 @@ die() { log "error: $*"; exit 1; }
 config_error() { log "config error: $*"; exit 2; }
 
 usage() {
-  sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -53,7 +55,7 @@ reserved_key() {
     model | port_file) return 0 ;;
   esac
   case "$role:$key" in
-    router:prefill | router:decode) return 0 ;;
+    router:prefill | router:decode | router:http_port_file) return 0 ;;
     prefill:router | decode:router) return 0 ;;  # nodes are wired with --prefill/--decode
   esac
   return 1
@@ -259,7 +261,7 @@ command_of() {
   fi
   args=("$(binary_of "$role")" "--model=$cfg_model" "--port_file=$run_dir/$name.port")
   [[ $flags == *"--listen="* ]] || args+=(--listen=127.0.0.1:0)
-  [ "$role" != router ] || args+=("--prefill=$2" "--decode=$3")
+  [ "$role" != router ] || args+=("--prefill=$2" "--decode=$3" "--http_port_file=$run_dir/router.http_port")
   [ -z "$flags" ] || mapfile -t -O "${#args[@]}" args <<<"${flags%$'\n'}"
 }
 
@@ -387,7 +389,7 @@ stop_all() {
   for name in $(all_instances); do
     rm -f "$run_dir/$name.pid" "$run_dir/$name.port" "$run_dir/$name.port.tmp"
   done
-  rm -f "$run_dir/router.addr" "$run_dir/cluster.conf"
+  rm -f "$run_dir/router.addr" "$run_dir/router.http_port" "$run_dir/openai.url" "$run_dir/cluster.conf"
   stopped_count=$stopped
 }
 
@@ -446,6 +448,7 @@ cmd_up() {
   if [ "$state" = running ]; then
     if cmp -s "$cfg_file" "$run_dir/cluster.conf" && [ -s "$run_dir/router.addr" ]; then
       log "cluster $cfg_name is already running (run dir $run_dir); reusing it"
+      print_openai_url
       cat "$run_dir/router.addr"
       return 0
     fi
@@ -507,9 +510,19 @@ cmd_up() {
   trap - EXIT INT TERM
   cp "$cfg_file" "$run_dir/cluster.conf"
   echo "$router_addr" >"$run_dir/router.addr"
+  if [ -s "$run_dir/router.http_port" ]; then
+    echo "http://$(address_of router "$(flag_value http_listen 127.0.0.1:0 "$router_flags")" \
+      "$(<"$run_dir/router.http_port")")/v1" >"$run_dir/openai.url"
+  fi
   indent <<<"$last_fleet" >&2
   log "cluster $cfg_name is up; router at $router_addr"
+  print_openai_url
   echo "$router_addr"
+}
+
+# The OpenAI API line of `up` and `status` (nothing when the router serves no HTTP).
+print_openai_url() {
+  [ ! -s "$run_dir/openai.url" ] || echo "openai api at $(<"$run_dir/openai.url")"
 }
 
 cmd_down() {
@@ -542,6 +555,7 @@ cmd_status() {
       echo "  $name: not running (log: $run_dir/$name.log)"
     fi
   done
+  if instance_alive router; then print_openai_url; fi
   if instance_alive router && [ -s "$run_dir/router.addr" ]; then
     "$(binary_of client)" status --router "$(<"$run_dir/router.addr")" --timeout_ms=5000 || return 1
   fi

@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/flag_dashes.h"
+#include "common/prometheus_text.h"
+#include "router/http/router_http.h"
 #include "router/router_options.h"
 #include "router/router_server.h"
 #include "router/served_model.h"
@@ -33,6 +35,11 @@ ABSL_FLAG(int32_t, rpc_timeout_ms, 60000, "deadline of each unary call to a node
 ABSL_FLAG(int32_t, decode_idle_timeout_ms, 30000, "max gap between two decode stream events");
 ABSL_FLAG(int32_t, max_attempts, 3, "retryable node failures one request may take");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
+ABSL_FLAG(std::string, http_listen, "127.0.0.1:0",
+          "OpenAI-compatible HTTP API address HOST:PORT (port 0 = any; empty = no HTTP API)");
+ABSL_FLAG(std::string, http_port_file, "", "write the bound HTTP port to this file once serving");
+ABSL_FLAG(int32_t, http_threads, 1024,
+          "HTTP worker threads: the most concurrent HTTP connections (a stream holds one)");
 
 namespace {
 
@@ -68,7 +75,7 @@ int Fail(const absl::Status& status) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "tandem-router --model=M.gguf|HF_DIR --prefill=HOST:PORT,... --decode=HOST:PORT,... "
-      "[--listen=HOST:PORT] [--flagfile=FILE]");
+      "[--listen=HOST:PORT] [--http_listen=HOST:PORT] [--flagfile=FILE]");
   tandem::NormalizeFlagDashes(argc, argv);
   absl::ParseCommandLine(argc, argv);
   // Block the shutdown signals before any thread starts, so they are only taken by sigwait.
@@ -87,6 +94,21 @@ int main(int argc, char** argv) {
   if (!model.ok()) return Fail(model.status());
   auto router = tandem::RouterServer::Start(*options, *std::move(model));
   if (!router.ok()) return Fail(router.status());
+  // The HTTP API is up before the gRPC port file appears: that file means "ready".
+  std::unique_ptr<tandem::RouterHttp> http;
+  if (const std::string http_listen = absl::GetFlag(FLAGS_http_listen); !http_listen.empty()) {
+    const tandem::RouterServer* server = router->get();
+    auto started = tandem::RouterHttp::Start(
+        http_listen, absl::GetFlag(FLAGS_http_threads), &server->deps(),
+        [server] { return tandem::RenderPrometheusText(server->metrics()); });
+    if (!started.ok()) return Fail(started.status());
+    http = *std::move(started);
+    std::fprintf(stderr, "tandem-router: OpenAI API at http://%s/v1\n",
+                 tandem::WithPort(http_listen, http->port()).c_str());
+    if (const std::string file = absl::GetFlag(FLAGS_http_port_file); !file.empty()) {
+      if (absl::Status s = tandem::WritePortFile(file, http->port()); !s.ok()) return Fail(s);
+    }
+  }
   if (const std::string port_file = absl::GetFlag(FLAGS_port_file); !port_file.empty()) {
     if (absl::Status s = tandem::WritePortFile(port_file, (*router)->port()); !s.ok()) {
       return Fail(s);
@@ -95,6 +117,8 @@ int main(int argc, char** argv) {
   int signal = 0;
   sigwait(&signals, &signal);
   std::fprintf(stderr, "tandem-router: signal %d, shutting down\n", signal);
+  // HTTP first: its requests run on the router's node pool.
+  if (http != nullptr) http->Shutdown();
   (*router)->Shutdown();
   return 0;
 }

@@ -6,7 +6,7 @@
 // nodes are cancelled, KV leases released) and waits for their threads; it is idempotent and
 // also run by the destructor.
 //
-// Thread-safety: port(), model() and metrics() are safe from any thread; Shutdown from one
+// Thread-safety: port(), model(), metrics() and deps() are safe from any thread; Shutdown from one
 // thread.
 #pragma once
 
@@ -46,6 +46,9 @@ class RouterServer {
   // The router's metrics (router/router_metrics.h), for GET /metrics:
   // RenderPrometheusText(server.metrics()) (common/prometheus_text.h).
   const MetricsRegistry& metrics() const { return metrics_registry_; }
+  // What a request needs (model, node pool, options, metrics), for the HTTP API to run requests
+  // exactly as Generate does (router/http/router_http.h).
+  const RouterDeps& deps() const { return deps_; }
   void Shutdown(absl::Duration grace = absl::Seconds(5));
 
  private:

@@ -1,113 +1,186 @@
 #include "serving/http_server.h"
 
-#include <civetweb.h>
-#include <strings.h>
+#include <httplib.h>
+#include <sys/socket.h>
 
-#include <cstdio>
+#include <csignal>
+#include <deque>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 
 namespace tandem {
-// The routes of one path, handed to CivetWeb as the path's callback data.
-struct HttpServer::PathRoutes {
-  std::string pattern;  // CivetWeb URI pattern: the path + "$" (exact match)
-  std::vector<const HttpRoute*> routes;
+
+// One request: a copy of what the handler reads, and the response it produces. The handler's
+// thread fills the response; the connection's thread sends it.
+struct HttpExchange::State {
+  std::string method;
+  std::string path;
+  httplib::Headers request_headers;
+  std::string body;
+
+  absl::Mutex mu;
+  enum class Phase { kPending, kWhole, kStream } phase ABSL_GUARDED_BY(mu) = Phase::kPending;
+  int status ABSL_GUARDED_BY(mu) = 0;
+  std::string content_type ABSL_GUARDED_BY(mu);
+  Headers headers ABSL_GUARDED_BY(mu);
+  std::string whole_body ABSL_GUARDED_BY(mu);
+  std::deque<std::string> chunks ABSL_GUARDED_BY(mu);
+  bool ended ABSL_GUARDED_BY(mu) = false;         // EndStream called
+  bool gone ABSL_GUARDED_BY(mu) = false;          // a write to the client failed
+  bool handler_done ABSL_GUARDED_BY(mu) = false;  // the handler returned
 };
 
-std::string HttpExchange::method() const {
-  const char* m = mg_get_request_info(conn_)->request_method;
-  return m == nullptr ? "" : m;
-}
-
-std::string HttpExchange::path() const {
-  const char* uri = mg_get_request_info(conn_)->local_uri;
-  return uri == nullptr ? "" : uri;
-}
+std::string HttpExchange::method() const { return state_->method; }
+std::string HttpExchange::path() const { return state_->path; }
 
 std::optional<std::string> HttpExchange::header(const char* name) const {
-  const char* value = mg_get_header(conn_, name);
-  if (value == nullptr) return std::nullopt;
-  return std::string(value);
+  // httplib::Headers compares names case-insensitively.
+  const auto it = state_->request_headers.find(name);
+  if (it == state_->request_headers.end()) return std::nullopt;
+  return it->second;
 }
 
 absl::StatusOr<std::string> HttpExchange::ReadBody(size_t max_bytes) {
-  std::string body;
-  const long long declared = mg_get_request_info(conn_)->content_length;
-  if (declared > 0 && static_cast<unsigned long long>(declared) > max_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("request body of ", declared, " bytes exceeds the limit of ", max_bytes));
+  if (state_->body.size() > max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("request body of ", state_->body.size(),
+                                                     " bytes exceeds the limit of ", max_bytes));
   }
-  char buf[16384];
-  while (true) {
-    const int n = mg_read(conn_, buf, sizeof(buf));
-    if (n < 0) return absl::UnavailableError("connection failed while reading the request body");
-    if (n == 0) break;
-    if (body.size() + static_cast<size_t>(n) > max_bytes) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("request body exceeds the limit of ", max_bytes, " bytes"));
-    }
-    body.append(buf, static_cast<size_t>(n));
-  }
-  return body;
+  return state_->body;
 }
 
-bool HttpExchange::SendHeaders(int status, absl::string_view content_type, const Headers& headers,
-                               std::optional<size_t> content_length) {
-  responded_ = true;
-  if (mg_response_header_start(conn_, status) < 0) return false;
-  const std::string type(content_type);
-  mg_response_header_add(conn_, "Content-Type", type.c_str(), -1);
-  if (content_length.has_value()) {
-    const std::string length = absl::StrCat(*content_length);
-    mg_response_header_add(conn_, "Content-Length", length.c_str(), -1);
-  } else {
-    mg_response_header_add(conn_, "Transfer-Encoding", "chunked", -1);
-  }
-  for (const auto& [name, value] : headers) {
-    mg_response_header_add(conn_, name.c_str(), value.c_str(), -1);
-  }
-  return mg_response_header_send(conn_) >= 0;
+bool HttpExchange::responded() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->phase != State::Phase::kPending;
 }
 
 bool HttpExchange::Respond(int status, absl::string_view content_type, absl::string_view body,
                            const Headers& headers) {
-  if (!SendHeaders(status, content_type, headers, body.size())) return false;
-  return body.empty() || mg_write(conn_, body.data(), body.size()) > 0;
+  absl::MutexLock lock(&state_->mu);
+  if (state_->phase != State::Phase::kPending) return false;
+  state_->phase = State::Phase::kWhole;
+  state_->status = status;
+  state_->content_type = std::string(content_type);
+  state_->headers = headers;
+  state_->whole_body = std::string(body);
+  return true;
 }
 
 bool HttpExchange::StartStream(int status, absl::string_view content_type, const Headers& headers) {
-  return SendHeaders(status, content_type, headers, std::nullopt);
+  absl::MutexLock lock(&state_->mu);
+  if (state_->phase != State::Phase::kPending) return false;
+  state_->phase = State::Phase::kStream;
+  state_->status = status;
+  state_->content_type = std::string(content_type);
+  state_->headers = headers;
+  return true;
 }
 
 bool HttpExchange::WriteChunk(absl::string_view data) {
-  if (data.empty()) return true;  // an empty chunk would end the stream
-  return mg_send_chunk(conn_, data.data(), static_cast<unsigned int>(data.size())) > 0;
+  absl::MutexLock lock(&state_->mu);
+  if (state_->phase != State::Phase::kStream || state_->ended || state_->gone) return false;
+  if (!data.empty()) state_->chunks.emplace_back(data);
+  return true;
 }
 
-bool HttpExchange::EndStream() { return mg_send_chunk(conn_, "", 0) >= 0; }
+bool HttpExchange::EndStream() {
+  absl::MutexLock lock(&state_->mu);
+  if (state_->phase != State::Phase::kStream || state_->gone) return false;
+  state_->ended = true;
+  return true;
+}
 
-int HttpServer::Dispatch(mg_connection* conn, void* data) {
-  const auto* entry = static_cast<const PathRoutes*>(data);
-  HttpExchange exchange(conn);
-  const std::string method = exchange.method();
-  std::vector<std::string> allowed;
-  for (const HttpRoute* route : entry->routes) {
-    if (route->method == method) {
-      route->handler(exchange);
-      if (!exchange.responded()) {
-        exchange.Respond(500, "text/plain", "handler sent no response\n");
-        return 500;
-      }
-      return 200;
+namespace {
+
+using State = HttpExchange::State;
+
+// Runs `handler` on its own thread; returns once it responded (or returned without responding)
+// and fills `res`. A stream's chunks are then sent by `res`'s content provider, on this
+// connection's thread; the handler's thread is joined when the response is released.
+void Serve(const HttpHandler& handler, const httplib::Request& req, httplib::Response& res) {
+  auto state = std::make_shared<State>();
+  state->method = req.method;
+  state->path = req.path;
+  state->request_headers = req.headers;
+  state->body = req.body;
+  auto thread = std::make_shared<std::thread>([state, &handler] {
+    {
+      HttpExchange exchange(state);
+      handler(exchange);
     }
-    allowed.push_back(route->method);
+    absl::MutexLock lock(&state->mu);
+    state->handler_done = true;
+  });
+  auto join = [thread] {
+    if (thread->joinable()) thread->join();
+  };
+  State::Phase phase;
+  {
+    absl::MutexLock lock(&state->mu);
+    state->mu.Await(absl::Condition(
+        +[](State* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return s->phase != State::Phase::kPending || s->handler_done;
+        },
+        state.get()));
+    phase = state->phase;
+    if (phase == State::Phase::kPending) {
+      res.status = 500;
+      res.set_content("handler sent no response\n", "text/plain");
+    } else {
+      res.status = state->status;
+      for (const auto& [name, value] : state->headers) res.set_header(name, value);
+    }
+    if (phase == State::Phase::kWhole) res.set_content(state->whole_body, state->content_type);
   }
-  exchange.Respond(405, "text/plain", absl::StrCat("method ", method, " not allowed\n"),
-                   {{"Allow", absl::StrJoin(allowed, ", ")}});
-  return 405;
+  if (phase != State::Phase::kStream) {
+    join();
+    return;
+  }
+  std::string content_type;
+  {
+    absl::MutexLock lock(&state->mu);
+    content_type = state->content_type;
+  }
+  res.set_chunked_content_provider(
+      content_type,
+      [state](size_t, httplib::DataSink& sink) {
+        while (true) {
+          std::string chunk;
+          {
+            absl::MutexLock lock(&state->mu);
+            state->mu.Await(absl::Condition(
+                +[](State* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                  return !s->chunks.empty() || s->ended || s->handler_done;
+                },
+                state.get()));
+            if (state->chunks.empty()) break;  // ended, or the handler returned
+            chunk = std::move(state->chunks.front());
+            state->chunks.pop_front();
+          }
+          if (!sink.write(chunk.data(), chunk.size())) {
+            absl::MutexLock lock(&state->mu);
+            state->gone = true;
+            return false;
+          }
+        }
+        sink.done();
+        return true;
+      },
+      [state, join](bool success) {
+        if (!success) {
+          absl::MutexLock lock(&state->mu);
+          state->gone = true;
+        }
+        join();
+      });
 }
+
+}  // namespace
+
+HttpServer::HttpServer() = default;
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
                                                               int threads,
@@ -118,67 +191,103 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
       !absl::SimpleAtoi(absl::string_view(listen).substr(colon + 1), &port) || port < 0 ||
       port > 65535) {
     return absl::InvalidArgumentError(
-        absl::StrCat("HTTP listen address '", listen, "' is not IP:PORT"));
+        absl::StrCat("HTTP listen address '", listen, "' is not HOST:PORT"));
   }
   if (threads < 1) {
     return absl::InvalidArgumentError(absl::StrCat("HTTP threads must be >= 1, got ", threads));
   }
+  std::string host = listen.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  // A client that goes away must not kill the process with SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
   std::unique_ptr<HttpServer> server(new HttpServer());
   server->routes_ = std::move(routes);
-  mg_init_library(0);
-  const std::string thread_count = absl::StrCat(threads);
-  const char* options[] = {"listening_ports",
-                           listen.c_str(),
-                           "num_threads",
-                           thread_count.c_str(),
-                           "enable_keep_alive",
-                           "yes",
-                           "listen_backlog",
-                           "4096",
-                           nullptr};
-  mg_callbacks callbacks{};
-  mg_init_data init{&callbacks, nullptr, options};
-  char error_text[256] = "";
-  unsigned error_code = 0;
-  mg_error_data error{&error_code, error_text, sizeof(error_text)};
-  server->ctx_ = mg_start2(&init, &error);
-  if (server->ctx_ == nullptr) {
-    mg_exit_library();
-    return absl::UnavailableError(absl::StrCat("cannot serve HTTP on ", listen, ": ", error_text));
-  }
-  mg_server_port ports[1];
-  if (mg_get_server_ports(server->ctx_, 1, ports) < 1) {
-    server->Stop();
-    return absl::UnavailableError(absl::StrCat("HTTP server on ", listen, " has no port"));
-  }
-  server->port_ = ports[0].port;
-  // Group the routes by path; CivetWeb calls one handler per path with that path's entry.
+  server->server_ = std::make_unique<httplib::Server>();
+  httplib::Server& svr = *server->server_;
+  svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  svr.set_payload_max_length(kMaxBodyBytes);
+  // Group the routes by path: each path answers its methods, and 405 to GET/POST otherwise.
+  std::vector<std::string> paths;
   for (const HttpRoute& route : server->routes_) {
-    PathRoutes* entry = nullptr;
-    for (auto& e : server->paths_) {
-      if (e->pattern == route.path + "$") entry = e.get();
+    if (std::find(paths.begin(), paths.end(), route.path) == paths.end()) {
+      paths.push_back(route.path);
     }
-    if (entry == nullptr) {
-      server->paths_.push_back(std::make_unique<PathRoutes>());
-      entry = server->paths_.back().get();
-      entry->pattern = route.path + "$";
-    }
-    entry->routes.push_back(&route);
   }
-  for (const auto& entry : server->paths_) {
-    mg_set_request_handler(server->ctx_, entry->pattern.c_str(), &HttpServer::Dispatch,
-                           entry.get());
+  for (const std::string& path : paths) {
+    std::vector<std::string> allowed;
+    const HttpRoute* get = nullptr;
+    const HttpRoute* post = nullptr;
+    for (const HttpRoute& route : server->routes_) {
+      if (route.path != path) continue;
+      allowed.push_back(route.method);
+      if (route.method == "GET") get = &route;
+      if (route.method == "POST") post = &route;
+    }
+    auto handler_for = [allow = absl::StrJoin(allowed, ", ")](const HttpRoute* route) {
+      return [route, allow](const httplib::Request& req, httplib::Response& res) {
+        if (route == nullptr) {
+          res.status = 405;
+          res.set_header("Allow", allow);
+          res.set_content(absl::StrCat("method ", req.method, " not allowed\n"), "text/plain");
+          return;
+        }
+        Serve(route->handler, req, res);
+      };
+    };
+    // httplib matches patterns as regular expressions; the paths are plain, so escape dots.
+    std::string pattern;
+    for (char c : path) {
+      if (c == '.') pattern += '\\';
+      pattern += c;
+    }
+    svr.Get(pattern, handler_for(get));
+    svr.Post(pattern, handler_for(post));
+  }
+  // cpp-httplib 0.11 listens with a backlog of 5 and has no setting for it (a burst of
+  // connections then stalls: docs/PERFORMANCE.md). The socket-options hook sees the listening
+  // socket before bind, and Linux lets listen() raise the backlog of a listening socket.
+  int listen_fd = -1;
+  svr.set_socket_options([&listen_fd](int fd) {
+    listen_fd = fd;
+    httplib::default_socket_options(fd);
+  });
+  if (port == 0) {
+    server->port_ = svr.bind_to_any_port(host);
+  } else if (svr.bind_to_port(host, port)) {
+    server->port_ = port;
+  }
+  if (server->port_ <= 0) {
+    return absl::UnavailableError(absl::StrCat("cannot serve HTTP on ", listen));
+  }
+  if (::listen(listen_fd, 4096) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot raise the listen backlog on ", listen));
+  }
+  server->listener_ = std::thread([&svr] { svr.listen_after_bind(); });
+  // stop() is a no-op until the accept loop runs: wait for it (bounded) so Stop always works.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!svr.is_running()) {
+    if (absl::Now() > deadline) {
+      return absl::UnavailableError(absl::StrCat("HTTP server on ", listen, " did not start"));
+    }
+    absl::SleepFor(absl::Milliseconds(1));
   }
   return server;
 }
 
 void HttpServer::Stop() {
-  if (ctx_ == nullptr) return;
-  mg_stop(ctx_);
-  ctx_ = nullptr;
-  mg_exit_library();
+  if (!listener_.joinable()) return;
+  server_->stop();
+  listener_.join();
 }
 
-HttpServer::~HttpServer() { Stop(); }
+HttpServer::~HttpServer() {
+  if (listener_.joinable() && !server_->is_running()) {
+    // Start failed after launching the listener: it ends once stop() can see it running.
+    while (!server_->is_running()) absl::SleepFor(absl::Milliseconds(1));
+  }
+  Stop();
+}
 
 }  // namespace tandem

@@ -1,11 +1,13 @@
-// A small HTTP/1.1 server on CivetWeb (chosen by bench/http/run.sh, docs/PERFORMANCE.md) for the
-// router's OpenAI API and the processes' /metrics: exact-path routes, whole responses and
-// chunked streams (server-sent events).
+// A small HTTP/1.1 server for the router's OpenAI API and the processes' /metrics: exact-path
+// routes, whole responses and chunked streams (server-sent events). Built on cpp-httplib
+// (chosen by bench/http/run.sh, docs/PERFORMANCE.md), with its listen backlog raised to 4096 so
+// a burst of connections is not dropped.
 //
-// Each connection is served by one of `threads` worker threads for as long as it is open (a
+// Each connection is served by one of `threads` pool threads for as long as it is open (a
 // streaming response holds its thread until it ends), so `threads` bounds the concurrent
-// connections; more wait in the accept queue. A handler runs on that worker thread and may
-// block.
+// connections; more wait in the accept queue. A handler runs on its own thread (a normal 8 MiB
+// stack) and may block: until it responds, the connection's thread waits; once it starts a
+// stream, the connection's thread writes the chunks it queues.
 //
 // Thread-safety: handlers run concurrently; Stop from one thread. An HttpExchange belongs to the
 // handler call it is given to.
@@ -15,20 +17,23 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-struct mg_connection;
-struct mg_context;
+namespace httplib {
+class Server;
+}
 
 namespace tandem {
 
 class HttpExchange {
  public:
-  explicit HttpExchange(mg_connection* conn) : conn_(conn) {}
+  struct State;  // shared by the handler's thread and the connection's thread
+  explicit HttpExchange(std::shared_ptr<State> state) : state_(std::move(state)) {}
   HttpExchange(const HttpExchange&) = delete;
   HttpExchange& operator=(const HttpExchange&) = delete;
 
@@ -36,8 +41,8 @@ class HttpExchange {
   std::string path() const;
   // Value of request header `name` (case-insensitive), nullopt when absent.
   std::optional<std::string> header(const char* name) const;
-  // The request body; RESOURCE_EXHAUSTED when longer than `max_bytes`, UNAVAILABLE when the
-  // connection fails while reading.
+  // The request body; RESOURCE_EXHAUSTED when longer than `max_bytes` (the server itself
+  // answers 413 to a body over kMaxBodyBytes).
   absl::StatusOr<std::string> ReadBody(size_t max_bytes);
 
   using Headers = std::vector<std::pair<std::string, std::string>>;
@@ -49,14 +54,10 @@ class HttpExchange {
   bool StartStream(int status, absl::string_view content_type, const Headers& headers = {});
   bool WriteChunk(absl::string_view data);
   bool EndStream();
-  bool responded() const { return responded_; }
+  bool responded() const;
 
  private:
-  bool SendHeaders(int status, absl::string_view content_type, const Headers& headers,
-                   std::optional<size_t> content_length);
-
-  mg_connection* const conn_;
-  bool responded_ = false;
+  std::shared_ptr<State> state_;
 };
 
 using HttpHandler = std::function<void(HttpExchange&)>;
@@ -69,9 +70,11 @@ struct HttpRoute {
 
 class HttpServer {
  public:
-  // Binds `listen` ("IP:PORT", port 0 = any free port). INVALID_ARGUMENT for an address without
-  // a port or threads < 1; UNAVAILABLE when CivetWeb cannot bind or start (its message included).
-  // A path with no route gets 404; a handler that sends nothing gets 500.
+  static constexpr size_t kMaxBodyBytes = 64u << 20;
+
+  // Binds `listen` ("HOST:PORT", port 0 = any free port). INVALID_ARGUMENT for an address
+  // without a port or threads < 1; UNAVAILABLE when the address cannot be bound. A path with no
+  // route gets 404, a route's path with another method 405; a handler that sends nothing 500.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
       const std::string& listen, int threads, std::vector<HttpRoute> routes);
 
@@ -85,13 +88,11 @@ class HttpServer {
   void Stop();
 
  private:
-  HttpServer() = default;
-  static int Dispatch(mg_connection* conn, void* route);
+  HttpServer();
 
-  struct PathRoutes;
   std::vector<HttpRoute> routes_;
-  std::vector<std::unique_ptr<PathRoutes>> paths_;
-  mg_context* ctx_ = nullptr;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread listener_;
   int port_ = 0;
 };
 

@@ -1,0 +1,243 @@
+#include "router/http/openai_generate.h"
+
+#include <algorithm>
+#include <optional>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "proto/convert/sampling_proto.h"
+#include "router/http/openai_response.h"
+#include "router/http/stop_matcher.h"
+#include "router/request_validation.h"
+#include "serving/grpc_status.h"
+
+namespace tandem {
+namespace {
+
+constexpr size_t kMaxBodyBytes = 32u << 20;
+constexpr char kJson[] = "application/json";
+
+// Writes the response as RunGenerate delivers tokens; RunGenerate calls it on this thread.
+class OpenAiSink : public GenerateSink {
+ public:
+  OpenAiSink(HttpExchange& exchange, const OpenAiRequest& request, CompletionMeta meta,
+             HttpExchange::Headers headers, CallCanceller& canceller)
+      : exchange_(exchange),
+        request_(request),
+        meta_(std::move(meta)),
+        headers_(std::move(headers)),
+        canceller_(canceller),
+        stop_(request.stop) {}
+
+  void Send(v1::GenerateResponse response) override {
+    if (response.has_token()) {
+      ++tokens_;
+      Emit(stop_.Push(response.token().text()));
+      if (stop_.stopped()) {
+        // The rest of the generation is not wanted: end the request now.
+        canceller_.Cancel();
+      }
+      return;
+    }
+    const v1::GenerateFinal& final = response.final();
+    final_ = final;
+    Emit(stop_.Push(final.text_tail()));
+    if (!stop_.stopped()) Emit(stop_.Flush());
+  }
+
+  // After RunGenerate returned `status`: writes the end of the response.
+  void Finish(const absl::Status& status, int32_t prompt_tokens) {
+    if (client_gone_) return;
+    CompletionUsage usage{prompt_tokens, tokens_};
+    std::string finish_reason;
+    if (stop_.stopped()) {
+      finish_reason = "stop";
+    } else if (!status.ok()) {
+      Fail(status);
+      return;
+    } else {
+      finish_reason = final_.has_value() ? final_->finish_reason() : "length";
+      if (final_.has_value()) {
+        usage = {final_->usage().prompt_tokens(), final_->usage().completion_tokens()};
+      }
+    }
+    if (!request_.stream) {
+      exchange_.Respond(200, kJson, CompletionBody(meta_, text_, finish_reason, usage), headers_);
+      return;
+    }
+    StartStream();
+    Write(SseEvent(ChunkBody(meta_, "", false, finish_reason, request_.include_usage)));
+    if (request_.include_usage) Write(SseEvent(UsageChunkBody(meta_, usage)));
+    Write(kSseDone);
+    if (!client_gone_) exchange_.EndStream();
+  }
+
+  bool client_gone() const { return client_gone_; }
+
+ private:
+  void Emit(const std::string& text) {
+    if (!request_.stream) {
+      text_ += text;
+      return;
+    }
+    StartStream();
+    if (!text.empty()) {
+      Write(SseEvent(ChunkBody(meta_, text, false, "", request_.include_usage)));
+    }
+  }
+
+  // Headers and, for chat, the role chunk: sent with the first token, so that an error before
+  // it still gets a proper HTTP status.
+  void StartStream() {
+    if (started_) return;
+    started_ = true;
+    HttpExchange::Headers headers = headers_;
+    headers.emplace_back("Cache-Control", "no-cache");
+    if (!exchange_.StartStream(200, "text/event-stream", headers)) {
+      Gone();
+      return;
+    }
+    if (meta_.endpoint == OpenAiEndpoint::kChatCompletions) {
+      Write(SseEvent(ChunkBody(meta_, "", /*role=*/true, "", request_.include_usage)));
+    }
+  }
+
+  void Write(absl::string_view data) {
+    if (client_gone_) return;
+    if (!exchange_.WriteChunk(data)) Gone();
+  }
+
+  void Gone() {
+    client_gone_ = true;
+    canceller_.Cancel();
+  }
+
+  void Fail(const absl::Status& status) {
+    if (!started_) {
+      exchange_.Respond(HttpStatusFor(status.code()), kJson, ErrorBody(status), headers_);
+      return;
+    }
+    Write(SseEvent(ErrorBody(status)));
+    Write(kSseDone);
+    if (!client_gone_) exchange_.EndStream();
+  }
+
+  HttpExchange& exchange_;
+  const OpenAiRequest& request_;
+  const CompletionMeta meta_;
+  const HttpExchange::Headers headers_;
+  CallCanceller& canceller_;
+  StopMatcher stop_;
+  std::optional<v1::GenerateFinal> final_;
+  std::string text_;  // non-streaming: the whole answer
+  int32_t tokens_ = 0;
+  bool started_ = false;
+  bool client_gone_ = false;
+};
+
+bool PlausibleId(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) { return c > ' ' && c < 127; });
+}
+
+// The GenerateRequest for the router: the prompt as the ids it tokenised to (so the usage and the
+// default budget are known here), the budget, sampling and stop behaviour.
+v1::GenerateRequest ToGenerateRequest(const OpenAiRequest& r, const std::vector<int32_t>& ids,
+                                      int32_t max_tokens, const std::string& request_id) {
+  v1::GenerateRequest g;
+  g.set_model(r.model);
+  g.mutable_token_ids()->mutable_ids()->Add(ids.begin(), ids.end());
+  SamplingParams sampling = r.sampling;
+  sampling.seed = r.seed.has_value() ? *r.seed : std::random_device{}();
+  *g.mutable_sampling() = ToProto(sampling);
+  g.set_max_tokens(max_tokens);
+  g.set_request_id(request_id);
+  g.set_ignore_eos(r.ignore_eos);
+  return g;
+}
+
+}  // namespace
+
+void ActiveRequests::Add(CallCanceller* c) {
+  absl::MutexLock lock(&mu_);
+  active_.insert(c);
+  if (cancelled_) c->Cancel();
+}
+
+void ActiveRequests::Remove(CallCanceller* c) {
+  absl::MutexLock lock(&mu_);
+  active_.erase(c);
+}
+
+void ActiveRequests::CancelAll() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  for (CallCanceller* c : active_) c->Cancel();
+}
+
+bool ActiveRequests::WaitEmpty(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto empty = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_.empty(); };
+  return mu_.AwaitWithTimeout(absl::Condition(&empty), timeout);
+}
+
+std::string HttpRequestId(const RouterDeps& deps, const HttpExchange& exchange) {
+  if (std::optional<std::string> id = exchange.header("x-request-id");
+      id.has_value() && PlausibleId(*id)) {
+    return *id;
+  }
+  return absl::StrCat("req-", absl::Hex(absl::ToUnixMicros(absl::Now())), "-",
+                      deps.request_counter->fetch_add(1));
+}
+
+void ServeCompletion(const RouterDeps& deps, OpenAiEndpoint endpoint, ActiveRequests& active,
+                     HttpExchange& exchange) {
+  const std::string request_id = HttpRequestId(deps, exchange);
+  const HttpExchange::Headers headers = {{"x-request-id", request_id}};
+  auto fail = [&](const absl::Status& status, int http_status) {
+    exchange.Respond(http_status, kJson, ErrorBody(status), headers);
+  };
+  absl::StatusOr<std::string> body = exchange.ReadBody(kMaxBodyBytes);
+  if (!body.ok()) {
+    fail(body.status(), body.status().code() == absl::StatusCode::kResourceExhausted
+                            ? 413
+                            : HttpStatusFor(body.status().code()));
+    return;
+  }
+  absl::StatusOr<OpenAiRequest> request = ParseOpenAiRequest(endpoint, *body);
+  if (!request.ok()) {
+    fail(request.status(), 400);
+    return;
+  }
+  // The router's first two checks, made here so the prompt can be tokenised (same messages).
+  const ModelLimits& limits = deps.model->limits();
+  for (const absl::Status& s :
+       {ValidateModelName(request->model, limits), ValidatePromptInput(request->prompt)}) {
+    if (!s.ok()) {
+      fail(s, HttpStatusFor(s.code()));
+      return;
+    }
+  }
+  const std::vector<int32_t> ids = deps.model->Tokenize(request->prompt);
+  const int32_t prompt_tokens = static_cast<int32_t>(ids.size());
+  // Unset max_tokens: up to the end of the context, as vLLM (at least 1, so a prompt that fills
+  // the context gets the router's context-length error).
+  const int32_t max_tokens = request->max_tokens.value_or(static_cast<int32_t>(
+      std::max<int64_t>(1, limits.context_length - static_cast<int64_t>(ids.size()))));
+
+  CompletionMeta meta{endpoint, CompletionId(endpoint, request_id),
+                      absl::ToUnixSeconds(absl::Now()), limits.name};
+  CallCanceller canceller;
+  active.Add(&canceller);
+  OpenAiSink sink(exchange, *request, std::move(meta), headers, canceller);
+  const grpc::Status status =
+      RunGenerate(deps, ToGenerateRequest(*request, ids, max_tokens, request_id),
+                  absl::InfiniteFuture(), &canceller, &sink);
+  active.Remove(&canceller);
+  sink.Finish(FromGrpcStatus(status), prompt_tokens);
+}
+
+}  // namespace tandem

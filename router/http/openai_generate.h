@@ -1,0 +1,48 @@
+// Serves one POST /v1/chat/completions or /v1/completions: parses the body, tokenises the prompt
+// (for the default max_tokens and the usage), runs the request through RunGenerate and writes
+// the OpenAI response — one JSON body, or server-sent events as tokens arrive.
+//
+// A client that disconnects mid-stream cancels the request through its CallCanceller (the
+// router then stops the node calls and releases the KV lease). Stop strings are matched on the
+// text stream (StopMatcher); a match cancels the request the same way and ends the response
+// with finish_reason "stop". Errors before the first token get the OpenAI error object with
+// HttpStatusFor's status; after it, an error event and [DONE] end the stream.
+//
+// Thread-safety: ServeCompletion runs on many HTTP worker threads at once.
+#pragma once
+
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "router/call_canceller.h"
+#include "router/generate_driver.h"
+#include "router/http/openai_request.h"
+#include "serving/http_server.h"
+
+namespace tandem {
+
+// The requests in flight, so a shutdown can cancel them.
+class ActiveRequests {
+ public:
+  void Add(CallCanceller* c);
+  void Remove(CallCanceller* c);
+  // Cancels every request in flight and every one added later.
+  void CancelAll();
+  // Waits until none is in flight or `timeout` passed; true when none is.
+  bool WaitEmpty(absl::Duration timeout);
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_set<CallCanceller*> active_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+void ServeCompletion(const RouterDeps& deps, OpenAiEndpoint endpoint, ActiveRequests& active,
+                     HttpExchange& exchange);
+
+// The request id the response's x-request-id carries: the client's x-request-id when it is a
+// plausible id (1-128 printable ASCII characters without spaces), else a new router id.
+std::string HttpRequestId(const RouterDeps& deps, const HttpExchange& exchange);
+
+}  // namespace tandem

@@ -1,0 +1,51 @@
+// The router's HTTP server (docs/router.md, "HTTP API"): the OpenAI-compatible endpoints
+// POST /v1/chat/completions and /v1/completions (openai_generate.h), GET /v1/models, GET /health
+// (200 only while at least one prefill and one decode node are healthy) and GET /metrics (the
+// router's Prometheus text), next to the gRPC server on the same RouterDeps.
+//
+// Shutdown lets requests in flight finish for `grace`, then cancels the rest (their node calls
+// are cancelled and KV leases released) and stops the server once every handler returned.
+//
+// Thread-safety: port() from any thread; Shutdown from one thread. `deps` and whatever
+// `render_metrics` reads must outlive the RouterHttp.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "router/generate_driver.h"
+#include "router/http/openai_generate.h"
+#include "serving/http_server.h"
+
+namespace tandem {
+
+class RouterHttp {
+ public:
+  // `listen` is "IP:PORT" (port 0 = any free port); `threads` bounds the concurrent
+  // connections (a streaming response holds one). `render_metrics` returns the Prometheus text
+  // of GET /metrics. Errors: those of HttpServer::Start.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<RouterHttp>> Start(
+      const std::string& listen, int threads, const RouterDeps* deps,
+      std::function<std::string()> render_metrics);
+
+  ~RouterHttp();
+  RouterHttp(const RouterHttp&) = delete;
+  RouterHttp& operator=(const RouterHttp&) = delete;
+
+  int port() const { return server_->port(); }
+  void Shutdown(absl::Duration grace = absl::Seconds(5));
+
+ private:
+  RouterHttp() = default;
+  void ServeHealth(HttpExchange& exchange) const;
+
+  const RouterDeps* deps_ = nullptr;
+  std::function<std::string()> render_metrics_;
+  ActiveRequests active_;
+  std::unique_ptr<HttpServer> server_;
+};
+
+}  // namespace tandem
