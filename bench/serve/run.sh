@@ -40,7 +40,7 @@ done
 llama_bin=$("$REPO/bench/peer/build_llamacpp.sh") || die "bench/peer/build_llamacpp.sh failed"
 [ -x "$llama_bin/llama-server" ] || die "no llama-server in $llama_bin"
 mkdir -p "$out"
-rm -f "$out"/*.json "$out"/summary.md
+rm -f "$out"/*.json "$out"/*.txt "$out"/summary.md
 
 # ---- Tandem: 1 prefill + 1 decode, one thread each, through deploy/cluster.sh ----------------
 conf="$out/disagg.conf"
@@ -85,20 +85,32 @@ start_llama() {
 }
 stop_llama() { kill "$llama_pid"; wait "$llama_pid" 2>/dev/null || true; llama_pid=""; }
 
-# run NAME BACKEND_FLAGS... -- LOAD_FLAGS...: one tandem-bench run, JSON to $out/NAME.json.
+# The machine's load before each run (other work on the box disturbs the figures; this records
+# how much there was): load average and the busiest processes (the servers under test included).
+note_load() {
+  { echo "== $1 $(date -u +%H:%M:%S) loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
+    ps -eo pcpu=,comm= --sort=-pcpu | head -4; } >> "$out/load.txt"
+}
+
+# run NAME FLAGS...: one tandem-bench run, JSON to $out/NAME.json.
 run() {
   local name=$1; shift
   log "run $name"
+  note_load "$name"
   "$bench" --token_id_range=100:10000 --seed=1 --request_timeout_s=300 \
     --json_out="$out/$name.json" --result_prefix="${name}_" "$@" > "$out/$name.txt" 2>&1 ||
     { cat "$out/$name.txt" >&2; die "run $name failed"; }
   grep '^RESULT' "$out/$name.txt" || true
 }
 
+# SLOs for goodput, sized for a 135M model on 2 CPU cores: first token within 2 s, then at least
+# 10 tokens/s per request.
 slo=(--slo_ttft_ms=2000 --slo_tpot_ms=100)
 rates=(0.25 0.5 1)
 rate_load=(--prompt_len=fixed:256 --output_len=fixed:64 --warmup_requests=2 "${slo[@]}")
-cmp_load=(--prompt_len=fixed:256 --output_len=fixed:128 --warmup_requests=2 "${slo[@]}")
+# --duration_s bounds a closed-loop run on a machine slower than expected (sent is then lower).
+cmp_load=(--prompt_len=fixed:256 --output_len=fixed:128 --warmup_requests=2 "${slo[@]}"
+          --duration_s="$(n 60)")
 conc=(1 4 16)
 conc_requests=("$(n 3)" "$(n 8)" "$(n 32)")
 
@@ -109,8 +121,8 @@ tandem=(--backend=grpc --address="$router")
 direct=(--backend=direct --prefill="$prefill_addr" --decode="$decode_addr")
 # (3) router overhead: direct and router runs alternated, same requests (same seed).
 for rep in 1 2; do
-  run "direct_r$rep" "${direct[@]}" "${cmp_load[@]}" --concurrency=4 --num_requests="$(n 6)"
-  run "router_r$rep" "${tandem[@]}" "${cmp_load[@]}" --concurrency=4 --num_requests="$(n 6)"
+  run "direct_r$rep" "${direct[@]}" "${cmp_load[@]}" --concurrency=4 --num_requests="$(n 4)"
+  run "router_r$rep" "${tandem[@]}" "${cmp_load[@]}" --concurrency=4 --num_requests="$(n 4)"
 done
 # (2) Tandem at concurrency 1, 4, 16.
 for i in 0 1 2; do
@@ -120,7 +132,7 @@ done
 # (1) Poisson rates, disaggregated.
 for r in "${rates[@]}"; do
   run "disagg_rate$r" "${tandem[@]}" "${rate_load[@]}" --request_rate="$r" \
-    --duration_s="$(n 24)" --num_requests=0
+    --duration_s="$(n 20)" --num_requests=0
 done
 stop_tandem
 
@@ -131,7 +143,7 @@ for i in 0 1 2; do
 done
 for r in "${rates[@]}"; do
   run "combined_rate$r" "${llama[@]}" "${rate_load[@]}" --request_rate="$r" \
-    --duration_s="$(n 24)" --num_requests=0
+    --duration_s="$(n 20)" --num_requests=0
 done
 stop_llama
 
@@ -173,6 +185,9 @@ lines += ["", "router overhead per pair (router TPOT mean - direct) / direct: "
           + ", ".join(f"{o:+.4f}" for o in over),
           f"RESULT tandem_vs_llamacpp_tokens_per_s_c16={ratio:.4g}",
           f"RESULT router_overhead_tpot_fraction={overhead:.4g}"]
+lines += ["", "Machine load before each run (load average; busiest processes):", "```"]
+lines += open(os.path.join(out, "load.txt")).read().rstrip("\n").splitlines()
+lines += ["```"]
 text = "\n".join(lines) + "\n"
 open(os.path.join(out, "summary.md"), "w").write(text)
 print(text)
