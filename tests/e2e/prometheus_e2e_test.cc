@@ -65,13 +65,21 @@ struct HttpReply {
   std::string body;
 };
 
-// GET `url` with a 5 s bound. UNAVAILABLE when the connection fails.
-absl::StatusOr<HttpReply> HttpGet(const std::string& url) {
+// GET `url` (or POST `json_body` when given) with a 30 s bound. UNAVAILABLE when the connection
+// fails.
+absl::StatusOr<HttpReply> HttpGet(const std::string& url,
+                                  const std::optional<std::string>& json_body = std::nullopt) {
   std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
   if (curl == nullptr) return absl::InternalError("curl_easy_init failed");
   HttpReply reply;
   curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS, 5000L);
+  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> headers(nullptr, curl_slist_free_all);
+  if (json_body.has_value()) {
+    headers.reset(curl_slist_append(nullptr, "Content-Type: application/json"));
+    curl_easy_setopt(curl.get(), CURLOPT_HTTPHEADER, headers.get());
+    curl_easy_setopt(curl.get(), CURLOPT_POSTFIELDS, json_body->c_str());
+  }
+  curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS, 30000L);
   curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, AppendBody);
   curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &reply.body);
@@ -272,11 +280,16 @@ TEST_F(PrometheusE2eTest, PrometheusScrapesEveryProcessAndTheCountersMove) {
   spec.model_path = SyntheticModelPath();
   spec.prefill = {NodeSpec{{"--metrics_port_file=" + dir_ + "/prefill0.metrics_port"}}};
   spec.decode = {NodeSpec{{"--metrics_port_file=" + dir_ + "/decode0.metrics_port"}}};
+  spec.router_flags = {"--http_port_file=" + dir_ + "/router.http_port"};
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(spec);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   cluster_ = *std::move(cluster);
 
   std::map<std::string, std::string> targets;
+  absl::StatusOr<int> router_http = WaitPortFile(dir_ + "/router.http_port", absl::Seconds(10));
+  ASSERT_TRUE(router_http.ok()) << router_http.status() << "\n" << cluster_->LogTails();
+  const std::string router_target = absl::StrCat("127.0.0.1:", *router_http);
+  targets["tandem-router"] = router_target;
   for (const char* node : {"prefill0", "decode0"}) {
     absl::StatusOr<int> port =
         WaitPortFile(absl::StrCat(dir_, "/", node, ".metrics_port"), absl::Seconds(10));
@@ -309,16 +322,54 @@ TEST_F(PrometheusE2eTest, PrometheusScrapesEveryProcessAndTheCountersMove) {
     ASSERT_TRUE(out.status.ok()) << out.status.error_message() << "\n" << cluster_->LogTails();
     ASSERT_EQ(out.tokens.size(), static_cast<size_t>(kMaxTokens));
   }
+  // One more through the OpenAI HTTP API: the router counts both front ends alike.
+  {
+    absl::StatusOr<HttpReply> models =
+        HttpGet(absl::StrCat("http://", router_target, "/v1/models"));
+    ASSERT_TRUE(models.ok()) << models.status();
+    const nlohmann::json list = nlohmann::json::parse(models->body, nullptr, false);
+    ASSERT_FALSE(list.is_discarded()) << models->body;
+    nlohmann::json body = {{"model", list["data"][0]["id"]},
+                           {"prompt", std::vector<int>{5, 6, 7, 8, 9, 10}},
+                           {"max_tokens", kMaxTokens},
+                           {"ignore_eos", true}};
+    prompt_tokens += 6;
+    absl::StatusOr<HttpReply> completion =
+        HttpGet(absl::StrCat("http://", router_target, "/v1/completions"), body.dump());
+    ASSERT_TRUE(completion.ok()) << completion.status();
+    ASSERT_EQ(completion->status, 200) << completion->body;
+  }
+  constexpr int kAll = kRequests + 1;
 
   std::string error;
   // Every target is up.
   EXPECT_EQ(WaitForSum(*prometheus_, "up", targets.size(), &error), targets.size())
       << error << "\n"
       << prometheus_->log();
+  // The router saw every request succeed, with one first token and kMaxTokens - 1 gaps each.
+  EXPECT_EQ(
+      WaitForSum(*prometheus_,
+                 "tandem_request_success_total{job=\"tandem-router\",finish_reason=\"length\"}",
+                 kAll, &error),
+      kAll)
+      << error;
+  EXPECT_EQ(WaitForSum(*prometheus_, "tandem_time_to_first_token_seconds_count", kAll, &error),
+            kAll)
+      << error;
+  EXPECT_EQ(WaitForSum(*prometheus_, "tandem_inter_token_latency_seconds_count",
+                       kAll * (kMaxTokens - 1), &error),
+            kAll * (kMaxTokens - 1))
+      << error;
+  EXPECT_EQ(WaitForSum(*prometheus_, "tandem_e2e_request_latency_seconds_count", kAll, &error),
+            kAll)
+      << error;
+  EXPECT_EQ(
+      WaitForSum(*prometheus_, "tandem_num_requests_running{job=\"tandem-router\"}", 0, &error), 0)
+      << error;
   // The decode node sampled every token but each request's first (sampled by the prefill).
   EXPECT_EQ(WaitForSum(*prometheus_, "tandem_generation_tokens_total{job=\"tandem-decode0\"}",
-                       kRequests * (kMaxTokens - 1), &error),
-            kRequests * (kMaxTokens - 1))
+                       kAll * (kMaxTokens - 1), &error),
+            kAll * (kMaxTokens - 1))
       << error;
   EXPECT_EQ(WaitForSum(*prometheus_, "tandem_prompt_tokens_total{job=\"tandem-prefill0\"}",
                        prompt_tokens, &error),
@@ -342,8 +393,7 @@ TEST_F(PrometheusE2eTest, PrometheusScrapesEveryProcessAndTheCountersMove) {
       prometheus_->Query("tandem_kv_transfer_failures_total");
   ASSERT_TRUE(failures.ok()) << failures.status();
   EXPECT_TRUE(failures->empty());
-  EXPECT_EQ(WaitForSum(*prometheus_, "tandem_kv_leases_released_total", kRequests, &error),
-            kRequests)
+  EXPECT_EQ(WaitForSum(*prometheus_, "tandem_kv_leases_released_total", kAll, &error), kAll)
       << error;
   EXPECT_EQ(WaitForSum(*prometheus_, "tandem_kv_leases_active", 0, &error), 0) << error;
   EXPECT_EQ(WaitForSum(*prometheus_, "tandem_prefix_cache_hits_total", 0, &error), 0) << error;
