@@ -11,6 +11,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/prometheus_text.h"
+#include "serving/advertise_address.h"
 #include "serving/heartbeat.h"
 #include "serving/http_server.h"
 #include "serving/instance_flags.h"
@@ -59,9 +60,10 @@ int RunNodeProcess(const NodeProcess& p) {
   if (!metrics_server.ok()) return fail(metrics_server.status());
   grpc::HealthCheckServiceInterface* health = server->server->GetHealthCheckService();
   if (health != nullptr) health->SetServingStatus(false);
-  const std::string advertise = absl::GetFlag(FLAGS_advertise).empty()
-                                    ? WithPort(absl::GetFlag(FLAGS_listen), server->port)
-                                    : absl::GetFlag(FLAGS_advertise);
+  const absl::StatusOr<std::string> advertised =
+      AdvertisedAddress(absl::GetFlag(FLAGS_listen), server->port, absl::GetFlag(FLAGS_advertise));
+  if (!advertised.ok()) return fail(advertised.status());
+  const std::string& advertise = *advertised;
   absl::StatusOr<std::string> serving = p.start(advertise);
   if (!serving.ok()) return fail(serving.status());
   if (health != nullptr) health->SetServingStatus(true);
