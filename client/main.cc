@@ -29,7 +29,7 @@ ABSL_FLAG(std::string, system, "", "system message for --chat");
 ABSL_FLAG(int32_t, max_tokens, 64, "tokens to generate");
 ABSL_FLAG(float, temperature, 0.f, "0 = greedy");
 ABSL_FLAG(int32_t, top_k, 0, "0 = disabled");
-ABSL_FLAG(float, top_p, 1.f, "nucleus sampling mass, in (0, 1]");
+ABSL_FLAG(float, top_p, 1.f, "nucleus sampling mass in (0, 1]; 1 = off, 0 is an error");
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating past stop tokens");
 ABSL_FLAG(int32_t, timeout_ms, 600000, "deadline of the whole call");

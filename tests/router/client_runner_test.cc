@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/cli_format.h"
 #include "client/cli_runner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -71,6 +72,25 @@ TEST_F(ClientRunnerTest, GenerateErrorPrintsTheCodeAndFails) {
   EXPECT_EQ(RunGenerate(*stub_, request, absl::Seconds(10), out, err), 1);
   EXPECT_EQ(out.str(), "");
   EXPECT_EQ(err.str(), "error: INVALID_ARGUMENT: max_tokens must be >= 1 (got 0)\n");
+}
+
+// The --top_p contract, end to end through the CLI's request: (0, 1], and `--top_p 0` is an
+// error rather than "unset" (the flag always sends the value it has).
+TEST_F(ClientRunnerTest, TopPZeroFromTheCliIsRejected) {
+  GenerateArgs args;
+  args.prompt = "hi";
+  args.max_tokens = 2;
+  args.top_p = 0.f;
+  absl::StatusOr<v1::GenerateRequest> request = BuildGenerateRequest(args);
+  ASSERT_TRUE(request.ok()) << request.status();
+  std::ostringstream out, err;
+  EXPECT_EQ(RunGenerate(*stub_, *request, absl::Seconds(10), out, err), 1);
+  EXPECT_EQ(err.str(), "error: INVALID_ARGUMENT: top_p must be in (0, 1] (got 0)\n");
+  args.top_p = 1.f;
+  request = BuildGenerateRequest(args);
+  ASSERT_TRUE(request.ok()) << request.status();
+  std::ostringstream out1, err1;
+  EXPECT_EQ(RunGenerate(*stub_, *request, absl::Seconds(10), out1, err1), 0) << err1.str();
 }
 
 TEST_F(ClientRunnerTest, StatusPrintsTheFleet) {
