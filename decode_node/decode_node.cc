@@ -1,7 +1,5 @@
 #include "decode_node/decode_node.h"
 
-#include <grpcpp/grpcpp.h>
-
 #include <atomic>
 #include <thread>
 
@@ -11,11 +9,8 @@
 #include "common/request_checks.h"
 #include "common/status_macros.h"
 #include "kv_transfer/planner.h"
-#include "kv_transfer/ucx/metadata_proto.h"
 #include "kv_transfer/ucx/transfer_checks.h"
 #include "model/format/model_loader.h"
-#include "proto/convert/kv_layout_proto.h"
-#include "serving/grpc_status.h"
 
 namespace tandem {
 namespace {
@@ -34,6 +29,10 @@ absl::StatusOr<std::unique_ptr<DecodeNode>> DecodeNode::Create(DecodeNodeOptions
   options.instance.role = InstanceRole::kDecode;
   std::unique_ptr<DecodeNode> node(new DecodeNode(std::move(options)));
   const DecodeNodeOptions& o = node->options_;
+  if (!o.pullers || o.prefill == nullptr) {
+    return absl::InvalidArgumentError(
+        "DecodeNode needs a KV puller factory and a prefill client (DecodeNodeOptions)");
+  }
   TANDEM_ASSIGN_OR_RETURN(LoadedModel model, LoadModel(o.model_path));
   node->config_ = model.weights.config;
   node->identity_ = model.identity;
@@ -43,8 +42,7 @@ absl::StatusOr<std::unique_ptr<DecodeNode>> DecodeNode::Create(DecodeNodeOptions
       ValidateParallelConfig(o.instance.parallel, DimsOf(node->config_), InstanceRole::kDecode));
   const int32_t world = o.instance.parallel.world();
   for (int32_t r = 0; r < world; ++r) {
-    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxKvPuller> p,
-                            UcxKvPuller::Create(UcxKvPullerOptions{o.ucx}));
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<KvPuller> p, o.pullers(r));
     node->pullers_.push_back(std::move(p));
     node->puller_mu_.push_back(std::make_unique<absl::Mutex>());
   }
@@ -73,39 +71,21 @@ int32_t DecodeNode::queued() const {
 
 bool DecodeNode::Cancel(const std::string& request_id) { return engine_->Cancel(request_id); }
 
-v1::PrefillService::Stub* DecodeNode::Prefill(const std::string& address) {
-  absl::MutexLock lock(&mu_);
-  std::unique_ptr<v1::PrefillService::Stub>& stub = stubs_[address];
-  if (stub == nullptr) {
-    stub = v1::PrefillService::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  }
-  return stub.get();
-}
-
-absl::StatusOr<std::shared_ptr<const TransferMetadata>> DecodeNode::Metadata(
-    const v1::KvHandle& kv) {
-  const auto key = std::make_pair(kv.engine_id(), kv.epoch());
+absl::StatusOr<std::shared_ptr<const TransferMetadata>> DecodeNode::Metadata(const KvHandle& kv) {
+  const auto key = std::make_pair(kv.engine_id, kv.epoch);
   {
     absl::MutexLock lock(&mu_);
     auto it = metadata_.find(key);
     if (it != metadata_.end()) return it->second;
   }
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-  v1::TransferMetadata proto;
-  const grpc::Status s = Prefill(kv.prefill_address())
-                             ->GetTransferMetadata(&ctx, v1::GetTransferMetadataRequest(), &proto);
-  if (!s.ok()) {
-    return absl::UnavailableError(absl::StrCat("cannot get transfer metadata from prefill ",
-                                               kv.prefill_address(), ": ", s.error_message()));
-  }
-  TANDEM_ASSIGN_OR_RETURN(TransferMetadata meta, FromProto(proto));
-  if (meta.engine_id != kv.engine_id() || meta.epoch != kv.epoch()) {
+  TANDEM_ASSIGN_OR_RETURN(TransferMetadata meta,
+                          options_.prefill->GetTransferMetadata(
+                              kv.prefill_address, absl::Now() + options_.rpc_timeout));
+  if (meta.engine_id != kv.engine_id || meta.epoch != kv.epoch) {
     return absl::AbortedError(
-        absl::StrCat("prefill ", kv.prefill_address(), " now serves engine ", meta.engine_id,
-                     " epoch ", meta.epoch, " but the KV handle names engine ", kv.engine_id(),
-                     " epoch ", kv.epoch(), " (the prefill instance restarted; its KV is gone)"));
+        absl::StrCat("prefill ", kv.prefill_address, " now serves engine ", meta.engine_id,
+                     " epoch ", meta.epoch, " but the KV handle names engine ", kv.engine_id,
+                     " epoch ", kv.epoch, " (the prefill instance restarted; its KV is gone)"));
   }
   // The handshake: refuse an incompatible pair once, here, not per token.
   TANDEM_RETURN_IF_ERROR(CheckHandshake(CompatibilityHash(identity_, layout()), meta));
@@ -116,94 +96,83 @@ absl::StatusOr<std::shared_ptr<const TransferMetadata>> DecodeNode::Metadata(
   return shared;
 }
 
-absl::StatusOr<bool> DecodeNode::ReleaseKv(const v1::KvHandle& kv) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-  v1::ReleaseKvRequest req;
-  req.set_request_id(kv.request_id());
-  req.set_epoch(kv.epoch());
-  req.set_generation(kv.generation());
-  v1::ReleaseKvResponse resp;
-  const grpc::Status s = Prefill(kv.prefill_address())->ReleaseKv(&ctx, req, &resp);
-  if (!s.ok()) return FromGrpcStatus(s);
-  return resp.lease_held();
+absl::StatusOr<bool> DecodeNode::ReleaseKv(const KvHandle& kv) {
+  return options_.prefill->ReleaseKv(kv, absl::Now() + options_.rpc_timeout);
 }
 
 absl::StatusOr<std::vector<int32_t>> DecodeNode::WaitForBlocks(
-    const DecodeCall& call, int32_t count, const std::function<bool()>& cancelled) {
+    int32_t count, const std::function<bool()>& cancelled, const LeaseKeeper& lease) {
   if (count > blocks_->total_blocks()) {
     return absl::ResourceExhaustedError(absl::StrCat("request needs ", count,
                                                      " KV blocks but this decode instance has ",
                                                      blocks_->total_blocks(), " in total"));
   }
   const absl::Time deadline = absl::Now() + options_.queue_timeout;
-  absl::Time expiry = absl::FromUnixMillis(call.kv.lease_expiry_unix_ms());
   while (true) {
     absl::StatusOr<std::vector<int32_t>> got = blocks_->Allocate(count);
     if (got.ok()) return got;
-    const absl::Time now = absl::Now();
     if (cancelled()) return absl::CancelledError("decode cancelled while waiting for KV capacity");
-    if (now > deadline) {
+    if (lease.lost()) {
+      return absl::AbortedError("the prefill's KV lease expired while waiting for capacity");
+    }
+    if (absl::Now() > deadline) {
       return absl::ResourceExhaustedError(
           absl::StrCat("KV capacity short for ", absl::FormatDuration(options_.queue_timeout),
                        " (queue timeout): ", got.status().message()));
-    }
-    // Keep the prefill's KV alive while waiting: renew at half-life.
-    const absl::Duration left = expiry - now;
-    if (left < options_.rpc_timeout * 2 || left < absl::Seconds(2)) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(now + options_.rpc_timeout));
-      v1::RenewLeaseRequest req;
-      req.set_request_id(call.kv.request_id());
-      req.set_generation(call.kv.generation());
-      v1::RenewLeaseResponse resp;
-      const grpc::Status s = Prefill(call.kv.prefill_address())->RenewLease(&ctx, req, &resp);
-      if (s.ok() && !resp.renewed()) {
-        return absl::AbortedError("the prefill's KV lease expired while waiting for capacity");
-      }
-      if (s.ok()) expiry = absl::FromUnixMillis(resp.lease_expiry_unix_ms());
     }
     absl::SleepFor(kPoll);
   }
 }
 
 absl::Status DecodeNode::Pull(const TransferMetadata& source, const TransferPlan& plan,
-                              const std::function<bool()>& cancelled) {
-  std::atomic<bool> cancel{false};
-  absl::Notification done;
-  std::thread watcher([&] {
-    while (!done.WaitForNotificationWithTimeout(kCancelPoll)) {
-      if (cancelled()) cancel.store(true);
-    }
-  });
-  absl::Cleanup stop = [&] {
-    done.Notify();
-    watcher.join();
-  };
-  PullOptions po;
-  po.max_in_flight = options_.max_in_flight;
-  po.stall_timeout = options_.stall_timeout;
-  po.cancel = &cancel;
-  for (int32_t d = 0; d < static_cast<int32_t>(plan.copies.size()); ++d) {
+                              const std::function<bool()>& cancelled, std::atomic<bool>* cancel) {
+  const int32_t world = static_cast<int32_t>(plan.copies.size());
+  std::vector<absl::Status> results(world);
+  std::atomic<int32_t> running{world};
+  absl::Notification all_done;
+  auto pull_rank = [&](int32_t d) {
     const KvPoolView pool = instance_->transfer_pool(d);
     absl::Span<std::byte> local(static_cast<std::byte*>(pool.base),
                                 PoolBytes(pool.geometry, pool.num_blocks));
-    absl::MutexLock lock(puller_mu_[d].get());
-    TANDEM_RETURN_IF_ERROR(pullers_[d]->Execute(source, plan.copies[d], local, po));
+    PullOptions po;
+    po.max_in_flight = options_.max_in_flight;
+    po.stall_timeout = options_.stall_timeout;
+    po.cancel = cancel;
+    {
+      absl::MutexLock lock(puller_mu_[d].get());
+      results[d] = pullers_[d]->Execute(source, plan.copies[d], local, po);
+    }
+    if (!results[d].ok()) cancel->store(true);  // the others cannot make this request succeed
+    if (running.fetch_sub(1) == 1) all_done.Notify();
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(world);
+  for (int32_t d = 0; d < world; ++d) threads.emplace_back(pull_rank, d);
+  // This thread relays the caller's cancellation while the ranks pull.
+  while (!all_done.WaitForNotificationWithTimeout(kCancelPoll)) {
+    if (cancelled()) cancel->store(true);
   }
-  return absl::OkStatus();
+  for (std::thread& t : threads) t.join();
+  // Report the cause, not the cancellations it triggered in the other ranks.
+  absl::Status first_cancel;
+  for (const absl::Status& r : results) {
+    if (r.ok()) continue;
+    if (!absl::IsCancelled(r)) return r;
+    if (first_cancel.ok()) first_cancel = r;
+  }
+  return first_cancel;
 }
 
 absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSink sink,
                                                 const std::function<bool()>& cancelled) {
-  const v1::KvHandle& kv = call.kv;
+  const KvHandle& kv = call.kv;
   TANDEM_RETURN_IF_ERROR(CheckTokenBudget(call.max_new_tokens, "max_new_tokens"));
   TANDEM_RETURN_IF_ERROR(CheckTokenId(call.first_token, config_.vocab_size, "first token"));
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(call.sampling));
+  if (kv.num_tokens < 1) return absl::InvalidArgumentError("KV handle covers no tokens");
   TANDEM_RETURN_IF_ERROR(
-      CheckContextFit(kv.num_tokens(), call.max_new_tokens, "max_new_tokens", config_.max_context));
-  if (kv.num_tokens() < 1) return absl::InvalidArgumentError("KV handle covers no tokens");
-  const int64_t positions = kv.num_tokens() + call.max_new_tokens;
+      CheckContextFit(kv.num_tokens, call.max_new_tokens, "max_new_tokens", config_.max_context));
+  const int64_t positions = kv.num_tokens + call.max_new_tokens;
   {
     absl::MutexLock lock(&mu_);
     ++waiting_;
@@ -219,25 +188,34 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   };
 
   TANDEM_ASSIGN_OR_RETURN(std::shared_ptr<const TransferMetadata> meta, Metadata(kv));
-  TANDEM_ASSIGN_OR_RETURN(KvLayout src, FromProto(kv.layout(), InstanceRole::kPrefill));
-  if (src.parallel.ToString() != meta->layout.parallel.ToString()) {
+  if (kv.layout.parallel.ToString() != meta->layout.parallel.ToString()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "KV handle layout (", src.parallel.ToString(),
+        "KV handle layout (", kv.layout.parallel.ToString(),
         ") differs from the prefill's published layout (", meta->layout.parallel.ToString(), ")"));
   }
   const KvLayout dst = layout();
   const int32_t needed =
       static_cast<int32_t>(VirtualBlocksFor(dst.parallel.dcp_geometry(), positions));
-  TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> blocks, WaitForBlocks(call, needed, cancelled));
+  // The lease is renewed from here until the pull ends, however long both take; losing it
+  // cancels the pull (nothing pulled could be used).
+  std::atomic<bool> cancel_pull{false};
+  LeaseKeeper lease(options_.prefill.get(), kv, options_.rpc_timeout, &cancel_pull);
+  TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> blocks, WaitForBlocks(needed, cancelled, lease));
   bool blocks_owned = true;
   absl::Cleanup free_blocks = [&] {
     if (blocks_owned) blocks_->Release(blocks);
   };
-  std::vector<int32_t> src_blocks(kv.block_table().begin(), kv.block_table().end());
   TANDEM_ASSIGN_OR_RETURN(TransferPlan plan,
-                          PlanKvTransfer(meta->layout, src_blocks, dst, blocks, kv.num_tokens()));
+                          PlanKvTransfer(meta->layout, kv.block_table, dst, blocks, kv.num_tokens));
   const absl::Time t0 = absl::Now();
-  TANDEM_RETURN_IF_ERROR(Pull(*meta, plan, cancelled));
+  const absl::Status pulled = Pull(*meta, plan, cancelled, &cancel_pull);
+  lease.Stop();
+  if (lease.lost()) {
+    return absl::AbortedError(absl::StrCat("the prefill's KV lease expired during the transfer (",
+                                           pulled.ok() ? "pull complete" : pulled.message(),
+                                           "); prefill again"));
+  }
+  TANDEM_RETURN_IF_ERROR(pulled);
   TransferStats stats;
   stats.micros = absl::ToInt64Microseconds(absl::Now() - t0);
   stats.bytes = plan.total_bytes();
@@ -247,7 +225,7 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   absl::StatusOr<bool> held = ReleaseKv(kv);
   if (!held.ok()) {
     return absl::UnavailableError(absl::StrCat(
-        "cannot confirm the KV lease with prefill ", kv.prefill_address(), " after the transfer (",
+        "cannot confirm the KV lease with prefill ", kv.prefill_address, " after the transfer (",
         held.status().message(), "); the pulled KV is discarded"));
   }
   if (!*held) {
@@ -261,7 +239,7 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
 
   DecodeRequest req;
   req.id = call.request_id;
-  req.prompt_len = kv.num_tokens();
+  req.prompt_len = kv.num_tokens;
   req.first_token = call.first_token;
   req.block_table = blocks;
   req.sampling = call.sampling;

@@ -1,17 +1,25 @@
-// A decode instance (DESIGN.md §1, §5, §6): a TP×DCP instance whose KV pools live in UCX (one
-// KvPuller per rank), a DecodeEngine, and the handshake/transfer path that turns a prefill
-// instance's KvHandle into local KV:
+// A decode instance (DESIGN.md §1, §5, §6): a TP×DCP instance whose KV pools a transport
+// allocates (one KvPuller per rank, made by the injected KvPullerFactory), a DecodeEngine, and
+// the handshake/transfer path that turns a prefill instance's KvHandle into local KV, talking to
+// the prefill through the injected PrefillClient (gRPC in tandem-decode, fakes in tests):
 //
 //   transfer metadata (cached per prefill engine id + epoch; compatibility hash checked once) →
-//   blocks for prompt + max_new_tokens (waiting for capacity up to queue_timeout while renewing
-//   the prefill's lease) → plan (kv_transfer/planner.h) → one-sided pulls per rank → ReleaseKv
-//   → if the lease did not hold, discard and fail with ABORTED (the router prefills again) →
-//   continuous-batched decode, tokens streamed through DecodeSink.
+//   lease kept alive from here until the pull ends (LeaseKeeper) → blocks for prompt +
+//   max_new_tokens (waiting for capacity up to queue_timeout) → plan (kv_transfer/planner.h) →
+//   one pull per rank, all ranks concurrently → ReleaseKv → if the lease did not hold, discard
+//   and fail with ABORTED (the router prefills again) → continuous-batched decode, tokens
+//   streamed through DecodeSink.
 //
-// Every failure frees the local blocks and, when this node still holds the prefill's KV lease,
-// releases it. Thread-safety: all public methods are thread-safe.
+// Start's errors: INVALID_ARGUMENT (bad call, malformed metadata), FAILED_PRECONDITION
+// (incompatible prefill), RESOURCE_EXHAUSTED (capacity: never enough, or not within
+// queue_timeout), ABORTED (the lease was lost; the prefill restarted), CANCELLED (the caller),
+// DEADLINE_EXCEEDED (a pull stalled for stall_timeout), UNAVAILABLE (prefill or transfer peer
+// unreachable, release unconfirmed), DATA_LOSS (a short transfer). Every failure frees the
+// local blocks and, when this node still holds the prefill's KV lease, releases it.
+// Thread-safety: all public methods are thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -23,13 +31,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "decode_node/lease_keeper.h"
+#include "decode_node/prefill_client.h"
 #include "engine/block_manager.h"
 #include "engine/decode_engine.h"
 #include "engine/instance.h"
+#include "kv_transfer/kv_puller.h"
 #include "kv_transfer/transfer_types.h"
-#include "kv_transfer/ucx/kv_puller.h"
-#include "tandem/v1/common.pb.h"
-#include "tandem/v1/prefill.grpc.pb.h"
 
 namespace tandem {
 
@@ -43,7 +51,8 @@ struct DecodeNodeOptions {
   absl::Duration rpc_timeout = absl::Seconds(10);    // calls to prefill instances
   absl::Duration stall_timeout = absl::Seconds(10);  // KV pull without progress
   int32_t max_in_flight = 1024;  // gets outstanding per rank (64 starves small-row TCP pulls)
-  UcxOptions ucx;
+  KvPullerFactory pullers;       // required: the transport
+  std::shared_ptr<PrefillClient> prefill;  // required: how prefill instances are reached
 };
 
 // Where a Decode call's events go. Called from the engine thread; must not block for long.
@@ -55,7 +64,7 @@ struct DecodeSink {
 struct DecodeCall {
   std::string request_id;
   int32_t first_token = 0;
-  v1::KvHandle kv;
+  KvHandle kv;
   SamplingParams sampling;
   int32_t max_new_tokens = 1;
   std::vector<int32_t> stop_ids;
@@ -95,14 +104,16 @@ class DecodeNode {
 
  private:
   explicit DecodeNode(DecodeNodeOptions options);
-  absl::StatusOr<std::shared_ptr<const TransferMetadata>> Metadata(const v1::KvHandle& kv);
-  v1::PrefillService::Stub* Prefill(const std::string& address);
-  absl::StatusOr<std::vector<int32_t>> WaitForBlocks(const DecodeCall& call, int32_t count,
-                                                     const std::function<bool()>& cancelled);
+  absl::StatusOr<std::shared_ptr<const TransferMetadata>> Metadata(const KvHandle& kv);
+  absl::StatusOr<std::vector<int32_t>> WaitForBlocks(int32_t count,
+                                                     const std::function<bool()>& cancelled,
+                                                     const LeaseKeeper& lease);
+  // All ranks' pulls at once, one thread per rank; the first failure cancels the others.
+  // `cancel` is also set by the lease keeper when the lease is lost.
   absl::Status Pull(const TransferMetadata& source, const TransferPlan& plan,
-                    const std::function<bool()>& cancelled);
+                    const std::function<bool()>& cancelled, std::atomic<bool>* cancel);
   // Best effort: the prefill frees the KV; returns whether its lease held.
-  absl::StatusOr<bool> ReleaseKv(const v1::KvHandle& kv);
+  absl::StatusOr<bool> ReleaseKv(const KvHandle& kv);
 
   DecodeNodeOptions options_;
   std::string model_name_;
@@ -111,7 +122,7 @@ class DecodeNode {
   LlamaConfig config_;
   absl::Time started_;
 
-  std::vector<std::unique_ptr<UcxKvPuller>> pullers_;    // [world]; own the pools
+  std::vector<std::unique_ptr<KvPuller>> pullers_;       // [world]; own the pools
   std::vector<std::unique_ptr<absl::Mutex>> puller_mu_;  // one pull at a time per rank
   std::unique_ptr<Instance> instance_;
   std::unique_ptr<BlockManager> blocks_;
@@ -120,7 +131,6 @@ class DecodeNode {
   mutable absl::Mutex mu_;
   std::map<std::pair<std::string, uint64_t>, std::shared_ptr<const TransferMetadata>> metadata_
       ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::unique_ptr<v1::PrefillService::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
   int32_t waiting_ ABSL_GUARDED_BY(mu_) = 0;  // calls waiting for capacity or pulling
 };
 

@@ -21,6 +21,23 @@ grpc::Status Starting() {
                       "decode instance is starting (loading the model)");
 }
 
+// tandem.v1.KvHandle → KvHandle. INVALID_ARGUMENT for a malformed layout.
+absl::StatusOr<KvHandle> KvHandleFromProto(const v1::KvHandle& p) {
+  absl::StatusOr<KvLayout> layout = FromProto(p.layout(), InstanceRole::kPrefill);
+  if (!layout.ok()) return layout.status();
+  KvHandle kv;
+  kv.engine_id = p.engine_id();
+  kv.epoch = p.epoch();
+  kv.request_id = p.request_id();
+  kv.block_table.assign(p.block_table().begin(), p.block_table().end());
+  kv.num_tokens = p.num_tokens();
+  kv.layout = *std::move(layout);
+  kv.lease_expiry = absl::FromUnixMillis(p.lease_expiry_unix_ms());
+  kv.generation = p.generation();
+  kv.prefill_address = p.prefill_address();
+  return kv;
+}
+
 // Events from the engine thread to the handler thread that owns the gRPC writer.
 struct EventQueue {
   absl::Mutex mu;
@@ -88,7 +105,9 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
   DecodeCall call;
   call.request_id = req->request_id();
   call.first_token = req->first_token();
-  call.kv = req->kv();
+  absl::StatusOr<KvHandle> kv = KvHandleFromProto(req->kv());
+  if (!kv.ok()) return ToGrpcStatus(kv.status());
+  call.kv = *std::move(kv);
   call.sampling = FromProto(req->sampling());
   call.max_new_tokens = req->max_new_tokens();
   call.stop_ids.assign(req->stop_ids().begin(), req->stop_ids().end());

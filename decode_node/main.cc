@@ -1,5 +1,6 @@
 // tandem-decode: parses flags and wires a DecodeNode to its gRPC service (serving/node_process.h).
 #include <cstdio>
+#include <memory>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -8,6 +9,8 @@
 #include "common/flag_dashes.h"
 #include "decode_node/decode_node.h"
 #include "decode_node/decode_service.h"
+#include "decode_node/grpc_prefill_client.h"
+#include "kv_transfer/ucx/ucx_transport.h"
 #include "serving/instance_flags.h"
 #include "serving/node_metrics.h"
 #include "serving/node_process.h"
@@ -52,7 +55,8 @@ int main(int argc, char** argv) {
     o.queue_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_queue_timeout_ms));
     o.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
     o.stall_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_stall_timeout_ms));
-    o.ucx = tandem::UcxOptionsFromFlags();
+    o.pullers = tandem::UcxPullerFactory(tandem::UcxOptionsFromFlags());
+    o.prefill = std::make_shared<tandem::GrpcPrefillClient>();
     std::fprintf(stderr, "tandem-decode: loading %s (%s) on %s\n", o.model_path.c_str(),
                  o.instance.parallel.ToString().c_str(), advertise.c_str());
     absl::StatusOr<std::unique_ptr<tandem::DecodeNode>> created = tandem::DecodeNode::Create(o);

@@ -1,0 +1,32 @@
+// PrefillClient over gRPC (tandem.v1.PrefillService): one channel per prefill address, created
+// on first use and kept. Metadata arrives as tandem.v1.TransferMetadata and is validated on
+// parse (kv_transfer/ucx/metadata_proto.h). Thread-safety: thread-safe.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "decode_node/prefill_client.h"
+#include "tandem/v1/prefill.grpc.pb.h"
+
+namespace tandem {
+
+class GrpcPrefillClient final : public PrefillClient {
+ public:
+  absl::StatusOr<TransferMetadata> GetTransferMetadata(const std::string& address,
+                                                       absl::Time deadline) override;
+  absl::StatusOr<std::optional<absl::Time>> RenewLease(const KvHandle& kv,
+                                                       absl::Time deadline) override;
+  absl::StatusOr<bool> ReleaseKv(const KvHandle& kv, absl::Time deadline) override;
+
+ private:
+  v1::PrefillService::Stub* Stub(const std::string& address);
+
+  absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<v1::PrefillService::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tandem

@@ -1,0 +1,53 @@
+// What a decode node needs from the prefill instance holding a prompt's KV, independent of the
+// wire: the transfer metadata it publishes, lease renewal, and the release of the KV. The gRPC
+// implementation is GrpcPrefillClient (grpc_prefill_client.h, next to the service layer);
+// node-level tests use an in-process fake (tests/decode_node/fake_prefill.h).
+//
+// KvHandle is the domain form of tandem.v1.KvHandle (decode_service.cc converts it).
+// Thread-safety: implementations are thread-safe (concurrent Decode calls share one client).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kv_transfer/transfer_types.h"
+
+namespace tandem {
+
+// A prefill instance's lease on one prompt's KV.
+struct KvHandle {
+  std::string engine_id;
+  uint64_t epoch = 0;  // changes when the prefill instance restarts
+  std::string request_id;
+  std::vector<int32_t> block_table;  // the prefill instance's virtual block ids
+  int64_t num_tokens = 0;            // tokens whose KV the blocks hold
+  KvLayout layout;                   // the prefill instance's layout
+  absl::Time lease_expiry;
+  uint64_t generation = 0;      // identifies this allocation; release/renew quote it
+  std::string prefill_address;  // where the metadata, renewals and releases are served
+};
+
+class PrefillClient {
+ public:
+  virtual ~PrefillClient() = default;
+
+  // The metadata the prefill at `address` publishes now. UNAVAILABLE when it cannot be reached
+  // by `deadline`; INVALID_ARGUMENT when what arrived is malformed.
+  [[nodiscard]] virtual absl::StatusOr<TransferMetadata> GetTransferMetadata(
+      const std::string& address, absl::Time deadline) = 0;
+
+  // Extends kv's lease by the prefill's default lease. The new expiry, or nullopt when the lease
+  // is no longer held (expired, released, or the prefill restarted). Errors: the call failed.
+  [[nodiscard]] virtual absl::StatusOr<std::optional<absl::Time>> RenewLease(
+      const KvHandle& kv, absl::Time deadline) = 0;
+
+  // The prefill frees kv's blocks. Whether the lease was still held when it did (false: the KV
+  // may have been overwritten; whatever was pulled must be discarded). Errors: the call failed.
+  [[nodiscard]] virtual absl::StatusOr<bool> ReleaseKv(const KvHandle& kv, absl::Time deadline) = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,478 @@
+// DecodeNode with fakes on both sides (no processes, no UCX, no gRPC): a small synthetic model,
+// FakeKvPullers on an in-process FakeKvNetwork and a FakePrefill whose leases behave like the
+// prefill node's. Every case asserts the specific status, that the node's KV blocks all come
+// back, and what happened to the prefill's lease.
+#include "decode_node/decode_node.h"
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "kv_transfer/fake/fake_kv_puller.h"
+#include "kv_transfer/fake/fake_kv_source.h"
+#include "model/format/model_loader.h"
+#include "model/tools/synthetic_model.h"
+#include "tests/decode_node/fake_prefill.h"
+#include "tests/kv_transfer/status_matchers.h"
+
+namespace tandem::testing {
+namespace {
+
+using ::tandem::fake::FakeFaults;
+using ::tandem::fake::FakeKvNetwork;
+using ::tandem::fake::FakeKvSource;
+using ::tandem::fake::MetadataCorruption;
+using ::testing::HasSubstr;
+
+constexpr char kFast[] = "prefill-fast:1";  // engine "p-fast"
+constexpr char kSlow[] = "prefill-slow:1";  // engine "p-slow"
+constexpr int32_t kBlocks = 16;             // per decode rank
+constexpr int32_t kBlockSize = 16;
+constexpr absl::Duration kLease = absl::Milliseconds(400);
+constexpr absl::Duration kBound = absl::Seconds(20);  // every wait in these tests
+
+bool WaitFor(const std::function<bool()>& condition, absl::Duration limit = kBound) {
+  const absl::Time deadline = absl::Now() + limit;
+  while (!condition()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+// What one Start call did, and, when it started, how the decode ended.
+struct Outcome {
+  absl::StatusOr<TransferStats> started = absl::UnknownError("not run");
+  absl::Status done = absl::UnknownError("not done");
+  int32_t generated = 0;
+};
+
+class DecodeNodeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_path_ = new std::string(
+        absl::StrCat(::testing::TempDir(), "/decode_node_test_", getpid(), ".gguf"));
+    ASSERT_OK(WriteSyntheticModel(SyntheticModelOptions{}, *model_path_));
+  }
+  static void TearDownTestSuite() {
+    std::remove(model_path_->c_str());
+    delete model_path_;
+  }
+
+  void SetUp() override {
+    absl::StatusOr<LoadedModel> model = LoadModel(*model_path_);
+    ASSERT_OK(model);
+    vocab_ = model->weights.config.vocab_size;
+    // Prefill layout tp 1 (both KV heads in one pool) → decode tp 2 (one head per rank).
+    const KvLayout src{ParallelConfig{1, 1, 1, kBlockSize, kBlockSize},
+                       DimsOf(model->weights.config), KvDType::kF32};
+    for (const auto& [address, engine] : {std::pair{kFast, "p-fast"}, std::pair{kSlow, "p-slow"}}) {
+      KvSourceOptions o;
+      o.engine_id = engine;
+      o.epoch = 5;
+      o.compat_hash = CompatibilityHash(model->identity, src);
+      o.layout = src;
+      o.pool_bytes_per_rank = PoolBytes(RankPoolGeometry(src, 0), 32);
+      absl::StatusOr<std::unique_ptr<FakeKvSource>> source = FakeKvSource::Create(&net_, o);
+      ASSERT_OK(source);
+      prefill_->AddInstance(address, source->get());
+      sources_.push_back(std::move(*source));
+    }
+  }
+
+  std::unique_ptr<DecodeNode> NewNode(absl::Duration queue_timeout = absl::Seconds(20),
+                                      absl::Duration stall_timeout = absl::Seconds(20)) {
+    DecodeNodeOptions o;
+    o.model_path = *model_path_;
+    o.advertised_address = "decode:1";
+    o.instance.parallel = ParallelConfig{2, 1, 1, kBlockSize, kBlockSize};
+    o.instance.threads_per_rank = 1;
+    o.instance.kv_bytes_per_rank = 0;  // set below from the block size
+    o.queue_timeout = queue_timeout;
+    o.rpc_timeout = absl::Milliseconds(100);
+    o.stall_timeout = stall_timeout;
+    o.pullers = fake::FakePullerFactory(&net_);
+    o.prefill = prefill_;
+    absl::StatusOr<LoadedModel> model = LoadModel(*model_path_);
+    EXPECT_OK(model);
+    const KvLayout dst{o.instance.parallel, DimsOf(model->weights.config), KvDType::kF32};
+    o.instance.kv_bytes_per_rank = PoolBytes(RankPoolGeometry(dst, 0), kBlocks);
+    absl::StatusOr<std::unique_ptr<DecodeNode>> node = DecodeNode::Create(o);
+    EXPECT_OK(node);
+    if (!node.ok()) return nullptr;
+    EXPECT_EQ((*node)->total_blocks(), kBlocks);
+    return std::move(*node);
+  }
+
+  // Start, then (if it started) the end of the decode, bounded.
+  Outcome Decode(
+      DecodeNode& node, const KvHandle& kv, int32_t max_new_tokens,
+      std::function<bool()> cancelled = [] { return false; }) {
+    struct Done {
+      absl::Notification notification;
+      absl::Status status;
+      int32_t generated = 0;
+    };
+    auto done = std::make_shared<Done>();
+    DecodeCall call;
+    call.request_id = kv.request_id;
+    call.first_token = 7;
+    call.kv = kv;
+    call.max_new_tokens = max_new_tokens;
+    DecodeSink sink;
+    sink.on_token = [](int32_t) {};
+    sink.on_done = [done](absl::Status s, FinishReason, int32_t generated) {
+      done->status = std::move(s);
+      done->generated = generated;
+      done->notification.Notify();
+    };
+    Outcome out;
+    out.started = node.Start(call, std::move(sink), cancelled);
+    if (out.started.ok()) {
+      EXPECT_TRUE(done->notification.WaitForNotificationWithTimeout(kBound));
+      out.done = done->status;
+      out.generated = done->generated;
+    }
+    return out;
+  }
+
+  // Every block back on the node (the engine frees a finished request's blocks on its thread).
+  void ExpectAllBlocksFree(const DecodeNode& node) {
+    EXPECT_TRUE(WaitFor([&] { return node.free_blocks() == kBlocks; }))
+        << node.free_blocks() << " of " << kBlocks << " blocks free";
+  }
+
+  static std::string* model_path_;
+  int32_t vocab_ = 0;
+  FakeKvNetwork net_;
+  std::shared_ptr<FakePrefill> prefill_ = std::make_shared<FakePrefill>(kLease);
+  std::vector<std::unique_ptr<FakeKvSource>> sources_;  // [fast, slow]
+};
+
+std::string* DecodeNodeTest::model_path_ = nullptr;
+
+TEST_F(DecodeNodeTest, RefusesToBeBuiltWithoutTransportOrPrefillClient) {
+  DecodeNodeOptions o;
+  o.model_path = *model_path_;
+  o.prefill = prefill_;
+  EXPECT_THAT(DecodeNode::Create(o),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("puller factory")));
+}
+
+TEST_F(DecodeNodeTest, PullsReleasesTheLeaseAndDecodes) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  Outcome out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 5);
+  ASSERT_OK(out.started);
+  EXPECT_GT(out.started->bytes, 0);
+  EXPECT_EQ(out.started->bytes, net_.bytes("p-fast"));
+  EXPECT_OK(out.done);
+  EXPECT_EQ(out.generated, 5);
+  EXPECT_EQ(prefill_->releases_held(), 1);
+  EXPECT_EQ(prefill_->leases(), 0);
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(DecodeNodeTest, RanksPullConcurrently) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  net_.SetFaults("p-fast", FakeFaults{.paused = true});
+  Outcome out;
+  std::thread t([&] { out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2); });
+  // Both ranks are inside their pull at the same time: only possible if they run concurrently.
+  EXPECT_TRUE(WaitFor([&] { return net_.paused_waiters("p-fast") == 2; }));
+  net_.Resume("p-fast");
+  t.join();
+  EXPECT_EQ(net_.peak_active_pulls("p-fast"), 2);
+  ASSERT_OK(out.started);
+  EXPECT_OK(out.done);
+  ExpectAllBlocksFree(*node);
+}
+
+// A pull that takes several lease lengths succeeds because the lease is renewed while it runs...
+TEST_F(DecodeNodeTest, PullLongerThanTheLeaseSucceedsBecauseOfRenewal) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  net_.SetFaults("p-fast", FakeFaults{.copy_delay = absl::Milliseconds(350)});
+  const absl::Time t0 = absl::Now();
+  Outcome out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2);
+  ASSERT_OK(out.started);
+  EXPECT_GT(absl::Now() - t0, 2 * kLease) << "the pull must outlast the lease for this test";
+  EXPECT_GE(prefill_->renewals(), 2);
+  EXPECT_EQ(prefill_->releases_held(), 1);
+  ExpectAllBlocksFree(*node);
+}
+
+// ...and fails without it: renewals refused, the lease lapses mid-pull, the KV is discarded.
+TEST_F(DecodeNodeTest, PullLongerThanTheLeaseFailsWithoutRenewal) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  prefill_->set_renew_fails(true);
+  net_.SetFaults("p-fast", FakeFaults{.copy_delay = absl::Milliseconds(350)});
+  Outcome out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2);
+  EXPECT_THAT(out.started, StatusIs(absl::StatusCode::kAborted,
+                                    HasSubstr("expired before the transfer finished")));
+  EXPECT_EQ(prefill_->renewals(), 0);
+  EXPECT_EQ(prefill_->releases_held(), 0);
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(DecodeNodeTest, LeaseLostDuringPullStopsThePullWithAborted) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  net_.SetFaults("p-fast", FakeFaults{.paused = true});
+  Outcome out;
+  std::thread t([&] { out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2); });
+  ASSERT_TRUE(WaitFor([&] { return net_.paused_waiters("p-fast") == 2; }));
+  prefill_->ExpireAll();  // the prefill reaped the lease; the next renewal is refused
+  t.join();               // never resumed: only the lost lease can end this pull early
+  EXPECT_THAT(out.started,
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("expired during the transfer")));
+  EXPECT_EQ(prefill_->releases_held(), 0);
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(DecodeNodeTest, StalledPullFailsWithinTheStallTimeoutAndReleasesTheLease) {
+  std::unique_ptr<DecodeNode> node = NewNode(absl::Seconds(20), absl::Milliseconds(300));
+  ASSERT_NE(node, nullptr);
+  net_.SetFaults("p-fast", FakeFaults{.stall_after_bytes = 0});
+  const absl::Time t0 = absl::Now();
+  Outcome out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2);
+  EXPECT_THAT(out.started, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("stalled")));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  EXPECT_EQ(prefill_->releases_held(), 1);
+  EXPECT_EQ(prefill_->leases(), 0);
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(DecodeNodeTest, ShortTransferIsDataLoss) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  net_.SetFaults("p-fast", FakeFaults{.short_copy = 1});
+  Outcome out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2);
+  EXPECT_THAT(out.started, StatusIs(absl::StatusCode::kDataLoss, HasSubstr("completed")));
+  EXPECT_EQ(prefill_->releases_held(), 1);
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(DecodeNodeTest, SourceDyingPartWayIsUnavailable) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  net_.SetFaults("p-fast", FakeFaults{.die_after_bytes = 1});
+  Outcome out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2);
+  EXPECT_THAT(out.started, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("died")));
+  EXPECT_EQ(prefill_->releases(), 1);
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(DecodeNodeTest, FailedCopyIsUnavailable) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  net_.SetFaults("p-fast", FakeFaults{.fail_copy = 0});
+  Outcome out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2);
+  EXPECT_THAT(out.started, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("injected")));
+  EXPECT_EQ(prefill_->releases_held(), 1);
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(DecodeNodeTest, CorruptMetadataIsInvalidArgumentBeforeAnyBlockIsTaken) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  sources_[0]->CorruptMetadata(MetadataCorruption::kTruncatedRkey);
+  Outcome out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2);
+  EXPECT_THAT(out.started,
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rkey is truncated")));
+  EXPECT_EQ(prefill_->releases_held(), 1);
+  EXPECT_EQ(net_.bytes("p-fast"), 0);
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(DecodeNodeTest, MetadataNotMatchingThePublishedPoolIsRefusedByThePuller) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  sources_[0]->CorruptMetadata(MetadataCorruption::kWrongPoolBase);
+  Outcome out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2);
+  EXPECT_THAT(out.started, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is not what")));
+  EXPECT_EQ(prefill_->releases_held(), 1);
+  EXPECT_EQ(net_.bytes("p-fast"), 0);
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(DecodeNodeTest, RestartedPrefillIsAborted) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  KvHandle kv = prefill_->Lease(kFast, "r1", 40);
+  kv.epoch += 1;  // the handle names an epoch the instance no longer serves
+  Outcome out = Decode(*node, kv, 2);
+  EXPECT_THAT(out.started, StatusIs(absl::StatusCode::kAborted, HasSubstr("restarted")));
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(DecodeNodeTest, CancelWhilePullingIsCancelled) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  net_.SetFaults("p-fast", FakeFaults{.paused = true});
+  std::atomic<bool> cancel{false};
+  Outcome out;
+  std::thread t([&] {
+    out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2, [&] { return cancel.load(); });
+  });
+  ASSERT_TRUE(WaitFor([&] { return net_.paused_waiters("p-fast") == 2; }));
+  cancel.store(true);
+  t.join();
+  EXPECT_THAT(out.started, StatusIs(absl::StatusCode::kCancelled, HasSubstr("cancelled after")));
+  EXPECT_EQ(net_.bytes("p-fast"), 0);
+  EXPECT_EQ(prefill_->releases_held(), 1);
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(DecodeNodeTest, CancelAfterThePullIsCancelled) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  // Cancelled from the moment the lease was released, i.e. after the whole pull.
+  Outcome out =
+      Decode(*node, prefill_->Lease(kFast, "r1", 40), 2, [&] { return prefill_->releases() > 0; });
+  EXPECT_THAT(out.started,
+              StatusIs(absl::StatusCode::kCancelled, HasSubstr("cancelled by the client")));
+  EXPECT_GT(net_.bytes("p-fast"), 0);
+  EXPECT_EQ(prefill_->releases_held(), 1);
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(DecodeNodeTest, ReleaseFailureAfterThePullIsUnavailable) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  prefill_->set_release_fails(true);
+  Outcome out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2);
+  EXPECT_THAT(out.started,
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("cannot confirm the KV lease")));
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(DecodeNodeTest, ReleaseFailureOnAnErrorPathKeepsTheOriginalError) {
+  std::unique_ptr<DecodeNode> node = NewNode(absl::Seconds(20), absl::Milliseconds(200));
+  ASSERT_NE(node, nullptr);
+  prefill_->set_release_fails(true);
+  net_.SetFaults("p-fast", FakeFaults{.stall_after_bytes = 0});
+  Outcome out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2);
+  EXPECT_THAT(out.started, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("stalled")));
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(DecodeNodeTest, MoreBlocksThanTheInstanceHasIsResourceExhaustedAtOnce) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  // 260 + 8 positions need 17 blocks of 16; the instance has 16.
+  Outcome out = Decode(*node, prefill_->Lease(kFast, "r1", 260), 8);
+  EXPECT_THAT(out.started, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("in total")));
+  EXPECT_EQ(prefill_->releases_held(), 1);
+  ExpectAllBlocksFree(*node);
+}
+
+// The capacity cases: a request from the slow prefill holds 14 of 16 blocks while its pull is
+// paused; a 3-block request from the fast prefill has to wait.
+class CapacityTest : public DecodeNodeTest {
+ protected:
+  void HoldCapacity(DecodeNode& node) {
+    net_.SetFaults("p-slow", FakeFaults{.paused = true});
+    holder_ = std::thread([&] { held_ = Decode(node, prefill_->Lease(kSlow, "big", 200), 16); });
+    ASSERT_TRUE(WaitFor([&] { return net_.paused_waiters("p-slow") == 2; }));
+    ASSERT_EQ(node.free_blocks(), 2);
+  }
+  void ReleaseCapacity() {
+    net_.Resume("p-slow");
+    holder_.join();
+    ASSERT_OK(held_.started);
+    EXPECT_OK(held_.done);
+  }
+  std::thread holder_;
+  Outcome held_;
+};
+
+TEST_F(CapacityTest, WaitsForCapacityThenRuns) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  HoldCapacity(*node);
+  Outcome out;
+  std::thread waiter([&] { out = Decode(*node, prefill_->Lease(kFast, "small", 40), 8); });
+  ASSERT_TRUE(WaitFor([&] { return node->queued() == 2; }));  // the holder and the waiter
+  EXPECT_EQ(net_.copies("p-fast"), 0);
+  ReleaseCapacity();
+  waiter.join();
+  ASSERT_OK(out.started);
+  EXPECT_OK(out.done);
+  EXPECT_EQ(prefill_->releases_held(), 2);
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(CapacityTest, CapacityWaitLongerThanTheLeaseKeepsTheLeaseAlive) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  HoldCapacity(*node);
+  Outcome out;
+  std::thread waiter([&] { out = Decode(*node, prefill_->Lease(kFast, "small", 40), 8); });
+  // Wait well past the lease; the waiting request's lease must have been renewed.
+  ASSERT_TRUE(WaitFor([&] { return prefill_->renewals() >= 4; }));
+  ReleaseCapacity();
+  waiter.join();
+  ASSERT_OK(out.started);
+  EXPECT_EQ(prefill_->releases_held(), 2);
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(CapacityTest, QueueTimeoutIsResourceExhausted) {
+  std::unique_ptr<DecodeNode> node = NewNode(absl::Milliseconds(300));
+  ASSERT_NE(node, nullptr);
+  HoldCapacity(*node);
+  Outcome out = Decode(*node, prefill_->Lease(kFast, "small", 40), 8);
+  EXPECT_THAT(out.started,
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("queue timeout")));
+  EXPECT_EQ(prefill_->releases_held(), 1);
+  ReleaseCapacity();
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(CapacityTest, CancelWhileWaitingForCapacityIsCancelled) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  HoldCapacity(*node);
+  std::atomic<bool> cancel{false};
+  Outcome out;
+  std::thread waiter([&] {
+    out = Decode(*node, prefill_->Lease(kFast, "small", 40), 8, [&] { return cancel.load(); });
+  });
+  ASSERT_TRUE(WaitFor([&] { return node->queued() == 2; }));
+  cancel.store(true);
+  waiter.join();
+  EXPECT_THAT(out.started,
+              StatusIs(absl::StatusCode::kCancelled, HasSubstr("waiting for KV capacity")));
+  EXPECT_EQ(prefill_->releases_held(), 1);
+  EXPECT_EQ(node->free_blocks(), 2);  // the holder's blocks only
+  ReleaseCapacity();
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(CapacityTest, LeaseLostWhileWaitingForCapacityIsAborted) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  HoldCapacity(*node);
+  const KvHandle kv = prefill_->Lease(kFast, "small", 40);
+  Outcome out;
+  std::thread waiter([&] { out = Decode(*node, kv, 8); });
+  ASSERT_TRUE(WaitFor([&] { return node->queued() == 2; }));
+  prefill_->Revoke(kv);  // the prefill no longer holds it; the next renewal is refused
+  waiter.join();
+  EXPECT_THAT(out.started,
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("while waiting for capacity")));
+  EXPECT_EQ(node->free_blocks(), 2);
+  ReleaseCapacity();
+  ExpectAllBlocksFree(*node);
+}
+
+}  // namespace
+}  // namespace tandem::testing

@@ -1,0 +1,109 @@
+#include "tests/decode_node/fake_prefill.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::testing {
+
+void FakePrefill::AddInstance(const std::string& address, const fake::FakeKvSource* source) {
+  absl::MutexLock lock(&mu_);
+  instances_[address] = source;
+}
+
+KvHandle FakePrefill::Lease(const std::string& address, const std::string& request_id,
+                            int64_t num_tokens) {
+  absl::MutexLock lock(&mu_);
+  const TransferMetadata& m = instances_.at(address)->metadata();
+  KvHandle kv;
+  kv.engine_id = m.engine_id;
+  kv.epoch = m.epoch;
+  kv.request_id = request_id;
+  const int32_t b = m.layout.parallel.block_size;
+  for (int32_t i = 0; i < (num_tokens + b - 1) / b; ++i) kv.block_table.push_back(i);
+  kv.num_tokens = num_tokens;
+  kv.layout = m.layout;
+  kv.lease_expiry = absl::Now() + lease_;
+  kv.generation = table_.Add(request_id, kv.block_table, kv.lease_expiry);
+  kv.prefill_address = address;
+  return kv;
+}
+
+void FakePrefill::Revoke(const KvHandle& kv) {
+  absl::MutexLock lock(&mu_);
+  table_.Release(kv.request_id, kv.generation);
+}
+
+void FakePrefill::ExpireAll() {
+  absl::MutexLock lock(&mu_);
+  table_.TakeExpired(absl::InfiniteFuture());
+}
+
+void FakePrefill::set_renew_fails(bool v) {
+  absl::MutexLock lock(&mu_);
+  renew_fails_ = v;
+}
+
+void FakePrefill::set_release_fails(bool v) {
+  absl::MutexLock lock(&mu_);
+  release_fails_ = v;
+}
+
+int32_t FakePrefill::leases() {
+  absl::MutexLock lock(&mu_);
+  Reap();
+  return table_.size();
+}
+
+int32_t FakePrefill::renewals() {
+  absl::MutexLock lock(&mu_);
+  return renewals_;
+}
+
+int32_t FakePrefill::renew_calls() {
+  absl::MutexLock lock(&mu_);
+  return renew_calls_;
+}
+
+int32_t FakePrefill::releases() {
+  absl::MutexLock lock(&mu_);
+  return releases_;
+}
+
+int32_t FakePrefill::releases_held() {
+  absl::MutexLock lock(&mu_);
+  return releases_held_;
+}
+
+void FakePrefill::Reap() { table_.TakeExpired(absl::Now()); }
+
+absl::StatusOr<TransferMetadata> FakePrefill::GetTransferMetadata(const std::string& address,
+                                                                  absl::Time) {
+  absl::MutexLock lock(&mu_);
+  auto it = instances_.find(address);
+  if (it == instances_.end()) {
+    return absl::UnavailableError(absl::StrCat("no fake prefill at ", address));
+  }
+  return it->second->metadata();
+}
+
+absl::StatusOr<std::optional<absl::Time>> FakePrefill::RenewLease(const KvHandle& kv, absl::Time) {
+  absl::MutexLock lock(&mu_);
+  ++renew_calls_;
+  if (renew_fails_) return absl::UnavailableError("renew: connection refused (injected)");
+  Reap();
+  std::optional<absl::Time> expiry =
+      table_.Renew(kv.request_id, kv.generation, absl::Now() + lease_);
+  if (expiry.has_value()) ++renewals_;
+  return expiry;
+}
+
+absl::StatusOr<bool> FakePrefill::ReleaseKv(const KvHandle& kv, absl::Time) {
+  absl::MutexLock lock(&mu_);
+  if (release_fails_) return absl::UnavailableError("release: connection refused (injected)");
+  Reap();
+  ++releases_;
+  const bool held = table_.Release(kv.request_id, kv.generation).has_value();
+  if (held) ++releases_held_;
+  return held;
+}
+
+}  // namespace tandem::testing

@@ -1,0 +1,62 @@
+// An in-process prefill side for DecodeNode tests: a PrefillClient whose "prefill instances"
+// are FakeKvSources on a FakeKvNetwork, and whose leases live in a real LeaseTable with the
+// prefill node's semantics (expired leases are reaped before every call). Knobs make renewals
+// and releases fail as RPCs would; counters let tests assert what the node asked for.
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "decode_node/prefill_client.h"
+#include "kv_transfer/fake/fake_kv_source.h"
+#include "prefill_node/lease_table.h"
+
+namespace tandem::testing {
+
+class FakePrefill final : public PrefillClient {
+ public:
+  explicit FakePrefill(absl::Duration lease) : lease_(lease) {}
+
+  // Serves `source`'s metadata at `address`. REQUIRES: source outlives this.
+  void AddInstance(const std::string& address, const fake::FakeKvSource* source);
+  // A lease on the first ceil(num_tokens / B) blocks of the instance at `address` (the block
+  // ids are never handed out twice: the table only tracks leases).
+  KvHandle Lease(const std::string& address, const std::string& request_id, int64_t num_tokens);
+  void Revoke(const KvHandle& kv);  // kv's lease is gone (as if reaped)
+  void ExpireAll();                 // every lease expires now (the prefill reaped them)
+
+  void set_renew_fails(bool v);
+  void set_release_fails(bool v);
+
+  int32_t leases();         // held now
+  int32_t renewals();       // successful
+  int32_t renew_calls();    // all, failed ones included
+  int32_t releases();       // calls answered (held or not)
+  int32_t releases_held();  // answered "held"
+
+  absl::StatusOr<TransferMetadata> GetTransferMetadata(const std::string& address,
+                                                       absl::Time deadline) override;
+  absl::StatusOr<std::optional<absl::Time>> RenewLease(const KvHandle& kv,
+                                                       absl::Time deadline) override;
+  absl::StatusOr<bool> ReleaseKv(const KvHandle& kv, absl::Time deadline) override;
+
+ private:
+  void Reap() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const absl::Duration lease_;
+  absl::Mutex mu_;
+  std::map<std::string, const fake::FakeKvSource*> instances_ ABSL_GUARDED_BY(mu_);
+  LeaseTable table_ ABSL_GUARDED_BY(mu_);
+  bool renew_fails_ ABSL_GUARDED_BY(mu_) = false;
+  bool release_fails_ ABSL_GUARDED_BY(mu_) = false;
+  int32_t renewals_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t renew_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t releases_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t releases_held_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace tandem::testing
