@@ -1,17 +1,21 @@
 // tandem-bench (the built binary) against a real local cluster (router + prefill + decode
-// processes on a synthetic model): every request sent is accounted for (ok + failed = sent; here
-// all ok) and the tokens the tool counted from the stream equal what the cluster reported it
-// generated (GenerateFinal usage; DecodeFinish.generated for --backend=direct) and what was asked
-// for (ignore_eos: exactly max_tokens each). Afterwards every instance is idle (no KV leaked).
+// processes on a synthetic model), through the router's gRPC API (closed and open loop), its
+// OpenAI-compatible HTTP API and directly to the nodes (--backend=direct): every request sent is
+// accounted for (ok + failed = sent; here all ok) and the tokens the tool counted from the stream
+// equal what the cluster reported it generated (GenerateFinal usage; DecodeFinish.generated for
+// --backend=direct) and what was asked for (ignore_eos: exactly max_tokens each). Afterwards every
+// instance is idle (no KV leaked).
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "bench/serve/length_distribution.h"
 #include "bench/serve/request_source.h"
 #include "gtest/gtest.h"
@@ -49,6 +53,19 @@ BenchRun RunBench(const std::vector<std::string>& flags) {
   return r;
 }
 
+// The first line of `path` once it exists and is non-empty ("" after `timeout`): the router
+// writes its HTTP port file when it is serving.
+std::string WaitForFile(const std::string& path, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    std::ifstream f(path);
+    std::string line;
+    if (f && std::getline(f, line) && !line.empty()) return line;
+    absl::SleepFor(absl::Milliseconds(20));  // polling a file with a bound
+  }
+  return "";
+}
+
 // Output tokens the run asked for: the same RequestSource the tool builds from these settings.
 int64_t RequestedTokens(uint64_t seed, const std::string& prompt_len, const std::string& output_len,
                         int64_t n) {
@@ -84,6 +101,9 @@ TEST(BenchClusterE2eTest, EveryRequestAndTokenIsAccountedFor) {
   spec.model_path = SyntheticModelPath();
   spec.prefill = {NodeSpec{{"--tp=1"}}};
   spec.decode = {NodeSpec{{"--tp=1"}}};
+  const std::string http_port_file = ::testing::TempDir() + "/bench_e2e_router.http_port";
+  std::remove(http_port_file.c_str());
+  spec.router_flags = {"--http_port_file=" + http_port_file};
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(spec);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::vector<std::string> common = {"--backend=grpc",
@@ -133,6 +153,16 @@ TEST(BenchClusterE2eTest, EveryRequestAndTokenIsAccountedFor) {
   EXPECT_GT(one_token, 0) << "no one-token request: the ReleaseKv path is not exercised";
   const BenchRun d = RunBench(direct);
   ExpectAccounted(d, 18, RequestedTokens(3, "uniform:4:60", "uniform:1:12", 18), **cluster);
+
+  // The router's OpenAI-compatible HTTP API, token-id prompts on /v1/completions (SSE).
+  const std::string http_port = WaitForFile(http_port_file, absl::Seconds(30));
+  ASSERT_FALSE(http_port.empty()) << "no " << http_port_file << "\n" << (*cluster)->LogTails();
+  std::vector<std::string> http = common;
+  http[0] = "--backend=openai";
+  http[1] = "--base_url=http://127.0.0.1:" + http_port;
+  http.insert(http.end(), {"--concurrency=3", "--num_requests=12"});
+  const BenchRun h = RunBench(http);
+  ExpectAccounted(h, 12, RequestedTokens(3, "uniform:4:60", "uniform:1:12", 12), **cluster);
 
   const absl::Status idle = (*cluster)->WaitIdle(absl::Seconds(15));
   EXPECT_TRUE(idle.ok()) << idle << "\n" << (*cluster)->LogTails();
