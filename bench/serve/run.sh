@@ -6,6 +6,8 @@
 #       only: tandem-generate and the tests), so the combined server is llama.cpp's llama-server.
 #   (2) Tandem vs llama-server, same model file, same load: concurrency 1, 4, 16; 256-token
 #       prompts, 128-token outputs (ignore_eos): output tok/s and TTFT/TPOT percentiles.
+#       (1) and (2) reach both systems through their OpenAI-compatible HTTP APIs with the same
+#       client; Tandem at c=16 is also measured through its gRPC API.
 #   (3) Router overhead per streamed token: the same requests through the router and directly to
 #       the same prefill + decode nodes (tandem-bench --backend=direct), alternated.
 # Every RESULT line is a measurement of this run (ratios of two measurements of this run).
@@ -117,22 +119,27 @@ conc_requests=("$(n 3)" "$(n 8)" "$(n 32)")
 llama=(--backend=openai --base_url="http://127.0.0.1:$llama_port" --endpoint=/v1/completions)
 
 start_tandem
-tandem=(--backend=grpc --address="$router")
+# (1) and (2) use Tandem's OpenAI-compatible HTTP API, the API and client code llama-server gets;
+# (3) compares the router's gRPC API with direct gRPC calls to the nodes.
+tandem=(--backend=openai --base_url="http://127.0.0.1:$(cat "$TANDEM_RUN_DIR/router.http_port")"
+        --endpoint=/v1/completions)
+grpc=(--backend=grpc --address="$router")
 direct=(--backend=direct --prefill="$prefill_addr" --decode="$decode_addr")
 # (3) router overhead: direct and router runs alternated, same requests (same seed).
 for rep in 1 2; do
   run "direct_r$rep" "${direct[@]}" "${cmp_load[@]}" --concurrency=4 --num_requests="$(n 4)"
-  run "router_r$rep" "${tandem[@]}" "${cmp_load[@]}" --concurrency=4 --num_requests="$(n 4)"
+  run "router_r$rep" "${grpc[@]}" "${cmp_load[@]}" --concurrency=4 --num_requests="$(n 4)"
 done
 # (2) Tandem at concurrency 1, 4, 16.
 for i in 0 1 2; do
   run "tandem_c${conc[$i]}" "${tandem[@]}" "${cmp_load[@]}" --concurrency="${conc[$i]}" \
     --num_requests="${conc_requests[$i]}"
 done
+run "tandem_grpc_c16" "${grpc[@]}" "${cmp_load[@]}" --concurrency=16 --num_requests="${conc_requests[2]}"
 # (1) Poisson rates, disaggregated.
 for r in "${rates[@]}"; do
   run "disagg_rate$r" "${tandem[@]}" "${rate_load[@]}" --request_rate="$r" \
-    --duration_s="$(n 20)" --num_requests=0
+    --duration_s="$(n 16)" --num_requests=0
 done
 stop_tandem
 
@@ -143,7 +150,7 @@ for i in 0 1 2; do
 done
 for r in "${rates[@]}"; do
   run "combined_rate$r" "${llama[@]}" "${rate_load[@]}" --request_rate="$r" \
-    --duration_s="$(n 20)" --num_requests=0
+    --duration_s="$(n 16)" --num_requests=0
 done
 stop_llama
 
@@ -162,15 +169,18 @@ def row(label, r):
             f"({100 * r['good_fraction']:.0f}%) |")
 head = ("| run | ok/sent | req/s | out tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | "
         "TPOT p99 ms | goodput req/s (met) |\n|---|---|---|---|---|---|---|---|---|")
-lines += ["### (1) Disaggregated vs combined, Poisson arrivals", head]
+lines += ["### (1) Disaggregated (Tandem, HTTP) vs combined (llama-server), Poisson arrivals", head]
 for r in rates:
     lines.append(row(f"Tandem 1P+1D, {r} req/s", rep(f"disagg_rate{r}")))
     lines.append(row(f"llama-server, {r} req/s", rep(f"combined_rate{r}")))
-lines += ["", "### (2) Tandem vs llama-server, 256-token prompts, 128-token outputs", head]
+lines += ["", "### (2) Tandem vs llama-server, 256-token prompts, 128-token outputs (HTTP)", head]
 for c in (1, 4, 16):
     lines.append(row(f"Tandem c={c}", rep(f"tandem_c{c}")))
     lines.append(row(f"llama-server c={c}", rep(f"llamacpp_c{c}")))
-ratio = rep("tandem_c16")["output_tokens_per_s"] / rep("llamacpp_c16")["output_tokens_per_s"]
+lines.append(row("Tandem c=16 over gRPC", rep("tandem_grpc_c16")))
+llama16 = rep("llamacpp_c16")["output_tokens_per_s"]
+ratio = rep("tandem_c16")["output_tokens_per_s"] / llama16
+ratio_grpc = rep("tandem_grpc_c16")["output_tokens_per_s"] / llama16
 lines += ["", "### (3) Router overhead per streamed token (c=4, alternated)",
           "| run | TPOT mean ms | TPOT p50 ms | ITL p50 ms | TTFT p50 ms |", "|---|---|---|---|---|"]
 over = []
@@ -184,6 +194,7 @@ overhead = sum(over) / len(over)
 lines += ["", "router overhead per pair (router TPOT mean - direct) / direct: "
           + ", ".join(f"{o:+.4f}" for o in over),
           f"RESULT tandem_vs_llamacpp_tokens_per_s_c16={ratio:.4g}",
+          f"RESULT tandem_grpc_vs_llamacpp_tokens_per_s_c16={ratio_grpc:.4g}",
           f"RESULT router_overhead_tpot_fraction={overhead:.4g}"]
 lines += ["", "Machine load before each run (load average; busiest processes):", "```"]
 lines += open(os.path.join(out, "load.txt")).read().rstrip("\n").splitlines()
