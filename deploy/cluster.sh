@@ -57,6 +57,7 @@ reserved_key() {
   case "$role:$key" in
     router:prefill | router:decode | router:http_port_file) return 0 ;;
     prefill:router | decode:router) return 0 ;;  # nodes are wired with --prefill/--decode
+    prefill:metrics_port_file | decode:metrics_port_file) return 0 ;;
   esac
   return 1
 }
@@ -262,7 +263,26 @@ command_of() {
   args=("$(binary_of "$role")" "--model=$cfg_model" "--port_file=$run_dir/$name.port")
   [[ $flags == *"--listen="* ]] || args+=(--listen=127.0.0.1:0)
   [ "$role" != router ] || args+=("--prefill=$2" "--decode=$3" "--http_port_file=$run_dir/router.http_port")
+  [ "$role" = router ] || args+=("--metrics_port_file=$run_dir/$name.metrics_port")
   [ -z "$flags" ] || mapfile -t -O "${#args[@]}" args <<<"${flags%$'\n'}"
+}
+
+# The Prometheus /metrics URL of instance $1: the router's HTTP port, a node's --metrics_listen
+# ("" when it serves none or has not bound it yet).
+metrics_url() {
+  local name=$1 file listen="" i
+  if [ "$name" = router ]; then
+    file=$run_dir/router.http_port
+    listen=$(flag_value http_listen 127.0.0.1:0 "$router_flags")
+  else
+    file=$run_dir/$name.metrics_port
+    for i in "${!inst_names[@]}"; do
+      [ "${inst_names[$i]}" != "$name" ] ||
+        listen=$(flag_value metrics_listen 127.0.0.1:0 "${inst_flags[$i]}")
+    done
+  fi
+  [ -s "$file" ] || return 0
+  echo "http://$(address_of "$name" "$listen" "$(<"$file")")/metrics"
 }
 
 # Starts binary $2 for instance $1 with the remaining arguments in its own session (Ctrl-C in
@@ -271,7 +291,7 @@ start_instance() {
   local name=$1 bin=$2
   shift 2
   local pidfile="$run_dir/$name.pid"
-  rm -f "$pidfile" "$run_dir/$name.port"
+  rm -f "$pidfile" "$run_dir/$name.port" "$run_dir/$name.metrics_port"
   { printf '%q' "$bin"; printf ' %q' "$@"; echo; } >"$run_dir/$name.cmd"
   # The child records its own pid before exec'ing the binary, so the pid is right even if
   # setsid had to fork.
@@ -387,7 +407,8 @@ stop_all() {
     done
   done
   for name in $(all_instances); do
-    rm -f "$run_dir/$name.pid" "$run_dir/$name.port" "$run_dir/$name.port.tmp"
+    rm -f "$run_dir/$name.pid" "$run_dir/$name.port" "$run_dir/$name.port.tmp" \
+      "$run_dir/$name.metrics_port"
   done
   rm -f "$run_dir/router.addr" "$run_dir/router.http_port" "$run_dir/openai.url" "$run_dir/cluster.conf"
   stopped_count=$stopped
@@ -541,7 +562,7 @@ cmd_down() {
 }
 
 cmd_status() {
-  local state name
+  local state name url
   state=$(cluster_state)
   if [ "$state" = down ]; then
     echo "cluster $cfg_name is down"
@@ -550,7 +571,8 @@ cmd_status() {
   echo "cluster $cfg_name is $state (run dir $run_dir)"
   for name in $(all_instances); do
     if instance_alive "$name"; then
-      echo "  $name: pid $(instance_pid "$name"), port $(cat "$run_dir/$name.port" 2>/dev/null || echo '-')"
+      url=$(metrics_url "$name")
+      echo "  $name: pid $(instance_pid "$name"), port $(cat "$run_dir/$name.port" 2>/dev/null || echo '-')${url:+, metrics $url}"
     else
       echo "  $name: not running (log: $run_dir/$name.log)"
     fi

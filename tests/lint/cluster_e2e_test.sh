@@ -67,6 +67,16 @@ grep -Eq "^prefill +127\.0\.0\.1:[0-9]+ +yes +2/1/1/16/1" <<<"$status" ||
   fail "status does not show a healthy tp=2 prefill: $status"
 grep -Eq "^decode +127\.0\.0\.1:[0-9]+ +yes +1/1/1/16/1" <<<"$status" ||
   fail "status does not show a healthy tp=1 decode: $status"
+# Every process's Prometheus endpoint is listed and serves its metrics.
+for want in "router:tandem_request_success_total" "prefill-0:tandem_prompt_tokens_total" \
+  "decode-0:tandem_generation_tokens_total"; do
+  name=${want%%:*} metric=${want#*:}
+  url=$(sed -n "s|^  $name: pid .*, metrics \(http://127\.0\.0\.1:[0-9]*/metrics\)$|\1|p" <<<"$status")
+  [ -n "$url" ] || { fail "status lists no metrics URL for $name: $status"; continue; }
+  body=$(python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "$url") ||
+    { fail "GET $url failed"; continue; }
+  grep -q "^$metric" <<<"$body" || fail "$url has no $metric: $body"
+done
 
 again=$(bash "$cluster" up "$tmp/e2e.conf" 2>"$tmp/again.err" | tail -n 1)
 [ "$again" = "$router" ] || fail "second up gave '$again', want the running router $router"
