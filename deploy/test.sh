@@ -37,6 +37,8 @@ if [ "$sanitize" -eq 1 ] && [ "$tsan" -eq 1 ]; then
 fi
 
 bash deploy/install-deps.sh
+# The `openai` client of the HTTP API tests, in the project-local .venv/ (from PyPI).
+bash deploy/python-env.sh >/dev/null
 
 if [ "$with_model" -eq 1 ]; then
   TANDEM_MODEL=$(bash deploy/fetch-model.sh | tail -n 1)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# HTTP library choice by measurement: each candidate server (bench/http/sse_server_*) streams
+# HTTP library choice by measurement: each candidate server (bench/http/sse_server_*; `tandem` is
+# serving/http_server.h, the chosen cpp-httplib as the router uses it) streams
 # TOKENS server-sent events every INTERVAL_MS to N concurrent clients (sse_load, one poll thread),
 # for N in CONNECTIONS. Prints per library and N: streams completed / failed, wall time, the
 # largest gap between two events of one stream, the server's peak RSS, CPU seconds and threads.
@@ -25,6 +26,7 @@ candidates=(
   "httplib httplib"
   "httplib_backlog4096 httplib --backlog=4096"
   "civetweb civetweb"
+  "tandem_http_server tandem"
 )
 for candidate in "${candidates[@]}"; do
   read -r lib server extra <<<"$candidate"

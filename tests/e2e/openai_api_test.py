@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""The router's OpenAI-compatible HTTP API driven by the real `openai` Python client.
+
+    openai_api_test.py --base-url http://HOST:PORT/v1 --router HOST:PORT --client PATH/tandem
+                       --router-log RUN_DIR/router.log --decode-pid-file RUN_DIR/decode-0.pid
+
+Runs against a running cluster with a synthetic model (tests/e2e/openai_api_e2e_test.sh starts
+it): chat and text completions, streamed and not; stop strings across token boundaries; usage;
+x-request-id; /v1/models and /health; every error status (400 with the gRPC validation's
+messages, 404, 400 for a prompt longer than the context, 503 without a decode node); a client
+that disconnects mid-stream, whose request must be cancelled and its KV blocks and leases freed
+(checked through ClusterStatus, via `tandem status`). The last test kills the decode node.
+"""
+import argparse
+import json
+import re
+import signal
+import os
+import subprocess
+import sys
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import openai
+
+ARGS = None
+MODEL = "tandem-synthetic"
+PROMPT = "The quick brown fox"
+MESSAGES = [{"role": "user", "content": "Tell me a story."}]
+
+
+def client():
+    # No retries: a test must see the first answer, 429/503 included.
+    return openai.OpenAI(base_url=ARGS.base_url, api_key="unused", max_retries=0, timeout=60)
+
+
+def http_get(path):
+    url = ARGS.base_url.rsplit("/v1", 1)[0] + path
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def fleet():
+    """Rows of `tandem status` (the router's ClusterStatus): role, running, queued, free, total,
+    leases."""
+    out = subprocess.run([ARGS.client, "status", "--router", ARGS.router, "--timeout_ms=5000"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    rows = []
+    for line in out.splitlines():
+        m = re.match(r"^(prefill|decode)\s+\S+\s+(yes|no)\s+\S+\s+(\d+)\s+(\d+)\s+(\d+)/(\d+)\s+(\d+)",
+                     line)
+        if m:
+            rows.append({"role": m[1], "healthy": m[2] == "yes", "running": int(m[3]),
+                         "queued": int(m[4]), "free": int(m[5]), "total": int(m[6]),
+                         "leases": int(m[7])})
+    return rows, out
+
+
+def wait_for(predicate, timeout_s, what):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ok, detail = predicate()
+        if ok:
+            return detail
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout_s}s: {detail}")
+        time.sleep(0.1)
+
+
+def idle():
+    rows, out = fleet()
+    busy = [r for r in rows if r["running"] or r["queued"] or r["leases"] or r["free"] != r["total"]]
+    return bool(rows) and not busy, out
+
+
+class OpenAiApiTest(unittest.TestCase):
+    # ---- completions -------------------------------------------------------------------------
+
+    def test_chat_not_streamed_and_streamed_agree(self):
+        c = client()
+        whole = c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=12,
+                                          temperature=0, extra_body={"ignore_eos": True})
+        self.assertEqual(whole.object, "chat.completion")
+        self.assertEqual(whole.model, MODEL)
+        self.assertEqual(len(whole.choices), 1)
+        self.assertEqual(whole.choices[0].message.role, "assistant")
+        self.assertEqual(whole.choices[0].finish_reason, "length")
+        self.assertEqual(whole.usage.completion_tokens, 12)
+        self.assertGreater(whole.usage.prompt_tokens, 0)
+        self.assertEqual(whole.usage.total_tokens,
+                         whole.usage.prompt_tokens + whole.usage.completion_tokens)
+        text = whole.choices[0].message.content
+        self.assertTrue(text)
+
+        chunks = list(c.chat.completions.create(
+            model=MODEL, messages=MESSAGES, max_tokens=12, temperature=0, stream=True,
+            stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+        self.assertEqual(chunks[0].choices[0].delta.role, "assistant")
+        streamed = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+        self.assertEqual(streamed, text)
+        finishes = [ch.choices[0].finish_reason for ch in chunks if ch.choices]
+        self.assertEqual(finishes[-1], "length")
+        self.assertTrue(all(f is None for f in finishes[:-1]))
+        # include_usage: one last chunk with no choices and the usage.
+        self.assertEqual(chunks[-1].choices, [])
+        self.assertEqual(chunks[-1].usage.completion_tokens, 12)
+        self.assertEqual(chunks[-1].usage.prompt_tokens, whole.usage.prompt_tokens)
+        self.assertTrue(all(ch.usage is None for ch in chunks[:-1]))
+        self.assertTrue(all(ch.id == chunks[0].id for ch in chunks))
+
+    def test_completion_not_streamed_and_streamed_agree(self):
+        c = client()
+        whole = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=10, temperature=0,
+                                     extra_body={"ignore_eos": True})
+        self.assertEqual(whole.object, "text_completion")
+        self.assertEqual(whole.choices[0].finish_reason, "length")
+        self.assertEqual(whole.usage.completion_tokens, 10)
+        chunks = list(c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=10,
+                                           temperature=0, stream=True,
+                                           extra_body={"ignore_eos": True}))
+        self.assertEqual("".join(ch.choices[0].text for ch in chunks), whole.choices[0].text)
+        self.assertEqual(chunks[-1].choices[0].finish_reason, "length")
+        # Without include_usage no chunk carries usage.
+        self.assertTrue(all(ch.usage is None for ch in chunks))
+
+    def test_prompt_as_token_ids(self):
+        ids = client().completions.create(model=MODEL, prompt=[5, 6, 7, 8], max_tokens=3,
+                                          temperature=0, extra_body={"ignore_eos": True})
+        self.assertEqual(ids.usage.prompt_tokens, 4)
+        self.assertEqual(ids.usage.completion_tokens, 3)
+
+    def test_seed_makes_sampling_repeatable(self):
+        c = client()
+        runs = [c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=1.0,
+                                     top_p=0.9, seed=1234, extra_body={"ignore_eos": True,
+                                                                       "top_k": 50})
+                .choices[0].text for _ in range(2)]
+        self.assertEqual(runs[0], runs[1])
+
+    def test_max_completion_tokens(self):
+        r = client().chat.completions.create(model=MODEL, messages=MESSAGES, temperature=0,
+                                             max_completion_tokens=5,
+                                             extra_body={"ignore_eos": True})
+        self.assertEqual(r.usage.completion_tokens, 5)
+
+    def test_stop_string_across_token_boundaries_is_not_emitted(self):
+        c = client()
+        pieces = [ch.choices[0].text for ch in c.completions.create(
+            model=MODEL, prompt=PROMPT, max_tokens=40, temperature=0, stream=True,
+            extra_body={"ignore_eos": True})]
+        full = "".join(pieces)
+        # A stop string made of the end of one token's text and the start of the next one's.
+        boundary, k = 0, None
+        for i in range(1, len(pieces)):
+            boundary += len(pieces[i - 1])
+            if pieces[i - 1] and pieces[i] and i > 2:
+                k = boundary
+                break
+        self.assertIsNotNone(k, f"no token boundary in {pieces!r}")
+        stop = full[k - 1:k + 1]
+        expected = full[:full.find(stop)]
+        for stream in (False, True):
+            if stream:
+                chunks = list(c.completions.create(
+                    model=MODEL, prompt=PROMPT, max_tokens=40, temperature=0, stream=True,
+                    stop=[stop], stream_options={"include_usage": True},
+                    extra_body={"ignore_eos": True}))
+                text = "".join(ch.choices[0].text for ch in chunks if ch.choices)
+                finish = [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1]
+                usage = chunks[-1].usage
+            else:
+                r = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=40, temperature=0,
+                                         stop=stop, extra_body={"ignore_eos": True})
+                text, finish, usage = r.choices[0].text, r.choices[0].finish_reason, r.usage
+            self.assertEqual(text, expected, f"stop={stop!r} stream={stream}")
+            self.assertNotIn(stop, text)
+            self.assertEqual(finish, "stop")
+            self.assertLess(usage.completion_tokens, 40)
+        # The request was cancelled once the stop string matched: nothing stays allocated.
+        wait_for(idle, 20, "an idle fleet after stop-string requests")
+
+    def test_request_id_header(self):
+        raw = client().chat.completions.with_raw_response.create(
+            model=MODEL, messages=MESSAGES, max_tokens=2, extra_body={"ignore_eos": True})
+        rid = raw.headers.get("x-request-id")
+        self.assertTrue(rid)
+        self.assertEqual(raw.parse().id, "chatcmpl-" + rid)
+        given = client().with_options(default_headers={"x-request-id": "my-id-42"})
+        raw = given.completions.with_raw_response.create(model=MODEL, prompt="x", max_tokens=1)
+        self.assertEqual(raw.headers.get("x-request-id"), "my-id-42")
+
+    def test_models_and_health(self):
+        models = client().models.list()
+        self.assertEqual([m.id for m in models.data], [MODEL])
+        status, body = http_get("/health")
+        self.assertEqual(status, 200, body)
+        status, body = http_get("/metrics")
+        self.assertEqual(status, 200)
+        self.assertIn("tandem_", body)
+
+    # ---- errors ------------------------------------------------------------------------------
+
+    def assert_error(self, exc_type, status, fn, message=None, param=None):
+        with self.assertRaises(exc_type) as cm:
+            fn()
+        e = cm.exception
+        self.assertEqual(e.status_code, status)
+        body = e.body if isinstance(e.body, dict) else {}
+        self.assertEqual(set(body), {"message", "type", "param", "code"}, e.body)
+        if message is not None:
+            self.assertEqual(body["message"], message)
+        if param is not None:
+            self.assertEqual(body["param"], param)
+        self.assertTrue(e.response.headers.get("x-request-id"))
+
+    def test_invalid_requests_are_400_with_the_grpc_messages(self):
+        c = client()
+        self.assert_error(openai.BadRequestError, 400, lambda: c.completions.create(
+            model=MODEL, prompt="x", n=2), param="n")
+        # The messages of the router's gRPC validation (router/request_validation.cc), verbatim.
+        self.assert_error(openai.BadRequestError, 400, lambda: c.completions.create(
+            model=MODEL, prompt="x", max_tokens=0), message="max_tokens must be >= 1 (got 0)")
+        self.assert_error(openai.BadRequestError, 400, lambda: c.completions.create(
+            model=MODEL, prompt="x", max_tokens=2, temperature=-1),
+            message="temperature must be a finite number >= 0 (got -1)")
+        self.assert_error(openai.BadRequestError, 400, lambda: c.chat.completions.create(
+            model=MODEL, messages=[{"role": "robot", "content": "x"}], max_tokens=2))
+        self.assert_error(openai.BadRequestError, 400, lambda: c.completions.create(
+            model=MODEL, prompt=[10**9], max_tokens=2))
+        grpc = subprocess.run([ARGS.client, "generate", "--router", ARGS.router, "--prompt", "x",
+                               "--max_tokens", "2", "--temperature", "-1"],
+                              capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(grpc.returncode, 0)
+        self.assertIn("temperature must be a finite number >= 0 (got -1)", grpc.stderr)
+
+    def test_unknown_model_is_404(self):
+        self.assert_error(openai.NotFoundError, 404, lambda: client().completions.create(
+            model="no-such-model", prompt="x", max_tokens=2))
+
+    def test_prompt_longer_than_the_context_is_400(self):
+        c = client()
+        with self.assertRaises(openai.BadRequestError) as cm:
+            c.completions.create(model=MODEL, prompt=[5] * 5000, max_tokens=2)
+        self.assertIn("context length", cm.exception.body["message"])
+        with self.assertRaises(openai.BadRequestError) as cm:
+            c.completions.create(model=MODEL, prompt=[5] * 5000)  # no max_tokens
+        self.assertIn("context length", cm.exception.body["message"])
+
+    def test_unknown_fields_and_user_are_ignored(self):
+        r = client().chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2,
+                                             user="someone",
+                                             extra_body={"some_new_field": {"a": 1}})
+        self.assertEqual(len(r.choices), 1)
+
+    # ---- disconnect --------------------------------------------------------------------------
+
+    def test_zz_disconnect_mid_stream_cancels_and_frees_blocks(self):
+        wait_for(idle, 20, "an idle fleet before the disconnect test")
+        c = client()
+        raw = c.completions.with_raw_response.create(
+            model=MODEL, prompt=PROMPT, max_tokens=1900, temperature=0, stream=True,
+            extra_body={"ignore_eos": True})
+        rid = raw.headers.get("x-request-id")
+        stream = raw.parse()
+        received = 0
+        for _ in stream:
+            received += 1
+            if received == 5:
+                break
+        # While it streams, the request holds KV blocks on the decode node (the router's view is
+        # as fresh as its last health poll).
+        def decode_busy():
+            rows, out = fleet()
+            return any(r["role"] == "decode" and r["free"] < r["total"] for r in rows), out
+        wait_for(decode_busy, 10, "KV blocks in use on the decode node while streaming")
+        stream.close()  # the client goes away
+        wait_for(idle, 20, "free KV blocks and no leases after the client disconnected")
+        # The router cancelled the request rather than generating all 1900 tokens.
+        def logged():
+            with open(ARGS.router_log, encoding="utf-8", errors="replace") as log:
+                for line in log:
+                    if f"request_id={rid} " in line and "outcome=" in line:
+                        return True, line
+            return False, "no log line yet"
+        line = wait_for(logged, 20, f"the router's log line of {rid}")
+        self.assertIn("outcome=CANCELLED", line)
+        generated = int(re.search(r"generated_tokens=(\d+)", line)[1])
+        self.assertLess(generated, 1900, line)
+
+    def test_zzz_no_decode_node_is_503(self):
+        # Last: kills the decode node.
+        with open(ARGS.decode_pid_file) as f:
+            pid = int(f.read().split()[0])
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: (http_get("/health")[0] == 503, http_get("/health")),
+                 20, "/health answering 503 without a decode node")
+        self.assert_error(openai.InternalServerError, 503, lambda: client().completions.create(
+            model=MODEL, prompt="x", max_tokens=2))
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--base-url", required=True)
+    p.add_argument("--router", required=True)
+    p.add_argument("--client", required=True)
+    p.add_argument("--router-log", required=True)
+    p.add_argument("--decode-pid-file", required=True)
+    ARGS, rest = p.parse_known_args()
+    unittest.main(argv=[sys.argv[0], "-v"] + rest)
+
+
+if __name__ == "__main__":
+    main()
