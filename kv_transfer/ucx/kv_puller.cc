@@ -111,7 +111,14 @@ absl::Status UcxKvPuller::Execute(const TransferMetadata& source,
   std::vector<RemoteRank*> remote(source.ranks.size(), nullptr);
   for (const TransferCopy& c : copies) {
     if (remote[c.src_rank] == nullptr) {
-      TANDEM_ASSIGN_OR_RETURN(remote[c.src_rank], Connection(source, c.src_rank));
+      absl::StatusOr<RemoteRank*> connected = Connection(source, c.src_rank);
+      if (!connected.ok()) {
+        if (options.failed_source_ranks != nullptr) {
+          options.failed_source_ranks->push_back(c.src_rank);
+        }
+        return connected.status();
+      }
+      remote[c.src_rank] = *connected;
     }
   }
 

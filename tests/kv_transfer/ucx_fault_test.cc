@@ -86,8 +86,10 @@ class Transfer {
 };
 
 PullOptions Options(absl::Duration stall, PullProgress* progress = nullptr,
-                    const std::atomic<bool>* cancel = nullptr) {
+                    const std::atomic<bool>* cancel = nullptr,
+                    std::vector<int32_t>* blamed = nullptr) {
   PullOptions o;
+  o.failed_source_ranks = blamed;
   o.max_in_flight = 8;
   o.stall_timeout = stall;
   o.progress = progress;
@@ -129,12 +131,15 @@ TEST(UcxFaultTest, TcpStallTimesOutNamingTheSourceRankThenRecovers) {
   std::vector<std::byte> pool = t.PoisonedPool();
   const absl::Duration stall = absl::Milliseconds(300);
   const absl::Time start = absl::Now();
-  EXPECT_THAT((*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool), Options(stall)),
+  std::vector<int32_t> blamed;
+  EXPECT_THAT((*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool),
+                                 Options(stall, nullptr, nullptr, &blamed)),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        AllOf(HasSubstr("stalled"), HasSubstr("source rank(s) 0"),
                              HasSubstr("engine 'prefill-faults' epoch 1"))));
   EXPECT_LT(absl::Now() - start, stall + RemoteRank::kCloseTimeout + absl::Seconds(2));
   EXPECT_EQ((*puller)->cached_connections(), 0);
+  EXPECT_EQ(blamed, std::vector<int32_t>{0});  // reported for eviction (issue 19)
 
   // The stalled endpoint was dropped; once the source runs again a new pull reconnects.
   ASSERT_OK(t.peer().Signal(SIGCONT));
@@ -155,9 +160,10 @@ TEST(UcxFaultTest, TcpSourceKilledMidTransferFailsFastWithUnavailable) {
   PullProgress progress;
   const absl::Duration stall = absl::Seconds(60);
   absl::Status result;
+  std::vector<int32_t> blamed;
   std::thread pull([&] {
     result = (*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool),
-                                Options(stall, &progress));
+                                Options(stall, &progress, nullptr, &blamed));
   });
   const bool posted = AwaitPosted(progress, 1, absl::Seconds(20));
   const absl::Time killed = absl::Now();
@@ -168,6 +174,7 @@ TEST(UcxFaultTest, TcpSourceKilledMidTransferFailsFastWithUnavailable) {
   EXPECT_THAT(result, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("source rank 0")));
   EXPECT_LT(absl::Now() - killed, absl::Seconds(10));  // detected, not timed out (60 s)
   EXPECT_EQ((*puller)->cached_connections(), 0);
+  EXPECT_EQ(blamed, std::vector<int32_t>{0});
 }
 
 TEST(UcxFaultTest, TcpSourceKilledBeforeConnectFailsWithUnavailable) {
@@ -178,11 +185,13 @@ TEST(UcxFaultTest, TcpSourceKilledBeforeConnectFailsWithUnavailable) {
   ASSERT_OK(puller);
   std::vector<std::byte> pool = t.PoisonedPool();
   const absl::Time start = absl::Now();
+  std::vector<int32_t> blamed;
   EXPECT_THAT((*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool),
-                                 Options(absl::Seconds(60))),
+                                 Options(absl::Seconds(60), nullptr, nullptr, &blamed)),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("source rank 0")));
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   EXPECT_EQ((*puller)->cached_connections(), 0);
+  EXPECT_EQ(blamed, std::vector<int32_t>{0});
 }
 
 TEST(UcxFaultTest, SharedMemorySourceKilledAfterConnectStillReadsMappedPoolsOnly) {
@@ -240,9 +249,10 @@ TEST(UcxFaultTest, CancelMidTransferReturnsPromptlyDropsConnectionsAndAllowsRetr
   std::atomic<bool> cancel{false};
   PullProgress progress;
   absl::Status result;
+  std::vector<int32_t> blamed;
   std::thread pull([&] {
     result = (*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool),
-                                Options(absl::Seconds(60), &progress, &cancel));
+                                Options(absl::Seconds(60), &progress, &cancel, &blamed));
   });
   const bool posted = AwaitPosted(progress, 8, absl::Seconds(20));  // a full window
   const absl::Time cancelled = absl::Now();
@@ -252,6 +262,7 @@ TEST(UcxFaultTest, CancelMidTransferReturnsPromptlyDropsConnectionsAndAllowsRetr
   EXPECT_THAT(result, StatusIs(absl::StatusCode::kCancelled, HasSubstr("cancelled after 0 of 32")));
   EXPECT_LT(absl::Now() - cancelled, RemoteRank::kCloseTimeout + absl::Seconds(2));
   EXPECT_EQ(progress.posted.load(), 8);  // nothing posted past the window after the cancel
+  EXPECT_TRUE(blamed.empty());           // our own cancel blames no peer
   EXPECT_EQ((*puller)->cached_connections(), 0);
 
   ASSERT_OK(t.peer().Signal(SIGCONT));
