@@ -2,7 +2,9 @@
 # The Tandem demo (README command one). On a fresh Debian 12 machine it installs the packages,
 # fetches SmolLM2-135M-Instruct, builds the four binaries it needs into build/, starts a local
 # cluster (deploy/configs/demo.conf: prefill tp=3 -> decode tp=1, so every KV transfer merges
-# heads), streams the answer to a chat prompt, prints the fleet and shuts the cluster down.
+# heads), streams the answer to a chat prompt through gRPC (`tandem generate`) and through the
+# OpenAI-compatible HTTP API (curl, server-sent events), prints the fleet and shuts the cluster
+# down.
 #
 #   deploy/demo.sh ["chat prompt"]
 #
@@ -15,7 +17,7 @@ cd "$(dirname "$0")/.."
 readonly CONFIG=deploy/configs/demo.conf
 readonly BUILD=build  # the build tree deploy/test.sh uses
 prompt=${1:-"What is the capital of France? Answer in one sentence."}
-[ $# -le 1 ] || { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -le 1 ] || { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 step() { echo "==> $*" >&2; }
 cluster() { TANDEM_BUILD_DIR="$PWD/$BUILD" bash deploy/cluster.sh "$@"; }
@@ -58,11 +60,16 @@ if [ "$stop_at_exit" -eq 1 ]; then
 fi
 
 step "starting the cluster ($CONFIG: router + prefill tp=3 + decode tp=1)"
-router=$(cluster up "$CONFIG" | tail -n 1)
+up=$(cluster up "$CONFIG")
+router=$(tail -n 1 <<<"$up")
+openai=$(sed -n 's/^openai api at //p' <<<"$up")
 
 step "asking: $prompt"
 "$BUILD/client/tandem" generate --router "$router" --chat "$prompt" --max_tokens 128
 echo
+
+step "asking the same through the OpenAI API at $openai (curl, streaming: deploy/openai-ask.sh)"
+bash deploy/openai-ask.sh "$openai" "$prompt" 128
 
 step "fleet status"
 "$BUILD/client/tandem" status --router "$router"

@@ -12,7 +12,7 @@ packages=(
   libbenchmark-dev
   libdnnl-dev libopenblas-dev
   libcurl4-openssl-dev nlohmann-json3-dev
-  libcivetweb-dev libcpp-httplib-dev
+  libcivetweb-dev libcpp-httplib-dev curl
   python3 python3-pip python3-venv python3-yaml unzip
   iproute2 procps
   clang-format
