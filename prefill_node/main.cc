@@ -7,6 +7,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/flag_dashes.h"
+#include "kv_transfer/ucx/ucx_transport.h"
 #include "prefill_node/prefill_node.h"
 #include "prefill_node/prefill_service.h"
 #include "serving/instance_flags.h"
@@ -55,7 +56,7 @@ int main(int argc, char** argv) {
     o.prefill.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
     o.prefill.queue_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_queue_timeout_ms));
     o.default_lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
-    o.ucx = tandem::UcxOptionsFromFlags();
+    o.sources = tandem::UcxSourceFactory(tandem::UcxOptionsFromFlags());
     std::fprintf(stderr, "tandem-prefill: loading %s (%s) on %s\n", o.model_path.c_str(),
                  o.instance.parallel.ToString().c_str(), advertise.c_str());
     absl::StatusOr<std::unique_ptr<tandem::PrefillNode>> created = tandem::PrefillNode::Create(o);

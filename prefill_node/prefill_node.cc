@@ -35,6 +35,9 @@ absl::StatusOr<std::unique_ptr<PrefillNode>> PrefillNode::Create(PrefillNodeOpti
   options.instance.role = InstanceRole::kPrefill;
   std::unique_ptr<PrefillNode> node(new PrefillNode(std::move(options)));
   const PrefillNodeOptions& o = node->options_;
+  if (!o.sources) {
+    return absl::InvalidArgumentError("PrefillNode needs a KV source factory (PrefillNodeOptions)");
+  }
   TANDEM_ASSIGN_OR_RETURN(LoadedModel model, LoadModel(o.model_path));
   node->config_ = model.weights.config;
   node->model_name_ = o.model_name.empty() ? model.weights.config.name : o.model_name;
@@ -52,17 +55,16 @@ absl::StatusOr<std::unique_ptr<PrefillNode>> PrefillNode::Create(PrefillNodeOpti
                                                    " bytes per rank is below one block (",
                                                    geom.block_bytes(), " bytes)"));
   }
-  UcxTransferSourceOptions so;
+  KvSourceOptions so;
   so.engine_id = node->engine_id_;
   so.epoch = node->epoch_;
   so.compat_hash = CompatibilityHash(model.identity, layout);
   so.layout = layout;
   so.pool_bytes_per_rank = PoolBytes(geom, blocks);
-  so.ucx = o.ucx;
-  TANDEM_ASSIGN_OR_RETURN(node->source_, UcxTransferSource::Create(so));
+  TANDEM_ASSIGN_OR_RETURN(node->source_, o.sources(so));
 
   InstanceOptions io = o.instance;
-  UcxTransferSource* source = node->source_.get();
+  KvSource* source = node->source_.get();
   io.pool_allocator = [source](int32_t rank, int64_t bytes) {
     return source->BorrowPool(rank, bytes);
   };

@@ -1,5 +1,6 @@
-// A prefill instance (DESIGN.md §1, §6): a TP×PCP instance whose KV pools are allocated through
-// UCX and published as TransferMetadata, a PrefillEngine, and the lease table that holds each
+// A prefill instance (DESIGN.md §1, §6): a TP×PCP instance whose KV pools a transport allocates
+// and publishes as TransferMetadata (a KvSource from the injected KvSourceFactory: UCX in
+// tandem-prefill, in-process fakes in tests), a PrefillEngine, and the lease table that holds each
 // finished prompt's KV until a decode instance releases it or the lease expires.
 //
 // Thread-safety: all public methods are thread-safe (gRPC handlers call them concurrently).
@@ -17,8 +18,8 @@
 #include "engine/block_manager.h"
 #include "engine/instance.h"
 #include "engine/prefill_engine.h"
+#include "kv_transfer/kv_source.h"
 #include "kv_transfer/transfer_types.h"
-#include "kv_transfer/ucx/transfer_source.h"
 #include "model/format/model_loader.h"
 #include "prefill_node/lease_table.h"
 
@@ -33,7 +34,7 @@ struct PrefillNodeOptions {
   PrefillOptions prefill;
   absl::Duration default_lease = absl::Seconds(30);
   absl::Duration max_lease = absl::Minutes(5);
-  UcxOptions ucx;
+  KvSourceFactory sources;  // required: the transport that allocates and publishes the pools
 };
 
 struct PrefillOutcome {
@@ -47,9 +48,9 @@ struct PrefillOutcome {
 struct NodeLoad {
   int32_t running = 0, queued = 0, free_blocks = 0, total_blocks = 0, leases = 0;
   int64_t block_free_errors = 0;  // BlockManager::free_errors()
-};
   // Since start: leases that expired unreleased, and leases released while held.
   int64_t leases_expired_total = 0, leases_released_total = 0;
+};
 
 class PrefillNode {
  public:
@@ -94,7 +95,7 @@ class PrefillNode {
   absl::Time started_;
   LlamaConfig config_;
 
-  std::unique_ptr<UcxTransferSource> source_;  // owns the pools: destroyed after the instance
+  std::unique_ptr<KvSource> source_;  // owns the pools: destroyed after the instance
   std::unique_ptr<Instance> instance_;
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<PrefillEngine> engine_;

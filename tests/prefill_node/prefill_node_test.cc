@@ -1,0 +1,216 @@
+// PrefillNode over the in-process fake transport (no processes, no UCX): leases — release,
+// renew, expiry, wrong epoch, cancel — always give every block back; and a prompt prefilled
+// here, pulled by DecodeNodes of two different layouts through the fake transport and decoded,
+// gives the same greedy tokens on both (a wrong byte in either plan would show).
+#include "prefill_node/prefill_node.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "decode_node/decode_node.h"
+#include "gtest/gtest.h"
+#include "kv_transfer/fake/fake_kv_puller.h"
+#include "kv_transfer/fake/fake_kv_source.h"
+#include "model/tools/synthetic_model.h"
+#include "tests/kv_transfer/status_matchers.h"
+
+namespace tandem::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kBound = absl::Seconds(20);
+
+bool WaitFor(const std::function<bool()>& condition) {
+  const absl::Time deadline = absl::Now() + kBound;
+  while (!condition()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+// The decode side's view of a PrefillNode in this process.
+class InProcessPrefill final : public PrefillClient {
+ public:
+  explicit InProcessPrefill(PrefillNode* node) : node_(node) {}
+  absl::StatusOr<TransferMetadata> GetTransferMetadata(const std::string&, absl::Time) override {
+    return node_->metadata();
+  }
+  absl::StatusOr<std::optional<absl::Time>> RenewLease(const KvHandle& kv, absl::Time) override {
+    return node_->RenewLease(kv.request_id, kv.generation, absl::ZeroDuration());
+  }
+  absl::StatusOr<bool> ReleaseKv(const KvHandle& kv, absl::Time) override {
+    return node_->ReleaseKv(kv.request_id, kv.epoch, kv.generation);
+  }
+
+ private:
+  PrefillNode* node_;
+};
+
+class PrefillNodeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_path_ = new std::string(
+        absl::StrCat(::testing::TempDir(), "/prefill_node_test_", getpid(), ".gguf"));
+    ASSERT_OK(WriteSyntheticModel(SyntheticModelOptions{}, *model_path_));
+  }
+  static void TearDownTestSuite() {
+    std::remove(model_path_->c_str());
+    delete model_path_;
+  }
+
+  std::unique_ptr<PrefillNode> NewNode(absl::Duration lease = absl::Seconds(30)) {
+    PrefillNodeOptions o;
+    o.model_path = *model_path_;
+    o.engine_id = "p0";
+    o.advertised_address = "prefill:1";
+    o.instance.parallel = ParallelConfig{2, 1, 1, 16, 16};
+    o.instance.threads_per_rank = 1;
+    o.instance.kv_bytes_per_rank = 1 << 20;
+    o.default_lease = lease;
+    o.sources = fake::FakeSourceFactory(&net_);
+    absl::StatusOr<std::unique_ptr<PrefillNode>> node = PrefillNode::Create(o);
+    EXPECT_OK(node);
+    return node.ok() ? std::move(*node) : nullptr;
+  }
+
+  absl::StatusOr<PrefillOutcome> Prefill(
+      PrefillNode& node, const std::string& id,
+      std::function<bool()> cancelled = [] { return false; }) {
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < 37; ++i) prompt.push_back(10 + (i * 7) % 250);
+    return node.Prefill(id, prompt, SamplingParams{}, 0, 8, absl::ZeroDuration(),
+                        absl::Now() + kBound, cancelled);
+  }
+
+  static std::string* model_path_;
+  fake::FakeKvNetwork net_;
+};
+
+std::string* PrefillNodeTest::model_path_ = nullptr;
+
+TEST_F(PrefillNodeTest, RefusesToBeBuiltWithoutASourceFactory) {
+  PrefillNodeOptions o;
+  o.model_path = *model_path_;
+  EXPECT_THAT(PrefillNode::Create(o),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("source factory")));
+}
+
+TEST_F(PrefillNodeTest, ReleaseWhileHeldFreesTheBlocksOnce) {
+  std::unique_ptr<PrefillNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  const int32_t total = node->Load().total_blocks;
+  absl::StatusOr<PrefillOutcome> out = Prefill(*node, "r1");
+  ASSERT_OK(out);
+  EXPECT_EQ(out->num_tokens, 37);
+  EXPECT_EQ(node->Load().leases, 1);
+  EXPECT_EQ(node->Load().free_blocks, total - static_cast<int32_t>(out->block_table.size()));
+  EXPECT_FALSE(node->ReleaseKv("r1", node->epoch() + 1, out->generation));  // wrong epoch
+  EXPECT_EQ(node->Load().leases, 1);
+  EXPECT_TRUE(node->ReleaseKv("r1", node->epoch(), out->generation));
+  EXPECT_FALSE(node->ReleaseKv("r1", node->epoch(), out->generation));
+  EXPECT_EQ(node->Load().free_blocks, total);
+  EXPECT_EQ(node->Load().leases, 0);
+}
+
+TEST_F(PrefillNodeTest, ExpiredLeaseFreesItsBlocksAndCanNeitherBeRenewedNorReleased) {
+  std::unique_ptr<PrefillNode> node = NewNode(absl::Milliseconds(100));
+  ASSERT_NE(node, nullptr);
+  const int32_t total = node->Load().total_blocks;
+  absl::StatusOr<PrefillOutcome> out = Prefill(*node, "r1");
+  ASSERT_OK(out);
+  ASSERT_TRUE(WaitFor([&] { return node->Load().leases == 0; }));
+  EXPECT_EQ(node->Load().free_blocks, total);
+  EXPECT_EQ(node->RenewLease("r1", out->generation, absl::ZeroDuration()), std::nullopt);
+  EXPECT_FALSE(node->ReleaseKv("r1", node->epoch(), out->generation));
+}
+
+TEST_F(PrefillNodeTest, RenewExtendsTheLease) {
+  std::unique_ptr<PrefillNode> node = NewNode(absl::Seconds(2));
+  ASSERT_NE(node, nullptr);
+  absl::StatusOr<PrefillOutcome> out = Prefill(*node, "r1");
+  ASSERT_OK(out);
+  std::optional<absl::Time> renewed = node->RenewLease("r1", out->generation, absl::Seconds(10));
+  ASSERT_TRUE(renewed.has_value());
+  EXPECT_GT(*renewed, out->lease_expiry + absl::Seconds(5));
+  EXPECT_EQ(node->RenewLease("r1", out->generation + 1, absl::Seconds(10)), std::nullopt);
+  EXPECT_TRUE(node->ReleaseKv("r1", node->epoch(), out->generation));
+}
+
+TEST_F(PrefillNodeTest, CancelledPrefillIsCancelledAndKeepsNoBlocks) {
+  std::unique_ptr<PrefillNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  const int32_t total = node->Load().total_blocks;
+  EXPECT_THAT(Prefill(*node, "r1", [] { return true; }),
+              StatusIs(absl::StatusCode::kCancelled, HasSubstr("cancelled")));
+  EXPECT_TRUE(WaitFor([&] { return node->Load().free_blocks == total; }));
+  EXPECT_EQ(node->Load().leases, 0);
+}
+
+// Prefill here (tp 2), decode on tp 1 and on tp 2 pulling through the fake transport: the same
+// greedy tokens.
+TEST_F(PrefillNodeTest, KvPulledIntoTwoDecodeLayoutsDecodesTheSameTokens) {
+  std::unique_ptr<PrefillNode> prefill = NewNode();
+  ASSERT_NE(prefill, nullptr);
+  auto client = std::make_shared<InProcessPrefill>(prefill.get());
+  std::vector<std::vector<int32_t>> streams;
+  for (int32_t tp : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("decode tp ", tp));
+    DecodeNodeOptions o;
+    o.model_path = *model_path_;
+    o.advertised_address = absl::StrCat("decode-tp", tp);
+    o.instance.parallel = ParallelConfig{tp, 1, 1, 8, 1};  // other block size and interleave
+    o.instance.threads_per_rank = 1;
+    o.instance.kv_bytes_per_rank = 1 << 20;
+    o.pullers = fake::FakePullerFactory(&net_);
+    o.prefill = client;
+    absl::StatusOr<std::unique_ptr<DecodeNode>> decode = DecodeNode::Create(o);
+    ASSERT_OK(decode);
+    const int32_t free_before = (*decode)->free_blocks();
+
+    absl::StatusOr<PrefillOutcome> out = Prefill(*prefill, absl::StrCat("r", tp));
+    ASSERT_OK(out);
+    DecodeCall call;
+    call.request_id = absl::StrCat("r", tp);
+    call.first_token = out->first_token;
+    call.kv.engine_id = prefill->engine_id();
+    call.kv.epoch = prefill->epoch();
+    call.kv.request_id = call.request_id;
+    call.kv.block_table = out->block_table;
+    call.kv.num_tokens = out->num_tokens;
+    call.kv.layout = prefill->layout();
+    call.kv.lease_expiry = out->lease_expiry;
+    call.kv.generation = out->generation;
+    call.kv.prefill_address = "prefill:1";
+    call.max_new_tokens = 8;
+    auto tokens = std::make_shared<std::vector<int32_t>>(1, out->first_token);
+    auto done = std::make_shared<absl::Notification>();
+    auto status = std::make_shared<absl::Status>();
+    DecodeSink sink;
+    sink.on_token = [tokens](int32_t t) { tokens->push_back(t); };
+    sink.on_done = [done, status](absl::Status s, FinishReason, int32_t) {
+      *status = std::move(s);
+      done->Notify();
+    };
+    absl::StatusOr<TransferStats> started =
+        (*decode)->Start(call, std::move(sink), [] { return false; });
+    ASSERT_OK(started);
+    EXPECT_GT(started->bytes, 0);
+    ASSERT_TRUE(done->WaitForNotificationWithTimeout(kBound));
+    ASSERT_OK(*status);
+    EXPECT_EQ(prefill->Load().leases, 0);  // released after the pull
+    EXPECT_TRUE(WaitFor([&] { return (*decode)->free_blocks() == free_before; }));
+    streams.push_back(*tokens);
+  }
+  ASSERT_EQ(streams.size(), 2u);
+  EXPECT_GE(streams[0].size(), 2u);
+  EXPECT_EQ(streams[0], streams[1]);
+  EXPECT_EQ(prefill->Load().free_blocks, prefill->Load().total_blocks);
+}
+
+}  // namespace
+}  // namespace tandem::testing
