@@ -17,6 +17,7 @@
 #include "router/decode_stream.h"
 #include "router/request_prep.h"
 #include "router/request_state.h"
+#include "router/retry_policy.h"
 #include "router/unary_call.h"
 #include "serving/grpc_status.h"
 #include "serving/request_id.h"
@@ -50,6 +51,13 @@ class Driver {
   // Handles one decode event; false when the call is over for this request.
   bool OnDecodeEvent(RequestState& state, const v1::DecodeEvent& event);
   void ReleaseKv();
+  // A healthy node of `role`; when none is, waits for one (bounded by the client's deadline and
+  // the retry policy's wait budget, interrupted by cancellation) instead of failing at once.
+  absl::StatusOr<NodeLease> PickNode(v1::InstanceRole role,
+                                     const absl::flat_hash_set<std::string>& excluded);
+  // Sleeps the backoff after the `failures`-th retryable failure; false when the client
+  // cancelled meanwhile.
+  bool Backoff(int failures);
   void SendToken(int32_t id, int32_t index);
   // Status of a failed node call as the request sees it: a retryable failure names the node,
   // anything else reaches the client exactly as the node sent it.
@@ -115,8 +123,46 @@ void Driver::SendToken(int32_t id, int32_t index) {
   sink_->Send(std::move(response));
 }
 
+// Longest uninterrupted wait: bounds how late a client's cancellation is noticed.
+constexpr absl::Duration kWaitSlice = absl::Milliseconds(100);
+
+absl::StatusOr<NodeLease> Driver::PickNode(v1::InstanceRole role,
+                                           const absl::flat_hash_set<std::string>& excluded) {
+  absl::StatusOr<NodeLease> first = deps_.pool->Pick(role, excluded);
+  if (first.ok() || first.status().code() != absl::StatusCode::kUnavailable) return first;
+  absl::Status none = first.status();
+  const absl::Time began = absl::Now();
+  const absl::Time give_up = WaitDeadline(deps_.options.retry, began, client_deadline_);
+  while (absl::Now() < give_up) {
+    if (canceller_->cancelled()) return absl::CancelledError("request cancelled by the client");
+    deps_.pool->AwaitHealthy(role, std::min(give_up, absl::Now() + kWaitSlice));
+    absl::StatusOr<NodeLease> node = deps_.pool->Pick(role, excluded);
+    if (node.ok()) {
+      deps_.log(absl::StrCat("request ", request_id_, ": waited ",
+                             absl::ToInt64Milliseconds(absl::Now() - began), " ms for a healthy ",
+                             RoleName(role), " node"));
+      return node;
+    }
+    if (node.status().code() != absl::StatusCode::kUnavailable) return node;
+    none = node.status();
+  }
+  return absl::UnavailableError(absl::StrCat(none.message(), "; waited ",
+                                             absl::ToInt64Milliseconds(absl::Now() - began),
+                                             " ms for one to become healthy"));
+}
+
+bool Driver::Backoff(int failures) {
+  const absl::Time until =
+      NextAttemptAt(deps_.options.retry, failures, absl::Now(), client_deadline_);
+  while (absl::Now() < until) {
+    if (canceller_->cancelled()) return false;
+    absl::SleepFor(std::min(until - absl::Now(), kWaitSlice));
+  }
+  return !canceller_->cancelled();
+}
+
 void Driver::Prefill(RequestState& state) {
-  absl::StatusOr<NodeLease> node = deps_.pool->Pick(v1::INSTANCE_ROLE_PREFILL, failed_prefill_);
+  absl::StatusOr<NodeLease> node = PickNode(v1::INSTANCE_ROLE_PREFILL, failed_prefill_);
   if (!node.ok()) {
     state.Fail(node.status());
     return;
@@ -193,7 +239,7 @@ bool Driver::OnDecodeEvent(RequestState& state, const v1::DecodeEvent& event) {
 }
 
 void Driver::Decode(RequestState& state) {
-  absl::StatusOr<NodeLease> node = deps_.pool->Pick(v1::INSTANCE_ROLE_DECODE, failed_decode_);
+  absl::StatusOr<NodeLease> node = PickNode(v1::INSTANCE_ROLE_DECODE, failed_decode_);
   if (!node.ok()) {
     state.Fail(node.status());
     return;
@@ -245,8 +291,21 @@ void Driver::Decode(RequestState& state) {
     return;
   }
   const bool retryable = IsRetryableDecodeError(failure.code());
-  if (retryable) failed_decode_.insert(node->address());
-  state.OnDecodeFailed(NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable));
+  if (retryable && BlamesPrefillSource(failure.message(), kv_->handle.prefill_address(),
+                                       kv_->handle.engine_id())) {
+    // The decode node could not reach the prefill node holding the KV: that prefill node is the
+    // one to avoid (and to report), not the decode node that told us.
+    failed_prefill_.insert(kv_->node);
+    if (failure.code() == absl::StatusCode::kUnavailable) {
+      deps_.pool->ReportFailure(kv_->node, v1::INSTANCE_ROLE_PREFILL, failure);
+    }
+    state.OnDecodeFailed(absl::Status(
+        failure.code(), absl::StrCat("prefill node ", kv_->node, " (as decode node ",
+                                     node->address(), " reports): ", failure.message())));
+  } else {
+    if (retryable) failed_decode_.insert(node->address());
+    state.OnDecodeFailed(NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable));
+  }
   if (retryable && state.phase() != RequestPhase::kFailed) {
     ++resumes_;
     if (deps_.metrics != nullptr) deps_.metrics->decode_resumes->Increment();
@@ -334,10 +393,18 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
       ReleaseKv();
       state.OnKvReleased();
     }
+    const int failures = state.retries();
     if (state.phase() == RequestPhase::kPrefill) {
       Prefill(state);
     } else {
       Decode(state);
+    }
+    // A retryable failure: back off before the next attempt (no node is hammered while it
+    // recovers; PickNode then waits for one to be healthy).
+    if (state.retries() > failures &&
+        (state.phase() == RequestPhase::kPrefill || state.phase() == RequestPhase::kDecode) &&
+        !Backoff(state.retries())) {
+      state.Fail(absl::CancelledError("request cancelled by the client"));
     }
   }
   if (state.kv_to_release()) {

@@ -5,14 +5,19 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "router/retry_policy.h"
 #include "router/unary_call.h"
 #include "tandem/v1/decode.grpc.pb.h"
 #include "tandem/v1/prefill.grpc.pb.h"
 
 namespace tandem {
 
-HealthChecker::HealthChecker(NodePool* pool, absl::Duration interval, absl::Duration poll_timeout)
-    : pool_(pool), interval_(interval), poll_timeout_(poll_timeout) {
+HealthChecker::HealthChecker(NodePool* pool, absl::Duration interval, absl::Duration poll_timeout,
+                             absl::Duration recovery_interval)
+    : pool_(pool),
+      interval_(interval),
+      poll_timeout_(poll_timeout),
+      recovery_interval_(recovery_interval) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -37,9 +42,11 @@ void HealthChecker::Loop() {
       wake_ = false;
     }
     PollOnce();
+    const absl::Duration delay =
+        HealthPollDelay(interval_, recovery_interval_, pool_->AllHealthy());
     absl::MutexLock lock(&mu_);
     const auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || wake_; };
-    mu_.AwaitWithTimeout(absl::Condition(&woken), interval_);
+    mu_.AwaitWithTimeout(absl::Condition(&woken), delay);
   }
 }
 

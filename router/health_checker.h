@@ -17,8 +17,13 @@ namespace tandem {
 
 class HealthChecker {
  public:
-  // Starts polling at once. `poll_timeout` is each Status call's deadline.
-  HealthChecker(NodePool* pool, absl::Duration interval, absl::Duration poll_timeout);
+  static constexpr absl::Duration kDefaultRecoveryInterval = absl::Milliseconds(200);
+
+  // Starts polling at once. `poll_timeout` is each Status call's deadline. While some node is
+  // unhealthy, rounds start every `recovery_interval` instead (when shorter than `interval`), so
+  // a node that comes back is healthy again within recovery_interval + one poll.
+  HealthChecker(NodePool* pool, absl::Duration interval, absl::Duration poll_timeout,
+                absl::Duration recovery_interval = kDefaultRecoveryInterval);
   ~HealthChecker();
   HealthChecker(const HealthChecker&) = delete;
   HealthChecker& operator=(const HealthChecker&) = delete;
@@ -32,6 +37,7 @@ class HealthChecker {
   NodePool* const pool_;
   const absl::Duration interval_;
   const absl::Duration poll_timeout_;
+  const absl::Duration recovery_interval_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;

@@ -26,6 +26,12 @@ std::shared_ptr<grpc::Channel> DefaultNodeChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(kKeepaliveTime)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(kKeepaliveTimeout)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
@@ -206,6 +212,25 @@ absl::StatusOr<NodeLease> NodePool::Pick(v1::InstanceRole role,
   }
   const Node& node = *healthy[*pick];
   return NodeLease(candidates[*pick].address, node.channel, node.inflight);
+}
+
+bool NodePool::AwaitHealthy(v1::InstanceRole role, absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  const auto some_healthy = [this, role]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& [key, node] : nodes_) {
+      if (key.first == role && node.healthy) return true;
+    }
+    return false;
+  };
+  return mu_.AwaitWithDeadline(absl::Condition(&some_healthy), deadline);
+}
+
+bool NodePool::AllHealthy() const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, node] : nodes_) {
+    if (!node.healthy) return false;
+  }
+  return true;
 }
 
 v1::ClusterStatusResponse NodePool::Snapshot(absl::Time now) const {

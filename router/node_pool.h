@@ -38,7 +38,13 @@ namespace tandem {
 
 absl::string_view RoleName(v1::InstanceRole role);  // "prefill" | "decode" | "unspecified"
 
-// Insecure channel with short reconnect backoff (a restarted node is usable again quickly).
+// Insecure channel with short reconnect backoff (a restarted node is usable again quickly) and
+// HTTP/2 keepalive pings every kKeepaliveTime, so a connection whose peer vanished (a network
+// cut: no RST ever arrives) is closed after kKeepaliveTime + kKeepaliveTimeout instead of
+// holding calls until TCP gives up, and a fresh connection is dialled once the link is back.
+// The nodes' servers accept pings this often (serving/server_runner.cc).
+inline constexpr absl::Duration kKeepaliveTime = absl::Seconds(2);
+inline constexpr absl::Duration kKeepaliveTimeout = absl::Seconds(2);
 std::shared_ptr<grpc::Channel> DefaultNodeChannel(const std::string& address);
 
 class NodeLease {
@@ -99,6 +105,12 @@ class NodePool {
   // UNAVAILABLE naming the role when no node of the role is healthy.
   [[nodiscard]] absl::StatusOr<NodeLease> Pick(v1::InstanceRole role,
                                                const absl::flat_hash_set<std::string>& excluded);
+
+  // Blocks until some node of `role` is healthy or `deadline` passes (woken by every health
+  // change, so a request resumes as soon as a poll sees the node back). True when one is.
+  bool AwaitHealthy(v1::InstanceRole role, absl::Time deadline) const;
+  // False while some node is unhealthy (the health checker then polls faster).
+  bool AllHealthy() const;
 
   // Every node (prefill first, then decode; by address), with health and its last status
   // (absent until a poll succeeded; last_seen_ms_ago is then -1). An unhealthy node's status

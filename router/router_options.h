@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "router/node_policy.h"
+#include "router/retry_policy.h"
 
 namespace tandem {
 
@@ -23,6 +24,7 @@ struct RouterOptions {
   absl::Duration rpc_timeout = absl::Seconds(60);          // deadline of each unary call to a node
   absl::Duration decode_idle_timeout = absl::Seconds(30);  // max gap between decode events
   int max_attempts = 3;  // retryable node failures a request may take (the last is returned)
+  RetryPolicy retry;     // backoff between attempts, wait for a healthy node (retry_policy.h)
 };
 
 // INVALID_ARGUMENT naming the field: empty listen address, non-positive durations,

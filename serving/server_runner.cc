@@ -18,6 +18,11 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& listen,
   grpc::ServerBuilder builder;
   RunningServer out;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &out.port);
+  // The router pings its node connections every 2 s to find connections a network cut left
+  // dead (router/node_pool.h); gRPC's default would answer such pings with GOAWAY.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   for (grpc::Service* s : services) builder.RegisterService(s);
   out.server = builder.BuildAndStart();
   if (out.server == nullptr || out.port == 0) {

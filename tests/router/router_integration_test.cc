@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -66,6 +67,7 @@ class RouterIntegrationTest : public testing::Test {
     options.rpc_timeout = absl::Seconds(5);
     options.decode_idle_timeout = absl::Seconds(5);
     options.max_attempts = 3;
+    options.retry.wait_budget = wait_budget_;
     std::unique_ptr<ServedModel> model = MakeTestModel(kContext);
     ASSERT_NE(model, nullptr);
     absl::StatusOr<std::unique_ptr<RouterServer>> router =
@@ -143,6 +145,8 @@ class RouterIntegrationTest : public testing::Test {
 
   std::shared_ptr<PrefillScript> prefill_script_ = std::make_shared<PrefillScript>();
   std::shared_ptr<DecodeScript> decode_script_ = std::make_shared<DecodeScript>();
+  // How long a request waits for a healthy node of a role (RetryPolicy::wait_budget).
+  absl::Duration wait_budget_ = absl::Milliseconds(300);
   std::unique_ptr<RouterServer> router_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Router::Stub> stub_;
@@ -468,9 +472,14 @@ TEST_F(RouterIntegrationTest, NoHealthyDecodeNodeIsUnavailableAndTheKvIsReleased
   ASSERT_TRUE(WaitForCluster([](const v1::ClusterStatusResponse& c) {
     return c.nodes_size() == 2 && c.nodes(0).healthy() && !c.nodes(1).last_error().empty();
   }));
+  const absl::Time start = absl::Now();
   const Reply reply = Generate(TextRequest("hi", 4));
   EXPECT_EQ(reply.status.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_EQ(reply.status.error_message(), "no healthy decode node (1 known, none healthy)");
+  // It waited its budget for a decode node to become healthy, then gave up saying so.
+  EXPECT_THAT(reply.status.error_message(),
+              testing::MatchesRegex("no healthy decode node \\(1 known, none healthy\\); waited "
+                                    "[0-9]+ ms for one to become healthy"));
+  EXPECT_GE(absl::Now() - start, wait_budget_);
   ASSERT_EQ(reply.tokens.size(), 1u);  // the first token was already streamed
   ASSERT_TRUE(prefill.WaitForReleases(1, kWait));
   EXPECT_EQ(prefill.releases()[0].generation(), prefill.handles()[0].generation());
@@ -481,7 +490,42 @@ TEST_F(RouterIntegrationTest, NoHealthyPrefillNodeIsUnavailable) {
   StartRouter({}, {&decode});
   const Reply reply = Generate(TextRequest("hi", 4));
   EXPECT_EQ(reply.status.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_EQ(reply.status.error_message(), "no healthy prefill node (0 known, none healthy)");
+  EXPECT_THAT(reply.status.error_message(),
+              testing::StartsWith("no healthy prefill node (0 known, none healthy); waited "));
+}
+
+// Issue 19: a request that finds no healthy decode node waits (within its deadline and the
+// wait budget) for one to become healthy and then completes, instead of failing at once.
+TEST_F(RouterIntegrationTest, RequestWaitsForADecodeNodeToBecomeHealthyThenCompletes) {
+  wait_budget_ = kWait;
+  FakePrefill prefill("p0", prefill_script_);
+  FakeDecode decode("d0", decode_script_);
+  StartRouter({&prefill}, {});
+  ASSERT_TRUE(WaitAllHealthy(1));
+  Reply reply;
+  std::thread client([&] { reply = Generate(TextRequest("hi", 4)); });
+  // The request is past prefill and waiting for a decode node: now one registers.
+  const absl::Time deadline = absl::Now() + kWait;
+  while (prefill.prefills().empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));  // polling an observed condition
+  }
+  ASSERT_EQ(prefill.prefills().size(), 1u);
+  v1::HeartbeatRequest hb;
+  hb.set_address(decode.address());
+  hb.set_role(v1::INSTANCE_ROLE_DECODE);
+  hb.set_ttl_ms(60000);
+  v1::HeartbeatResponse ignored;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub_->Heartbeat(&ctx, hb, &ignored).ok());
+  client.join();
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  EXPECT_EQ(Ids(reply.tokens), Expected(4));
+  EXPECT_EQ(decode.requests().size(), 1u);
+  bool waited = false;
+  for (const std::string& line : Log()) {
+    waited |= absl::StrContains(line, "ms for a healthy decode node");
+  }
+  EXPECT_TRUE(waited);
 }
 
 TEST_F(RouterIntegrationTest, ClusterStatusListsEveryNodeWithItsStatus) {

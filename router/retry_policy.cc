@@ -1,0 +1,40 @@
+#include "router/retry_policy.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+
+absl::Duration BackoffDelay(const RetryPolicy& policy, int failures) {
+  absl::Duration delay = policy.initial_backoff;
+  for (int i = 1; i < failures && delay < policy.max_backoff; ++i) delay *= 2;
+  return std::min(delay, policy.max_backoff);
+}
+
+absl::Time WaitDeadline(const RetryPolicy& policy, absl::Time now, absl::Time client_deadline) {
+  return std::min(client_deadline, now + policy.wait_budget);
+}
+
+absl::Time NextAttemptAt(const RetryPolicy& policy, int failures, absl::Time now,
+                         absl::Time client_deadline) {
+  return std::min(client_deadline, now + BackoffDelay(policy, failures));
+}
+
+bool BlamesPrefillSource(absl::string_view decode_error, absl::string_view prefill_address,
+                         absl::string_view engine_id) {
+  if (!prefill_address.empty() &&
+      absl::StrContains(decode_error, absl::StrCat("prefill ", prefill_address))) {
+    return true;
+  }
+  return !engine_id.empty() &&
+         absl::StrContains(decode_error, absl::StrCat("engine '", engine_id, "'"));
+}
+
+absl::Duration HealthPollDelay(absl::Duration interval, absl::Duration recovery_interval,
+                               bool all_healthy) {
+  return all_healthy ? interval : std::min(interval, recovery_interval);
+}
+
+}  // namespace tandem

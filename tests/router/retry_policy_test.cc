@@ -1,0 +1,67 @@
+#include "router/retry_policy.h"
+
+#include <gtest/gtest.h>
+
+namespace tandem {
+namespace {
+
+TEST(BackoffDelay, DoublesFromInitialUpToTheCap) {
+  const RetryPolicy p;  // 100 ms .. 2 s
+  EXPECT_EQ(BackoffDelay(p, 1), absl::Milliseconds(100));
+  EXPECT_EQ(BackoffDelay(p, 2), absl::Milliseconds(200));
+  EXPECT_EQ(BackoffDelay(p, 3), absl::Milliseconds(400));
+  EXPECT_EQ(BackoffDelay(p, 5), absl::Milliseconds(1600));
+  EXPECT_EQ(BackoffDelay(p, 6), absl::Seconds(2));
+  EXPECT_EQ(BackoffDelay(p, 1000), absl::Seconds(2));  // no overflow
+}
+
+TEST(BackoffDelay, CapBelowInitialWins) {
+  RetryPolicy p;
+  p.initial_backoff = absl::Seconds(5);
+  p.max_backoff = absl::Seconds(1);
+  EXPECT_EQ(BackoffDelay(p, 1), absl::Seconds(1));
+}
+
+TEST(WaitDeadline, EarlierOfClientDeadlineAndBudget) {
+  RetryPolicy p;
+  p.wait_budget = absl::Seconds(60);
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  EXPECT_EQ(WaitDeadline(p, now, now + absl::Seconds(10)), now + absl::Seconds(10));
+  EXPECT_EQ(WaitDeadline(p, now, now + absl::Seconds(600)), now + absl::Seconds(60));
+  EXPECT_EQ(WaitDeadline(p, now, absl::InfiniteFuture()), now + absl::Seconds(60));
+  // A 25 s outage fits the default budget.
+  EXPECT_GT(WaitDeadline(p, now, absl::InfiniteFuture()), now + absl::Seconds(25));
+}
+
+TEST(NextAttemptAt, NeverAfterTheDeadline) {
+  const RetryPolicy p;
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  EXPECT_EQ(NextAttemptAt(p, 2, now, absl::InfiniteFuture()), now + absl::Milliseconds(200));
+  EXPECT_EQ(NextAttemptAt(p, 6, now, now + absl::Milliseconds(50)), now + absl::Milliseconds(50));
+}
+
+TEST(HealthPollDelay, FasterWhileSomeNodeIsUnhealthy) {
+  EXPECT_EQ(HealthPollDelay(absl::Seconds(1), absl::Milliseconds(200), true), absl::Seconds(1));
+  EXPECT_EQ(HealthPollDelay(absl::Seconds(1), absl::Milliseconds(200), false),
+            absl::Milliseconds(200));
+  // Never slower than the configured interval.
+  EXPECT_EQ(HealthPollDelay(absl::Milliseconds(50), absl::Milliseconds(200), false),
+            absl::Milliseconds(50));
+}
+
+TEST(BlamesPrefillSource, MatchesTheSourceByAddressOrEngineId) {
+  EXPECT_TRUE(BlamesPrefillSource(
+      "cannot get transfer metadata from prefill 10.0.0.1:5000: failed to connect", "10.0.0.1:5000",
+      "prefill-a"));
+  EXPECT_TRUE(BlamesPrefillSource(
+      "get from source rank 0 of engine 'prefill-a' epoch 7: failed: Endpoint timeout",
+      "10.0.0.1:5000", "prefill-a"));
+  EXPECT_FALSE(BlamesPrefillSource("KV capacity short for 5s", "10.0.0.1:5000", "prefill-a"));
+  // Another prefill node's address is not this source.
+  EXPECT_FALSE(BlamesPrefillSource("cannot get transfer metadata from prefill 10.0.0.2:5000",
+                                   "10.0.0.1:5000", "prefill-a"));
+  EXPECT_FALSE(BlamesPrefillSource("anything", "", ""));
+}
+
+}  // namespace
+}  // namespace tandem
