@@ -98,6 +98,12 @@ class DecodeNode {
   int32_t free_blocks() const { return blocks_->free_blocks(); }
   int32_t total_blocks() const { return blocks_->total_blocks(); }
   int64_t block_free_errors() const { return blocks_->free_errors(); }
+  // Bytes of model weights each rank holds (Instance::weight_bytes), in rank order.
+  std::vector<int64_t> weight_bytes_per_rank() const {
+    std::vector<int64_t> out;
+    for (int32_t r = 0; r < instance_->world(); ++r) out.push_back(instance_->weight_bytes(r));
+    return out;
+  }
   int32_t running() const { return engine_->running(); }
   int32_t queued() const;
   absl::Time started() const { return started_; }

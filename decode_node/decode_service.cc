@@ -194,6 +194,7 @@ grpc::Status DecodeServiceImpl::Status(grpc::ServerContext*, const v1::StatusReq
   resp->set_address(node->advertised_address());
   resp->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - node->started()));
   resp->set_block_free_errors(node->block_free_errors());
+  for (int64_t bytes : node->weight_bytes_per_rank()) resp->add_weight_bytes_per_rank(bytes);
   return grpc::Status::OK;
 }
 

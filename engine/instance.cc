@@ -48,6 +48,13 @@ KvPoolView Instance::pool(int32_t rank) const {
   return KvPoolView{pools_[rank]->base(), num_blocks_, geometry_};
 }
 
+int64_t Instance::weight_bytes(int32_t rank) const {
+  return models_[rank]->weights().resident_bytes;
+}
+const std::vector<std::string>& Instance::weight_f32_fallbacks(int32_t rank) const {
+  return models_[rank]->weights().f32_fallbacks;
+}
+
 KvPoolView Instance::transfer_pool(int32_t rank) const {
   return staged_ ? KvPoolView{mirrors_[rank]->base(), num_blocks_, geometry_} : pool(rank);
 }

@@ -76,6 +76,11 @@ class Instance {
   int64_t block_bytes() const { return geometry_.block_bytes(); }
   const PoolGeometry& pool_geometry() const { return geometry_; }
   KvPoolView pool(int32_t rank) const;
+  // Bytes of model weights rank `rank` holds (rank_weights.h; tensors shared between ranks of
+  // one device count in each), and its quantised tensors kept as f32 because its slice cut
+  // their blocks.
+  int64_t weight_bytes(int32_t rank) const;
+  const std::vector<std::string>& weight_f32_fallbacks(int32_t rank) const;
 
   // ---- KV staging (only when pool_allocator is set) ----
   // Staged: each rank's pool is backend memory and the transfer uses a host mirror with the

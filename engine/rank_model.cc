@@ -185,7 +185,11 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
 
   const RopeParams rope{config_.rope_theta, config_.rope_style};
   ComputeBackend& be = *backend_;
-  TANDEM_RETURN_IF_ERROR(be.Embedding(weights_.embedding->f32(), ids_.data(), m, hidden, x));
+  if (weights_.embedding_rows != nullptr) {
+    TANDEM_RETURN_IF_ERROR(be.LinearRows(*weights_.embedding_rows, ids_.data(), m, x));
+  } else {
+    TANDEM_RETURN_IF_ERROR(be.Embedding(weights_.embedding->f32(), ids_.data(), m, hidden, x));
+  }
   for (int32_t l = 0; l < config_.num_layers; ++l) {
     const RankLayerWeights& w = weights_.layers[l];
     TANDEM_RETURN_IF_ERROR(be.RmsNorm(x, w.attn_norm->f32(), m, hidden, config_.rms_norm_eps, h));

@@ -44,6 +44,7 @@ class RankModel {
 
   const RankPlacement& placement() const { return placement_; }
   const KvPoolView& pool() const { return pool_; }
+  const RankWeights& weights() const { return weights_; }
   ComputeBackend& backend() { return *backend_; }
   void AbortComms(const absl::Status& reason);
 

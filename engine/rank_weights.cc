@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/status_macros.h"
+#include "model/format/dequant.h"
 
 namespace tandem {
 
@@ -29,22 +32,83 @@ int64_t SliceCount(int64_t total, int32_t t, int32_t tp) {
 namespace {
 
 // Rows [row_begin, row_begin+rows) and columns [col_begin, col_begin+cols) of a [R][C] matrix,
-// zero-padded to `padded_rows` rows.
-std::vector<float> SubMatrix(const Tensor& t, int64_t row_begin, int64_t rows, int64_t col_begin,
-                             int64_t cols, int64_t padded_rows) {
+// zero-padded to `padded_rows` rows, as f32 (a quantised tensor's rows are dequantised).
+absl::StatusOr<std::vector<float>> SubMatrix(const Tensor& t, int64_t row_begin, int64_t rows,
+                                             int64_t col_begin, int64_t cols, int64_t padded_rows) {
   const int64_t c_total = t.dim(1);
   std::vector<float> out(padded_rows * cols, 0.f);
+  std::vector<float> row;
+  if (t.quantized()) row.resize(c_total);
   for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(out.data() + r * cols, t.data.data() + (row_begin + r) * c_total + col_begin,
-                cols * sizeof(float));
+    const float* src = t.data.data() + (row_begin + r) * c_total;
+    if (t.quantized()) {
+      const int64_t row_bytes = static_cast<int64_t>(t.blocks.size()) / t.dim(0);
+      TANDEM_RETURN_IF_ERROR(Dequantize(
+          t.type, absl::MakeConstSpan(t.blocks.data() + (row_begin + r) * row_bytes, row_bytes),
+          absl::MakeSpan(row)));
+      src = row.data();
+    }
+    std::memcpy(out.data() + r * cols, src + col_begin, cols * sizeof(float));
+  }
+  return out;
+}
+
+// Whether columns [col_begin, col_begin+cols) of quantised t start or end inside a block.
+bool CutsBlocks(const Tensor& t, int64_t col_begin, int64_t cols) {
+  const int64_t block = GgmlTypeTraits(t.type).block_size;
+  return col_begin % block != 0 || cols % block != 0;
+}
+
+// The same slice of a quantised matrix as its blocks. REQUIRES: !CutsBlocks. Padding rows are
+// zero bytes, which every supported type decodes as 0.
+std::vector<uint8_t> SubBlocks(const Tensor& t, int64_t row_begin, int64_t rows, int64_t col_begin,
+                               int64_t cols, int64_t padded_rows) {
+  const GgmlTypeInfo& info = GgmlTypeTraits(t.type);
+  const int64_t row_bytes = static_cast<int64_t>(t.blocks.size()) / t.dim(0);
+  const int64_t offset = col_begin / info.block_size * info.block_bytes;
+  const int64_t bytes = cols / info.block_size * info.block_bytes;
+  std::vector<uint8_t> out(padded_rows * bytes, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(out.data() + r * bytes, t.blocks.data() + (row_begin + r) * row_bytes + offset,
+                bytes);
   }
   return out;
 }
 
 class Preparer {
  public:
-  Preparer(ComputeBackend& backend, WeightCache& cache)
-      : backend_(backend), cache_(cache), prefix_(backend.device_key() + "/") {}
+  Preparer(ComputeBackend& backend, WeightCache& cache, RankWeights* out)
+      : backend_(backend), cache_(cache), prefix_(backend.device_key() + "/"), out_(out) {}
+
+  // Whether the backend keeps `type` as blocks (probed once per type with a one-block matrix).
+  bool KeepsBlocks(GgmlType type) {
+    auto it = keeps_.find(type);
+    if (it != keeps_.end()) return it->second;
+    const GgmlTypeInfo& info = GgmlTypeTraits(type);
+    const std::vector<uint8_t> zero(info.block_bytes, 0);
+    const bool keeps =
+        backend_.PrepareQuantizedLinear(type, zero.data(), 1, info.block_size, nullptr).ok();
+    keeps_.emplace(type, keeps);
+    return keeps;
+  }
+
+  // The embedding table: a matrix whose rows the backend reads (shared with the LM head's when
+  // tied and unsliced), else an f32 buffer.
+  absl::Status Embedding(const LlamaWeights& w, const std::string& lm_head_name) {
+    const LlamaConfig& c = w.config;
+    if (w.token_embedding.quantized() && KeepsBlocks(w.token_embedding.type)) {
+      TANDEM_ASSIGN_OR_RETURN(
+          std::shared_ptr<const LinearOp> table,
+          Linear(c.tied_embeddings ? lm_head_name : "token_embd", w.token_embedding, nullptr, 0,
+                 c.vocab_size, 0, c.hidden_size, c.vocab_size));
+      if (backend_.CanReadLinearRows(*table)) {
+        out_->embedding_rows = std::move(table);
+        return absl::OkStatus();
+      }
+    }
+    TANDEM_ASSIGN_OR_RETURN(out_->embedding, Buffer("token_embd", w.token_embedding));
+    return absl::OkStatus();
+  }
 
   // Linear over rows [rb, rb+rows) x cols [cb, cb+cols) of w (+ bias rows), padded to pad_rows.
   absl::StatusOr<std::shared_ptr<const LinearOp>> Linear(const std::string& name, const Tensor& w,
@@ -56,18 +120,36 @@ class Preparer {
     TANDEM_ASSIGN_OR_RETURN(
         std::shared_ptr<const void> v,
         cache_.GetOrPrepare(key, [&]() -> absl::StatusOr<std::shared_ptr<const void>> {
-          const std::vector<float> sub = SubMatrix(w, rb, rows, cb, cols, pad_rows);
           std::vector<float> b;
           if (bias != nullptr && !bias->empty()) {
             b.assign(pad_rows, 0.f);
             std::copy(bias->data.begin() + rb, bias->data.begin() + rb + rows, b.begin());
           }
-          TANDEM_ASSIGN_OR_RETURN(
-              std::unique_ptr<LinearOp> op,
-              backend_.PrepareLinear(sub.data(), pad_rows, cols, b.empty() ? nullptr : b.data()));
+          const float* bias_ptr = b.empty() ? nullptr : b.data();
+          if (w.quantized() && !CutsBlocks(w, cb, cols)) {
+            const std::vector<uint8_t> blocks = SubBlocks(w, rb, rows, cb, cols, pad_rows);
+            absl::StatusOr<std::unique_ptr<LinearOp>> op =
+                backend_.PrepareQuantizedLinear(w.type, blocks.data(), pad_rows, cols, bias_ptr);
+            if (op.ok()) {
+              return std::shared_ptr<const void>(
+                  std::shared_ptr<const LinearOp>(std::move(op).value()));
+            }
+            if (op.status().code() != absl::StatusCode::kUnimplemented) return op.status();
+          }
+          TANDEM_ASSIGN_OR_RETURN(const std::vector<float> sub,
+                                  SubMatrix(w, rb, rows, cb, cols, pad_rows));
+          TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<LinearOp> op,
+                                  backend_.PrepareLinear(sub.data(), pad_rows, cols, bias_ptr));
           return std::shared_ptr<const void>(std::shared_ptr<const LinearOp>(std::move(op)));
         }));
-    return std::static_pointer_cast<const LinearOp>(v);
+    auto op = std::static_pointer_cast<const LinearOp>(v);
+    Count(op.get(), op->resident_bytes());
+    if (w.quantized() && CutsBlocks(w, cb, cols) && KeepsBlocks(w.type)) {
+      out_->f32_fallbacks.push_back(
+          absl::StrCat(name, ": columns [", cb, ", ", cb + cols, ") cut ", GgmlTypeName(w.type),
+                       "'s ", GgmlTypeTraits(w.type).block_size, "-element blocks, kept as f32"));
+    }
+    return op;
   }
 
   absl::StatusOr<std::shared_ptr<const DeviceBuffer>> Buffer(const std::string& name,
@@ -77,16 +159,33 @@ class Preparer {
         cache_.GetOrPrepare(prefix_ + name, [&]() -> absl::StatusOr<std::shared_ptr<const void>> {
           const int64_t bytes = t.numel() * static_cast<int64_t>(sizeof(float));
           TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> buf, backend_.Allocate(bytes));
-          TANDEM_RETURN_IF_ERROR(backend_.Upload(buf->data(), t.data.data(), bytes));
+          if (t.quantized()) {  // a backend that keeps no blocks: dequantised at upload
+            std::vector<float> f32(static_cast<size_t>(t.numel()));
+            TANDEM_RETURN_IF_ERROR(
+                Dequantize(t.type, absl::MakeConstSpan(t.blocks), absl::MakeSpan(f32)));
+            TANDEM_RETURN_IF_ERROR(backend_.Upload(buf->data(), f32.data(), bytes));
+          } else {
+            TANDEM_RETURN_IF_ERROR(backend_.Upload(buf->data(), t.data.data(), bytes));
+          }
           return std::shared_ptr<const void>(std::shared_ptr<const DeviceBuffer>(std::move(buf)));
         }));
-    return std::static_pointer_cast<const DeviceBuffer>(v);
+    auto buf = std::static_pointer_cast<const DeviceBuffer>(v);
+    Count(buf.get(), buf->bytes());
+    return buf;
   }
 
  private:
+  // Adds a prepared tensor's bytes to the rank's total, once however often the rank uses it.
+  void Count(const void* p, int64_t bytes) {
+    if (counted_.insert(p).second) out_->resident_bytes += bytes;
+  }
+
   ComputeBackend& backend_;
   WeightCache& cache_;
   const std::string prefix_;
+  RankWeights* out_;
+  std::map<GgmlType, bool> keeps_;
+  std::set<const void*> counted_;
 };
 
 }  // namespace
@@ -98,9 +197,9 @@ absl::StatusOr<RankWeights> PrepareRankWeights(const LlamaWeights& weights,
   const LlamaConfig& c = weights.config;
   const int64_t d = c.head_dim;
   const int32_t tp = parallel.tp;
-  Preparer prep(backend, cache);
   RankWeights out;
-  TANDEM_ASSIGN_OR_RETURN(out.embedding, prep.Buffer("token_embd", weights.token_embedding));
+  Preparer prep(backend, cache, &out);
+  TANDEM_RETURN_IF_ERROR(prep.Embedding(weights, "lm_head"));
   TANDEM_ASSIGN_OR_RETURN(out.output_norm, prep.Buffer("output_norm", weights.output_norm));
   out.vocab_begin = SliceBegin(c.vocab_size, p.tp_rank, tp);
   out.vocab_count = SliceCount(c.vocab_size, p.tp_rank, tp);

@@ -13,6 +13,16 @@
 //
 // Prepared tensors are shared between ranks whose backends report the same device_key (all CPU
 // ranks of a process; PCP peers with the same TP index hold identical slices).
+//
+// Quantised matrices (Tensor::quantized) reach backends that keep them (PrepareQuantizedLinear)
+// in their block format, sliced on block boundaries: a rank's rows are whole rows, and a
+// row-parallel slice (wo, w_down) keeps its blocks when its column range starts and ends on a
+// block boundary. When it would cut through a block (e.g. w_down's 1536 columns over tp=9 with
+// 32-element blocks, or Q4_K's 256-element super-blocks) that tensor's slice is dequantised to
+// f32 instead — exact either way — and listed in RankWeights::f32_fallbacks. Backends that keep
+// no blocks (CUDA) get every slice dequantised, as before. The embedding table stays quantised
+// when the backend can read its rows (CanReadLinearRows); with tied embeddings and tp = 1 it is
+// the LM head's own prepared matrix.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +48,10 @@ struct RankLayerWeights {
 };
 
 struct RankWeights {
-  std::shared_ptr<const DeviceBuffer> embedding;  // [vocab][hidden], replicated
+  // [vocab][hidden], replicated: an f32 buffer, or (embedding_rows set) a prepared matrix read
+  // with ComputeBackend::LinearRows.
+  std::shared_ptr<const DeviceBuffer> embedding;
+  std::shared_ptr<const LinearOp> embedding_rows;
   std::shared_ptr<const DeviceBuffer> output_norm;
   std::shared_ptr<const LinearOp> lm_head;  // [vocab_slice_max][hidden]
   int64_t vocab_begin = 0;                  // first vocab id of this rank's slice
@@ -47,6 +60,10 @@ struct RankWeights {
   int64_t intermediate_begin = 0;
   int64_t intermediate_count = 0;
   std::vector<RankLayerWeights> layers;
+  // Bytes this rank's weights hold (each prepared tensor once, shared ones included).
+  int64_t resident_bytes = 0;
+  // Quantised tensors whose slice for this rank had to be dequantised, with the reason.
+  std::vector<std::string> f32_fallbacks;
 };
 
 // Caches prepared tensors by (device key, tensor, slice) so ranks on one device share them.

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "attention/attention_args.h"
 #include "model/format/llama_weights.h"
 
@@ -37,6 +38,8 @@ class LinearOp {
   virtual ~LinearOp() = default;
   virtual int64_t n() const = 0;
   virtual int64_t k() const = 0;
+  // Bytes of memory the prepared weight holds (f32 [n][k] unless the backend says otherwise).
+  virtual int64_t resident_bytes() const { return n() * k() * static_cast<int64_t>(sizeof(float)); }
 };
 
 struct RopeParams {
@@ -64,6 +67,31 @@ class ComputeBackend {
   // w: host [n][k] row-major; bias: host [n] or nullptr.
   virtual absl::StatusOr<std::unique_ptr<LinearOp>> PrepareLinear(const float* w, int64_t n,
                                                                   int64_t k, const float* bias) = 0;
+
+  // w: host, n rows of k elements of GGML `type` in whole blocks, back to back (a quantised
+  // matrix as its file stores it). A backend that computes from such weights directly keeps them
+  // so; the default is UNIMPLEMENTED and the caller dequantises and calls PrepareLinear.
+  virtual absl::StatusOr<std::unique_ptr<LinearOp>> PrepareQuantizedLinear(GgmlType type,
+                                                                           const uint8_t* w,
+                                                                           int64_t n, int64_t k,
+                                                                           const float* bias) {
+    (void)w, (void)n, (void)k, (void)bias;
+    return absl::UnimplementedError(absl::StrCat(absl::string_view(name().data(), name().size()),
+                                                 " backend keeps no ", GgmlTypeName(type),
+                                                 " weights"));
+  }
+  // Whether LinearRows can read `op` (an embedding lookup in a prepared weight matrix).
+  virtual bool CanReadLinearRows(const LinearOp& op) const {
+    (void)op;
+    return false;
+  }
+  // out[i] = row ids[i] of op's weight matrix as f32 ([m][op.k()]); ids: host [m].
+  // REQUIRES: CanReadLinearRows(op).
+  virtual absl::Status LinearRows(const LinearOp& op, const int32_t* ids, int64_t m, float* out) {
+    (void)op, (void)ids, (void)m, (void)out;
+    return absl::UnimplementedError(absl::StrCat(absl::string_view(name().data(), name().size()),
+                                                 " backend cannot read weight rows"));
+  }
 
   // ---- ops ----
   virtual absl::Status Linear(const LinearOp& op, const float* x, int64_t m, float* y) = 0;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -81,6 +82,12 @@ class PrefillNode {
   const std::string& advertised_address() const { return options_.advertised_address; }
   KvLayout layout() const;
   NodeLoad Load() const;
+  // Bytes of model weights each rank holds (Instance::weight_bytes), in rank order.
+  std::vector<int64_t> weight_bytes_per_rank() const {
+    std::vector<int64_t> out;
+    for (int32_t r = 0; r < instance_->world(); ++r) out.push_back(instance_->weight_bytes(r));
+    return out;
+  }
   absl::Time started() const { return started_; }
   absl::Duration default_lease() const { return options_.default_lease; }
 

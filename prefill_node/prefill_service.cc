@@ -117,6 +117,7 @@ grpc::Status PrefillServiceImpl::Status(grpc::ServerContext*, const v1::StatusRe
   resp->set_address(node->advertised_address());
   resp->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - node->started()));
   resp->set_block_free_errors(l.block_free_errors);
+  for (int64_t bytes : node->weight_bytes_per_rank()) resp->add_weight_bytes_per_rank(bytes);
   return grpc::Status::OK;
 }
 

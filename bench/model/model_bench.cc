@@ -1,6 +1,10 @@
 // model_bench: the real model on one CPU instance (tp=1, every core).
-//   * prefill tokens/s for a 512-token prompt and the share of prefill time inside oneDNN's
-//     GEMMs (goal >= 0.8: everything else — attention, norms, RoPE — must be small);
+//   * prefill tokens/s for a 512-token prompt and the share of prefill time inside the linear
+//     layers' GEMMs (oneDNN, plus dequantising quantised weight tiles for them; goal >= 0.8:
+//     everything else — attention, norms, RoPE — must be small). For each --fraction_lengths
+//     prompt length the share is measured twice: with the residual add and SiLU·up fused into
+//     the GEMMs as post-ops (their time counts as GEMM time) and with them run as separate
+//     passes (GEMM time is then the plain GEMMs only);
 //   * decode tokens/s at batch 1 and 16, and the weight bytes streamed per decode step ÷ time,
 //     against a STREAM-like read bandwidth measured in the same run.
 // Last line: RESULT prefill_gemm_fraction=<x>. Record results in docs/PERFORMANCE.md.
@@ -11,12 +15,16 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/attention/bench_buffer.h"
 #include "bench/attention/read_bandwidth.h"
 #include "common/parallel_for.h"
 #include "engine/instance.h"
+#include "model/cpu/cpu_backend.h"
 #include "model/cpu/dnnl_linear.h"
+#include "model/cpu/quant_linear.h"
 #include "model/format/model_loader.h"
 
 ABSL_FLAG(std::string, model, "", "GGUF model (default: $TANDEM_MODEL)");
@@ -24,6 +32,8 @@ ABSL_FLAG(int32_t, prompt_tokens, 512, "prefill prompt length");
 ABSL_FLAG(int32_t, decode_steps, 24, "timed decode steps per batch size");
 ABSL_FLAG(int32_t, repeats, 3, "timed prefill runs (best is reported)");
 ABSL_FLAG(int64_t, bw_mib, 1024, "read-bandwidth buffer, MiB (well above the L3 size)");
+ABSL_FLAG(std::string, fraction_lengths, "512,4096",
+          "prompt lengths for the GEMM share with and without fused epilogues (empty: none)");
 
 namespace tandem {
 namespace {
@@ -67,9 +77,11 @@ int Main() {
   };
   auto run = [&](const StepInput& step) -> Timed {
     DnnlLinear::ResetTotalSeconds();
+    QuantLinear::ResetDequantSeconds();
     const absl::Time t0 = absl::Now();
     absl::StatusOr<std::vector<float>> r = (*inst)->Run(step);
-    Timed t{absl::ToDoubleSeconds(absl::Now() - t0), DnnlLinear::TotalSeconds()};
+    Timed t{absl::ToDoubleSeconds(absl::Now() - t0),
+            DnnlLinear::TotalSeconds() + QuantLinear::DequantSeconds()};
     if (!r.ok()) {
       std::fprintf(stderr, "step failed: %s\n", r.status().ToString().c_str());
       std::exit(1);
@@ -91,12 +103,37 @@ int Main() {
   }
   const double gemm_fraction = best.gemm / best.wall;
 
+  // ---- GEMM share with and without the fused epilogues ----
+  struct Fraction {
+    int32_t tokens;
+    double fused, unfused;
+  };
+  std::vector<Fraction> fractions;
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_fraction_lengths), ',', absl::SkipEmpty())) {
+    int32_t len = 0;
+    if (!absl::SimpleAtoi(part, &len) || len <= 0) continue;
+    StepInput p;
+    p.requests.push_back({0, random_prompt(len), Blocks(0, (len + bs - 1) / bs), true});
+    Fraction f{len, 0, 0};
+    for (bool fused : {true, false}) {
+      SetCpuEpilogueFusion(fused);
+      run(p);  // warm-up: primitives for this length and mode
+      Timed b{1e30, 0};
+      for (int i = 0; i < std::min(absl::GetFlag(FLAGS_repeats), len > 1024 ? 2 : 3); ++i) {
+        const Timed t = run(p);
+        if (t.wall < b.wall) b = t;
+      }
+      (fused ? f.fused : f.unfused) = b.gemm / b.wall;
+    }
+    SetCpuEpilogueFusion(true);
+    fractions.push_back(f);
+  }
+
   // ---- decode ----
-  const int64_t h = c.hidden_size, d = c.head_dim;
-  const int64_t weight_bytes =
-      4 * (c.num_layers * ((c.num_q_heads + 2 * c.num_kv_heads) * d * h + h * c.num_q_heads * d +
-                           3 * h * c.intermediate_size) +
-           static_cast<int64_t>(c.vocab_size) * h);
+  // Every resident weight byte is read once per decode step (the embedding table is the LM head
+  // when tied; a separate table is read a row per token, a slight overcount).
+  const int64_t weight_bytes = (*inst)->weight_bytes(0);
   struct DecodeResult {
     int batch;
     double step_s;
@@ -136,7 +173,7 @@ int Main() {
     bw_s = std::min(bw_s, bench::TimedReadPass(f, floats, bench::BenchClock::kWall).seconds);
   const double bw = floats * 4.0 / bw_s / 1e9;
 
-  std::printf("model: %s (%d layers, hidden %d, vocab %d), f32 weights %.0f MB, %d threads\n",
+  std::printf("model: %s (%d layers, hidden %d, vocab %d), resident weights %.0f MB, %d threads\n",
               c.name.c_str(), c.num_layers, c.hidden_size, c.vocab_size, weight_bytes / 1e6,
               ThreadsForThisThread());
   std::printf("%-28s %12s\n", "measure", "value");
@@ -148,8 +185,16 @@ int Main() {
     std::printf("decode batch %-2d weights GB/s  %12.2f\n", r.batch, weight_bytes / r.step_s / 1e9);
   }
   std::printf("%-28s %12.2f\n", "read bandwidth GB/s", bw);
+  for (const Fraction& f : fractions) {
+    std::printf("prefill %-5d GEMM share, epilogues fused    %8.3f\n", f.tokens, f.fused);
+    std::printf("prefill %-5d GEMM share, epilogues separate %8.3f\n", f.tokens, f.unfused);
+  }
   std::printf("RESULT decode_weight_stream_bw_ratio=%.3f\n",
               weight_bytes / decode[0].step_s / 1e9 / bw);
+  for (const Fraction& f : fractions) {
+    std::printf("RESULT prefill_gemm_fraction_%d_with_epilogues=%.3f\n", f.tokens, f.fused);
+    std::printf("RESULT prefill_gemm_fraction_%d_without_epilogues=%.3f\n", f.tokens, f.unfused);
+  }
   std::printf("RESULT prefill_gemm_fraction=%.3f\n", gemm_fraction);
   return 0;
 }

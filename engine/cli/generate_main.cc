@@ -9,6 +9,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -95,7 +96,15 @@ int main(int argc, char** argv) {
       tandem::Instance::Create(model->weights, io);
   if (!inst.ok()) return Fail(inst.status().ToString());
   model->weights = tandem::LlamaWeights();  // the instance holds its own prepared shards
-  std::fprintf(stderr, "load: ready in %.2f s\n", absl::ToDoubleSeconds(absl::Now() - t_load));
+  std::string per_rank;
+  for (int32_t r = 0; r < (*inst)->world(); ++r) {
+    absl::StrAppend(&per_rank, r == 0 ? "" : " ", absl::SixDigits((*inst)->weight_bytes(r) / 1e6));
+    for (const std::string& f : (*inst)->weight_f32_fallbacks(r)) {
+      std::fprintf(stderr, "load: rank %d %s\n", r, f.c_str());
+    }
+  }
+  std::fprintf(stderr, "load: ready in %.2f s, resident weight MB per rank: %s\n",
+               absl::ToDoubleSeconds(absl::Now() - t_load), per_rank.c_str());
 
   tandem::PrefillOptions po;
   po.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -10,9 +11,21 @@
 #include "attention/lse_merge.h"
 #include "model/cpu/cpu_ops.h"
 #include "model/cpu/dnnl_linear.h"
+#include "model/cpu/quant_linear.h"
 
 namespace tandem {
 namespace {
+
+std::atomic<bool> g_fuse_epilogues{true};
+
+// Every CPU LinearOp is a DnnlLinear (f32, packed) or a QuantLinear (blocks).
+absl::Status Forward(const LinearOp& op, const float* x, int64_t m, float* y,
+                     DnnlLinear::Epilogue epilogue, const float* aux = nullptr) {
+  if (const auto* q = dynamic_cast<const QuantLinear*>(&op)) {
+    return q->Forward(x, m, y, epilogue, aux);
+  }
+  return static_cast<const DnnlLinear&>(op).Forward(x, m, y, epilogue, aux);
+}
 
 class HostBuffer final : public DeviceBuffer {
  public:
@@ -68,17 +81,46 @@ class CpuBackend final : public ComputeBackend {
     return std::unique_ptr<LinearOp>(std::move(op).value());
   }
 
+  absl::StatusOr<std::unique_ptr<LinearOp>> PrepareQuantizedLinear(GgmlType type, const uint8_t* w,
+                                                                   int64_t n, int64_t k,
+                                                                   const float* bias) override {
+    absl::StatusOr<std::unique_ptr<QuantLinear>> op = QuantLinear::Create(type, w, n, k, bias);
+    if (!op.ok()) return op.status();
+    return std::unique_ptr<LinearOp>(std::move(op).value());
+  }
+  bool CanReadLinearRows(const LinearOp& op) const override {
+    return dynamic_cast<const QuantLinear*>(&op) != nullptr;
+  }
+  absl::Status LinearRows(const LinearOp& op, const int32_t* ids, int64_t m, float* out) override {
+    const auto* q = dynamic_cast<const QuantLinear*>(&op);
+    if (q == nullptr) return absl::InvalidArgumentError("LinearRows: not a quantised weight");
+    return q->DequantizeRows(ids, m, out);
+  }
+
   absl::Status Linear(const LinearOp& op, const float* x, int64_t m, float* y) override {
-    return static_cast<const DnnlLinear&>(op).Forward(x, m, y);
+    return Forward(op, x, m, y, DnnlLinear::Epilogue::kStore);
   }
   absl::Status LinearAdd(const LinearOp& op, const float* x, int64_t m, float* y,
-                         float* /*scratch*/) override {
-    return static_cast<const DnnlLinear&>(op).Forward(x, m, y, DnnlLinear::Epilogue::kAccumulate);
+                         float* scratch) override {
+    if (!g_fuse_epilogues.load(std::memory_order_relaxed)) {
+      if (absl::Status s = Forward(op, x, m, scratch, DnnlLinear::Epilogue::kStore); !s.ok()) {
+        return s;
+      }
+      cpu::Add(y, scratch, m * op.n());
+      return absl::OkStatus();
+    }
+    return Forward(op, x, m, y, DnnlLinear::Epilogue::kAccumulate);
   }
   absl::Status LinearSiluMul(const LinearOp& gate, const float* x, int64_t m, const float* up,
                              float* out) override {
-    return static_cast<const DnnlLinear&>(gate).Forward(x, m, out, DnnlLinear::Epilogue::kSiluMul,
-                                                        up);
+    if (!g_fuse_epilogues.load(std::memory_order_relaxed)) {
+      if (absl::Status s = Forward(gate, x, m, out, DnnlLinear::Epilogue::kStore); !s.ok()) {
+        return s;
+      }
+      cpu::SiluMul(out, up, m * gate.n(), out);
+      return absl::OkStatus();
+    }
+    return Forward(gate, x, m, out, DnnlLinear::Epilogue::kSiluMul, up);
   }
   absl::Status Embedding(const float* table, const int32_t* ids, int64_t m, int64_t hidden,
                          float* out) override {
@@ -142,5 +184,7 @@ class CpuBackend final : public ComputeBackend {
 }  // namespace
 
 std::unique_ptr<ComputeBackend> CreateCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+void SetCpuEpilogueFusion(bool fused) { g_fuse_epilogues.store(fused); }
 
 }  // namespace tandem

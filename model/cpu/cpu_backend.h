@@ -11,4 +11,9 @@ namespace tandem {
 
 std::unique_ptr<ComputeBackend> CreateCpuBackend();
 
+// Whether LinearAdd / LinearSiluMul fuse their element-wise work into the GEMM (the default) or
+// run a plain GEMM followed by a separate Add / SiluMul pass. Process-wide; for the benchmark
+// that reports the GEMM share of prefill time with and without the epilogues.
+void SetCpuEpilogueFusion(bool fused);
+
 }  // namespace tandem

@@ -41,6 +41,13 @@ void PortableGemv(const GemvArgs& a, int64_t n_begin, int64_t n_end) {
   }
 }
 
+void PortableDequant(const QuantMatrix& w, int64_t n_begin, int64_t n_end, float* out) {
+  const absl::Status s = Dequantize(
+      w.type, absl::MakeConstSpan(w.data + n_begin * w.row_bytes, (n_end - n_begin) * w.row_bytes),
+      absl::MakeSpan(out, (n_end - n_begin) * w.k));
+  (void)s;  // QuantLinear validated the type and row size when it was created.
+}
+
 }  // namespace internal
 
 bool GemvSupports(GgmlType type) {
@@ -64,6 +71,19 @@ void GemvOnPath(CpuIsa isa, const GemvArgs& a, int64_t n_begin, int64_t n_end) {
   if (isa == CpuIsa::kAvx2) fn = internal::Avx2Gemv(a.w.type);
   if (fn == nullptr) fn = &internal::PortableGemv;
   fn(a, n_begin, n_end);
+}
+
+void DequantRowsOnPath(CpuIsa isa, const QuantMatrix& w, int64_t n_begin, int64_t n_end,
+                       float* out) {
+  internal::DequantFn fn = nullptr;
+  if (isa == CpuIsa::kAvx512) fn = internal::Avx512Dequant(w.type);
+  if (isa == CpuIsa::kAvx2) fn = internal::Avx2Dequant(w.type);
+  if (fn == nullptr) fn = &internal::PortableDequant;
+  fn(w, n_begin, n_end, out);
+}
+
+void DequantRows(const QuantMatrix& w, int64_t n_begin, int64_t n_end, float* out) {
+  DequantRowsOnPath(ActiveCpuIsa(), w, n_begin, n_end, out);
 }
 
 void Gemv(const GemvArgs& a, int64_t n_begin, int64_t n_end) {

@@ -57,12 +57,22 @@ void Gemv(const GemvArgs& a, int64_t n_begin, int64_t n_end);
 // The same on one path (isa must be supported by this CPU).
 void GemvOnPath(CpuIsa isa, const GemvArgs& a, int64_t n_begin, int64_t n_end);
 
+// Rows [n_begin, n_end) of w as f32 into out ([n_end − n_begin][k]) on the active / a given path:
+// equal to model/format/dequant.cc's values (the large-batch path's tiles).
+void DequantRows(const QuantMatrix& w, int64_t n_begin, int64_t n_end, float* out);
+void DequantRowsOnPath(CpuIsa isa, const QuantMatrix& w, int64_t n_begin, int64_t n_end,
+                       float* out);
+
 namespace internal {
 using GemvFn = void (*)(const GemvArgs& a, int64_t n_begin, int64_t n_end);
+using DequantFn = void (*)(const QuantMatrix& w, int64_t n_begin, int64_t n_end, float* out);
 // Per-path entry points; null when the type has no kernel on that path.
 GemvFn Avx512Gemv(GgmlType type);
 GemvFn Avx2Gemv(GgmlType type);
+DequantFn Avx512Dequant(GgmlType type);
+DequantFn Avx2Dequant(GgmlType type);
 void PortableGemv(const GemvArgs& a, int64_t n_begin, int64_t n_end);
+void PortableDequant(const QuantMatrix& w, int64_t n_begin, int64_t n_end, float* out);
 // The scalar epilogue every path applies, compiled once without ISA flags (so paths agree bit
 // for bit on it, and no AVX-512 copy of an inline function can be picked by the linker).
 float ApplyEpilogue(Epilogue e, float v, float old_y, float aux);

@@ -12,9 +12,14 @@ struct Avx2 {
   static constexpr int kLanes = 8;
   // 2 rows × 4 accumulators + 4 weight vectors + 1 activation: 13 of the 16 ymm registers.
   static constexpr int kMaxRows = 2;
+  static constexpr bool kLut = false;  // an 8-entry permute would need two and a blend
+  static V Iota16() { return Zero(); }
+  static V Iota16Minus8() { return Zero(); }
+  static void Lut16(__m128i, V, V*) {}
   static V Zero() { return _mm256_setzero_ps(); }
   static V Set1(float x) { return _mm256_set1_ps(x); }
   static V Load(const float* p) { return _mm256_loadu_ps(p); }
+  static void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static V Add(V a, V b) { return _mm256_add_ps(a, b); }
   static V Sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
@@ -49,5 +54,6 @@ struct Avx2 {
 }  // namespace
 
 GemvFn Avx2Gemv(GgmlType type) { return impl::Select<Avx2>(type); }
+DequantFn Avx2Dequant(GgmlType type) { return impl::SelectDequant<Avx2>(type); }
 
 }  // namespace tandem::quant::internal

@@ -12,9 +12,19 @@ struct Avx512 {
   static constexpr int kLanes = 16;
   // 8 rows × 2 accumulators + 2 weight vectors + 1 activation: 19 of the 32 zmm registers.
   static constexpr int kMaxRows = 8;
+  static constexpr bool kLut = true;
+  static V Iota16() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+  static V Iota16Minus8() {
+    return _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+  }
+  // out[0][i] = table[b[i] & 15]: vpermps reads only the low 4 bits of each index.
+  static void Lut16(__m128i b, V table, V* out) {
+    out[0] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(b), table);
+  }
   static V Zero() { return _mm512_setzero_ps(); }
   static V Set1(float x) { return _mm512_set1_ps(x); }
   static V Load(const float* p) { return _mm512_loadu_ps(p); }
+  static void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static V Add(V a, V b) { return _mm512_add_ps(a, b); }
   static V Sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
@@ -36,5 +46,6 @@ struct Avx512 {
 }  // namespace
 
 GemvFn Avx512Gemv(GgmlType type) { return impl::Select<Avx512>(type); }
+DequantFn Avx512Dequant(GgmlType type) { return impl::SelectDequant<Avx512>(type); }
 
 }  // namespace tandem::quant::internal

@@ -5,11 +5,15 @@
 // I provides: V (a vector of kLanes floats, kLanes 8 or 16), Zero, Set1, Load, Mul, Add, Sub,
 // Fma, ReduceAdd, and the widening loads U8x16 / I8x16 (16 bytes → 16 floats in 16 / kLanes
 // vectors), F16x16, Bf16x16 (16 halves → 16 floats) and the scalar F16 conversion F16ToF32.
+// With kLut (16 lanes), 4-bit types decode by table: the block's 16 possible weights are
+// computed once (Iota16 = 0..15, Iota16Minus8 = −8..7) and Lut16 permutes them by the low
+// nibble of each of 16 bytes — two vector ops per 16 weights instead of four.
 //
 // Every decoder produces the 32 weights of chunk c (elements [32c, 32c+32)) of a row with the
 // operations of model/format/dequant.cc in the same order — mul then add, never fused (the
 // kernel files are compiled with -ffp-contract=off) — so the expanded weights are bit-identical
-// to the dequantised model's.
+// to the dequantised model's (up to the sign of zero: Q6_K's d·(S·q) is −0 where dequant.cc's
+// integer S·q is +0).
 #pragma once
 
 #include <immintrin.h>
@@ -48,6 +52,7 @@ struct Q8_0 {
     const typename I::V d = I::Set1(I::F16ToF32(LoadU16(b)));
     I::I8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)), w);
     I::I8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 18)), w + 16 / I::kLanes);
+#pragma GCC unroll 16
     for (int p = 0; p < Chunk<I>::kVecs; ++p) w[p] = I::Mul(d, w[p]);
   }
 };
@@ -59,9 +64,17 @@ struct Q4_0 {
     const uint8_t* b = row + c * kBytes;
     const typename I::V d = I::Set1(I::F16ToF32(LoadU16(b)));
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+    if constexpr (I::kLut) {
+      // The block's 16 possible weights d·(q − 8), then one permute per 16 weights.
+      const typename I::V table = I::Mul(d, I::Iota16Minus8());
+      I::Lut16(q, table, w);
+      I::Lut16(_mm_srli_epi16(q, 4), table, w + 1);
+      return;
+    }
     const __m128i eight = _mm_set1_epi8(8);
     I::I8x16(_mm_sub_epi8(LowNibbles(q), eight), w);
     I::I8x16(_mm_sub_epi8(HighNibbles(q), eight), w + 16 / I::kLanes);
+#pragma GCC unroll 16
     for (int p = 0; p < Chunk<I>::kVecs; ++p) w[p] = I::Mul(d, w[p]);
   }
 };
@@ -74,8 +87,15 @@ struct Q4_1 {
     const typename I::V d = I::Set1(I::F16ToF32(LoadU16(b)));
     const typename I::V m = I::Set1(I::F16ToF32(LoadU16(b + 2)));
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4));
+    if constexpr (I::kLut) {
+      const typename I::V table = I::Add(I::Mul(d, I::Iota16()), m);  // d·q + m for q = 0..15
+      I::Lut16(q, table, w);
+      I::Lut16(_mm_srli_epi16(q, 4), table, w + 1);
+      return;
+    }
     I::U8x16(LowNibbles(q), w);
     I::U8x16(HighNibbles(q), w + 16 / I::kLanes);
+#pragma GCC unroll 16
     for (int p = 0; p < Chunk<I>::kVecs; ++p) w[p] = I::Add(I::Mul(d, w[p]), m);
   }
 };
@@ -106,6 +126,13 @@ struct Q4_K {
     const uint8_t* q = b + 16 + 32 * (j >> 1);
     const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
     const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
+    if constexpr (I::kLut) {
+      const typename I::V table = I::Sub(I::Mul(d1, I::Iota16()), m1);  // d1·q − m1, q = 0..15
+      const int shift = (j & 1) * 4;
+      I::Lut16(_mm_srli_epi16(q0, shift), table, w);
+      I::Lut16(_mm_srli_epi16(q1, shift), table, w + 1);
+      return;
+    }
     if ((j & 1) == 0) {
       I::U8x16(LowNibbles(q0), w);
       I::U8x16(LowNibbles(q1), w + 16 / I::kLanes);
@@ -113,6 +140,7 @@ struct Q4_K {
       I::U8x16(HighNibbles(q0), w);
       I::U8x16(HighNibbles(q1), w + 16 / I::kLanes);
     }
+#pragma GCC unroll 16
     for (int p = 0; p < Chunk<I>::kVecs; ++p) w[p] = I::Sub(I::Mul(d1, w[p]), m1);
   }
 };
@@ -131,6 +159,7 @@ struct Q6_K {
     const typename I::V d = I::Set1(I::F16ToF32(LoadU16(b + 208)));
     const __m128i lshift = _mm_cvtsi32_si128((kk >> 1) * 4);
     const __m128i hshift = _mm_cvtsi32_si128(2 * kk);
+#pragma GCC unroll 16
     for (int h = 0; h < 2; ++h) {
       const __m128i l = _mm_loadu_si128(reinterpret_cast<const __m128i*>(L + 16 * h));
       const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(H + 16 * h));
@@ -141,6 +170,7 @@ struct Q6_K {
       typename I::V* out = w + h * (16 / I::kLanes);
       I::I8x16(q, out);
       const typename I::V s = I::Set1(static_cast<float>(S[h]));
+#pragma GCC unroll 16
       for (int p = 0; p < 16 / I::kLanes; ++p) out[p] = I::Mul(d, I::Mul(s, out[p]));
     }
   }
@@ -176,47 +206,79 @@ concept HasScalarTail = requires(const uint8_t* r) {
   D::Scalar(r, int64_t{0});
 };
 
-// Rows [n0, n1) for activation rows [m0, m0 + MB).
-template <class I, class D, int MB>
-void RowsBlock(const GemvArgs& a, int64_t n0, int64_t n1, int64_t m0) {
+// Outputs of weight rows [n, n + NB) for activation rows [m0, m0 + MB): each chunk of the NB rows
+// is decoded once and multiplied into all MB activation rows; each activation vector is loaded
+// once for the NB weight rows. One accumulator per (row, activation row) — plus one per chunk
+// vector when NB·MB is small, so the FMA chains stay independent enough to hide their latency.
+template <class I, class D, int NB, int MB>
+void RowsBlock(const GemvArgs& a, int64_t n, int64_t m0) {
   using V = typename I::V;
   constexpr int kVecs = Chunk<I>::kVecs;
+  constexpr int kSplit = NB * MB >= 4 ? 1 : kVecs;  // accumulators per (row, activation row)
   const int64_t k = a.w.k;
   const int64_t chunks = k / 32;
   const float* x = a.x + m0 * k;
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* row = a.w.data + n * a.w.row_bytes;
-    V acc[MB][kVecs];
+  const uint8_t* rows[NB];
+#pragma GCC unroll 16
+  for (int r = 0; r < NB; ++r) rows[r] = a.w.data + (n + r) * a.w.row_bytes;
+  V acc[NB][MB][kSplit];
+#pragma GCC unroll 16
+  for (int r = 0; r < NB; ++r) {
+#pragma GCC unroll 16
     for (int i = 0; i < MB; ++i) {
-      for (int p = 0; p < kVecs; ++p) acc[i][p] = I::Zero();
+#pragma GCC unroll 16
+      for (int p = 0; p < kSplit; ++p) acc[r][i][p] = I::Zero();
     }
-    for (int64_t c = 0; c < chunks; ++c) {
-      V w[kVecs];
-      D::Decode(row, c, w);
-      for (int i = 0; i < MB; ++i) {
-        const float* xi = x + i * k + 32 * c;
-        for (int p = 0; p < kVecs; ++p) {
-          acc[i][p] = I::Fma(w[p], I::Load(xi + p * I::kLanes), acc[i][p]);
+  }
+  for (int64_t c = 0; c < chunks; ++c) {
+    V w[NB][kVecs];
+#pragma GCC unroll 16
+    for (int r = 0; r < NB; ++r) D::Decode(rows[r], c, w[r]);
+#pragma GCC unroll 16
+    for (int i = 0; i < MB; ++i) {
+      const float* xi = x + i * k + 32 * c;
+#pragma GCC unroll 16
+      for (int p = 0; p < kVecs; ++p) {
+        const V xv = I::Load(xi + p * I::kLanes);
+#pragma GCC unroll 16
+        for (int r = 0; r < NB; ++r) {
+          V& slot = acc[r][i][kSplit == 1 ? 0 : p];
+          slot = I::Fma(w[r][p], xv, slot);
         }
       }
     }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < NB; ++r) {
+#pragma GCC unroll 16
     for (int i = 0; i < MB; ++i) {
-      V s = acc[i][0];
-      for (int p = 1; p < kVecs; ++p) s = I::Add(s, acc[i][p]);
-      float v = I::ReduceAdd(s);
+      V sum = acc[r][i][0];
+#pragma GCC unroll 16
+      for (int p = 1; p < kSplit; ++p) sum = I::Add(sum, acc[r][i][p]);
+      float v = I::ReduceAdd(sum);
       if constexpr (HasScalarTail<D>) {
         const float* xi = x + i * k;
-        for (int64_t kk = chunks * 32; kk < k; ++kk) v += D::Scalar(row, kk) * xi[kk];
+        for (int64_t t = chunks * 32; t < k; ++t) v += D::Scalar(rows[r], t) * xi[t];
       }
-      if (a.bias != nullptr) v += a.bias[n];
-      const int64_t at = (m0 + i) * a.w.n + n;
+      if (a.bias != nullptr) v += a.bias[n + r];
+      const int64_t at = (m0 + i) * a.w.n + n + r;
       a.y[at] = internal::ApplyEpilogue(a.epilogue, v, a.y[at], a.aux != nullptr ? a.aux[at] : 0.f);
     }
   }
 }
 
+// Weight rows [n0, n1) against activation rows [m0, m0 + MB), NB rows at a time.
+template <class I, class D, int NB, int MB>
+void RowRange(const GemvArgs& a, int64_t n0, int64_t n1, int64_t m0) {
+  int64_t n = n0;
+  for (; n + NB <= n1; n += NB) RowsBlock<I, D, NB, MB>(a, n, m0);
+  for (; n < n1; ++n) RowsBlock<I, D, 1, MB>(a, n, m0);
+}
+
 // All m rows of outputs [n_begin, n_end): tiles of 32 weight rows (a few KB, they stay in L1
-// while every block of activation rows passes over them).
+// while every block of activation rows passes over them). Blocks: I::kMaxRows activation rows
+// × 2 weight rows, then smaller blocks for the remainder; a single activation row (batch-1
+// decode) takes 4 weight rows at a time.
 template <class I, class D>
 void Gemv(const GemvArgs& a, int64_t n_begin, int64_t n_end) {
   constexpr int kMaxRows = I::kMaxRows;
@@ -224,25 +286,63 @@ void Gemv(const GemvArgs& a, int64_t n_begin, int64_t n_end) {
   for (int64_t t = n_begin; t < n_end; t += kTile) {
     const int64_t te = t + kTile < n_end ? t + kTile : n_end;
     int64_t m0 = 0;
-    for (; m0 + kMaxRows <= a.m; m0 += kMaxRows) RowsBlock<I, D, kMaxRows>(a, t, te, m0);
-    const int64_t rest = a.m - m0;
+    for (; m0 + kMaxRows <= a.m; m0 += kMaxRows) RowRange<I, D, 2, kMaxRows>(a, t, te, m0);
     if constexpr (kMaxRows > 4) {
-      if (rest >= 4) {
-        RowsBlock<I, D, 4>(a, t, te, m0);
+      if (a.m - m0 >= 4) {
+        RowRange<I, D, 2, 4>(a, t, te, m0);
         m0 += 4;
       }
     }
     if constexpr (kMaxRows > 2) {
       if (a.m - m0 >= 2) {
-        RowsBlock<I, D, 2>(a, t, te, m0);
+        RowRange<I, D, 2, 2>(a, t, te, m0);
         m0 += 2;
       }
     }
-    if (a.m - m0 >= 2) {
-      RowsBlock<I, D, 2>(a, t, te, m0);
-      m0 += 2;
+    if (a.m - m0 >= 1) RowRange<I, D, 4, 1>(a, t, te, m0);
+  }
+}
+
+// Rows [n0, n1) of the matrix as f32 into out ([n1 − n0][k]): dequant.cc's values.
+template <class I, class D>
+void DequantRows(const QuantMatrix& w, int64_t n0, int64_t n1, float* out) {
+  using V = typename I::V;
+  constexpr int kVecs = Chunk<I>::kVecs;
+  const int64_t chunks = w.k / 32;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = w.data + n * w.row_bytes;
+    float* dst = out + (n - n0) * w.k;
+    for (int64_t c = 0; c < chunks; ++c) {
+      V v[kVecs];
+      D::Decode(row, c, v);
+#pragma GCC unroll 16
+      for (int p = 0; p < kVecs; ++p) I::Store(dst + 32 * c + p * I::kLanes, v[p]);
     }
-    if (a.m - m0 >= 1) RowsBlock<I, D, 1>(a, t, te, m0);
+    if constexpr (HasScalarTail<D>) {
+      for (int64_t t = chunks * 32; t < w.k; ++t) dst[t] = D::Scalar(row, t);
+    }
+  }
+}
+
+template <class I>
+internal::DequantFn SelectDequant(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return &DequantRows<I, Q8_0<I>>;
+    case GgmlType::kQ4_0:
+      return &DequantRows<I, Q4_0<I>>;
+    case GgmlType::kQ4_1:
+      return &DequantRows<I, Q4_1<I>>;
+    case GgmlType::kQ4_K:
+      return &DequantRows<I, Q4_K<I>>;
+    case GgmlType::kQ6_K:
+      return &DequantRows<I, Q6_K<I>>;
+    case GgmlType::kF16:
+      return &DequantRows<I, F16<I>>;
+    case GgmlType::kBF16:
+      return &DequantRows<I, Bf16<I>>;
+    default:
+      return nullptr;
   }
 }
 

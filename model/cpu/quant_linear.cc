@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -16,6 +17,7 @@ namespace tandem {
 namespace {
 
 std::atomic<int64_t> g_small_batch_limit{QuantLinear::kDefaultSmallBatchLimit};
+std::atomic<int64_t> g_dequant_nanos{0};
 
 quant::Epilogue ToQuant(DnnlLinear::Epilogue e) {
   switch (e) {
@@ -34,6 +36,9 @@ quant::Epilogue ToQuant(DnnlLinear::Epilogue e) {
 constexpr int64_t kTileBytes = int64_t{4} << 20;
 
 }  // namespace
+
+double QuantLinear::DequantSeconds() { return g_dequant_nanos.load() * 1e-9; }
+void QuantLinear::ResetDequantSeconds() { g_dequant_nanos.store(0); }
 
 int64_t QuantLinear::SmallBatchLimit() { return g_small_batch_limit.load(); }
 void QuantLinear::SetSmallBatchLimit(int64_t m) { g_small_batch_limit.store(m); }
@@ -112,12 +117,14 @@ absl::Status QuantLinear::ForwardTiled(const float* x, int64_t m, float* y,
   float* const tile = tile_buffer.data();
   for (int64_t t = 0; t < n_; t += rows_per_tile) {
     const int64_t rows = std::min(rows_per_tile, n_ - t);
-    ParallelFor(rows, 16, [&](int64_t b, int64_t e) {
-      const absl::Status s = Dequantize(
-          type_, absl::MakeConstSpan(blocks_ + (t + b) * row_bytes_, (e - b) * row_bytes_),
-          absl::MakeSpan(tile + b * k_, (e - b) * k_));
-      (void)s;  // Create validated the type and the row size.
-    });
+    const quant::QuantMatrix w{type_, blocks_, n_, k_, row_bytes_};
+    const auto start = std::chrono::steady_clock::now();
+    ParallelFor(rows, 16,
+                [&](int64_t b, int64_t e) { quant::DequantRows(w, t + b, t + e, tile + b * k_); });
+    g_dequant_nanos.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::steady_clock::now() - start)
+                                  .count(),
+                              std::memory_order_relaxed);
     const absl::Status s =
         DnnlLinear::PlainGemm(x, m, k_, tile, rows, bias_.empty() ? nullptr : bias_.data() + t,
                               y + t, n_, epilogue, aux != nullptr ? aux + t : nullptr);

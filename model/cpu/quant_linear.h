@@ -44,7 +44,7 @@ class QuantLinear final : public LinearOp {
   GgmlType type() const { return type_; }
   int64_t row_bytes() const { return row_bytes_; }
   // Bytes held: the blocks plus the bias.
-  int64_t resident_bytes() const;
+  int64_t resident_bytes() const override;
 
   absl::Status Forward(const float* x, int64_t m, float* y,
                        DnnlLinear::Epilogue epilogue = DnnlLinear::Epilogue::kStore,
@@ -56,7 +56,12 @@ class QuantLinear final : public LinearOp {
 
   // The largest m that takes the GEMV path (process-wide; benchmarks and tests move it to
   // measure or pin either path). Default: kDefaultSmallBatchLimit.
-  static constexpr int64_t kDefaultSmallBatchLimit = 48;
+  static constexpr int64_t kDefaultSmallBatchLimit = 32;
+
+  // Seconds all Forward calls spent dequantising tiles for the large-batch path since the last
+  // reset (process-wide; the benchmark counts it with the GEMM time).
+  static double DequantSeconds();
+  static void ResetDequantSeconds();
   static int64_t SmallBatchLimit();
   static void SetSmallBatchLimit(int64_t m);
 

@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "model/format/dequant.h"
 #include "model/format/llama_tensor_plan.h"
 #include "model/format/parallel_dequant.h"
 
@@ -103,7 +104,22 @@ absl::StatusOr<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   return c;
 }
 
-absl::StatusOr<LlamaWeights> LoadGgufLlama(const GgufFile& f) {
+bool KeepsQuantized(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ6_K:
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::StatusOr<LlamaWeights> LoadGgufLlama(const GgufFile& f, bool keep_quantized) {
   LlamaWeights w;
   TANDEM_ASSIGN_OR_RETURN(w.config, ReadGgufLlamaConfig(f));
   const std::vector<LlamaTensorSlot> plan = PlanLlamaTensors(w.config, &w);
@@ -131,6 +147,15 @@ absl::StatusOr<LlamaWeights> LoadGgufLlama(const GgufFile& f) {
   std::vector<DequantJob> jobs;
   jobs.reserve(plan.size());
   for (size_t i = 0; i < plan.size(); ++i) {
+    if (keep_quantized && plan[i].shape.size() == 2 && KeepsQuantized(infos[i]->type)) {
+      const absl::Span<const uint8_t> src = f.TensorData(*infos[i]);
+      TANDEM_RETURN_IF_ERROR(
+          ValidateDequantize(infos[i]->type, plan[i].shape[0] * plan[i].shape[1], src.size()));
+      plan[i].dst->shape = plan[i].shape;
+      plan[i].dst->type = infos[i]->type;
+      plan[i].dst->blocks.assign(src.begin(), src.end());
+      continue;
+    }
     jobs.push_back({infos[i]->type, f.TensorData(*infos[i]), plan[i].shape, plan[i].dst});
   }
   TANDEM_RETURN_IF_ERROR(DequantizeAll(jobs));

@@ -23,6 +23,14 @@ namespace tandem {
 // Config only (metadata + tensor infos; no tensor data is touched).
 [[nodiscard]] absl::StatusOr<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& file);
 
-[[nodiscard]] absl::StatusOr<LlamaWeights> LoadGgufLlama(const GgufFile& file);
+// keep_quantized: matrices whose type the CPU kernels read directly (KeepsQuantized) are copied
+// as the file's blocks (Tensor::blocks) instead of being dequantised; vectors (norms, biases)
+// and other types are dequantised as always.
+[[nodiscard]] absl::StatusOr<LlamaWeights> LoadGgufLlama(const GgufFile& file,
+                                                         bool keep_quantized = false);
+
+// Whether a matrix of `type` stays in its block format under keep_quantized: Q4_0, Q4_1, Q8_0,
+// Q4_K, Q6_K, F16, BF16.
+bool KeepsQuantized(GgmlType type);
 
 }  // namespace tandem

@@ -1,4 +1,5 @@
-// A Llama-family model in memory: configuration plus f32 weights, dequantised at load.
+// A Llama-family model in memory: configuration plus weights — f32, or matrices kept in their
+// file's GGML block format when the loader is asked to (LoadOptions::keep_quantized).
 //
 // Conventions (what the forward pass relies on):
 //   * Matrices are row-major [out_features][in_features] (GGUF ne0 = in_features; HF `weight`).
@@ -15,6 +16,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "model/format/ggml_types.h"
 
 namespace tandem {
 
@@ -41,14 +44,25 @@ struct LlamaConfig {
   bool has_qkv_bias = false;
 };
 
-// A dense f32 tensor. shape is outermost first: a matrix [out][in] has shape {out, in}.
+// A tensor. shape is outermost first: a matrix [out][in] has shape {out, in}.
+// type kF32: the values are in `data`. Any other type: a matrix kept as the file stores it —
+// `blocks` holds its rows back to back, each a whole number of `type` blocks — and `data` is
+// empty (model/format/dequant.h converts it).
 struct Tensor {
   std::vector<int64_t> shape;
   std::vector<float> data;
+  GgmlType type = GgmlType::kF32;
+  std::vector<uint8_t> blocks;
 
-  bool empty() const { return data.empty(); }
+  bool empty() const { return data.empty() && blocks.empty(); }
+  bool quantized() const { return type != GgmlType::kF32; }
   int64_t dim(int i) const { return shape[i]; }
-  int64_t numel() const { return static_cast<int64_t>(data.size()); }
+  int64_t numel() const {
+    if (!quantized()) return static_cast<int64_t>(data.size());
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
 };
 
 struct LlamaLayerWeights {

@@ -14,6 +14,7 @@
 #include "model/format/gguf_llama.h"
 #include "model/format/hf_llama.h"
 #include "model/format/json_struct.h"
+#include "model/format/llama_tensor_plan.h"
 #include "model/format/mapped_file.h"
 #include "model/tokenizer/chat.h"
 #include "model/tokenizer/gguf_tokenizer.h"
@@ -73,8 +74,15 @@ absl::StatusOr<LoadedModel> LoadGguf(const std::string& path, const LoadOptions&
     out.default_system_prompt = DefaultSystemPrompt(tmpl);
   }
   if (options.load_weights) {
-    TANDEM_ASSIGN_OR_RETURN(out.weights, LoadGgufLlama(*file));
-    progress.Stage(absl::StrCat("dequantised ", out.weights.config.num_layers, " layers to f32"));
+    TANDEM_ASSIGN_OR_RETURN(out.weights, LoadGgufLlama(*file, options.keep_quantized));
+    int64_t kept = 0, f32 = 0;
+    for (const LlamaTensorSlot& slot : PlanLlamaTensors(out.weights.config, &out.weights)) {
+      kept += static_cast<int64_t>(slot.dst->blocks.size());
+      f32 += static_cast<int64_t>(slot.dst->data.size() * sizeof(float));
+    }
+    progress.Stage(absl::StrCat("loaded ", out.weights.config.num_layers, " layers (",
+                                absl::SixDigits(kept / 1e6), " MB in block format, ",
+                                absl::SixDigits(f32 / 1e6), " MB dequantised to f32)"));
   } else {
     TANDEM_ASSIGN_OR_RETURN(out.weights.config, ReadGgufLlamaConfig(*file));
   }

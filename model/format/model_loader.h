@@ -26,6 +26,9 @@ namespace tandem {
 struct LoadOptions {
   std::function<void(absl::string_view line)> progress;  // null: print to stderr
   bool load_weights = true;  // false: config, tokenizer and identity only (router, client)
+  // GGUF matrices of the types the CPU kernels read stay in their block format (Tensor::blocks;
+  // see LoadGgufLlama); false dequantises every tensor to f32.
+  bool keep_quantized = true;
 };
 
 struct LoadedModel {

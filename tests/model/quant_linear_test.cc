@@ -178,6 +178,25 @@ TEST(QuantGemvTest, EveryPathTypeAndEpilogueMatchesTheDequantisedReference) {
   }
 }
 
+// The vectorised dequantisation (the large-batch path's tiles) gives dequant.cc's values exactly
+// (compared as floats: Q6_K's d·(S·q) may be −0 where dequant.cc's integer S·q gives +0).
+TEST(QuantGemvTest, DequantRowsOnEveryPathIsBitIdenticalToDequantize) {
+  for (const Case& c : Cases()) {
+    const std::vector<uint8_t> rows = RandomRows(c.type, c.n, c.k, c.n + 5);
+    std::vector<float> want(c.n * c.k);
+    ASSERT_TRUE(Dequantize(c.type, absl::MakeConstSpan(rows), absl::MakeSpan(want)).ok());
+    const quant::QuantMatrix w{c.type, rows.data(), c.n, c.k, *GgmlByteSize(c.type, c.k)};
+    for (CpuIsa isa : Paths()) {
+      SCOPED_TRACE(std::string(GgmlTypeName(c.type)) + " path=" + CpuIsaName(isa));
+      std::vector<float> got(c.n * c.k, -1.f);
+      const int64_t cut = c.n / 2;
+      quant::DequantRowsOnPath(isa, w, 0, cut, got.data());
+      quant::DequantRowsOnPath(isa, w, cut, c.n, got.data() + cut * c.k);
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
+    }
+  }
+}
+
 // Same weights, same x: every path computes the same exactly-dequantised weights, so the paths
 // agree to f32 summation noise (much tighter than the reference tolerance's scale).
 TEST(QuantGemvTest, PathsAgreeWithEachOther) {

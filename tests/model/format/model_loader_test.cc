@@ -51,7 +51,7 @@ TEST(ModelLoaderTest, GgufWeightsTokenizerAndProgress) {
   ASSERT_EQ(lines.size(), 4u);
   EXPECT_TRUE(absl::StartsWith(lines[0], "load: parsed GGUF v3 header of")) << lines[0];
   EXPECT_TRUE(absl::StrContains(lines[1], "built tokenizer (320 tokens) in")) << lines[1];
-  EXPECT_TRUE(absl::StrContains(lines[2], "dequantised 2 layers to f32 in")) << lines[2];
+  EXPECT_TRUE(absl::StrContains(lines[2], "loaded 2 layers (0 MB in block format, ")) << lines[2];
   EXPECT_TRUE(absl::EndsWith(lines[3], " ms")) << lines[3];
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "model/format/dequant.h"
 #include "model/format/gguf_file.h"
 #include "model/format/gguf_llama.h"
 #include "model/format/model_loader.h"
@@ -34,6 +35,7 @@ TEST_F(RealModelTest, ConfigShapesAndValues) {
   std::vector<std::string> lines;
   LoadOptions options;
   options.progress = [&lines](absl::string_view l) { lines.emplace_back(l); };
+  options.keep_quantized = false;  // every tensor as f32: the values below
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<LoadedModel> m = LoadModel(ModelPath(), options);
   const double seconds =
@@ -83,6 +85,38 @@ TEST_F(RealModelTest, ConfigShapesAndValues) {
             "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   std::printf("load of the 135M model took %.2f s\n", seconds);
   EXPECT_LT(seconds, 20.0);  // generous: sanitizer builds are ~10x slower
+}
+
+// The default load keeps the matrices as the file's blocks (Q4_1 layers, Q8_0 embedding), at the
+// file's size, and dequantising them gives exactly the f32 load's values.
+TEST_F(RealModelTest, DefaultLoadKeepsTheFilesBlocksAndTheyDequantiseToTheF32Load) {
+  LoadOptions quiet;
+  quiet.progress = [](absl::string_view) {};
+  absl::StatusOr<LoadedModel> q = LoadModel(ModelPath(), quiet);
+  ASSERT_OK(q);
+  quiet.keep_quantized = false;
+  absl::StatusOr<LoadedModel> f = LoadModel(ModelPath(), quiet);
+  ASSERT_OK(f);
+  const LlamaWeights& qw = q->weights;
+  EXPECT_EQ(qw.token_embedding.type, GgmlType::kQ8_0);
+  EXPECT_TRUE(qw.token_embedding.data.empty());
+  EXPECT_EQ(qw.token_embedding.blocks.size(), 49152u * 576 / 32 * 34);
+  EXPECT_EQ(qw.token_embedding.numel(), 49152 * 576);
+  EXPECT_FALSE(qw.layers[0].attn_norm.quantized());  // vectors stay f32
+  int64_t kept = 0;
+  for (size_t l = 0; l < qw.layers.size(); ++l) {
+    for (auto member : {&LlamaLayerWeights::wq, &LlamaLayerWeights::wk, &LlamaLayerWeights::wv,
+                        &LlamaLayerWeights::wo, &LlamaLayerWeights::w_gate,
+                        &LlamaLayerWeights::w_up, &LlamaLayerWeights::w_down}) {
+      const Tensor& t = qw.layers[l].*member;
+      ASSERT_EQ(t.type, GgmlType::kQ4_1);
+      kept += static_cast<int64_t>(t.blocks.size());
+      std::vector<float> values(t.numel());
+      ASSERT_OK(Dequantize(t.type, absl::MakeConstSpan(t.blocks), absl::MakeSpan(values)));
+      ASSERT_EQ(values, (f->weights.layers[l].*member).data) << "layer " << l;
+    }
+  }
+  EXPECT_EQ(kept, 30 * (576 * 576 * 2 + 192 * 576 * 2 + 1536 * 576 * 3) / 32 * 20);
 }
 
 }  // namespace
