@@ -8,6 +8,7 @@
 // Every wait is bounded; the Prometheus process and the cluster are stopped and their files
 // removed at the end (and the children die with the test through PR_SET_PDEATHSIG).
 #include <curl/curl.h>
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -35,6 +36,8 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tandem/v1/decode.grpc.pb.h"
+#include "tandem/v1/prefill.grpc.pb.h"
 #include "tests/e2e/local_cluster.h"
 #include "tests/e2e/reference.h"
 
@@ -401,7 +404,47 @@ TEST_F(PrometheusE2eTest, PrometheusScrapesEveryProcessAndTheCountersMove) {
   EXPECT_EQ(WaitForSum(*prometheus_, "tandem_kv_blocks_used", 0, &error), 0) << error;
   EXPECT_EQ(WaitForSum(*prometheus_, "count(tandem_kv_blocks_free > 0)", 2, &error), 2) << error;
 
-  // One log line per request on every process, keyed by the router's request id.
+  // A lease nobody releases expires on the prefill node; a decode node then handed the stale
+  // handle fails its transfer (the lease did not hold) and counts it against that peer.
+  auto prefill =
+      v1::PrefillService::NewStub(grpc::CreateChannel(peer, grpc::InsecureChannelCredentials()));
+  v1::PrefillRequest preq;
+  preq.set_request_id("stale-lease");
+  for (int t = 0; t < 20; ++t) preq.add_prompt_ids(3 + t);
+  preq.set_max_new_tokens(4);
+  preq.set_lease_ms(300);
+  v1::PrefillResponse presp;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    const grpc::Status s = prefill->Prefill(&ctx, preq, &presp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_EQ(WaitForSum(*prometheus_, "tandem_kv_leases_expired_total", 1, &error), 1) << error;
+  auto decode = v1::DecodeService::NewStub(
+      grpc::CreateChannel(cluster_->decode_addresses()[0], grpc::InsecureChannelCredentials()));
+  v1::DecodeRequest dreq;
+  dreq.set_request_id("stale-lease");
+  dreq.set_first_token(presp.first_token());
+  *dreq.mutable_kv() = presp.kv();
+  dreq.set_max_new_tokens(4);
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    auto reader = decode->Decode(&ctx, dreq);
+    v1::DecodeEvent ev;
+    while (reader->Read(&ev)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::ABORTED);
+  }
+  EXPECT_EQ(
+      WaitForSum(*prometheus_,
+                 absl::StrCat("tandem_kv_transfer_failures_total{peer=\"", peer, "\"}"), 1, &error),
+      1)
+      << error;
+
+  // One log line per request on every process, keyed by the router's request id (a direct call
+  // without x-request-id metadata is logged under its own id).
   const std::string logs = cluster_->LogTails(40);
   for (int i = 0; i < kRequests; ++i) {
     const std::string id = absl::StrCat("request_id=prom-", i, " ");
@@ -409,6 +452,8 @@ TEST_F(PrometheusE2eTest, PrometheusScrapesEveryProcessAndTheCountersMove) {
     EXPECT_THAT(logs, HasSubstr(absl::StrCat("tandem-prefill: request ", id, "outcome=OK")));
     EXPECT_THAT(logs, HasSubstr(absl::StrCat("tandem-decode: request ", id)));
   }
+  EXPECT_THAT(logs, HasSubstr("tandem-decode: request request_id=stale-lease peer=" + peer +
+                              " outcome=ABORTED"));
 }
 
 }  // namespace
