@@ -33,7 +33,7 @@ constexpr char kFast[] = "prefill-fast:1";  // engine "p-fast"
 constexpr char kSlow[] = "prefill-slow:1";  // engine "p-slow"
 constexpr int32_t kBlocks = 16;             // per decode rank
 constexpr int32_t kBlockSize = 16;
-constexpr absl::Duration kLease = absl::Milliseconds(400);
+constexpr absl::Duration kLease = absl::Seconds(1);
 constexpr absl::Duration kBound = absl::Seconds(20);  // every wait in these tests
 
 bool WaitFor(const std::function<bool()>& condition, absl::Duration limit = kBound) {
@@ -198,7 +198,7 @@ TEST_F(DecodeNodeTest, RanksPullConcurrently) {
 TEST_F(DecodeNodeTest, PullLongerThanTheLeaseSucceedsBecauseOfRenewal) {
   std::unique_ptr<DecodeNode> node = NewNode();
   ASSERT_NE(node, nullptr);
-  net_.SetFaults("p-fast", FakeFaults{.copy_delay = absl::Milliseconds(350)});
+  net_.SetFaults("p-fast", FakeFaults{.copy_delay = absl::Milliseconds(800)});
   const absl::Time t0 = absl::Now();
   Outcome out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2);
   ASSERT_OK(out.started);
@@ -213,7 +213,7 @@ TEST_F(DecodeNodeTest, PullLongerThanTheLeaseFailsWithoutRenewal) {
   std::unique_ptr<DecodeNode> node = NewNode();
   ASSERT_NE(node, nullptr);
   prefill_->set_renew_fails(true);
-  net_.SetFaults("p-fast", FakeFaults{.copy_delay = absl::Milliseconds(350)});
+  net_.SetFaults("p-fast", FakeFaults{.copy_delay = absl::Milliseconds(800)});
   Outcome out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2);
   EXPECT_THAT(out.started, StatusIs(absl::StatusCode::kAborted,
                                     HasSubstr("expired before the transfer finished")));
