@@ -73,7 +73,9 @@ void UcxKvPuller::Drop(const TransferMetadata& source, int32_t rank) {
   connections_.erase(Key(source.engine_id, source.epoch, rank));
 }
 
-absl::StatusOr<RemoteRank*> UcxKvPuller::Connection(const TransferMetadata& source, int32_t rank) {
+absl::StatusOr<RemoteRank*> UcxKvPuller::Connection(const TransferMetadata& source, int32_t rank,
+                                                    bool* reused) {
+  *reused = false;
   // A newer epoch of an engine means the old process is gone: its connections are stale.
   absl::erase_if(connections_, [&](const auto& entry) {
     return std::get<0>(entry.first) == source.engine_id && std::get<1>(entry.first) != source.epoch;
@@ -82,6 +84,7 @@ absl::StatusOr<RemoteRank*> UcxKvPuller::Connection(const TransferMetadata& sour
   const RankTransferInfo& info = source.ranks[rank];
   auto it = connections_.find(key);
   if (it != connections_.end() && it->second->error().ok() && it->second->ConnectedTo(info)) {
+    *reused = true;
     return it->second.get();
   }
   if (it != connections_.end()) connections_.erase(it);
@@ -97,6 +100,27 @@ absl::StatusOr<RemoteRank*> UcxKvPuller::Connection(const TransferMetadata& sour
 absl::Status UcxKvPuller::Execute(const TransferMetadata& source,
                                   absl::Span<const TransferCopy> copies,
                                   absl::Span<std::byte> local_pool, const PullOptions& options) {
+  const size_t blamed_before =
+      options.failed_source_ranks != nullptr ? options.failed_source_ranks->size() : 0;
+  bool stale = false;
+  const absl::Status first = ExecuteOnce(source, copies, local_pool, options, &stale);
+  if (!stale) return first;
+  // A cached endpoint had failed before we used it: the others to this source likely did too
+  // (one outage). Reconnect to every rank and pull once more; only this attempt's blame counts.
+  Forget(source.engine_id, source.epoch);
+  if (options.failed_source_ranks != nullptr) options.failed_source_ranks->resize(blamed_before);
+  const absl::Status again = ExecuteOnce(source, copies, local_pool, options, &stale);
+  if (again.ok()) return again;
+  return absl::Status(
+      again.code(),
+      absl::StrCat(again.message(), " (retried on fresh endpoints after: ", first.message(), ")"));
+}
+
+absl::Status UcxKvPuller::ExecuteOnce(const TransferMetadata& source,
+                                      absl::Span<const TransferCopy> copies,
+                                      absl::Span<std::byte> local_pool, const PullOptions& options,
+                                      bool* stale) {
+  *stale = false;
   TANDEM_RETURN_IF_ERROR(ValidateTransferMetadata(source));
   if (options.max_in_flight < 1) {
     return absl::InvalidArgumentError(
@@ -107,11 +131,17 @@ absl::Status UcxKvPuller::Execute(const TransferMetadata& source,
   }
   TANDEM_RETURN_IF_ERROR(ValidateCopies(copies, source, static_cast<int64_t>(local_pool.size())));
 
+  // Let UCX deliver endpoint errors it noticed while we were idle, so the cache evicts those
+  // endpoints below instead of posting on them.
+  worker_->ProgressAll();
   // Connect to every source rank the copies read before posting anything.
   std::vector<RemoteRank*> remote(source.ranks.size(), nullptr);
+  std::vector<bool> reused(source.ranks.size(), false);
   for (const TransferCopy& c : copies) {
     if (remote[c.src_rank] == nullptr) {
-      absl::StatusOr<RemoteRank*> connected = Connection(source, c.src_rank);
+      bool cached = false;
+      absl::StatusOr<RemoteRank*> connected = Connection(source, c.src_rank, &cached);
+      reused[c.src_rank] = cached;
       if (!connected.ok()) {
         if (options.failed_source_ranks != nullptr) {
           options.failed_source_ranks->push_back(c.src_rank);
@@ -161,6 +191,8 @@ absl::Status UcxKvPuller::Execute(const TransferMetadata& source,
     }
     // Gets cancelled by our own force-close land here too; `failure` already says why.
     if (!cancelled && failure.ok()) blame(rank);
+    // Any other failed get means the endpoint is not to be trusted again.
+    if (remote[rank] != nullptr) remote[rank]->MarkFailed(status);
     fail(absl::UnavailableError(
         absl::StrCat("get from ", peer_name(rank), ": ", ToStatus(status, "failed").message())));
   };
@@ -292,6 +324,9 @@ absl::Status UcxKvPuller::Execute(const TransferMetadata& source,
   // A failed endpoint is never reused: the next Execute reconnects.
   for (size_t rank = 0; rank < remote.size(); ++rank) {
     if (remote[rank] != nullptr && !remote[rank]->error().ok()) {
+      if (reused[rank] && failure.code() == absl::StatusCode::kUnavailable && !cancelled) {
+        *stale = true;
+      }
       Drop(source, static_cast<int32_t>(rank));
     }
   }

@@ -12,8 +12,11 @@
 //   * `cancel` set → CANCELLED: posting stops; endpoints with gets still in flight are closed
 //     (their gets complete as cancelled) and dropped, so nothing is left referencing the local
 //     pool when Execute returns;
-//   * UCX reporting a source endpoint failed (peer error handling) → UNAVAILABLE naming the
-//     source rank; that connection is dropped and the next Execute reconnects.
+//   * UCX reporting a source endpoint failed (peer error handling), or a get failing on it →
+//     UNAVAILABLE naming the source rank; that connection is dropped (never reused) and the next
+//     Execute reconnects. When the failed endpoint came from the cache (UCX lost it while
+//     idle, e.g. across a network outage), every cached connection to that source is dropped
+//     and the pull is retried once on fresh endpoints before the error is returned.
 //   * the ranks blamed for a stall or failure go to options.failed_source_ranks.
 // After a non-OK return the local pool may hold part of the data; the caller discards it.
 //
@@ -75,7 +78,13 @@ class UcxKvPuller final : public KvPuller {
   using Key = std::tuple<std::string, uint64_t, int32_t>;  // engine id, epoch, source rank
 
   explicit UcxKvPuller(std::unique_ptr<UcxWorker> worker) : worker_(std::move(worker)) {}
-  absl::StatusOr<RemoteRank*> Connection(const TransferMetadata& source, int32_t rank);
+  // One pull. *stale: it failed UNAVAILABLE on an endpoint that came from the cache.
+  absl::Status ExecuteOnce(const TransferMetadata& source, absl::Span<const TransferCopy> copies,
+                           absl::Span<std::byte> local_pool, const PullOptions& options,
+                           bool* stale);
+  // *reused: the connection came from the cache.
+  absl::StatusOr<RemoteRank*> Connection(const TransferMetadata& source, int32_t rank,
+                                         bool* reused);
   void Drop(const TransferMetadata& source, int32_t rank);
 
   std::unique_ptr<UcxWorker> worker_;

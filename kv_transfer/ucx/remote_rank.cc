@@ -102,6 +102,14 @@ void RemoteRank::OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status
   self->error_ = absl::UnavailableError(absl::StrCat(self->label_, ": ", cause.message()));
 }
 
+// Any get failure but our own cancellation: bounds are checked before posting, so a get on a
+// healthy endpoint has no other way to fail, and the connection is not to be trusted again.
+void RemoteRank::MarkFailed(ucs_status_t status) {
+  if (status == UCS_OK || status == UCS_ERR_CANCELED || !error_.ok()) return;
+  const absl::Status cause = ToStatus(status, "an operation on the endpoint failed");
+  error_ = absl::UnavailableError(absl::StrCat(label_, ": ", cause.message()));
+}
+
 bool RemoteRank::ConnectedTo(const RankTransferInfo& info) const {
   return info.worker_address == worker_address_ && info.rkey == packed_rkey_ &&
          info.pool_base == pool_base_;

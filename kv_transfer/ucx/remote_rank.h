@@ -50,8 +50,16 @@ class RemoteRank {
   uint64_t pool_base() const { return pool_base_; }
   const std::string& label() const { return label_; }
 
-  // OK while healthy; UNAVAILABLE naming the peer after UCX reported the endpoint failed.
+  // OK while healthy; UNAVAILABLE naming the peer after UCX reported the endpoint failed (its
+  // error callback) or an operation on it failed with an endpoint error (MarkFailed). An owner
+  // that caches connections must evict a RemoteRank whose error() is not OK and connect afresh:
+  // UCX never recovers a failed endpoint (after a network outage every later get on it fails,
+  // e.g. "Endpoint timeout").
   const absl::Status& error() const { return error_; }
+
+  // Records that an operation on this endpoint failed with `status` (no-op for UCS_OK and for
+  // UCS_ERR_CANCELED, which our own close causes). The first failure is kept.
+  void MarkFailed(ucs_status_t status);
 
   // Whether UCX reports this peer's failure (PEER mode) or cannot (NONE mode, shared memory).
   bool detects_peer_failure() const { return peer_mode_; }
