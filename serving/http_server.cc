@@ -1,6 +1,10 @@
 #include "serving/http_server.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <csignal>
@@ -30,9 +34,23 @@ struct HttpExchange::State {
   std::string whole_body ABSL_GUARDED_BY(mu);
   std::deque<std::string> chunks ABSL_GUARDED_BY(mu);
   bool ended ABSL_GUARDED_BY(mu) = false;         // EndStream called
-  bool gone ABSL_GUARDED_BY(mu) = false;          // a write to the client failed
+  bool gone ABSL_GUARDED_BY(mu) = false;          // the client is gone
   bool handler_done ABSL_GUARDED_BY(mu) = false;  // the handler returned
+  std::function<void()> on_gone ABSL_GUARDED_BY(mu);
+
+  void MarkGone() {
+    absl::MutexLock lock(&mu);
+    if (gone) return;
+    gone = true;
+    if (on_gone) on_gone();
+  }
 };
+
+void HttpExchange::OnClientGone(std::function<void()> fn) {
+  absl::MutexLock lock(&state_->mu);
+  state_->on_gone = std::move(fn);
+  if (state_->gone && state_->on_gone) state_->on_gone();
+}
 
 std::string HttpExchange::method() const { return state_->method; }
 std::string HttpExchange::path() const { return state_->path; }
@@ -97,6 +115,72 @@ namespace {
 
 using State = HttpExchange::State;
 
+constexpr absl::Duration kWatchInterval = absl::Milliseconds(100);
+
+// Watches one request's connection for the client closing it. cpp-httplib does not hand out the
+// socket, so it is found by its addresses (once, only for a request that takes a while).
+class ConnectionWatch {
+ public:
+  explicit ConnectionWatch(const httplib::Request& req)
+      : remote_addr_(req.remote_addr), remote_port_(req.remote_port), local_port_(req.local_port) {}
+
+  // True when the peer closed (or reset) the connection.
+  bool Closed() {
+    if (!looked_) {
+      looked_ = true;
+      fd_ = FindSocket();
+    }
+    if (fd_ < 0) return false;
+    pollfd p{fd_, POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  }
+
+ private:
+  static std::string Address(const sockaddr_storage& a) {
+    char text[INET6_ADDRSTRLEN] = "";
+    if (a.ss_family == AF_INET) {
+      ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, text, sizeof(text));
+    } else if (a.ss_family == AF_INET6) {
+      ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, text,
+                  sizeof(text));
+    }
+    return text;
+  }
+
+  static int Port(const sockaddr_storage& a) {
+    if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
+    if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
+    return -1;
+  }
+
+  int FindSocket() const {
+    DIR* dir = ::opendir("/proc/self/fd");
+    if (dir == nullptr) return -1;
+    int found = -1;
+    while (const dirent* entry = ::readdir(dir)) {
+      int fd = -1;
+      if (!absl::SimpleAtoi(entry->d_name, &fd)) continue;
+      sockaddr_storage peer{}, local{};
+      socklen_t peer_len = sizeof(peer), local_len = sizeof(local);
+      if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;
+      if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
+      if (Port(peer) == remote_port_ && Port(local) == local_port_ &&
+          Address(peer) == remote_addr_) {
+        found = fd;
+        break;
+      }
+    }
+    ::closedir(dir);
+    return found;
+  }
+
+  const std::string remote_addr_;
+  const int remote_port_;
+  const int local_port_;
+  bool looked_ = false;
+  int fd_ = -1;
+};
+
 // Runs `handler` on its own thread; returns once it responded (or returned without responding)
 // and fills `res`. A stream's chunks are then sent by `res`'s content provider, on this
 // connection's thread; the handler's thread is joined when the response is released.
@@ -117,14 +201,22 @@ void Serve(const HttpHandler& handler, const httplib::Request& req, httplib::Res
   auto join = [thread] {
     if (thread->joinable()) thread->join();
   };
+  auto watch = std::make_shared<ConnectionWatch>(req);
   State::Phase phase;
   {
     absl::MutexLock lock(&state->mu);
-    state->mu.Await(absl::Condition(
-        +[](State* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return s->phase != State::Phase::kPending || s->handler_done;
-        },
-        state.get()));
+    while (!state->mu.AwaitWithTimeout(absl::Condition(
+                                           +[](State* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                             return s->phase != State::Phase::kPending ||
+                                                    s->handler_done;
+                                           },
+                                           state.get()),
+                                       kWatchInterval)) {
+      if (!state->gone && watch->Closed()) {
+        state->gone = true;
+        if (state->on_gone) state->on_gone();
+      }
+    }
     phase = state->phase;
     if (phase == State::Phase::kPending) {
       res.status = 500;
@@ -146,23 +238,29 @@ void Serve(const HttpHandler& handler, const httplib::Request& req, httplib::Res
   }
   res.set_chunked_content_provider(
       content_type,
-      [state](size_t, httplib::DataSink& sink) {
+      [state, watch](size_t, httplib::DataSink& sink) {
         while (true) {
           std::string chunk;
           {
             absl::MutexLock lock(&state->mu);
-            state->mu.Await(absl::Condition(
-                +[](State* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                  return !s->chunks.empty() || s->ended || s->handler_done;
-                },
-                state.get()));
+            while (!state->mu.AwaitWithTimeout(absl::Condition(
+                                                   +[](State* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                                     return !s->chunks.empty() || s->ended ||
+                                                            s->handler_done;
+                                                   },
+                                                   state.get()),
+                                               kWatchInterval)) {
+              if (!state->gone && watch->Closed()) {
+                state->gone = true;
+                if (state->on_gone) state->on_gone();
+              }
+            }
             if (state->chunks.empty()) break;  // ended, or the handler returned
             chunk = std::move(state->chunks.front());
             state->chunks.pop_front();
           }
           if (!sink.write(chunk.data(), chunk.size())) {
-            absl::MutexLock lock(&state->mu);
-            state->gone = true;
+            state->MarkGone();
             return false;
           }
         }
@@ -170,10 +268,7 @@ void Serve(const HttpHandler& handler, const httplib::Request& req, httplib::Res
         return true;
       },
       [state, join](bool success) {
-        if (!success) {
-          absl::MutexLock lock(&state->mu);
-          state->gone = true;
-        }
+        if (!success) state->MarkGone();
         join();
       });
 }

@@ -7,7 +7,8 @@
 // streaming response holds its thread until it ends), so `threads` bounds the concurrent
 // connections; more wait in the accept queue. A handler runs on its own thread (a normal 8 MiB
 // stack) and may block: until it responds, the connection's thread waits; once it starts a
-// stream, the connection's thread writes the chunks it queues.
+// stream, the connection's thread writes the chunks it queues. Meanwhile the connection's thread
+// watches for the client closing the connection (HttpExchange::OnClientGone).
 //
 // Thread-safety: handlers run concurrently; Stop from one thread. An HttpExchange belongs to the
 // handler call it is given to.
@@ -55,6 +56,12 @@ class HttpExchange {
   bool WriteChunk(absl::string_view data);
   bool EndStream();
   bool responded() const;
+
+  // `fn` runs (once, on another thread, while the exchange's lock is held: keep it short and
+  // non-blocking) when the client is found gone: a failed write, or the connection closed by the
+  // peer while the handler works (checked every ~100 ms). Runs at once if the client is already
+  // gone. OnClientGone(nullptr) unregisters; do so before what `fn` uses is destroyed.
+  void OnClientGone(std::function<void()> fn);
 
  private:
   std::shared_ptr<State> state_;

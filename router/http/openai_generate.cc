@@ -232,10 +232,13 @@ void ServeCompletion(const RouterDeps& deps, OpenAiEndpoint endpoint, ActiveRequ
                       absl::ToUnixSeconds(absl::Now()), limits.name};
   CallCanceller canceller;
   active.Add(&canceller);
+  // A client that closes the connection cancels the request, even before its first token.
+  exchange.OnClientGone([&canceller] { canceller.Cancel(); });
   OpenAiSink sink(exchange, *request, std::move(meta), headers, canceller);
   const grpc::Status status =
       RunGenerate(deps, ToGenerateRequest(*request, ids, max_tokens, request_id),
                   absl::InfiniteFuture(), &canceller, &sink);
+  exchange.OnClientGone(nullptr);
   active.Remove(&canceller);
   sink.Finish(FromGrpcStatus(status), prompt_tokens);
 }

@@ -2,11 +2,12 @@
 // (for the default max_tokens and the usage), runs the request through RunGenerate and writes
 // the OpenAI response — one JSON body, or server-sent events as tokens arrive.
 //
-// A client that disconnects mid-stream cancels the request through its CallCanceller (the
-// router then stops the node calls and releases the KV lease). Stop strings are matched on the
-// text stream (StopMatcher); a match cancels the request the same way and ends the response
-// with finish_reason "stop". Errors before the first token get the OpenAI error object with
-// HttpStatusFor's status; after it, an error event and [DONE] end the stream.
+// A client that disconnects cancels the request through its CallCanceller (the router then stops
+// the node calls and releases the KV lease): noticed at the next write, or by HttpServer's
+// connection watch within ~100 ms while no token comes (e.g. during a long prefill). Stop strings
+// are matched on the text stream (StopMatcher); a match cancels the request the same way and ends
+// the response with finish_reason "stop". Errors before the first token get the OpenAI error object
+// with HttpStatusFor's status; after it, an error event and [DONE] end the stream.
 //
 // Thread-safety: ServeCompletion runs on many HTTP worker threads at once.
 #pragma once

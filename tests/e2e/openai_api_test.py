@@ -31,9 +31,10 @@ PROMPT = "The quick brown fox"
 MESSAGES = [{"role": "user", "content": "Tell me a story."}]
 
 
-def client():
+def client(timeout=60):
     # No retries: a test must see the first answer, 429/503 included.
-    return openai.OpenAI(base_url=ARGS.base_url, api_key="unused", max_retries=0, timeout=60)
+    return openai.OpenAI(base_url=ARGS.base_url, api_key="unused", max_retries=0,
+                         timeout=timeout)
 
 
 def http_get(path):
@@ -299,8 +300,9 @@ class OpenAiApiTest(unittest.TestCase):
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: (http_get("/health")[0] == 503, http_get("/health")),
                  20, "/health answering 503 without a decode node")
-        self.assert_error(openai.InternalServerError, 503, lambda: client().completions.create(
-            model=MODEL, prompt="x", max_tokens=2))
+        # The router first waits for a healthy decode node (its retry wait budget, 60 s).
+        self.assert_error(openai.InternalServerError, 503, lambda: client(
+            timeout=180).completions.create(model=MODEL, prompt="x", max_tokens=2))
 
 
 def main():
