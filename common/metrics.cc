@@ -26,8 +26,7 @@ bool ValidName(const std::string& name, bool colon_ok) {
 // A gauge or counter whose value is read at scrape time.
 class CallbackMetric final : public FamilyBase {
  public:
-  CallbackMetric(std::string name, std::string help, MetricType type,
-                 std::function<double()> read)
+  CallbackMetric(std::string name, std::string help, MetricType type, std::function<double()> read)
       : name_(std::move(name)), help_(std::move(help)), type_(type), read_(std::move(read)) {}
 
   FamilySnapshot Collect() const override {
@@ -178,8 +177,8 @@ absl::Status MetricsRegistry::AddCallbackGauge(const std::string& name, const st
 absl::Status MetricsRegistry::AddCallbackCounter(const std::string& name, const std::string& help,
                                                  std::function<double()> read) {
   if (absl::Status s = Validate(name, {}, MetricType::kCounter, {}); !s.ok()) return s;
-  return Insert(name,
-                std::make_unique<CallbackMetric>(name, help, MetricType::kCounter, std::move(read)));
+  return Insert(
+      name, std::make_unique<CallbackMetric>(name, help, MetricType::kCounter, std::move(read)));
 }
 
 absl::StatusOr<Histogram*> MetricsRegistry::AddHistogram(const std::string& name,
