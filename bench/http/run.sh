@@ -5,7 +5,8 @@
 # for N in CONNECTIONS. Prints per library and N: streams completed / failed, wall time, the
 # largest gap between two events of one stream, the server's peak RSS, CPU seconds and threads.
 #
-#   bench/http/run.sh [BUILD_DIR]   (env: CONNECTIONS="512 1024" TOKENS=64 INTERVAL_MS=20)
+#   bench/http/run.sh [BUILD_DIR]   (env: CONNECTIONS="512 1024" TOKENS=64 INTERVAL_MS=20,
+#                                    TIMEOUT_S=60 per run, ONLY=<label> for one candidate)
 set -euo pipefail
 build=${1:-build}
 connections=${CONNECTIONS:-512 1024}
@@ -30,6 +31,7 @@ candidates=(
 )
 for candidate in "${candidates[@]}"; do
   read -r lib server extra <<<"$candidate"
+  [[ -z ${ONLY:-} || $lib == "$ONLY" ]] || continue
   bin=$build/bench/http/sse_server_$server
   if [[ ! -x $bin ]]; then echo "skip $lib: $bin not built"; continue; fi
   for n in $connections; do
