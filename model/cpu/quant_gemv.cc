@@ -1,12 +1,91 @@
 #include "model/cpu/quant_gemv.h"
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "absl/types/span.h"
 #include "model/format/dequant.h"
+#include "model/format/half.h"
 
 namespace tandem::quant {
+namespace {
+
+int64_t QuantBytes(GgmlType type) { return type == GgmlType::kQ8_0 ? 32 : 16; }
+int64_t ScaleCount(GgmlType type) { return type == GgmlType::kQ4_1 ? 2 : 1; }
+
+// Row `row` of a packed matrix as f32, with dequant.cc's arithmetic.
+void UnpackRow(GgmlType type, const uint8_t* row, int64_t k, float* out) {
+  const int64_t blocks = k / 32;
+  const uint8_t* qs = row;
+  const float* sc = reinterpret_cast<const float*>(row + blocks * QuantBytes(type));
+  for (int64_t b = 0; b < blocks; ++b) {
+    float* dst = out + 32 * b;
+    if (type == GgmlType::kQ8_0) {
+      const int8_t* q = reinterpret_cast<const int8_t*>(qs + 32 * b);
+      for (int j = 0; j < 32; ++j) dst[j] = sc[b] * static_cast<float>(q[j]);
+    } else if (type == GgmlType::kQ4_0) {
+      const uint8_t* q = qs + 16 * b;
+      for (int j = 0; j < 16; ++j) {
+        dst[j] = sc[b] * static_cast<float>((q[j] & 0x0f) - 8);
+        dst[j + 16] = sc[b] * static_cast<float>((q[j] >> 4) - 8);
+      }
+    } else {
+      const uint8_t* q = qs + 16 * b;
+      const float d = sc[2 * b], m = sc[2 * b + 1];
+      for (int j = 0; j < 16; ++j) {
+        dst[j] = d * static_cast<float>(q[j] & 0x0f) + m;
+        dst[j + 16] = d * static_cast<float>(q[j] >> 4) + m;
+      }
+    }
+  }
+}
+
+// Row n of w as f32 into out (k floats), from either layout.
+void RowToF32(const QuantMatrix& w, int64_t n, float* out) {
+  const uint8_t* row = w.data + n * w.row_bytes;
+  if (w.packed) {
+    UnpackRow(w.type, row, w.k, out);
+    return;
+  }
+  const absl::Status s =
+      Dequantize(w.type, absl::MakeConstSpan(row, w.row_bytes), absl::MakeSpan(out, w.k));
+  (void)s;  // QuantLinear validated the type and row size when it was created.
+}
+
+}  // namespace
+
+bool PackSupports(GgmlType type) {
+  return type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ8_0;
+}
+
+int64_t PackedRowBytes(GgmlType type, int64_t k) {
+  return k / 32 * (QuantBytes(type) + 4 * ScaleCount(type));
+}
+
+std::vector<uint8_t> PackRows(GgmlType type, const uint8_t* rows, int64_t n, int64_t k) {
+  const int64_t blocks = k / 32;
+  const int64_t file_block = GgmlTypeTraits(type).block_bytes;
+  const int64_t qbytes = QuantBytes(type), scales = ScaleCount(type);
+  const int64_t row_bytes = PackedRowBytes(type, k);
+  std::vector<uint8_t> out(n * row_bytes);
+  for (int64_t r = 0; r < n; ++r) {
+    const uint8_t* src = rows + r * blocks * file_block;
+    uint8_t* dst = out.data() + r * row_bytes;
+    float* sc = reinterpret_cast<float*>(dst + blocks * qbytes);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* blk = src + b * file_block;
+      std::memcpy(dst + b * qbytes, blk + 2 * scales, qbytes);
+      for (int64_t s = 0; s < scales; ++s) {
+        uint16_t h;
+        std::memcpy(&h, blk + 2 * s, 2);
+        sc[b * scales + s] = F16ToF32(h);
+      }
+    }
+  }
+  return out;
+}
+
 namespace internal {
 
 float ApplyEpilogue(Epilogue e, float v, float old_y, float aux) {
@@ -26,10 +105,7 @@ void PortableGemv(const GemvArgs& a, int64_t n_begin, int64_t n_end) {
   thread_local std::vector<float> row;
   row.resize(static_cast<size_t>(a.w.k));
   for (int64_t n = n_begin; n < n_end; ++n) {
-    const absl::Status s =
-        Dequantize(a.w.type, absl::MakeConstSpan(a.w.data + n * a.w.row_bytes, a.w.row_bytes),
-                   absl::MakeSpan(row));
-    (void)s;  // QuantLinear validated the type and row size when it was created.
+    RowToF32(a.w, n, row.data());
     for (int64_t i = 0; i < a.m; ++i) {
       const float* x = a.x + i * a.w.k;
       float v = 0.f;
@@ -42,10 +118,7 @@ void PortableGemv(const GemvArgs& a, int64_t n_begin, int64_t n_end) {
 }
 
 void PortableDequant(const QuantMatrix& w, int64_t n_begin, int64_t n_end, float* out) {
-  const absl::Status s = Dequantize(
-      w.type, absl::MakeConstSpan(w.data + n_begin * w.row_bytes, (n_end - n_begin) * w.row_bytes),
-      absl::MakeSpan(out, (n_end - n_begin) * w.k));
-  (void)s;  // QuantLinear validated the type and row size when it was created.
+  for (int64_t n = n_begin; n < n_end; ++n) RowToF32(w, n, out + (n - n_begin) * w.k);
 }
 
 }  // namespace internal
@@ -67,8 +140,8 @@ bool GemvSupports(GgmlType type) {
 
 void GemvOnPath(CpuIsa isa, const GemvArgs& a, int64_t n_begin, int64_t n_end) {
   internal::GemvFn fn = nullptr;
-  if (isa == CpuIsa::kAvx512) fn = internal::Avx512Gemv(a.w.type);
-  if (isa == CpuIsa::kAvx2) fn = internal::Avx2Gemv(a.w.type);
+  if (isa == CpuIsa::kAvx512) fn = internal::Avx512Gemv(a.w.type, a.w.packed);
+  if (isa == CpuIsa::kAvx2) fn = internal::Avx2Gemv(a.w.type, a.w.packed);
   if (fn == nullptr) fn = &internal::PortableGemv;
   fn(a, n_begin, n_end);
 }
@@ -76,8 +149,8 @@ void GemvOnPath(CpuIsa isa, const GemvArgs& a, int64_t n_begin, int64_t n_end) {
 void DequantRowsOnPath(CpuIsa isa, const QuantMatrix& w, int64_t n_begin, int64_t n_end,
                        float* out) {
   internal::DequantFn fn = nullptr;
-  if (isa == CpuIsa::kAvx512) fn = internal::Avx512Dequant(w.type);
-  if (isa == CpuIsa::kAvx2) fn = internal::Avx2Dequant(w.type);
+  if (isa == CpuIsa::kAvx512) fn = internal::Avx512Dequant(w.type, w.packed);
+  if (isa == CpuIsa::kAvx2) fn = internal::Avx2Dequant(w.type, w.packed);
   if (fn == nullptr) fn = &internal::PortableDequant;
   fn(w, n_begin, n_end, out);
 }

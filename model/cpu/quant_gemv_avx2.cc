@@ -53,7 +53,9 @@ struct Avx2 {
 
 }  // namespace
 
-GemvFn Avx2Gemv(GgmlType type) { return impl::Select<Avx2>(type); }
-DequantFn Avx2Dequant(GgmlType type) { return impl::SelectDequant<Avx2>(type); }
+GemvFn Avx2Gemv(GgmlType type, bool packed) { return impl::Select<Avx2>(type, packed); }
+DequantFn Avx2Dequant(GgmlType type, bool packed) {
+  return impl::SelectDequant<Avx2>(type, packed);
+}
 
 }  // namespace tandem::quant::internal

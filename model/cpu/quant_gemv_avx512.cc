@@ -45,7 +45,9 @@ struct Avx512 {
 
 }  // namespace
 
-GemvFn Avx512Gemv(GgmlType type) { return impl::Select<Avx512>(type); }
-DequantFn Avx512Dequant(GgmlType type) { return impl::SelectDequant<Avx512>(type); }
+GemvFn Avx512Gemv(GgmlType type, bool packed) { return impl::Select<Avx512>(type, packed); }
+DequantFn Avx512Dequant(GgmlType type, bool packed) {
+  return impl::SelectDequant<Avx512>(type, packed);
+}
 
 }  // namespace tandem::quant::internal

@@ -201,6 +201,71 @@ struct Bf16 {
   }
 };
 
+// Packed rows (quant_gemv.h PackRows): quants back to back, then f32 scales. Same arithmetic as
+// the file-layout decoders, scales broadcast straight from memory.
+template <class I>
+struct PackedQ8_0 {
+  static void Decode(const uint8_t* row, int64_t c, int64_t k, typename I::V* w) {
+    const float* sc = reinterpret_cast<const float*>(row + k);  // k/32 blocks x 32 bytes
+    const typename I::V d = I::Set1(sc[c]);
+    I::I8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 32 * c)), w);
+    I::I8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 32 * c + 16)),
+             w + 16 / I::kLanes);
+#pragma GCC unroll 16
+    for (int p = 0; p < Chunk<I>::kVecs; ++p) w[p] = I::Mul(d, w[p]);
+  }
+};
+
+template <class I>
+struct PackedQ4_0 {
+  static void Decode(const uint8_t* row, int64_t c, int64_t k, typename I::V* w) {
+    const float* sc = reinterpret_cast<const float*>(row + k / 2);
+    const typename I::V d = I::Set1(sc[c]);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * c));
+    if constexpr (I::kLut) {
+      const typename I::V table = I::Mul(d, I::Iota16Minus8());
+      I::Lut16(q, table, w);
+      I::Lut16(_mm_srli_epi16(q, 4), table, w + 1);
+      return;
+    }
+    const __m128i eight = _mm_set1_epi8(8);
+    I::I8x16(_mm_sub_epi8(LowNibbles(q), eight), w);
+    I::I8x16(_mm_sub_epi8(HighNibbles(q), eight), w + 16 / I::kLanes);
+#pragma GCC unroll 16
+    for (int p = 0; p < Chunk<I>::kVecs; ++p) w[p] = I::Mul(d, w[p]);
+  }
+};
+
+template <class I>
+struct PackedQ4_1 {
+  static void Decode(const uint8_t* row, int64_t c, int64_t k, typename I::V* w) {
+    const float* sc = reinterpret_cast<const float*>(row + k / 2);
+    const typename I::V d = I::Set1(sc[2 * c]);
+    const typename I::V m = I::Set1(sc[2 * c + 1]);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * c));
+    if constexpr (I::kLut) {
+      const typename I::V table = I::Add(I::Mul(d, I::Iota16()), m);
+      I::Lut16(q, table, w);
+      I::Lut16(_mm_srli_epi16(q, 4), table, w + 1);
+      return;
+    }
+    I::U8x16(LowNibbles(q), w);
+    I::U8x16(HighNibbles(q), w + 16 / I::kLanes);
+#pragma GCC unroll 16
+    for (int p = 0; p < Chunk<I>::kVecs; ++p) w[p] = I::Add(I::Mul(d, w[p]), m);
+  }
+};
+
+// File-layout decoders take (row, chunk); packed ones also need k to find the scales.
+template <class D, class V>
+inline void DecodeChunk(const uint8_t* row, int64_t c, int64_t k, V* w) {
+  if constexpr (requires { D::Decode(row, c, k, w); }) {
+    D::Decode(row, c, k, w);
+  } else {
+    D::Decode(row, c, w);
+  }
+}
+
 template <class D>
 concept HasScalarTail = requires(const uint8_t* r) {
   D::Scalar(r, int64_t{0});
@@ -233,7 +298,7 @@ void RowsBlock(const GemvArgs& a, int64_t n, int64_t m0) {
   for (int64_t c = 0; c < chunks; ++c) {
     V w[NB][kVecs];
 #pragma GCC unroll 16
-    for (int r = 0; r < NB; ++r) D::Decode(rows[r], c, w[r]);
+    for (int r = 0; r < NB; ++r) DecodeChunk<D>(rows[r], c, k, w[r]);
 #pragma GCC unroll 16
     for (int i = 0; i < MB; ++i) {
       const float* xi = x + i * k + 32 * c;
@@ -314,7 +379,7 @@ void DequantRows(const QuantMatrix& w, int64_t n0, int64_t n1, float* out) {
     float* dst = out + (n - n0) * w.k;
     for (int64_t c = 0; c < chunks; ++c) {
       V v[kVecs];
-      D::Decode(row, c, v);
+      DecodeChunk<D>(row, c, w.k, v);
 #pragma GCC unroll 16
       for (int p = 0; p < kVecs; ++p) I::Store(dst + 32 * c + p * I::kLanes, v[p]);
     }
@@ -325,7 +390,19 @@ void DequantRows(const QuantMatrix& w, int64_t n0, int64_t n1, float* out) {
 }
 
 template <class I>
-internal::DequantFn SelectDequant(GgmlType type) {
+internal::DequantFn SelectDequant(GgmlType type, bool packed) {
+  if (packed) {
+    switch (type) {
+      case GgmlType::kQ8_0:
+        return &DequantRows<I, PackedQ8_0<I>>;
+      case GgmlType::kQ4_0:
+        return &DequantRows<I, PackedQ4_0<I>>;
+      case GgmlType::kQ4_1:
+        return &DequantRows<I, PackedQ4_1<I>>;
+      default:
+        return nullptr;
+    }
+  }
   switch (type) {
     case GgmlType::kQ8_0:
       return &DequantRows<I, Q8_0<I>>;
@@ -347,7 +424,19 @@ internal::DequantFn SelectDequant(GgmlType type) {
 }
 
 template <class I>
-internal::GemvFn Select(GgmlType type) {
+internal::GemvFn Select(GgmlType type, bool packed) {
+  if (packed) {
+    switch (type) {
+      case GgmlType::kQ8_0:
+        return &Gemv<I, PackedQ8_0<I>>;
+      case GgmlType::kQ4_0:
+        return &Gemv<I, PackedQ4_0<I>>;
+      case GgmlType::kQ4_1:
+        return &Gemv<I, PackedQ4_1<I>>;
+      default:
+        return nullptr;
+    }
+  }
   switch (type) {
     case GgmlType::kQ8_0:
       return &Gemv<I, Q8_0<I>>;

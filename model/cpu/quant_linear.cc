@@ -11,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/parallel_for.h"
-#include "model/format/dequant.h"
 
 namespace tandem {
 namespace {
@@ -69,8 +68,14 @@ absl::StatusOr<std::unique_ptr<QuantLinear>> QuantLinear::Create(GgmlType type, 
   op->type_ = type;
   op->n_ = n;
   op->k_ = k;
-  op->row_bytes_ = *row_bytes;
-  const int64_t bytes = n * *row_bytes;
+  op->packed_ = quant::PackSupports(type);
+  std::vector<uint8_t> packed;
+  if (op->packed_) {
+    packed = quant::PackRows(type, rows, n, k);
+    rows = packed.data();
+  }
+  op->row_bytes_ = op->packed_ ? quant::PackedRowBytes(type, k) : *row_bytes;
+  const int64_t bytes = n * op->row_bytes_;
   // Large matrices on 2 MiB pages (see CpuBackend::Allocate): the GEMV streams them.
   constexpr int64_t kHuge = int64_t{2} << 20;
   const int64_t align = bytes >= kHuge ? kHuge : 64;
@@ -94,7 +99,7 @@ absl::Status QuantLinear::Forward(const float* x, int64_t m, float* y,
   }
   if (m > SmallBatchLimit()) return ForwardTiled(x, m, y, epilogue, aux);
   quant::GemvArgs a;
-  a.w = quant::QuantMatrix{type_, blocks_, n_, k_, row_bytes_};
+  a.w = quant::QuantMatrix{type_, blocks_, n_, k_, row_bytes_, packed_};
   a.x = x;
   a.m = m;
   a.bias = bias_.empty() ? nullptr : bias_.data();
@@ -117,7 +122,7 @@ absl::Status QuantLinear::ForwardTiled(const float* x, int64_t m, float* y,
   float* const tile = tile_buffer.data();
   for (int64_t t = 0; t < n_; t += rows_per_tile) {
     const int64_t rows = std::min(rows_per_tile, n_ - t);
-    const quant::QuantMatrix w{type_, blocks_, n_, k_, row_bytes_};
+    const quant::QuantMatrix w{type_, blocks_, n_, k_, row_bytes_, packed_};
     const auto start = std::chrono::steady_clock::now();
     ParallelFor(rows, 16,
                 [&](int64_t b, int64_t e) { quant::DequantRows(w, t + b, t + e, tile + b * k_); });
@@ -125,10 +130,36 @@ absl::Status QuantLinear::ForwardTiled(const float* x, int64_t m, float* y,
                                   std::chrono::steady_clock::now() - start)
                                   .count(),
                               std::memory_order_relaxed);
-    const absl::Status s =
-        DnnlLinear::PlainGemm(x, m, k_, tile, rows, bias_.empty() ? nullptr : bias_.data() + t,
-                              y + t, n_, epilogue, aux != nullptr ? aux + t : nullptr);
+    const float* bias = bias_.empty() ? nullptr : bias_.data() + t;
+    if (rows == n_) {  // one tile: the GEMM writes y itself, epilogue fused
+      const absl::Status s =
+          DnnlLinear::PlainGemm(x, m, k_, tile, rows, bias, y, n_, epilogue, aux);
+      if (!s.ok()) return s;
+      continue;
+    }
+    // Several tiles: oneDNN's fast kernels want a dense output, so each tile's product goes to
+    // a dense buffer and is stored into its columns of y with the epilogue.
+    thread_local std::vector<float> out_buffer;
+    out_buffer.resize(static_cast<size_t>(m * rows));
+    float* const out = out_buffer.data();
+    const absl::Status s = DnnlLinear::PlainGemm(x, m, k_, tile, rows, bias, out, rows,
+                                                 DnnlLinear::Epilogue::kStore, nullptr);
     if (!s.ok()) return s;
+    const quant::Epilogue e = ToQuant(epilogue);
+    ParallelFor(m, 1, [&](int64_t b, int64_t end) {
+      for (int64_t i = b; i < end; ++i) {
+        float* yi = y + i * n_ + t;
+        const float* oi = out + i * rows;
+        if (e == quant::Epilogue::kStore) {
+          std::memcpy(yi, oi, rows * sizeof(float));
+          continue;
+        }
+        const float* ai = aux != nullptr ? aux + i * n_ + t : nullptr;
+        for (int64_t j = 0; j < rows; ++j) {
+          yi[j] = quant::internal::ApplyEpilogue(e, oi[j], yi[j], ai != nullptr ? ai[j] : 0.f);
+        }
+      }
+    });
   }
   return absl::OkStatus();
 }
@@ -139,10 +170,8 @@ absl::Status QuantLinear::DequantizeRows(const int32_t* ids, int64_t count, floa
       return absl::InvalidArgumentError(
           absl::StrCat("row id ", ids[i], " outside the table's ", n_, " rows"));
     }
-    const absl::Status s =
-        Dequantize(type_, absl::MakeConstSpan(blocks_ + ids[i] * row_bytes_, row_bytes_),
-                   absl::MakeSpan(out + i * k_, k_));
-    if (!s.ok()) return s;
+    quant::DequantRows(quant::QuantMatrix{type_, blocks_, n_, k_, row_bytes_, packed_}, ids[i],
+                       ids[i] + 1, out + i * k_);
   }
   return absl::OkStatus();
 }

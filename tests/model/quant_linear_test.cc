@@ -103,6 +103,20 @@ std::vector<CpuIsa> Paths() {
   return out;
 }
 
+// The matrix in the file's layout, and for Q4_0/Q4_1/Q8_0 also in the kernels' packed layout
+// (quant::PackRows; the packed copies live as long as the process: small test matrices).
+std::vector<quant::QuantMatrix> Layouts(const Case& c, const std::vector<uint8_t>& rows) {
+  std::vector<quant::QuantMatrix> out = {
+      {c.type, rows.data(), c.n, c.k, *GgmlByteSize(c.type, c.k), false}};
+  if (quant::PackSupports(c.type)) {
+    static auto* keep = new std::vector<std::vector<uint8_t>>();
+    keep->push_back(quant::PackRows(c.type, rows.data(), c.n, c.k));
+    out.push_back(
+        {c.type, keep->back().data(), c.n, c.k, quant::PackedRowBytes(c.type, c.k), true});
+  }
+  return out;
+}
+
 double Silu(double v) { return v / (1.0 + std::exp(-v)); }
 
 // Checks y against the double reference for every element; returns the number of mismatches.
@@ -147,31 +161,33 @@ TEST(QuantGemvTest, EveryPathTypeAndEpilogueMatchesTheDequantisedReference) {
     std::vector<float> w(c.n * c.k);
     ASSERT_TRUE(Dequantize(c.type, absl::MakeConstSpan(rows), absl::MakeSpan(w)).ok());
     const std::vector<float> bias = Random(c.n, 3);
-    const int64_t row_bytes = *GgmlByteSize(c.type, c.k);
-    for (CpuIsa isa : Paths()) {
-      for (int64_t m = 1; m <= 33; ++m) {
-        const std::vector<float> x = Random(m * c.k, m);
-        const std::vector<float> aux = Random(m * c.n, 7, 2.f);
-        const std::vector<float> y0 = Random(m * c.n, 5);
-        for (quant::Epilogue e :
-             {quant::Epilogue::kStore, quant::Epilogue::kAccumulate, quant::Epilogue::kSiluMul}) {
-          SCOPED_TRACE(std::string(GgmlTypeName(c.type)) + " n=" + std::to_string(c.n) +
-                       " k=" + std::to_string(c.k) + " m=" + std::to_string(m) + " path=" +
-                       CpuIsaName(isa) + " epilogue=" + std::to_string(static_cast<int>(e)));
-          std::vector<float> y = y0;
-          quant::GemvArgs a;
-          a.w = quant::QuantMatrix{c.type, rows.data(), c.n, c.k, row_bytes};
-          a.x = x.data();
-          a.m = m;
-          a.bias = m % 2 ? bias.data() : nullptr;
-          a.y = y.data();
-          a.epilogue = e;
-          a.aux = aux.data();
-          // Two pieces, split inside the kernel's 32-row tile, as two threads would.
-          const int64_t cut = c.n / 3;
-          quant::GemvOnPath(isa, a, 0, cut);
-          quant::GemvOnPath(isa, a, cut, c.n);
-          ASSERT_EQ(CheckAgainstReference(w, c, m, x, a.bias, e, y0, aux, y), 0);
+    for (const quant::QuantMatrix& wm : Layouts(c, rows)) {
+      for (CpuIsa isa : Paths()) {
+        for (int64_t m = 1; m <= 33; ++m) {
+          const std::vector<float> x = Random(m * c.k, m);
+          const std::vector<float> aux = Random(m * c.n, 7, 2.f);
+          const std::vector<float> y0 = Random(m * c.n, 5);
+          for (quant::Epilogue e :
+               {quant::Epilogue::kStore, quant::Epilogue::kAccumulate, quant::Epilogue::kSiluMul}) {
+            SCOPED_TRACE(std::string(GgmlTypeName(c.type)) + " n=" + std::to_string(c.n) +
+                         " k=" + std::to_string(c.k) + " m=" + std::to_string(m) +
+                         " path=" + CpuIsaName(isa) + (wm.packed ? " packed" : "") +
+                         " epilogue=" + std::to_string(static_cast<int>(e)));
+            std::vector<float> y = y0;
+            quant::GemvArgs a;
+            a.w = wm;
+            a.x = x.data();
+            a.m = m;
+            a.bias = m % 2 ? bias.data() : nullptr;
+            a.y = y.data();
+            a.epilogue = e;
+            a.aux = aux.data();
+            // Two pieces, split inside the kernel's 32-row tile, as two threads would.
+            const int64_t cut = c.n / 3;
+            quant::GemvOnPath(isa, a, 0, cut);
+            quant::GemvOnPath(isa, a, cut, c.n);
+            ASSERT_EQ(CheckAgainstReference(w, c, m, x, a.bias, e, y0, aux, y), 0);
+          }
         }
       }
     }
@@ -185,14 +201,16 @@ TEST(QuantGemvTest, DequantRowsOnEveryPathIsBitIdenticalToDequantize) {
     const std::vector<uint8_t> rows = RandomRows(c.type, c.n, c.k, c.n + 5);
     std::vector<float> want(c.n * c.k);
     ASSERT_TRUE(Dequantize(c.type, absl::MakeConstSpan(rows), absl::MakeSpan(want)).ok());
-    const quant::QuantMatrix w{c.type, rows.data(), c.n, c.k, *GgmlByteSize(c.type, c.k)};
-    for (CpuIsa isa : Paths()) {
-      SCOPED_TRACE(std::string(GgmlTypeName(c.type)) + " path=" + CpuIsaName(isa));
-      std::vector<float> got(c.n * c.k, -1.f);
-      const int64_t cut = c.n / 2;
-      quant::DequantRowsOnPath(isa, w, 0, cut, got.data());
-      quant::DequantRowsOnPath(isa, w, cut, c.n, got.data() + cut * c.k);
-      for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
+    for (const quant::QuantMatrix& w : Layouts(c, rows)) {
+      for (CpuIsa isa : Paths()) {
+        SCOPED_TRACE(std::string(GgmlTypeName(c.type)) + " path=" + CpuIsaName(isa) +
+                     (w.packed ? " packed" : ""));
+        std::vector<float> got(c.n * c.k, -1.f);
+        const int64_t cut = c.n / 2;
+        quant::DequantRowsOnPath(isa, w, 0, cut, got.data());
+        quant::DequantRowsOnPath(isa, w, cut, c.n, got.data() + cut * c.k);
+        for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
+      }
     }
   }
 }
@@ -237,8 +255,10 @@ TEST(QuantLinearTest, BothPathsMatchTheReferenceForEveryEpilogue) {
     absl::StatusOr<std::unique_ptr<QuantLinear>> op =
         QuantLinear::Create(c.type, rows.data(), c.n, c.k, bias.data());
     ASSERT_TRUE(op.ok()) << op.status();
+    const int64_t row_bytes = quant::PackSupports(c.type) ? quant::PackedRowBytes(c.type, c.k)
+                                                          : *GgmlByteSize(c.type, c.k);
     EXPECT_EQ((*op)->resident_bytes(),
-              static_cast<int64_t>(rows.size() + bias.size() * sizeof(float)));
+              c.n * row_bytes + static_cast<int64_t>(bias.size() * sizeof(float)));
     for (int64_t limit : {int64_t{64}, int64_t{0}}) {
       QuantLinear::SetSmallBatchLimit(limit);
       for (int64_t m : {1, 7, 40}) {
