@@ -59,6 +59,11 @@ std::string StatusCodeName(const grpc::Status& status) {
   return absl::StatusCodeToString(FromGrpcStatus(status).code());
 }
 
+grpc::Status Draining() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      "decode instance is draining (shutting down): no new Decode calls");
+}
+
 }  // namespace
 
 grpc::Status DecodeServiceImpl::Decode(grpc::ServerContext* ctx, const v1::DecodeRequest* req,
@@ -102,6 +107,8 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
                                           DecodeRecord* record) {
   DecodeNode* node = node_.load();
   if (node == nullptr) return Starting();
+  const std::optional<DrainGate::Pass> pass = drain_gate_.Enter();
+  if (!pass.has_value()) return Draining();
   DecodeCall call;
   call.request_id = req->request_id();
   call.first_token = req->first_token();
@@ -184,6 +191,7 @@ grpc::Status DecodeServiceImpl::Status(grpc::ServerContext*, const v1::StatusReq
   if (node == nullptr) return Starting();
   resp->set_engine_id(node->engine_id());
   resp->set_role(v1::INSTANCE_ROLE_DECODE);
+  resp->set_draining(drain_gate_.draining());
   resp->set_model(node->model_name());
   *resp->mutable_layout() = ToProto(node->layout());
   v1::InstanceLoad* load = resp->mutable_load();

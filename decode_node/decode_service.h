@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "decode_node/decode_node.h"
+#include "serving/drain_gate.h"
 #include "serving/node_metrics.h"
 #include "tandem/v1/decode.grpc.pb.h"
 
@@ -15,6 +16,9 @@ namespace tandem {
 class DecodeServiceImpl final : public v1::DecodeService::Service {
  public:
   void SetNode(DecodeNode* node) { node_.store(node); }
+  // Draining: new Decode calls get UNAVAILABLE, Status reports draining; WaitIdle tells when
+  // the Decode calls in flight have finished.
+  DrainGate& drain_gate() { return drain_gate_; }
   // REQUIRES: called before the server starts; `metrics` outlives the service.
   void SetMetrics(const DecodeMetrics* metrics) { metrics_ = metrics; }
 
@@ -38,6 +42,7 @@ class DecodeServiceImpl final : public v1::DecodeService::Service {
                          grpc::ServerWriter<v1::DecodeEvent>* writer, DecodeRecord* record);
 
   std::atomic<DecodeNode*> node_{nullptr};
+  DrainGate drain_gate_;
   const DecodeMetrics* metrics_ = nullptr;
 };
 

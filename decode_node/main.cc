@@ -75,6 +75,11 @@ int main(int argc, char** argv) {
     return absl::StrCat("serving ", node->model_name(), " on ", advertise, " (",
                         node->total_blocks(), " blocks per rank)");
   };
+  process.start_drain = [&] { service.drain_gate().StartDrain(); };
+  // Decode streams in flight run to their end (the KV they pull is released as usual).
+  process.wait_drained = [&](absl::Time deadline) {
+    return service.drain_gate().WaitIdle(deadline);
+  };
   process.stop = [&] {
     service.SetNode(nullptr);
     node.reset();

@@ -6,6 +6,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/flag_dashes.h"
 #include "kv_transfer/ucx/ucx_transport.h"
 #include "prefill_node/prefill_node.h"
@@ -82,6 +84,17 @@ int main(int argc, char** argv) {
     service.SetNode(node.get());
     return absl::StrCat("serving ", node->model_name(), " on ", advertise, " (engine ",
                         node->engine_id(), ", ", node->Load().total_blocks, " blocks per rank)");
+  };
+  process.start_drain = [&] { service.drain_gate().StartDrain(); };
+  // Prefill calls in flight finish; KV already handed out stays servable (GetTransferMetadata,
+  // RenewLease, ReleaseKv) until its decode node released it or its lease ran out.
+  process.wait_drained = [&](absl::Time deadline) {
+    if (!service.drain_gate().WaitIdle(deadline)) return false;
+    while (node->Load().leases > 0) {
+      if (absl::Now() >= deadline) return false;
+      absl::SleepFor(absl::Milliseconds(10));  // leases have no waitable event; poll, bounded
+    }
+    return true;
   };
   process.stop = [&] {
     service.SetNode(nullptr);

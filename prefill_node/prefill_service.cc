@@ -22,6 +22,11 @@ grpc::Status Starting() {
                       "prefill instance is starting (loading the model)");
 }
 
+grpc::Status Draining() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      "prefill instance is draining (shutting down): no new Prefill calls");
+}
+
 }  // namespace
 
 grpc::Status PrefillServiceImpl::Prefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
@@ -50,6 +55,8 @@ grpc::Status PrefillServiceImpl::RunPrefill(grpc::ServerContext* ctx, const v1::
                                             v1::PrefillResponse* resp) {
   PrefillNode* node = node_.load();
   if (node == nullptr) return Starting();
+  const std::optional<DrainGate::Pass> pass = drain_gate_.Enter();
+  if (!pass.has_value()) return Draining();
   std::vector<int32_t> prompt(req->prompt_ids().begin(), req->prompt_ids().end());
   absl::StatusOr<PrefillOutcome> out =
       node->Prefill(req->request_id(), std::move(prompt), FromProto(req->sampling()),
@@ -104,6 +111,7 @@ grpc::Status PrefillServiceImpl::Status(grpc::ServerContext*, const v1::StatusRe
   if (node == nullptr) return Starting();
   resp->set_engine_id(node->engine_id());
   resp->set_role(v1::INSTANCE_ROLE_PREFILL);
+  resp->set_draining(drain_gate_.draining());
   resp->set_model(node->model_name());
   *resp->mutable_layout() = ToProto(node->layout());
   const NodeLoad l = node->Load();

@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "prefill_node/prefill_node.h"
+#include "serving/drain_gate.h"
 #include "serving/node_metrics.h"
 #include "tandem/v1/prefill.grpc.pb.h"
 
@@ -15,6 +16,9 @@ namespace tandem {
 class PrefillServiceImpl final : public v1::PrefillService::Service {
  public:
   void SetNode(PrefillNode* node) { node_.store(node); }
+  // Draining: new Prefill calls get UNAVAILABLE, Status reports draining; WaitIdle tells when
+  // the Prefill calls in flight have finished.
+  DrainGate& drain_gate() { return drain_gate_; }
   // REQUIRES: called before the server starts; `metrics` outlives the service.
   void SetMetrics(const PrefillMetrics* metrics) { metrics_ = metrics; }
 
@@ -35,6 +39,7 @@ class PrefillServiceImpl final : public v1::PrefillService::Service {
                           v1::PrefillResponse* resp);
 
   std::atomic<PrefillNode*> node_{nullptr};
+  DrainGate drain_gate_;
   const PrefillMetrics* metrics_ = nullptr;
 };
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -38,6 +39,8 @@ ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once se
 ABSL_FLAG(std::string, http_listen, "127.0.0.1:0",
           "OpenAI-compatible HTTP API address HOST:PORT (port 0 = any; empty = no HTTP API)");
 ABSL_FLAG(std::string, http_port_file, "", "write the bound HTTP port to this file once serving");
+ABSL_FLAG(int32_t, drain_timeout_s, 30,
+          "on SIGTERM: seconds requests in flight may take to finish before they are cancelled");
 ABSL_FLAG(int32_t, http_threads, 1024,
           "HTTP worker threads: the most concurrent HTTP connections (a stream holds one)");
 
@@ -116,9 +119,16 @@ int main(int argc, char** argv) {
   }
   int signal = 0;
   sigwait(&signals, &signal);
-  std::fprintf(stderr, "tandem-router: signal %d, shutting down\n", signal);
-  // HTTP first: its requests run on the router's node pool.
-  if (http != nullptr) http->Shutdown();
-  (*router)->Shutdown();
+  const absl::Duration drain = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s));
+  std::fprintf(stderr, "tandem-router: signal %d, draining (at most %s)\n", signal,
+               absl::FormatDuration(drain).c_str());
+  // Both APIs drain at once: gRPC refuses new calls at once, requests in flight on either get
+  // `drain` to finish. The node pool outlives both (it is the RouterServer's).
+  std::thread http_drain([&http, drain] {
+    if (http != nullptr) http->Shutdown(drain);
+  });
+  (*router)->Shutdown(drain);
+  http_drain.join();
+  std::fprintf(stderr, "tandem-router: drained, exiting\n");
   return 0;
 }

@@ -170,6 +170,8 @@ void NodePool::ReportStatus(const std::string& address, v1::InstanceRole role,
   } else if (!status.model().empty() && status.model() != model_name_) {
     error = absl::StrCat("node serves model '", status.model(), "', the router serves '",
                          model_name_, "'");
+  } else if (status.draining()) {
+    error = "node is draining (shutting down)";  // nothing new is routed to it
   }
   const bool healthy = error.empty();
   SetHealth(key, node, healthy, std::move(error));

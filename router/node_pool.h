@@ -4,9 +4,10 @@
 //
 // A node is keyed by (role, address): one process may serve both roles on one port. A node is
 // healthy after a successful Status poll that reports the expected role and the served model
-// (an empty model is accepted), and unhealthy from the first failed poll or from a call that
-// found it unreachable, until a later poll succeeds. New nodes start unhealthy: the router has
-// no load figures for them yet. Health transitions and registrations are logged.
+// (an empty model is accepted) and is not draining (SIGTERM: docs/deployment.md), and unhealthy
+// from the first failed poll or from a call that found it unreachable, until a later poll succeeds.
+// New nodes start unhealthy: the router has no load figures for them yet. Health transitions and
+// registrations are logged.
 //
 // Pick hands out a NodeLease that counts the call as in flight on that node (least_loaded uses
 // the count to spread bursts between polls) until the lease is destroyed.

@@ -13,6 +13,8 @@ ABSL_FLAG(std::string, ucx_tls, "", "UCX_TLS for KV transfer, e.g. sm,self or tc
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0",
           "HTTP address serving Prometheus /metrics, IP:PORT (port 0 = any); empty disables");
 ABSL_FLAG(std::string, metrics_port_file, "", "write the /metrics port to this file once bound");
+ABSL_FLAG(int32_t, drain_timeout_s, 30,
+          "on SIGTERM: seconds in-flight calls and handed-out KV leases may take before exit");
 ABSL_FLAG(int32_t, tp, 1, "tensor parallel degree");
 ABSL_FLAG(int32_t, pcp, 1, "prefill context parallel degree (prefill instances only)");
 ABSL_FLAG(int32_t, dcp, 1, "decode context parallel degree (KV token sharding)");

@@ -18,8 +18,10 @@
 //   default
 //   --metrics_listen IP:PORT  HTTP address of GET /metrics (Prometheus text); empty disables
 //   --metrics_port_file PATH  write the bound /metrics port here
+//   --drain_timeout_s S     on SIGTERM, how long in-flight work and handed-out KV may take
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/flags/declare.h"
@@ -36,6 +38,7 @@ ABSL_DECLARE_FLAG(std::string, router);
 ABSL_DECLARE_FLAG(std::string, ucx_tls);
 ABSL_DECLARE_FLAG(std::string, metrics_listen);
 ABSL_DECLARE_FLAG(std::string, metrics_port_file);
+ABSL_DECLARE_FLAG(int32_t, drain_timeout_s);
 
 namespace tandem {
 

@@ -2,6 +2,7 @@
 
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -10,6 +11,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/prometheus_text.h"
 #include "serving/advertise_address.h"
 #include "serving/heartbeat.h"
@@ -79,10 +82,25 @@ int RunNodeProcess(const NodeProcess& p) {
   }
   std::fprintf(stderr, "%s: %s\n", p.program.c_str(), serving->c_str());
   const int sig = WaitForShutdownSignal();
-  std::fprintf(stderr, "%s: signal %d, shutting down\n", p.program.c_str(), sig);
-  heartbeat.reset();
+  const absl::Duration drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s));
+  const absl::Time deadline = absl::Now() + drain_timeout;
+  std::fprintf(stderr, "%s: signal %d, draining (at most %s)\n", p.program.c_str(), sig,
+               absl::FormatDuration(drain_timeout).c_str());
   if (health != nullptr) health->SetServingStatus(false);
-  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (p.start_drain) p.start_drain();
+  heartbeat.reset();
+  const absl::Time drain_start = absl::Now();
+  const bool drained = !p.wait_drained || p.wait_drained(deadline);
+  if (drained) {
+    std::fprintf(stderr, "%s: drained in %s, shutting down\n", p.program.c_str(),
+                 absl::FormatDuration(absl::Now() - drain_start).c_str());
+  } else {
+    std::fprintf(stderr, "%s: drain timed out after %s, cancelling what is left\n",
+                 p.program.c_str(), absl::FormatDuration(drain_timeout).c_str());
+  }
+  // Calls still running (a unary call that just arrived, the last bytes of a finished stream)
+  // get what is left of the drain timeout, then gRPC cancels them.
+  server->server->Shutdown(absl::ToChronoTime(std::max(deadline, absl::Now())));
   server->server->Wait();
   if (*metrics_server != nullptr) (*metrics_server)->Stop();
   p.stop();

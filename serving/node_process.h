@@ -2,8 +2,11 @@
 // the gRPC server starts first on --listen (the standard health service answering NOT_SERVING
 // while the model loads), `start` creates the node for the advertised address and wires it into
 // the service, then the process becomes ready (health SERVING, --port_file written), sends
-// heartbeats to --router if given, and serves until SIGINT/SIGTERM, when it stops heartbeats,
-// reports NOT_SERVING, drains the server (bounded) and calls `stop`.
+// heartbeats to --router if given, and serves until SIGINT/SIGTERM. Then it drains: health
+// NOT_SERVING, `start_drain` (the service refuses new work with UNAVAILABLE and its Status reports
+// draining, so the router routes elsewhere), heartbeats stop, `wait_drained` waits up to
+// --drain_timeout_s for in-flight work (and handed-out KV) to finish, the gRPC server shuts down
+// (whatever is left past the timeout is cancelled), `stop` runs and the process exits 0.
 //
 // With `metrics` set and --metrics_listen non-empty, an HTTP server serves GET /metrics
 // (Prometheus text of `metrics`) from start-up on, and --metrics_port_file gets its port; it is
@@ -16,6 +19,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/metrics.h"
 #include "tandem/v1/common.pb.h"
 
@@ -30,6 +34,10 @@ struct NodeProcess {
   std::function<absl::StatusOr<std::string>(const std::string& advertise)> start;
   // Unwires and destroys the node (after the server has stopped).
   std::function<void()> stop;
+  // On SIGTERM: from now on refuse new work and report draining (optional).
+  std::function<void()> start_drain;
+  // Blocks until the node's in-flight work is done, or `deadline`; true when done (optional).
+  std::function<bool(absl::Time deadline)> wait_drained;
   // Served at /metrics on --metrics_listen (nullptr: no metrics endpoint).
   const MetricsRegistry* metrics = nullptr;
 };

@@ -205,6 +205,46 @@ void LocalCluster::Kill(const std::string& role, int index) {
   }
 }
 
+LocalCluster::Process* LocalCluster::Find(const std::string& role, int index) {
+  const std::string name = role == "router" ? role : absl::StrCat(role, index);
+  for (Process& p : processes_) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+void LocalCluster::Terminate(const std::string& role, int index) {
+  Process* p = Find(role, index);
+  if (p != nullptr && p->pid > 0) kill(p->pid, SIGTERM);
+}
+
+absl::StatusOr<int> LocalCluster::WaitExit(const std::string& role, int index,
+                                           absl::Duration timeout) {
+  Process* p = Find(role, index);
+  if (p == nullptr || p->pid <= 0) {
+    return absl::NotFoundError(absl::StrCat("no running process ", role, " ", index));
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  int wstatus = 0;
+  while (waitpid(p->pid, &wstatus, WNOHANG) == 0) {
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(p->name, " still running after ", absl::FormatDuration(timeout)));
+    }
+    absl::SleepFor(absl::Milliseconds(20));  // poll the exit, bounded by the deadline
+  }
+  p->pid = -1;
+  return wstatus;
+}
+
+std::string LocalCluster::Log(const std::string& role, int index) const {
+  const std::string name = role == "router" ? role : absl::StrCat(role, index);
+  for (const Process& p : processes_) {
+    if (p.name == name) return ReadFile(p.log);
+  }
+  return "";
+}
+
 std::string LocalCluster::LogTails(int lines) const {
   std::string out;
   for (const Process& p : processes_) {

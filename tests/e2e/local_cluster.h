@@ -69,6 +69,14 @@ class LocalCluster {
 
   // SIGKILLs a node process ("prefill" or "decode", index).
   void Kill(const std::string& role, int index);
+  // SIGTERMs a process ("prefill" or "decode" with its index, or "router" with 0) and returns at
+  // once: the process drains (docs/deployment.md).
+  void Terminate(const std::string& role, int index);
+  // Waits up to `timeout` for that process to exit and reaps it: its waitpid status, or
+  // DEADLINE_EXCEEDED (the process is then left running for the destructor).
+  absl::StatusOr<int> WaitExit(const std::string& role, int index, absl::Duration timeout);
+  // The process's log so far.
+  std::string Log(const std::string& role, int index) const;
   // The last lines of every process's log, for failure messages.
   std::string LogTails(int lines = 15) const;
 
@@ -80,6 +88,7 @@ class LocalCluster {
     std::string address;
   };
   LocalCluster() = default;
+  Process* Find(const std::string& role, int index);
   absl::StatusOr<std::string> Spawn(const std::string& name, const std::string& binary,
                                     std::vector<std::string> args, absl::Time deadline);
   absl::Status WaitHealthy(absl::Time deadline);

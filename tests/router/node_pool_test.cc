@@ -100,6 +100,25 @@ TEST_F(NodePoolTest, WrongRoleOrModelMakesANodeUnhealthy) {
   EXPECT_EQ(snap.nodes(1).last_error(), "node serves model 'other', the router serves 'smol'");
 }
 
+TEST_F(NodePoolTest, ADrainingNodeGetsNoNewCalls) {
+  NodePool pool = MakePool();
+  ASSERT_TRUE(pool.AddStatic("a:1", kDecode).ok());
+  ASSERT_TRUE(pool.AddStatic("b:1", kDecode).ok());
+  pool.ReportStatus("a:1", kDecode, Status(kDecode, 0, 0, 90), t0_);
+  pool.ReportStatus("b:1", kDecode, Status(kDecode, 5, 0, 10), t0_);
+  v1::InstanceStatus draining = Status(kDecode, 0, 0, 90);
+  draining.set_draining(true);
+  pool.ReportStatus("a:1", kDecode, draining, t0_);
+  for (int i = 0; i < 3; ++i) {
+    const absl::StatusOr<NodeLease> lease = pool.Pick(kDecode, {});
+    ASSERT_TRUE(lease.ok());
+    EXPECT_EQ(lease->address(), "b:1");  // although a:1 is the least loaded
+  }
+  const v1::ClusterStatusResponse snap = pool.Snapshot(t0_);
+  ASSERT_EQ(snap.nodes_size(), 2);
+  EXPECT_EQ(snap.nodes(0).last_error(), "node is draining (shutting down)");
+}
+
 TEST_F(NodePoolTest, LeastLoadedUsesPolledLoadAndInflightCalls) {
   NodePool pool = MakePool(PolicyKind::kLeastLoaded);
   for (const char* a : {"a:1", "b:1", "c:1"}) ASSERT_TRUE(pool.AddStatic(a, kDecode).ok());

@@ -1,0 +1,274 @@
+// Orderly operations through real processes: SIGTERM on a prefill node, a decode node or the
+// router while requests stream. The signalled process drains (refuses new work, finishes what it
+// has, --drain_timeout_s bounds it) and exits 0; with a second node of the role present no request
+// fails, and every answer equals the single-process greedy reference.
+#include <grpcpp/grpcpp.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/local_cluster.h"
+#include "tests/e2e/reference.h"
+
+namespace tandem::testing {
+namespace {
+
+constexpr int kDrainTimeoutS = 20;
+// The drained process must be gone within its drain timeout (plus process exit).
+constexpr absl::Duration kExitBound = absl::Seconds(kDrainTimeoutS + 5);
+
+std::vector<int32_t> RandomPrompt(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> p(n);
+  for (int32_t& t : p) t = 3 + static_cast<int32_t>(rng() % 250);
+  return p;
+}
+
+v1::GenerateRequest IdsRequest(const std::vector<int32_t>& prompt, int32_t max_tokens) {
+  v1::GenerateRequest req;
+  for (int32_t t : prompt) req.mutable_token_ids()->add_ids(t);
+  req.set_max_tokens(max_tokens);
+  req.set_ignore_eos(true);
+  return req;
+}
+
+std::vector<std::vector<int32_t>> Prompts() {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(RandomPrompt(5 + (i * 29) % 70, 300 + i));
+  return prompts;
+}
+
+// A steady stream of requests: `workers` threads send the prompts round robin until Stop().
+class SteadyLoad {
+ public:
+  struct Result {
+    size_t prompt = 0;
+    GenerateOutcome out;
+  };
+
+  SteadyLoad(LocalCluster* cluster, std::vector<std::vector<int32_t>> prompts, int32_t tokens,
+             int workers)
+      : cluster_(cluster), prompts_(std::move(prompts)), tokens_(tokens), workers_(workers) {
+    for (int w = 0; w < workers; ++w) {
+      threads_.emplace_back([this, w] {
+        for (size_t i = static_cast<size_t>(w); !stop_.load(); i += static_cast<size_t>(workers_)) {
+          Result r;
+          r.prompt = i % prompts_.size();
+          r.out = cluster_->Generate(IdsRequest(prompts_[r.prompt], tokens_), absl::Seconds(60));
+          absl::MutexLock lock(&mu_);
+          results_.push_back(std::move(r));
+        }
+      });
+    }
+  }
+  ~SteadyLoad() { Stop(); }
+
+  int completed() {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(results_.size());
+  }
+  // True once at least `n` requests have completed; false when `timeout` passed first.
+  bool WaitCompleted(int n, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    const auto done = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return static_cast<int>(results_.size()) >= n;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
+  }
+  void Stop() {
+    stop_.store(true);
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+  std::vector<Result> results() {
+    absl::MutexLock lock(&mu_);
+    return results_;
+  }
+
+ private:
+  LocalCluster* cluster_;
+  const std::vector<std::vector<int32_t>> prompts_;
+  const int32_t tokens_;
+  const int workers_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+  absl::Mutex mu_;
+  std::vector<Result> results_ ABSL_GUARDED_BY(mu_);
+};
+
+void ExpectAllSucceeded(const std::vector<SteadyLoad::Result>& results,
+                        const std::vector<std::vector<int32_t>>& reference, int32_t tokens,
+                        LocalCluster& cluster) {
+  for (size_t i = 0; i < results.size(); ++i) {
+    const SteadyLoad::Result& r = results[i];
+    ASSERT_TRUE(r.out.status.ok()) << "request " << i << " failed: " << r.out.status.error_code()
+                                   << " " << r.out.status.error_message() << "\n"
+                                   << cluster.LogTails(30);
+    ASSERT_EQ(r.out.indices.size(), static_cast<size_t>(tokens)) << "request " << i;
+    for (int32_t k = 0; k < tokens; ++k) ASSERT_EQ(r.out.indices[k], k) << "duplicate or gap";
+    EXPECT_EQ(r.out.tokens, reference[r.prompt]) << "request " << i;
+  }
+}
+
+// Exit status 0, within the drain bound, and the log says the drain finished (not timed out).
+void ExpectDrainedExit(LocalCluster& cluster, const std::string& role, int index) {
+  const absl::Time start = absl::Now();
+  const absl::StatusOr<int> status = cluster.WaitExit(role, index, kExitBound);
+  ASSERT_TRUE(status.ok()) << status.status() << "\n" << cluster.LogTails(30);
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+      << role << index << " ended with wait status " << *status << "\n"
+      << cluster.LogTails(30);
+  EXPECT_LT(absl::Now() - start, kExitBound);
+  const std::string log = cluster.Log(role, index);
+  EXPECT_TRUE(absl::StrContains(log, "draining")) << log;
+  EXPECT_TRUE(absl::StrContains(log, "drained")) << log;
+  EXPECT_FALSE(absl::StrContains(log, "drain timed out")) << log;
+}
+
+const std::string kDrainFlag = absl::StrCat("--drain_timeout_s=", kDrainTimeoutS);
+
+ClusterSpec TwoByTwo() {
+  ClusterSpec spec;
+  spec.model_path = SyntheticModelPath();
+  spec.prefill = {NodeSpec{{kDrainFlag}}, NodeSpec{{kDrainFlag}}};
+  spec.decode = {NodeSpec{{kDrainFlag}}, NodeSpec{{kDrainFlag}}};
+  spec.router_flags = {"--prefill_policy=round_robin", "--decode_policy=round_robin", kDrainFlag};
+  return spec;
+}
+
+std::unique_ptr<LocalCluster> StartOrDie(const ClusterSpec& spec) {
+  absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(spec);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+
+TEST(DrainTest, SigtermOnAPrefillNodeUnderLoadFailsNoRequest) {
+  const std::vector<std::vector<int32_t>> prompts = Prompts();
+  const int32_t kTokens = 12;
+  const auto reference = ReferenceGreedy(SyntheticModelPath(), prompts, kTokens);
+  auto cluster = StartOrDie(TwoByTwo());
+  ASSERT_NE(cluster, nullptr);
+  SteadyLoad load(cluster.get(), prompts, kTokens, 4);
+  ASSERT_TRUE(load.WaitCompleted(8, absl::Seconds(120))) << cluster->LogTails();
+  cluster->Terminate("prefill", 0);
+  ExpectDrainedExit(*cluster, "prefill", 0);
+  // The remaining prefill node carries the load.
+  const int after_exit = load.completed();
+  ASSERT_TRUE(load.WaitCompleted(after_exit + 8, absl::Seconds(120))) << cluster->LogTails();
+  load.Stop();
+  ExpectAllSucceeded(load.results(), reference, kTokens, *cluster);
+  const absl::Status idle = cluster->WaitIdle(absl::Seconds(15));
+  EXPECT_TRUE(idle.ok()) << idle << "\n" << cluster->LogTails();
+}
+
+TEST(DrainTest, SigtermOnADecodeNodeLetsItsStreamsFinishAndFailsNoRequest) {
+  const std::vector<std::vector<int32_t>> prompts = Prompts();
+  const int32_t kTokens = 48;
+  const auto reference = ReferenceGreedy(SyntheticModelPath(), prompts, kTokens);
+  auto cluster = StartOrDie(TwoByTwo());
+  ASSERT_NE(cluster, nullptr);
+  SteadyLoad load(cluster.get(), prompts, kTokens, 4);
+  ASSERT_TRUE(load.WaitCompleted(4, absl::Seconds(120))) << cluster->LogTails();
+  // SIGTERM decode0 while it runs a stream (bounded wait for one to be running there).
+  const std::string target = cluster->decode_addresses()[0];
+  bool running = false;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!running && absl::Now() < deadline) {
+    absl::StatusOr<std::vector<InstanceLoadView>> loads = cluster->Loads();
+    ASSERT_TRUE(loads.ok()) << loads.status();
+    for (const InstanceLoadView& v : *loads) {
+      if (v.address == target && v.load.running() > 0) running = true;
+    }
+    if (!running) absl::SleepFor(absl::Milliseconds(10));  // poll interval, bounded above
+  }
+  ASSERT_TRUE(running) << "decode0 never ran a stream\n" << cluster->LogTails();
+  cluster->Terminate("decode", 0);
+  ExpectDrainedExit(*cluster, "decode", 0);
+  // A stream that was running when the signal came completed on the draining node: its log has
+  // a successful Decode line after the signal.
+  const std::string log = cluster->Log("decode", 0);
+  const size_t signal_at = log.find("draining");
+  ASSERT_NE(signal_at, std::string::npos);
+  EXPECT_NE(log.find("outcome=OK", signal_at), std::string::npos)
+      << "no stream finished on decode0 during its drain:\n"
+      << log.substr(signal_at);
+  const int after_exit = load.completed();
+  ASSERT_TRUE(load.WaitCompleted(after_exit + 8, absl::Seconds(120))) << cluster->LogTails();
+  load.Stop();
+  ExpectAllSucceeded(load.results(), reference, kTokens, *cluster);
+  const absl::Status idle = cluster->WaitIdle(absl::Seconds(15));
+  EXPECT_TRUE(idle.ok()) << idle << "\n" << cluster->LogTails();
+}
+
+TEST(DrainTest, SigtermOnTheRouterFinishesStreamsInFlightAndRefusesNewOnes) {
+  const std::vector<std::vector<int32_t>> prompts = Prompts();
+  const int32_t kTokens = 48;
+  const auto reference = ReferenceGreedy(SyntheticModelPath(), prompts, kTokens);
+  ClusterSpec spec;
+  spec.model_path = SyntheticModelPath();
+  spec.prefill = {NodeSpec{}};
+  spec.decode = {NodeSpec{}};
+  spec.router_flags = {kDrainFlag};
+  auto cluster = StartOrDie(spec);
+  ASSERT_NE(cluster, nullptr);
+  // Four streams, each held by its reader after its first token until the router got SIGTERM:
+  // so all four are in flight (from the client's side) when the signal arrives.
+  constexpr int kStreams = 4;
+  absl::Mutex mu;
+  int started = 0;
+  bool signalled = false;
+  std::vector<GenerateOutcome> outs(kStreams);
+  std::vector<std::thread> streams;
+  for (int i = 0; i < kStreams; ++i) {
+    streams.emplace_back([&, i] {
+      outs[i] =
+          cluster->Generate(IdsRequest(prompts[i], kTokens), absl::Seconds(60),
+                            [&](int32_t index, grpc::ClientContext&) {
+                              if (index != 0) return;
+                              absl::MutexLock lock(&mu);
+                              ++started;
+                              mu.AwaitWithTimeout(absl::Condition(&signalled), absl::Seconds(60));
+                            });
+    });
+  }
+  {
+    absl::MutexLock lock(&mu);
+    const auto all_started = [&]()
+                                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return started == kStreams; };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&all_started), absl::Seconds(60)))
+        << cluster->LogTails();
+  }
+  cluster->Terminate("router", 0);
+  // New requests are refused once the router took the signal (one may still be accepted in the
+  // moment before; it must then succeed). Bounded: each attempt has a 5 s deadline.
+  bool refused = false;
+  for (int attempt = 0; attempt < 50 && !refused; ++attempt) {
+    const GenerateOutcome fresh = cluster->Generate(IdsRequest(prompts[5], 4), absl::Seconds(5));
+    if (fresh.status.ok()) continue;
+    EXPECT_EQ(fresh.status.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << fresh.status.error_message();
+    refused = true;
+  }
+  EXPECT_TRUE(refused) << cluster->LogTails();
+  {
+    absl::MutexLock lock(&mu);
+    signalled = true;
+  }
+  for (std::thread& t : streams) t.join();
+  for (int i = 0; i < kStreams; ++i) {
+    ASSERT_TRUE(outs[i].status.ok()) << i << ": " << outs[i].status.error_message() << "\n"
+                                     << cluster->LogTails();
+    EXPECT_EQ(outs[i].tokens, reference[i]) << "stream " << i;
+  }
+  ExpectDrainedExit(*cluster, "router", 0);
+}
+
+}  // namespace
+}  // namespace tandem::testing
