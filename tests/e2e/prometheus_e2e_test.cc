@@ -101,6 +101,22 @@ std::string UrlEscape(const std::string& s) {
   return out;
 }
 
+// `promtool check metrics` on `text`: "" when it passes, else its exit code and output.
+std::string PromtoolProblems(const std::string& dir, const std::string& text) {
+  const std::string path = dir + "/exposition.txt";
+  std::ofstream(path) << text;
+  const std::string cmd = absl::StrCat(TANDEM_PROMTOOL_BIN, " check metrics < ", path, " 2>&1");
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return "popen failed";
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && out.empty()) return "";
+  return absl::StrCat("promtool exit status ", status, ": ", out);
+}
+
 // A port free right now on 127.0.0.1 (Prometheus cannot report a port it picked itself).
 int FreePort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -343,6 +359,13 @@ TEST_F(PrometheusE2eTest, PrometheusScrapesEveryProcessAndTheCountersMove) {
     ASSERT_EQ(completion->status, 200) << completion->body;
   }
   constexpr int kAll = kRequests + 1;
+
+  // What each process serves passes the Prometheus project's own linter.
+  for (const auto& [job, target] : targets) {
+    absl::StatusOr<HttpReply> text = HttpGet(absl::StrCat("http://", target, "/metrics"));
+    ASSERT_TRUE(text.ok()) << text.status();
+    EXPECT_EQ(PromtoolProblems(dir_, text->body), "") << job << ":\n" << text->body;
+  }
 
   std::string error;
   // Every target is up.
