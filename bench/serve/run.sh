@@ -16,7 +16,9 @@
 #
 # Environment: TANDEM_MODEL (default ~/.cache/tandem/models/SmolLM2-135M-Instruct.Q4_1.gguf),
 #   TANDEM_BUILD_DIR (default build), BENCH_SCALE (default 1: multiplies request counts and
-#   stage durations; 0.5 halves the run), LLAMA_PORT (default 18181).
+#   stage durations; 0.5 halves the run), LLAMA_PORT (default 18181), PARTS (default "1 2 3": which
+#   of the three records to run), CONCURRENCY (default "1 4 16": the concurrencies of (2)),
+#   LLAMA_THREADS (default 2: llama-server's -t/-tb; the record's "same total threads" is 2).
 # llama-server comes from bench/peer/build_llamacpp.sh (built once into ~/.cache/tandem/llamacpp).
 # Output: OUT_DIR (default /tmp/tandem-bench-record) holds one JSON per run, logs, summary.md.
 set -euo pipefail
@@ -27,6 +29,10 @@ model=${TANDEM_MODEL:-$HOME/.cache/tandem/models/SmolLM2-135M-Instruct.Q4_1.gguf
 build=$(realpath -m "$REPO/${TANDEM_BUILD_DIR:-build}")
 scale=${BENCH_SCALE:-1}
 llama_port=${LLAMA_PORT:-18181}
+parts=" ${PARTS:-1 2 3} "
+read -r -a conc <<< "${CONCURRENCY:-1 4 16}"
+llama_threads=${LLAMA_THREADS:-2}
+want() { [[ $parts == *" $1 "* ]]; }
 out=$(realpath -m "${1:-/tmp/tandem-bench-record}")
 bench="$build/bench/serve/tandem-bench"
 
@@ -74,8 +80,8 @@ start_tandem() {
 stop_tandem() { "$REPO/deploy/cluster.sh" down "$conf" >/dev/null; }
 
 start_llama() {
-  log "starting llama-server (-t 2, 16 slots)"
-  "$llama_bin/llama-server" -m "$model" -t 2 -tb 2 -np 16 -c 8192 -cb --host 127.0.0.1 \
+  log "starting llama-server (-t $llama_threads, 16 slots)"
+  "$llama_bin/llama-server" -m "$model" -t "$llama_threads" -tb "$llama_threads" -np 16 -c 8192 -cb --host 127.0.0.1 \
     --port "$llama_port" --no-webui > "$out/llama-server.log" 2>&1 &
   llama_pid=$!
   for _ in $(seq 1 120); do
@@ -113,8 +119,7 @@ rate_load=(--prompt_len=fixed:256 --output_len=fixed:64 --warmup_requests=2 "${s
 # --duration_s bounds a closed-loop run on a machine slower than expected (sent is then lower).
 cmp_load=(--prompt_len=fixed:256 --output_len=fixed:128 --warmup_requests=2 "${slo[@]}"
           --duration_s="$(n 60)")
-conc=(1 4 16)
-conc_requests=("$(n 3)" "$(n 8)" "$(n 32)")
+requests_at() { n $((2 * $1 > 3 ? 2 * $1 : 3)); }  # 3 at c=1, 8 at c=4, 32 at c=16
 
 llama=(--backend=openai --base_url="http://127.0.0.1:$llama_port" --endpoint=/v1/completions)
 
@@ -125,77 +130,97 @@ tandem=(--backend=openai --base_url="http://127.0.0.1:$(cat "$TANDEM_RUN_DIR/rou
         --endpoint=/v1/completions)
 grpc=(--backend=grpc --address="$router")
 direct=(--backend=direct --prefill="$prefill_addr" --decode="$decode_addr")
-# (3) router overhead: direct and router runs alternated, same requests (same seed).
-for rep in 1 2; do
-  run "direct_r$rep" "${direct[@]}" "${cmp_load[@]}" --concurrency=4 --num_requests="$(n 4)"
-  run "router_r$rep" "${grpc[@]}" "${cmp_load[@]}" --concurrency=4 --num_requests="$(n 4)"
-done
-# (2) Tandem at concurrency 1, 4, 16.
-for i in 0 1 2; do
-  run "tandem_c${conc[$i]}" "${tandem[@]}" "${cmp_load[@]}" --concurrency="${conc[$i]}" \
-    --num_requests="${conc_requests[$i]}"
-done
-run "tandem_grpc_c16" "${grpc[@]}" "${cmp_load[@]}" --concurrency=16 --num_requests="${conc_requests[2]}"
-# (1) Poisson rates, disaggregated.
-for r in "${rates[@]}"; do
-  run "disagg_rate$r" "${tandem[@]}" "${rate_load[@]}" --request_rate="$r" \
-    --duration_s="$(n 16)" --num_requests=0
-done
+if want 3; then  # (3) router overhead: direct and router runs alternated, same requests.
+  for rep in 1 2; do
+    run "direct_r$rep" "${direct[@]}" "${cmp_load[@]}" --concurrency=4 --num_requests="$(n 4)"
+    run "router_r$rep" "${grpc[@]}" "${cmp_load[@]}" --concurrency=4 --num_requests="$(n 4)"
+  done
+fi
+if want 2; then  # (2) Tandem at each concurrency.
+  for c in "${conc[@]}"; do
+    run "tandem_c$c" "${tandem[@]}" "${cmp_load[@]}" --concurrency="$c" --num_requests="$(requests_at "$c")"
+  done
+  run "tandem_grpc_c${conc[-1]}" "${grpc[@]}" "${cmp_load[@]}" --concurrency="${conc[-1]}" \
+    --num_requests="$(requests_at "${conc[-1]}")"
+fi
+if want 1; then  # (1) Poisson rates, disaggregated.
+  for r in "${rates[@]}"; do
+    run "disagg_rate$r" "${tandem[@]}" "${rate_load[@]}" --request_rate="$r" \
+      --duration_s="$(n 16)" --num_requests=0
+  done
+fi
 stop_tandem
 
-start_llama
-for i in 0 1 2; do
-  run "llamacpp_c${conc[$i]}" "${llama[@]}" "${cmp_load[@]}" --concurrency="${conc[$i]}" \
-    --num_requests="${conc_requests[$i]}"
-done
-for r in "${rates[@]}"; do
-  run "combined_rate$r" "${llama[@]}" "${rate_load[@]}" --request_rate="$r" \
-    --duration_s="$(n 16)" --num_requests=0
-done
-stop_llama
+if want 1 || want 2; then
+  start_llama
+  if want 2; then
+    for c in "${conc[@]}"; do
+      run "llamacpp_c$c" "${llama[@]}" "${cmp_load[@]}" --concurrency="$c" --num_requests="$(requests_at "$c")"
+    done
+  fi
+  if want 1; then
+    for r in "${rates[@]}"; do
+      run "combined_rate$r" "${llama[@]}" "${rate_load[@]}" --request_rate="$r" \
+        --duration_s="$(n 16)" --num_requests=0
+    done
+  fi
+  stop_llama
+fi
 
 # ---- Summary: tables and the cross-run ratios (each a ratio of two measurements above) -------
-python3 - "$out" "${rates[*]}" <<'PY'
+python3 - "$out" "${rates[*]}" "${conc[*]}" <<'PY'
 import json, os, sys
-out, rates = sys.argv[1], sys.argv[2].split()
+out, rates, concs = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
 def rep(name):
-    with open(os.path.join(out, name + ".json")) as f:
+    path = os.path.join(out, name + ".json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
         return json.load(f)["report"]
 lines = []
-def row(label, r):
-    return (f"| {label} | {r['requests_ok']}/{r['requests_sent']} | {r['request_throughput_rps']:.2f} | "
-            f"{r['output_tokens_per_s']:.1f} | {r['ttft']['p50_ms']:.0f} | {r['ttft']['p99_ms']:.0f} | "
-            f"{r['tpot']['p50_ms']:.1f} | {r['tpot']['p99_ms']:.1f} | {r['goodput_rps']:.3f} "
-            f"({100 * r['good_fraction']:.0f}%) |")
+def row(label, name):
+    r = rep(name)
+    if r is None:
+        return
+    lines.append(
+        f"| {label} | {r['requests_ok']}/{r['requests_sent']} | {r['request_throughput_rps']:.2f} | "
+        f"{r['output_tokens_per_s']:.1f} | {r['ttft']['p50_ms']:.0f} | {r['ttft']['p99_ms']:.0f} | "
+        f"{r['tpot']['p50_ms']:.1f} | {r['tpot']['p99_ms']:.1f} | {r['goodput_rps']:.3f} "
+        f"({100 * r['good_fraction']:.0f}%) |")
 head = ("| run | ok/sent | req/s | out tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | "
         "TPOT p99 ms | goodput req/s (met) |\n|---|---|---|---|---|---|---|---|---|")
 lines += ["### (1) Disaggregated (Tandem, HTTP) vs combined (llama-server), Poisson arrivals", head]
 for r in rates:
-    lines.append(row(f"Tandem 1P+1D, {r} req/s", rep(f"disagg_rate{r}")))
-    lines.append(row(f"llama-server, {r} req/s", rep(f"combined_rate{r}")))
+    row(f"Tandem 1P+1D, {r} req/s", f"disagg_rate{r}")
+    row(f"llama-server, {r} req/s", f"combined_rate{r}")
 lines += ["", "### (2) Tandem vs llama-server, 256-token prompts, 128-token outputs (HTTP)", head]
-for c in (1, 4, 16):
-    lines.append(row(f"Tandem c={c}", rep(f"tandem_c{c}")))
-    lines.append(row(f"llama-server c={c}", rep(f"llamacpp_c{c}")))
-lines.append(row("Tandem c=16 over gRPC", rep("tandem_grpc_c16")))
-llama16 = rep("llamacpp_c16")["output_tokens_per_s"]
-ratio = rep("tandem_c16")["output_tokens_per_s"] / llama16
-ratio_grpc = rep("tandem_grpc_c16")["output_tokens_per_s"] / llama16
-lines += ["", "### (3) Router overhead per streamed token (c=4, alternated)",
-          "| run | TPOT mean ms | TPOT p50 ms | ITL p50 ms | TTFT p50 ms |", "|---|---|---|---|---|"]
-over = []
-for k in (1, 2):
-    d, r = rep(f"direct_r{k}"), rep(f"router_r{k}")
-    for label, x in ((f"direct #{k}", d), (f"router #{k}", r)):
-        lines.append(f"| {label} | {x['tpot']['mean_ms']:.2f} | {x['tpot']['p50_ms']:.2f} | "
-                     f"{x['itl']['p50_ms']:.2f} | {x['ttft']['p50_ms']:.0f} |")
-    over.append((r["tpot"]["mean_ms"] - d["tpot"]["mean_ms"]) / d["tpot"]["mean_ms"])
-overhead = sum(over) / len(over)
-lines += ["", "router overhead per pair (router TPOT mean - direct) / direct: "
-          + ", ".join(f"{o:+.4f}" for o in over),
-          f"RESULT tandem_vs_llamacpp_tokens_per_s_c16={ratio:.4g}",
-          f"RESULT tandem_grpc_vs_llamacpp_tokens_per_s_c16={ratio_grpc:.4g}",
-          f"RESULT router_overhead_tpot_fraction={overhead:.4g}"]
+for c in concs:
+    row(f"Tandem c={c}", f"tandem_c{c}")
+    row(f"llama-server c={c}", f"llamacpp_c{c}")
+row(f"Tandem c={concs[-1]} over gRPC", f"tandem_grpc_c{concs[-1]}")
+results = []
+top = concs[-1]
+if rep(f"llamacpp_c{top}") and rep(f"tandem_c{top}"):
+    llama = rep(f"llamacpp_c{top}")["output_tokens_per_s"]
+    results.append(f"RESULT tandem_vs_llamacpp_tokens_per_s_c{top}="
+                   f"{rep(f'tandem_c{top}')['output_tokens_per_s'] / llama:.4g}")
+    if rep(f"tandem_grpc_c{top}"):
+        results.append(f"RESULT tandem_grpc_vs_llamacpp_tokens_per_s_c{top}="
+                       f"{rep(f'tandem_grpc_c{top}')['output_tokens_per_s'] / llama:.4g}")
+if rep("direct_r1"):
+    lines += ["", "### (3) Router overhead per streamed token (c=4, alternated)",
+              "| run | TPOT mean ms | TPOT p50 ms | ITL p50 ms | TTFT p50 ms |", "|---|---|---|---|---|"]
+    over = []
+    for k in (1, 2):
+        d, r = rep(f"direct_r{k}"), rep(f"router_r{k}")
+        for label, x in ((f"direct #{k}", d), (f"router #{k}", r)):
+            lines.append(f"| {label} | {x['tpot']['mean_ms']:.2f} | {x['tpot']['p50_ms']:.2f} | "
+                         f"{x['itl']['p50_ms']:.2f} | {x['ttft']['p50_ms']:.0f} |")
+        over.append((r["tpot"]["mean_ms"] - d["tpot"]["mean_ms"]) / d["tpot"]["mean_ms"])
+    lines += ["", "router overhead per pair (router TPOT mean - direct) / direct: "
+              + ", ".join(f"{o:+.4f}" for o in over)]
+    results.append(f"RESULT router_overhead_tpot_fraction={sum(over) / len(over):.4g}")
+lines += [""] + results
 lines += ["", "Machine load before each run (load average; busiest processes):", "```"]
 lines += open(os.path.join(out, "load.txt")).read().rstrip("\n").splitlines()
 lines += ["```"]
