@@ -1,0 +1,253 @@
+// The router's HTTP API (router/http/router_http.h) served by the real router library against
+// fake prefill/decode gRPC nodes in this process (fake_nodes.h), driven with libcurl: streamed
+// tokens, 429 for RESOURCE_EXHAUSTED, a stop string that cancels the decode call, and a client
+// that leaves while no token comes (the connection watch must cancel the request well before the
+// decode idle timeout). Every wait is bounded.
+#include <curl/curl.h>
+
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "router/http/router_http.h"
+#include "router/router_server.h"
+#include "tests/router/fake_nodes.h"
+#include "tests/router/test_model.h"
+
+namespace tandem::testing_router {
+namespace {
+
+using Json = nlohmann::json;
+constexpr absl::Duration kWait = absl::Seconds(10);
+
+struct HttpReply {
+  CURLcode code = CURLE_OK;
+  long status = 0;
+  std::string body;
+  std::string request_id;
+};
+
+// POSTs `json`; `keep_going(body so far)` false makes the client hang up (abort the transfer).
+HttpReply Post(int port, const std::string& path, const std::string& json,
+               std::function<bool(const std::string&)> keep_going = nullptr,
+               long timeout_ms = 20000) {
+  HttpReply reply;
+  struct Ctx {
+    HttpReply* reply;
+    std::function<bool(const std::string&)>* keep_going;
+  } ctx{&reply, &keep_going};
+  CURL* curl = curl_easy_init();
+  const std::string url = absl::StrCat("http://127.0.0.1:", port, path);
+  curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(curl, CURLOPT_POSTFIELDS, json.c_str());
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &ctx);
+  curl_easy_setopt(
+      curl, CURLOPT_WRITEFUNCTION, +[](char* data, size_t, size_t n, void* p) -> size_t {
+        auto* c = static_cast<Ctx*>(p);
+        c->reply->body.append(data, n);
+        if (*c->keep_going && !(*c->keep_going)(c->reply->body)) return 0;  // hang up
+        return n;
+      });
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &reply);
+  curl_easy_setopt(
+      curl, CURLOPT_HEADERFUNCTION, +[](char* data, size_t, size_t n, void* p) -> size_t {
+        const std::string line(data, n);
+        if (line.rfind("x-request-id:", 0) == 0) {
+          static_cast<HttpReply*>(p)->request_id = std::string(absl::StripAsciiWhitespace(
+              absl::string_view(line).substr(sizeof("x-request-id:") - 1)));
+        }
+        return n;
+      });
+  reply.code = curl_easy_perform(curl);
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &reply.status);
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(curl);
+  return reply;
+}
+
+long GetStatus(int port, const std::string& path) {
+  CURL* curl = curl_easy_init();
+  const std::string url = absl::StrCat("http://127.0.0.1:", port, path);
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 5000L);
+  curl_easy_setopt(
+      curl, CURLOPT_WRITEFUNCTION, +[](char*, size_t, size_t n, void*) -> size_t { return n; });
+  long status = 0;
+  if (curl_easy_perform(curl) == CURLE_OK) curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+  curl_easy_cleanup(curl);
+  return status;
+}
+
+// The JSON of every `data:` event but [DONE]; `done` tells whether [DONE] came.
+std::vector<Json> Events(const std::string& body, bool* done) {
+  std::vector<Json> events;
+  *done = false;
+  for (absl::string_view line : absl::StrSplit(body, '\n')) {
+    if (!absl::ConsumePrefix(&line, "data: ")) continue;
+    if (line == "[DONE]") {
+      *done = true;
+      continue;
+    }
+    events.push_back(Json::parse(line));
+  }
+  return events;
+}
+
+std::string StreamedText(const std::vector<Json>& events) {
+  std::string text;
+  for (const Json& e : events) {
+    if (!e.contains("choices") || e["choices"].empty()) continue;
+    text += e["choices"][0]["text"].get<std::string>();
+  }
+  return text;
+}
+
+class RouterHttpTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    prefill_ = std::make_unique<FakePrefill>("p0", prefill_script_);
+    decode_ = std::make_unique<FakeDecode>("d0", decode_script_);
+    RouterOptions options;
+    options.listen = "127.0.0.1:0";
+    options.prefill_nodes = {prefill_->address()};
+    options.decode_nodes = {decode_->address()};
+    options.health_interval = absl::Milliseconds(50);
+    options.rpc_timeout = absl::Seconds(30);
+    // Longer than every wait here: a cancellation seen within kWait came from the client side.
+    options.decode_idle_timeout = absl::Seconds(30);
+    auto router = RouterServer::Start(options, MakeTestModel(256), [](const std::string&) {});
+    ASSERT_TRUE(router.ok()) << router.status();
+    router_ = *std::move(router);
+    auto http = RouterHttp::Start("127.0.0.1:0", 16, &router_->deps(), [] { return ""; });
+    ASSERT_TRUE(http.ok()) << http.status();
+    http_ = *std::move(http);
+    // Both nodes healthy before a request is sent.
+    const absl::Time deadline = absl::Now() + kWait;
+    while (GetStatus(http_->port(), "/health") != 200 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));  // polling an observed condition
+    }
+  }
+
+  void TearDown() override {
+    if (http_ != nullptr) http_->Shutdown(absl::Seconds(2));
+    if (router_ != nullptr) router_->Shutdown(absl::Seconds(2));
+  }
+
+  std::shared_ptr<PrefillScript> prefill_script_ = std::make_shared<PrefillScript>();
+  std::shared_ptr<DecodeScript> decode_script_ = std::make_shared<DecodeScript>();
+  std::unique_ptr<FakePrefill> prefill_;
+  std::unique_ptr<FakeDecode> decode_;
+  std::unique_ptr<RouterServer> router_;
+  std::unique_ptr<RouterHttp> http_;
+};
+
+TEST_F(RouterHttpTest, StreamedCompletionCarriesEveryTokenThenDone) {
+  const HttpReply whole =
+      Post(http_->port(), "/v1/completions", R"({"prompt": "hi", "max_tokens": 6})");
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const Json body = Json::parse(whole.body);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 6);
+  EXPECT_FALSE(whole.request_id.empty());
+  EXPECT_EQ(body["id"], "cmpl-" + whole.request_id);
+
+  const HttpReply streamed = Post(http_->port(), "/v1/completions",
+                                  R"({"prompt": "hi", "max_tokens": 6, "stream": true})");
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  bool done = false;
+  const std::vector<Json> events = Events(streamed.body, &done);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(StreamedText(events), body["choices"][0]["text"]);
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(RouterHttpTest, ResourceExhaustedIs429) {
+  {
+    absl::MutexLock lock(&prefill_script_->mu);
+    for (int i = 0; i < 3; ++i) {
+      prefill_script_->failures.push_back(
+          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "no KV capacity"));
+    }
+  }
+  const HttpReply reply =
+      Post(http_->port(), "/v1/completions", R"({"prompt": "hi", "max_tokens": 4})");
+  EXPECT_EQ(reply.status, 429) << reply.body;
+  const Json body = Json::parse(reply.body);
+  EXPECT_EQ(body["error"]["type"], "rate_limit_error");
+  EXPECT_NE(body["error"]["message"].get<std::string>().find("no KV capacity"), std::string::npos);
+  EXPECT_FALSE(reply.request_id.empty());
+}
+
+TEST_F(RouterHttpTest, StopStringEndsTheResponseAndCancelsTheDecodeCall) {
+  // The fake's tokens depend only on their step: learn the text, then stop inside it.
+  const HttpReply plain =
+      Post(http_->port(), "/v1/completions", R"({"prompt": "hi", "max_tokens": 6})");
+  ASSERT_EQ(plain.status, 200);
+  const std::string text = Json::parse(plain.body)["choices"][0]["text"];
+  ASSERT_GE(text.size(), 5u);
+  const std::string stop = text.substr(2, 2);  // tokens 2 and 3
+  const std::string expected = text.substr(0, text.find(stop));
+  {
+    absl::MutexLock lock(&decode_script_->mu);
+    decode_script_->calls.push_back({.hang_after = 5});  // then silent until cancelled
+  }
+  const HttpReply reply =
+      Post(http_->port(), "/v1/completions",
+           Json{{"prompt", "hi"}, {"max_tokens", 50}, {"stop", stop}, {"stream", true}}.dump());
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  bool done = false;
+  const std::vector<Json> events = Events(reply.body, &done);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(StreamedText(events), expected);
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "stop");
+  // Without the cancellation the hung decode call would last the 30 s idle timeout.
+  EXPECT_TRUE(decode_->WaitForCancelled(1, kWait));
+}
+
+TEST_F(RouterHttpTest, ClientLeavingWhileNoTokenComesCancelsTheRequest) {
+  {
+    absl::MutexLock lock(&decode_script_->mu);
+    decode_script_->calls.push_back({.hang_after = 0});
+  }
+  const absl::Time start = absl::Now();
+  // Hang up once the first token's chunk (the prefill's) arrived; the decode call sends nothing,
+  // so no write can fail: only the connection watch can notice.
+  const HttpReply reply =
+      Post(http_->port(), "/v1/completions",
+           R"({"prompt": "hi", "max_tokens": 50, "stream": true})", [](const std::string& body) {
+             bool done = false;
+             return StreamedText(Events(body, &done)).empty();
+           });
+  EXPECT_EQ(reply.code, CURLE_WRITE_ERROR);
+  EXPECT_TRUE(decode_->WaitForCancelled(1, kWait));
+  EXPECT_LT(absl::Now() - start, kWait);
+}
+
+TEST_F(RouterHttpTest, NonStreamingClientTimingOutCancelsTheRequest) {
+  {
+    absl::MutexLock lock(&decode_script_->mu);
+    decode_script_->calls.push_back({.hang_after = 2});
+  }
+  const HttpReply reply =
+      Post(http_->port(), "/v1/completions", R"({"prompt": "hi", "max_tokens": 50})", nullptr,
+           /*timeout_ms=*/500);
+  EXPECT_EQ(reply.code, CURLE_OPERATION_TIMEDOUT);
+  EXPECT_TRUE(decode_->WaitForCancelled(1, kWait));
+}
+
+TEST_F(RouterHttpTest, WrongMethodIs405AndUnknownPathIs404) {
+  EXPECT_EQ(Post(http_->port(), "/v1/models", "{}").status, 405);
+  EXPECT_EQ(Post(http_->port(), "/v1/nothing", "{}").status, 404);
+}
+
+}  // namespace
+}  // namespace tandem::testing_router
