@@ -11,7 +11,11 @@
 #   3. mid-stream outage: with the decode host's uplink rate-limited (tbf) so the token stream is
 #      slow, the link goes down 25 s while tokens are streaming; the request must complete,
 #      identical to the reference, within its deadline (the router resumes it);
-#   4. a node with --listen=0.0.0.0:PORT and no --advertise refuses to start naming --advertise.
+#   4. mid-pull outage: with the prefill host's uplink (KV data to the decode host) rate-limited
+#      so a 1200-token prompt's KV takes seconds to pull, the link goes down 25 s right after the
+#      first token (prefill) arrived, i.e. during the pull; the request must complete identical
+#      to the reference within its deadline;
+#   5. a node with --listen=0.0.0.0:PORT and no --advertise refuses to start naming --advertise.
 #
 # Needs root (namespaces, veth, tc); without it the test is skipped with exit code 77 and the
 # reason. Every namespace (with its veth) and process is removed on exit, success or not.
@@ -131,6 +135,14 @@ done
 [[ $ok == 1 ]] || fail "cluster never served a request: $(cat "$tmp/warm.out.err")"
 generate "$tmp/ref.out" 30 24 || fail "reference request: $(cat "$tmp/ref.out.err")"
 generate "$tmp/ref_long.out" 60 200 || fail "long reference request: $(cat "$tmp/ref_long.out.err")"
+# A long prompt (1200 token ids) for the mid-pull case: ~600 KiB of KV on this model.
+long_prompt=$(seq 1 1200 | awk '{printf "%s%d", (NR > 1 ? "," : ""), 1 + ($1 * 7) % 300}')
+pull_request() {  # pull_request OUT TIMEOUT_S
+  ip netns exec "$ns_a" "$build/client/tandem" generate --router="$ip_a:7000" \
+    --prompt_ids="$long_prompt" --max_tokens=16 --ignore_eos --timeout_ms=$(($2 * 1000)) \
+    >"$1" 2>"$1.err"
+}
+pull_request "$tmp/ref_pull.out" 60 || fail "long-prompt reference request: $(cat "$tmp/ref_pull.out.err")"
 log "reference: $(cat "$tmp/ref.out.err")"
 
 # --- 2. quiet outage ---------------------------------------------------------------------------
@@ -178,7 +190,35 @@ wait "$client" || fail "the request cut mid-stream failed: $(cat "$tmp/mid.out.e
 log "mid-stream request completed in $((($(date +%s%N) - start_ns) / 1000000)) ms: $(cat "$tmp/mid.out.err")"
 grep -q "resumes=[1-9]" "$tmp/router.log" || fail "the router log shows no resume"
 
-# --- 4. wildcard listen without --advertise ----------------------------------------------------
+# --- 4. mid-pull outage -------------------------------------------------------------------------
+# 512 kbit/s from the prefill host: the ~600 KiB pull takes ~10 s.
+ip netns exec "$ns_a" tc qdisc add dev "$veth_a" root tbf rate 512kbit burst 3200 latency 400ms
+start_ns=$(date +%s%N)
+ip netns exec "$ns_a" "$build/client/tandem" generate --router="$ip_a:7000" \
+  --prompt_ids="$long_prompt" --max_tokens=16 --ignore_eos --timeout_ms=150000 \
+  >"$tmp/pull.out" 2>"$tmp/pull.out.err" &
+client=$!
+pids+=("$client")
+# The first token comes from prefill; decode's pull starts right after it.
+started=0
+for _ in $(seq 300); do
+  if [[ -s $tmp/pull.out ]]; then started=1; break; fi
+  kill -0 "$client" 2>/dev/null || break
+  sleep 0.1
+done
+[[ $started == 1 ]] || fail "the long-prompt request produced no first token within 30 s: $(cat "$tmp/pull.out.err")"
+kill -0 "$client" 2>/dev/null || fail "the long-prompt request finished before the outage (pull too fast)"
+log "decode link down for ${outage_s}s mid-pull"
+ip -n "$ns_b" link set "$veth_b" down
+sleep "$outage_s"  # the outage itself
+ip -n "$ns_b" link set "$veth_b" up
+ip netns exec "$ns_a" tc qdisc del dev "$veth_a" root
+wait "$client" || fail "the request cut mid-pull failed: $(cat "$tmp/pull.out.err")"
+[[ "$(text_of "$tmp/pull.out")" == "$(text_of "$tmp/ref_pull.out")" ]] ||
+  fail "the request cut mid-pull differs from the reference"
+log "mid-pull request completed in $((($(date +%s%N) - start_ns) / 1000000)) ms: $(cat "$tmp/pull.out.err")"
+
+# --- 5. wildcard listen without --advertise ----------------------------------------------------
 set +e
 in_ns "$ns_a" timeout 60 "$build/prefill_node/tandem-prefill" --model="$tmp/model.gguf" \
   --listen=0.0.0.0:7101 --metrics_listen= >"$tmp/wildcard.log" 2>&1
