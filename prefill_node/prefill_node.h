@@ -109,10 +109,10 @@ class PrefillNode {
 
   mutable absl::Mutex mu_;
   LeaseTable leases_ ABSL_GUARDED_BY(mu_);
+  int64_t leases_expired_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t leases_released_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread reaper_;
 };
 
 }  // namespace tandem
-  int64_t leases_expired_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t leases_released_ ABSL_GUARDED_BY(mu_) = 0;
