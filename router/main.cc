@@ -35,6 +35,9 @@ ABSL_FLAG(int32_t, health_interval_ms, 1000, "period of node Status polls");
 ABSL_FLAG(int32_t, rpc_timeout_ms, 60000, "deadline of each unary call to a node");
 ABSL_FLAG(int32_t, decode_idle_timeout_ms, 30000, "max gap between two decode stream events");
 ABSL_FLAG(int32_t, max_attempts, 3, "retryable node failures one request may take");
+ABSL_FLAG(int32_t, unhealthy_wait_ms, 60000,
+          "longest a request waits for a healthy node of a role before failing UNAVAILABLE "
+          "(bounded by the client deadline too); 0 fails at once");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
 ABSL_FLAG(std::string, http_listen, "127.0.0.1:0",
           "OpenAI-compatible HTTP API address HOST:PORT (port 0 = any; empty = no HTTP API)");
@@ -65,6 +68,11 @@ absl::StatusOr<tandem::RouterOptions> OptionsFromFlags() {
   o.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
   o.decode_idle_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_decode_idle_timeout_ms));
   o.max_attempts = absl::GetFlag(FLAGS_max_attempts);
+  if (absl::GetFlag(FLAGS_unhealthy_wait_ms) < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--unhealthy_wait_ms must be >= 0, got ",
+                                                   absl::GetFlag(FLAGS_unhealthy_wait_ms)));
+  }
+  o.retry.wait_budget = absl::Milliseconds(absl::GetFlag(FLAGS_unhealthy_wait_ms));
   return o;
 }
 

@@ -35,7 +35,7 @@ trap cleanup EXIT
 cat >"$tmp/openai.conf" <<CONF
 model=$tmp/model.gguf
 startup_timeout_s=60
-router   listen=127.0.0.1:0 health_interval_ms=200
+router   listen=127.0.0.1:0 health_interval_ms=200 unhealthy_wait_ms=2000
 prefill  tp=1 kv_budget_mb=8 ucx_tls=sm,self
 decode   tp=1 kv_budget_mb=8 ucx_tls=sm,self
 CONF

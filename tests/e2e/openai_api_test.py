@@ -300,9 +300,9 @@ class OpenAiApiTest(unittest.TestCase):
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: (http_get("/health")[0] == 503, http_get("/health")),
                  20, "/health answering 503 without a decode node")
-        # The router first waits for a healthy decode node (its retry wait budget, 60 s).
+        # The router first waits for a healthy decode node (--unhealthy_wait_ms, 2 s here).
         self.assert_error(openai.InternalServerError, 503, lambda: client(
-            timeout=180).completions.create(model=MODEL, prompt="x", max_tokens=2))
+            timeout=30).completions.create(model=MODEL, prompt="x", max_tokens=2))
 
 
 def main():
