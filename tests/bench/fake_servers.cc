@@ -215,9 +215,11 @@ void FakeOpenAi::Serve(int fd) {
     absl::MutexLock lock(&mu_);
     bodies_.push_back(req);
   }
+  // Each path leaves the in-flight count BEFORE its last write: once the client has read that
+  // write it may start its next request, which must not find this one still counted.
   if (!chat && !completions) {
-    WriteAll(fd, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     in_flight_.Leave();
+    WriteAll(fd, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     return;
   }
   const int64_t units =
@@ -226,10 +228,10 @@ void FakeOpenAi::Serve(int fd) {
   const Plan plan = PlanFor(units);
   if (plan.fail) {
     const std::string err = R"({"error":{"message":"fake: no capacity","code":503}})";
+    in_flight_.Leave();
     WriteAll(
         fd, absl::StrCat("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json",
                          "\r\nContent-Length: ", err.size(), "\r\nConnection: close\r\n\r\n", err));
-    in_flight_.Leave();
     return;
   }
   WriteAll(fd,
@@ -249,8 +251,8 @@ void FakeOpenAi::Serve(int fd) {
   }
   SendEvent(fd, absl::StrCat(R"({"choices":[],"usage":{"prompt_tokens":)", units,
                              R"(,"completion_tokens":)", max_tokens, "}}"));
-  SendEvent(fd, "[DONE]");
   in_flight_.Leave();
+  SendEvent(fd, "[DONE]");
 }
 
 }  // namespace tandem::bench::testing
