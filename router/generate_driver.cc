@@ -437,6 +437,10 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
 
 grpc::Status RunGenerate(const RouterDeps& deps, const v1::GenerateRequest& request,
                          absl::Time client_deadline, CallCanceller* canceller, GenerateSink* sink) {
+  if (deps.draining != nullptr && deps.draining->load()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "router is draining (shutting down): no new requests");
+  }
   Driver driver(deps, client_deadline, canceller, sink);
   return driver.Run(request);
 }

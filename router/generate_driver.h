@@ -43,6 +43,9 @@ struct RouterDeps {
   LogFn log;
   std::atomic<uint64_t>* request_counter = nullptr;  // for router-assigned request ids
   const RouterMetrics* metrics = nullptr;            // nullptr: nothing recorded
+  // Set once the router drains (SIGTERM): RunGenerate refuses new requests with UNAVAILABLE so a
+  // client retries another router. nullptr: never draining.
+  const std::atomic<bool>* draining = nullptr;
 };
 
 grpc::Status RunGenerate(const RouterDeps& deps, const v1::GenerateRequest& request,

@@ -37,6 +37,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   r->metrics_ = *metrics;
   r->deps_ = RouterDeps{r->model_.get(), r->pool_.get(), options, log, &r->request_counter_};
   r->deps_.metrics = &r->metrics_;
+  r->deps_.draining = &r->draining_;
   // A poll must end before the next one would start, but a loaded node deserves a second.
   const absl::Duration poll_timeout =
       std::min(std::max(options.health_interval, absl::Seconds(1)), options.rpc_timeout);
@@ -63,9 +64,17 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
 void RouterServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
+  // Refuse new requests first (UNAVAILABLE from RunGenerate, on gRPC and HTTP alike) and let the
+  // running ones finish within `grace`; only then stop the gRPC server, so a call that arrives
+  // while the router drains is refused with a clear status, not cancelled by the shutdown.
+  draining_ = true;
+  const absl::Time deadline = absl::Now() + grace;
+  while (threads_.running() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));  // bounded by `grace`; RequestThreads has no waiter
+  }
   // Past the deadline gRPC cancels the remaining calls; their reactors' OnCancel cancels the
   // node calls, so every request thread ends and Shutdown returns.
-  if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(std::max(deadline, absl::Now())));
   threads_.JoinAll();
   health_.reset();
 }

@@ -2,7 +2,8 @@
 // server exposing tandem.v1.Router plus the standard health service and reflection.
 //
 // Start binds options.listen (port 0 = any free port; port() tells which). Shutdown stops
-// accepting requests, lets in-flight ones finish for `grace`, then cancels them (their calls to
+// accepting requests (new ones get UNAVAILABLE, on gRPC and HTTP), lets in-flight ones finish
+// for `grace`, then stops the gRPC server and cancels what is left (their calls to
 // nodes are cancelled, KV leases released) and waits for their threads; it is idempotent and
 // also run by the destructor.
 //
@@ -61,6 +62,7 @@ class RouterServer {
   RouterMetrics metrics_;
   std::unique_ptr<NodePool> pool_;
   std::atomic<uint64_t> request_counter_{0};
+  std::atomic<bool> draining_{false};  // set by Shutdown: new requests are refused
   RouterDeps deps_;
   std::unique_ptr<HealthChecker> health_;
   RequestThreads threads_;
