@@ -33,6 +33,14 @@ struct HeldKv {
   std::shared_ptr<grpc::Channel> channel;
 };
 
+// A node call that ends CANCELLED while the client has not cancelled was cancelled by the node
+// (its server shutting down as it drains, or its process going away): the node is unavailable,
+// which the retry policy treats as such, rather than a cancellation to hand to the client.
+absl::Status NodeSideCancelAsUnavailable(const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kCancelled) return status;
+  return absl::UnavailableError(absl::StrCat("node cancelled the call: ", status.message()));
+}
+
 class Driver {
  public:
   Driver(const RouterDeps& deps, absl::Time client_deadline, CallCanceller* canceller,
@@ -194,10 +202,10 @@ void Driver::Prefill(RequestState& state) {
       state.Fail(absl::CancelledError("request cancelled by the client"));
       return;
     }
-    const bool retryable = IsRetryablePrefillError(response.status().code());
+    const absl::Status error = NodeSideCancelAsUnavailable(response.status());
+    const bool retryable = IsRetryablePrefillError(error.code());
     if (retryable) failed_prefill_.insert(node->address());
-    state.OnPrefillFailed(
-        NodeError(v1::INSTANCE_ROLE_PREFILL, node->address(), response.status(), retryable));
+    state.OnPrefillFailed(NodeError(v1::INSTANCE_ROLE_PREFILL, node->address(), error, retryable));
     if (retryable && state.phase() != RequestPhase::kFailed && deps_.metrics != nullptr) {
       deps_.metrics->prefill_retries->Increment();
     }
@@ -290,6 +298,7 @@ void Driver::Decode(RequestState& state) {
     state.Fail(absl::CancelledError("request cancelled by the client"));
     return;
   }
+  failure = NodeSideCancelAsUnavailable(failure);
   const bool retryable = IsRetryableDecodeError(failure.code());
   if (retryable && BlamesPrefillSource(failure.message(), kv_->handle.prefill_address(),
                                        kv_->handle.engine_id())) {
