@@ -44,15 +44,8 @@ absl::StatusOr<std::unique_ptr<KvPoolMemory>> FakeKvPuller::AllocatePool(int64_t
 absl::Status FakeKvPuller::Execute(const TransferMetadata& source,
                                    absl::Span<const TransferCopy> copies,
                                    absl::Span<std::byte> local_pool, const PullOptions& options) {
-  TANDEM_RETURN_IF_ERROR(ValidateTransferMetadata(source));
-  if (options.max_in_flight < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_in_flight must be >= 1, got ", options.max_in_flight));
-  }
-  if (options.stall_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("stall_timeout must be > 0");
-  }
-  TANDEM_RETURN_IF_ERROR(ValidateCopies(copies, source, static_cast<int64_t>(local_pool.size())));
+  TANDEM_RETURN_IF_ERROR(
+      ValidatePull(source, copies, static_cast<int64_t>(local_pool.size()), options));
   const std::string& engine = source.engine_id;
   auto blame = [&](int32_t rank) {
     if (options.failed_source_ranks != nullptr) options.failed_source_ranks->push_back(rank);

@@ -121,15 +121,8 @@ absl::Status UcxKvPuller::ExecuteOnce(const TransferMetadata& source,
                                       absl::Span<std::byte> local_pool, const PullOptions& options,
                                       bool* stale) {
   *stale = false;
-  TANDEM_RETURN_IF_ERROR(ValidateTransferMetadata(source));
-  if (options.max_in_flight < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_in_flight must be >= 1, got ", options.max_in_flight));
-  }
-  if (options.stall_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("stall_timeout must be > 0");
-  }
-  TANDEM_RETURN_IF_ERROR(ValidateCopies(copies, source, static_cast<int64_t>(local_pool.size())));
+  TANDEM_RETURN_IF_ERROR(
+      ValidatePull(source, copies, static_cast<int64_t>(local_pool.size()), options));
 
   // Let UCX deliver endpoint errors it noticed while we were idle, so the cache evicts those
   // endpoints below instead of posting on them.

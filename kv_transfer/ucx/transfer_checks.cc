@@ -131,4 +131,17 @@ absl::Status ValidateCopies(absl::Span<const TransferCopy> copies, const Transfe
   return absl::OkStatus();
 }
 
+absl::Status ValidatePull(const TransferMetadata& source, absl::Span<const TransferCopy> copies,
+                          int64_t local_pool_bytes, const PullOptions& options) {
+  if (absl::Status s = ValidateTransferMetadata(source); !s.ok()) return s;
+  if (options.max_in_flight < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_in_flight must be >= 1, got ", options.max_in_flight));
+  }
+  if (options.stall_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("stall_timeout must be > 0");
+  }
+  return ValidateCopies(copies, source, local_pool_bytes);
+}
+
 }  // namespace tandem

@@ -8,6 +8,8 @@
 //     once per (engine id, epoch), never per token.
 //   ValidateCopies: every planned copy lies inside the source rank's pool and the local pool
 //     (INVALID_ARGUMENT naming the copy index); nothing is posted unless all copies pass.
+//   ValidatePull: what every KvPuller implementation checks before a pull — the metadata, the
+//     pull options (max_in_flight >= 1, stall_timeout > 0) and the copies.
 // Thread-safety: free functions over their arguments.
 #pragma once
 
@@ -16,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "kv_transfer/kv_puller.h"
 #include "kv_transfer/transfer_types.h"
 
 namespace tandem {
@@ -36,5 +39,9 @@ namespace tandem {
 // REQUIRES: ValidateTransferMetadata(source) is OK.
 [[nodiscard]] absl::Status ValidateCopies(absl::Span<const TransferCopy> copies,
                                           const TransferMetadata& source, int64_t local_pool_bytes);
+
+[[nodiscard]] absl::Status ValidatePull(const TransferMetadata& source,
+                                        absl::Span<const TransferCopy> copies,
+                                        int64_t local_pool_bytes, const PullOptions& options);
 
 }  // namespace tandem
