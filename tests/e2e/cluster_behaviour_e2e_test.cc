@@ -19,21 +19,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::vector<int32_t> RandomPrompt(int n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> p(n);
-  for (int32_t& t : p) t = 3 + static_cast<int32_t>(rng() % 250);
-  return p;
-}
-
-v1::GenerateRequest IdsRequest(const std::vector<int32_t>& prompt, int32_t max_tokens) {
-  v1::GenerateRequest req;
-  for (int32_t t : prompt) req.mutable_token_ids()->add_ids(t);
-  req.set_max_tokens(max_tokens);
-  req.set_ignore_eos(true);
-  return req;
-}
-
 std::unique_ptr<LocalCluster> StartOrDie(const ClusterSpec& spec) {
   absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(spec);
   EXPECT_TRUE(c.ok()) << c.status();

@@ -23,21 +23,6 @@ constexpr int kDrainTimeoutS = 20;
 // The drained process must be gone within its drain timeout (plus process exit).
 constexpr absl::Duration kExitBound = absl::Seconds(kDrainTimeoutS + 5);
 
-std::vector<int32_t> RandomPrompt(int n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> p(n);
-  for (int32_t& t : p) t = 3 + static_cast<int32_t>(rng() % 250);
-  return p;
-}
-
-v1::GenerateRequest IdsRequest(const std::vector<int32_t>& prompt, int32_t max_tokens) {
-  v1::GenerateRequest req;
-  for (int32_t t : prompt) req.mutable_token_ids()->add_ids(t);
-  req.set_max_tokens(max_tokens);
-  req.set_ignore_eos(true);
-  return req;
-}
-
 std::vector<std::vector<int32_t>> Prompts() {
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 8; ++i) prompts.push_back(RandomPrompt(5 + (i * 29) % 70, 300 + i));

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -322,6 +323,21 @@ absl::Status LocalCluster::WaitIdle(absl::Duration timeout) {
     absl::SleepFor(kPoll);
   }
   return absl::DeadlineExceededError(absl::StrCat("cluster not idle: ", last));
+}
+
+std::vector<int32_t> RandomPrompt(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> p(n);
+  for (int32_t& t : p) t = 3 + static_cast<int32_t>(rng() % 250);
+  return p;
+}
+
+v1::GenerateRequest IdsRequest(const std::vector<int32_t>& prompt, int32_t max_tokens) {
+  v1::GenerateRequest req;
+  for (int32_t t : prompt) req.mutable_token_ids()->add_ids(t);
+  req.set_max_tokens(max_tokens);
+  req.set_ignore_eos(true);
+  return req;
 }
 
 }  // namespace tandem::testing

@@ -100,4 +100,9 @@ class LocalCluster {
   std::unique_ptr<v1::Router::Stub> router_;
 };
 
+// `n` token ids in [3, 253) drawn from `seed` (valid for every synthetic model's vocabulary).
+std::vector<int32_t> RandomPrompt(int n, uint64_t seed);
+// A Generate request for token ids that ignores EOS, so exactly `max_tokens` come back.
+v1::GenerateRequest IdsRequest(const std::vector<int32_t>& prompt, int32_t max_tokens);
+
 }  // namespace tandem::testing
