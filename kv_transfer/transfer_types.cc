@@ -2,7 +2,7 @@
 
 #include <string_view>
 
-#include "kv_transfer/fnv1a.h"
+#include "common/fnv1a.h"
 
 namespace tandem {
 namespace {

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "kv_transfer/fnv1a.h"
+#include "common/fnv1a.h"
 
 namespace tandem {
 namespace {
