@@ -105,7 +105,10 @@ run() {
   local name=$1; shift
   log "run $name"
   note_load "$name"
-  "$bench" --token_id_range=100:10000 --seed=1 --request_timeout_s=300 \
+  # A seed per run name: no run repeats another's prompts, so neither llama-server's prompt cache
+  # nor Tandem's prefix cache turns a later run's prefills into cache hits.
+  "$bench" --token_id_range=100:10000 --seed="$(cksum <<< "$name" | cut -d' ' -f1)" \
+    --request_timeout_s=300 \
     --json_out="$out/$name.json" --result_prefix="${name}_" "$@" > "$out/$name.txt" 2>&1 ||
     { cat "$out/$name.txt" >&2; die "run $name failed"; }
   grep '^RESULT' "$out/$name.txt" || true
@@ -130,10 +133,21 @@ tandem=(--backend=openai --base_url="http://127.0.0.1:$(cat "$TANDEM_RUN_DIR/rou
         --endpoint=/v1/completions)
 grpc=(--backend=grpc --address="$router")
 direct=(--backend=direct --prefill="$prefill_addr" --decode="$decode_addr")
+# cpu_seconds PID: user + system CPU time the process has used so far (fields 14 and 15 of stat).
+cpu_seconds() {
+  awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.3f\n", ($12 + $13) / hz }' \
+    "/proc/$1/stat"
+}
 if want 3; then  # (3) router overhead: direct and router runs alternated, same requests.
-  for rep in 1 2; do
+  # Besides the latency pairs (which a busy machine makes noisy), the router's own CPU time during
+  # each router run is sampled: CPU seconds per streamed token is a cost load cannot inflate much.
+  router_pid=$(read -r pid _ < "$TANDEM_RUN_DIR/router.pid" && echo "$pid")
+  for rep in 1 2 3; do
     run "direct_r$rep" "${direct[@]}" "${cmp_load[@]}" --concurrency=4 --num_requests="$(n 4)"
+    before=$(cpu_seconds "$router_pid")
     run "router_r$rep" "${grpc[@]}" "${cmp_load[@]}" --concurrency=4 --num_requests="$(n 4)"
+    after=$(cpu_seconds "$router_pid")
+    python3 -c "print(float('$after') - float('$before'))" > "$out/router_r$rep.cpu_s"
   done
 fi
 if want 2; then  # (2) Tandem at each concurrency.
@@ -210,16 +224,28 @@ if rep(f"llamacpp_c{top}") and rep(f"tandem_c{top}"):
 if rep("direct_r1"):
     lines += ["", "### (3) Router overhead per streamed token (c=4, alternated)",
               "| run | TPOT mean ms | TPOT p50 ms | ITL p50 ms | TTFT p50 ms |", "|---|---|---|---|---|"]
-    over = []
-    for k in (1, 2):
+    over, cpu_share = [], []
+    k = 1
+    while rep(f"direct_r{k}") and rep(f"router_r{k}"):
         d, r = rep(f"direct_r{k}"), rep(f"router_r{k}")
         for label, x in ((f"direct #{k}", d), (f"router #{k}", r)):
             lines.append(f"| {label} | {x['tpot']['mean_ms']:.2f} | {x['tpot']['p50_ms']:.2f} | "
                          f"{x['itl']['p50_ms']:.2f} | {x['ttft']['p50_ms']:.0f} |")
         over.append((r["tpot"]["mean_ms"] - d["tpot"]["mean_ms"]) / d["tpot"]["mean_ms"])
+        cpu_path = os.path.join(out, f"router_r{k}.cpu_s")
+        if os.path.exists(cpu_path) and r["output_tokens"] > 0:
+            per_token_ms = 1000 * float(open(cpu_path).read()) / r["output_tokens"]
+            cpu_share.append(per_token_ms / r["tpot"]["mean_ms"])
+            lines.append(f"| router #{k}: router CPU per streamed token | {per_token_ms:.3f} ms "
+                         f"= {cpu_share[-1]:.4f} of its TPOT | | | |")
+        k += 1
+    over.sort()
     lines += ["", "router overhead per pair (router TPOT mean - direct) / direct: "
-              + ", ".join(f"{o:+.4f}" for o in over)]
-    results.append(f"RESULT router_overhead_tpot_fraction={sum(over) / len(over):.4g}")
+              + ", ".join(f"{o:+.4f}" for o in over) + " (the median is reported)"]
+    results.append(f"RESULT router_overhead_tpot_fraction={over[len(over) // 2]:.4g}")
+    if cpu_share:
+        results.append("RESULT router_cpu_per_token_fraction_of_tpot="
+                       f"{sum(cpu_share) / len(cpu_share):.4g}")
 lines += [""] + results
 lines += ["", "Machine load before each run (load average; busiest processes):", "```"]
 lines += open(os.path.join(out, "load.txt")).read().rstrip("\n").splitlines()
