@@ -138,7 +138,7 @@ cpu_seconds() {
   awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.3f\n", ($12 + $13) / hz }' \
     "/proc/$1/stat"
 }
-if want 3; then  # (3) router overhead: direct and router runs alternated, same requests.
+if want 3; then  # (3) router overhead: direct and router runs alternated, same load.
   # Besides the latency pairs (which a busy machine makes noisy), the router's own CPU time during
   # each router run is sampled: CPU seconds per streamed token is a cost load cannot inflate much.
   router_pid=$(read -r pid _ < "$TANDEM_RUN_DIR/router.pid" && echo "$pid")
