@@ -33,6 +33,15 @@ if(TANDEM_TSAN)
   target_link_libraries(tandem_tsan_absl PUBLIC absl::synchronization absl::time ${CMAKE_DL_LIBS})
   add_link_options(-rdynamic)
 endif()
+if(TANDEM_FUZZ)
+  # Coverage instrumentation for libFuzzer everywhere (-fsanitize=fuzzer-no-link); the fuzz
+  # targets themselves link the libFuzzer runtime (tests/fuzz/CMakeLists.txt). Line tables are
+  # enough for symbolized reports and keep the build small.
+  set(_fuzz -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
+            -fno-sanitize-recover=undefined -gline-tables-only)
+  add_compile_options(${_fuzz})
+  add_link_options(-fsanitize=address,undefined)
+endif()
 if(TANDEM_NATIVE)
   add_compile_options(-march=native)
 endif()

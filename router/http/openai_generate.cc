@@ -2,13 +2,11 @@
 
 #include <algorithm>
 #include <optional>
-#include <random>
 #include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "proto/convert/sampling_proto.h"
+#include "router/http/openai_prepare.h"
 #include "router/http/openai_response.h"
 #include "router/http/stop_matcher.h"
 #include "router/request_validation.h"
@@ -143,22 +141,6 @@ bool PlausibleId(const std::string& id) {
   return std::all_of(id.begin(), id.end(), [](char c) { return c > ' ' && c < 127; });
 }
 
-// The GenerateRequest for the router: the prompt as the ids it tokenised to (so the usage and the
-// default budget are known here), the budget, sampling and stop behaviour.
-v1::GenerateRequest ToGenerateRequest(const OpenAiRequest& r, const std::vector<int32_t>& ids,
-                                      int32_t max_tokens, const std::string& request_id) {
-  v1::GenerateRequest g;
-  g.set_model(r.model);
-  g.mutable_token_ids()->mutable_ids()->Add(ids.begin(), ids.end());
-  SamplingParams sampling = r.sampling;
-  sampling.seed = r.seed.has_value() ? *r.seed : std::random_device{}();
-  *g.mutable_sampling() = ToProto(sampling);
-  g.set_max_tokens(max_tokens);
-  g.set_request_id(request_id);
-  g.set_ignore_eos(r.ignore_eos);
-  return g;
-}
-
 }  // namespace
 
 void ActiveRequests::Add(CallCanceller* c) {
@@ -207,26 +189,14 @@ void ServeCompletion(const RouterDeps& deps, OpenAiEndpoint endpoint, ActiveRequ
                             : HttpStatusFor(body.status().code()));
     return;
   }
-  absl::StatusOr<OpenAiRequest> request = ParseOpenAiRequest(endpoint, *body);
-  if (!request.ok()) {
-    fail(request.status(), 400);
+  absl::StatusOr<PreparedOpenAiRequest> prepared =
+      PrepareOpenAiRequest(*deps.model, endpoint, *body, request_id);
+  if (!prepared.ok()) {
+    fail(prepared.status(), HttpStatusFor(prepared.status().code()));
     return;
   }
-  // The router's first two checks, made here so the prompt can be tokenised (same messages).
+  const OpenAiRequest& request = prepared->request;
   const ModelLimits& limits = deps.model->limits();
-  for (const absl::Status& s :
-       {ValidateModelName(request->model, limits), ValidatePromptInput(request->prompt)}) {
-    if (!s.ok()) {
-      fail(s, HttpStatusFor(s.code()));
-      return;
-    }
-  }
-  const std::vector<int32_t> ids = deps.model->Tokenize(request->prompt);
-  const int32_t prompt_tokens = static_cast<int32_t>(ids.size());
-  // Unset max_tokens: up to the end of the context, as vLLM (at least 1, so a prompt that fills
-  // the context gets the router's context-length error).
-  const int32_t max_tokens = request->max_tokens.value_or(static_cast<int32_t>(
-      std::max<int64_t>(1, limits.context_length - static_cast<int64_t>(ids.size()))));
 
   CompletionMeta meta{endpoint, CompletionId(endpoint, request_id),
                       absl::ToUnixSeconds(absl::Now()), limits.name};
@@ -234,13 +204,12 @@ void ServeCompletion(const RouterDeps& deps, OpenAiEndpoint endpoint, ActiveRequ
   active.Add(&canceller);
   // A client that closes the connection cancels the request, even before its first token.
   exchange.OnClientGone([&canceller] { canceller.Cancel(); });
-  OpenAiSink sink(exchange, *request, std::move(meta), headers, canceller);
+  OpenAiSink sink(exchange, request, std::move(meta), headers, canceller);
   const grpc::Status status =
-      RunGenerate(deps, ToGenerateRequest(*request, ids, max_tokens, request_id),
-                  absl::InfiniteFuture(), &canceller, &sink);
+      RunGenerate(deps, prepared->generate, absl::InfiniteFuture(), &canceller, &sink);
   exchange.OnClientGone(nullptr);
   active.Remove(&canceller);
-  sink.Finish(FromGrpcStatus(status), prompt_tokens);
+  sink.Finish(FromGrpcStatus(status), prepared->prompt_tokens);
 }
 
 }  // namespace tandem

@@ -1,0 +1,55 @@
+#include "router/http/openai_prepare.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "proto/convert/sampling_proto.h"
+#include "router/request_validation.h"
+
+namespace tandem {
+namespace {
+
+// The GenerateRequest for the router: the prompt as the ids it tokenised to (so the usage and the
+// default budget are known here), the budget, sampling and stop behaviour.
+v1::GenerateRequest ToGenerateRequest(const OpenAiRequest& r, const std::vector<int32_t>& ids,
+                                      int32_t max_tokens, const std::string& request_id) {
+  v1::GenerateRequest g;
+  g.set_model(r.model);
+  g.mutable_token_ids()->mutable_ids()->Add(ids.begin(), ids.end());
+  SamplingParams sampling = r.sampling;
+  sampling.seed = r.seed.has_value() ? *r.seed : std::random_device{}();
+  *g.mutable_sampling() = ToProto(sampling);
+  g.set_max_tokens(max_tokens);
+  g.set_request_id(request_id);
+  g.set_ignore_eos(r.ignore_eos);
+  return g;
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedOpenAiRequest> PrepareOpenAiRequest(const ServedModel& model,
+                                                           OpenAiEndpoint endpoint,
+                                                           absl::string_view body,
+                                                           const std::string& request_id) {
+  absl::StatusOr<OpenAiRequest> request = ParseOpenAiRequest(endpoint, body);
+  if (!request.ok()) return request.status();
+  // The router's first two checks, made here so the prompt can be tokenised (same messages).
+  const ModelLimits& limits = model.limits();
+  for (const absl::Status& s :
+       {ValidateModelName(request->model, limits), ValidatePromptInput(request->prompt)}) {
+    if (!s.ok()) return s;
+  }
+  const std::vector<int32_t> ids = model.Tokenize(request->prompt);
+  // Unset max_tokens: up to the end of the context, as vLLM (at least 1, so a prompt that fills
+  // the context gets the router's context-length error).
+  const int32_t max_tokens = request->max_tokens.value_or(static_cast<int32_t>(
+      std::max<int64_t>(1, limits.context_length - static_cast<int64_t>(ids.size()))));
+  PreparedOpenAiRequest out;
+  out.prompt_tokens = static_cast<int32_t>(ids.size());
+  out.generate = ToGenerateRequest(*request, ids, max_tokens, request_id);
+  out.request = *std::move(request);
+  return out;
+}
+
+}  // namespace tandem

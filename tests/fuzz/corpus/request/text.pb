@@ -1,0 +1,1 @@
++Tell me a story about a <|im_start|> token.*333?(fff? 0

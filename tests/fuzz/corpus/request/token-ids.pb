@@ -1,0 +1,4 @@
+
+
+fuzz-model
+Khe0È:req-1@

@@ -1,0 +1,63 @@
+#include "tests/fuzz/fuzz_model.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "model/format/gguf_file.h"
+#include "model/format/gguf_writer.h"
+#include "model/tools/synthetic_vocab.h"
+
+namespace tandem::fuzz {
+namespace {
+
+[[noreturn]] void Die(const absl::Status& status, const char* what) {
+  std::fprintf(stderr, "fuzz_model: %s: %s\n", what, status.ToString().c_str());
+  std::abort();
+}
+
+// SmolLM2's template shape: a default system message when the conversation has none.
+constexpr char kChatTemplate[] =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}";
+
+}  // namespace
+
+std::string TokenizerGgufImage() {
+  absl::StatusOr<SyntheticVocab> vocab = BuildSyntheticVocab(kFuzzVocab);
+  if (!vocab.ok()) Die(vocab.status(), "BuildSyntheticVocab");
+  std::vector<int32_t> types;
+  for (TokenKind k : vocab->kinds) types.push_back(static_cast<int32_t>(k));
+  std::vector<std::string> merges;
+  for (const auto& [left, right] : vocab->merges) merges.push_back(left + " " + right);
+  GgufWriter writer;
+  writer.Set("general.architecture", GgufValue::String("llama"));
+  writer.Set("general.name", GgufValue::String(kFuzzModelName));
+  writer.Set("llama.context_length", GgufValue::Uint32(static_cast<uint32_t>(kFuzzContext)));
+  writer.Set("tokenizer.ggml.model", GgufValue::String("gpt2"));
+  writer.Set("tokenizer.ggml.pre", GgufValue::String("smollm"));
+  writer.Set("tokenizer.ggml.tokens", GgufValue::StringArray(vocab->tokens));
+  writer.Set("tokenizer.ggml.token_type", GgufValue::Int32Array(types));
+  writer.Set("tokenizer.ggml.merges", GgufValue::StringArray(merges));
+  writer.Set("tokenizer.ggml.bos_token_id", GgufValue::Uint32(1));
+  writer.Set("tokenizer.ggml.eos_token_id", GgufValue::Uint32(2));
+  writer.Set("tokenizer.chat_template", GgufValue::String(kChatTemplate));
+  return writer.Serialize();
+}
+
+const ServedModel& FuzzServedModel() {
+  static const ServedModel* const model = [] {
+    absl::StatusOr<std::unique_ptr<GgufFile>> file =
+        GgufFile::FromBytes(TokenizerGgufImage(), "fuzz-model.gguf");
+    if (!file.ok()) Die(file.status(), "GgufFile::FromBytes");
+    absl::StatusOr<std::unique_ptr<ServedModel>> served = ServedModel::FromGguf(**file, "");
+    if (!served.ok()) Die(served.status(), "ServedModel::FromGguf");
+    return served->release();
+  }();
+  return *model;
+}
+
+}  // namespace tandem::fuzz
