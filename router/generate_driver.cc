@@ -15,6 +15,7 @@
 #include "proto/convert/finish_reason_proto.h"
 #include "proto/convert/sampling_proto.h"
 #include "router/decode_stream.h"
+#include "router/prefix_match.h"
 #include "router/request_prep.h"
 #include "router/request_state.h"
 #include "router/retry_policy.h"
@@ -62,7 +63,8 @@ class Driver {
   // A healthy node of `role`; when none is, waits for one (bounded by the client's deadline and
   // the retry policy's wait budget, interrupted by cancellation) instead of failing at once.
   absl::StatusOr<NodeLease> PickNode(v1::InstanceRole role,
-                                     const absl::flat_hash_set<std::string>& excluded);
+                                     const absl::flat_hash_set<std::string>& excluded,
+                                     PromptPrefixHashes* prompt = nullptr);
   // Sleeps the backoff after the `failures`-th retryable failure; false when the client
   // cancelled meanwhile.
   bool Backoff(int failures);
@@ -86,6 +88,10 @@ class Driver {
 
   std::string request_id_;
   PreparedRequest prepared_;
+  // The prompt's prefix-cache hash chains, for kv_aware prefill picks (over prepared_.prompt).
+  std::optional<PromptPrefixHashes> prompt_hashes_;
+  // Prompt tokens the last prefill node picked was expected to hold (its digest), for the log.
+  int64_t cached_prefix_tokens_ = 0;
   std::optional<StreamingDecoder> detokenizer_;
   std::optional<HeldKv> kv_;
   absl::flat_hash_set<std::string> failed_prefill_;
@@ -135,8 +141,9 @@ void Driver::SendToken(int32_t id, int32_t index) {
 constexpr absl::Duration kWaitSlice = absl::Milliseconds(100);
 
 absl::StatusOr<NodeLease> Driver::PickNode(v1::InstanceRole role,
-                                           const absl::flat_hash_set<std::string>& excluded) {
-  absl::StatusOr<NodeLease> first = deps_.pool->Pick(role, excluded);
+                                           const absl::flat_hash_set<std::string>& excluded,
+                                           PromptPrefixHashes* prompt) {
+  absl::StatusOr<NodeLease> first = deps_.pool->Pick(role, excluded, prompt);
   if (first.ok() || first.status().code() != absl::StatusCode::kUnavailable) return first;
   absl::Status none = first.status();
   const absl::Time began = absl::Now();
@@ -144,7 +151,7 @@ absl::StatusOr<NodeLease> Driver::PickNode(v1::InstanceRole role,
   while (absl::Now() < give_up) {
     if (canceller_->cancelled()) return absl::CancelledError("request cancelled by the client");
     deps_.pool->AwaitHealthy(role, std::min(give_up, absl::Now() + kWaitSlice));
-    absl::StatusOr<NodeLease> node = deps_.pool->Pick(role, excluded);
+    absl::StatusOr<NodeLease> node = deps_.pool->Pick(role, excluded, prompt);
     if (node.ok()) {
       deps_.log(absl::StrCat("request ", request_id_, ": waited ",
                              absl::ToInt64Milliseconds(absl::Now() - began), " ms for a healthy ",
@@ -170,12 +177,20 @@ bool Driver::Backoff(int failures) {
 }
 
 void Driver::Prefill(RequestState& state) {
-  absl::StatusOr<NodeLease> node = PickNode(v1::INSTANCE_ROLE_PREFILL, failed_prefill_);
+  // Scored by the original prompt: a resumed prefill's extra (generated) tokens are in no cache.
+  absl::StatusOr<NodeLease> node =
+      PickNode(v1::INSTANCE_ROLE_PREFILL, failed_prefill_, &*prompt_hashes_);
   if (!node.ok()) {
     state.Fail(node.status());
     return;
   }
+  cached_prefix_tokens_ = node->cached_prefix_tokens();
   const PrefillPlan plan = state.NextPrefill();
+  if (deps_.metrics != nullptr) {
+    deps_.metrics->prefill_prompt_tokens->Increment(static_cast<double>(plan.prompt_ids.size()));
+    deps_.metrics->prefill_expected_cached_tokens->Increment(
+        static_cast<double>(cached_prefix_tokens_));
+  }
   v1::PrefillRequest request;
   request.set_request_id(NodeRequestId());
   request.mutable_prompt_ids()->Add(plan.prompt_ids.begin(), plan.prompt_ids.end());
@@ -211,6 +226,7 @@ void Driver::Prefill(RequestState& state) {
     }
     return;
   }
+  deps_.pool->NotePrefilled(node->address(), *prompt_hashes_, absl::Now());
   kv_ = HeldKv{std::move(*response->mutable_kv()), node->address(), node->channel()};
   const int32_t index = static_cast<int32_t>(state.streamed().size());
   if (const std::optional<int32_t> token = state.OnPrefillOk(response->first_token())) {
@@ -361,7 +377,8 @@ void Driver::LogEnd(const RequestState* state, const absl::Status& status) {
                                                                     : first_token_at_ - start_)
       .AddMillis("total_ms", total)
       .Add("retries", state != nullptr ? state->retries() : 0)
-      .Add("resumes", resumes_);
+      .Add("resumes", resumes_)
+      .Add("cached_prefix_tokens", cached_prefix_tokens_);
   if (!status.ok()) line.Add("error", status.message());
   deps_.log(line.str());
   if (deps_.metrics == nullptr) return;
@@ -389,6 +406,7 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
     return ToGrpcStatus(prepared.status());
   }
   prepared_ = *std::move(prepared);
+  prompt_hashes_.emplace(prepared_.prompt);
   detokenizer_.emplace(deps_.model->tokenizer(), /*skip_special=*/true);
 
   RequestState state(prepared_.prompt, prepared_.max_tokens, prepared_.stop_ids,

@@ -58,7 +58,8 @@ void HealthChecker::PollOnce() {
     std::unique_ptr<StatusCall> call;
   };
   std::vector<Poll> polls;
-  const absl::Time deadline = absl::Now() + poll_timeout_;
+  const absl::Time started = absl::Now();
+  const absl::Time deadline = started + poll_timeout_;
   for (NodePool::PollTarget& target : pool_->PollTargets()) {
     auto call = std::make_unique<StatusCall>(v1::StatusRequest(), deadline);
     if (target.role == v1::INSTANCE_ROLE_PREFILL) {
@@ -77,7 +78,7 @@ void HealthChecker::PollOnce() {
   for (Poll& poll : polls) {
     const absl::StatusOr<v1::InstanceStatus> status = poll.call->Wait();
     if (status.ok()) {
-      pool_->ReportStatus(poll.target.address, poll.target.role, *status, absl::Now());
+      pool_->ReportStatus(poll.target.address, poll.target.role, *status, started, absl::Now());
     } else {
       pool_->ReportFailure(poll.target.address, poll.target.role, status.status());
     }

@@ -29,7 +29,9 @@ ABSL_FLAG(std::string, model_name, "",
           "served model name (default: the GGUF general.name or the HF directory's name)");
 ABSL_FLAG(std::string, prefill, "", "static prefill nodes, comma-separated host:port");
 ABSL_FLAG(std::string, decode, "", "static decode nodes, comma-separated host:port");
-ABSL_FLAG(std::string, prefill_policy, "least_loaded", "round_robin | least_loaded");
+ABSL_FLAG(std::string, prefill_policy, "kv_aware",
+          "round_robin | least_loaded | kv_aware (least prefill work given the nodes' prefix "
+          "caches; least_loaded while no node publishes one)");
 ABSL_FLAG(std::string, decode_policy, "least_loaded", "round_robin | least_loaded");
 ABSL_FLAG(int32_t, health_interval_ms, 1000, "period of node Status polls");
 ABSL_FLAG(int32_t, rpc_timeout_ms, 60000, "deadline of each unary call to a node");

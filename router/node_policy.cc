@@ -1,5 +1,6 @@
 #include "router/node_policy.h"
 
+#include <algorithm>
 #include <tuple>
 #include <vector>
 
@@ -11,8 +12,9 @@ namespace tandem {
 absl::StatusOr<PolicyKind> ParsePolicyKind(absl::string_view name) {
   if (name == "round_robin") return PolicyKind::kRoundRobin;
   if (name == "least_loaded") return PolicyKind::kLeastLoaded;
+  if (name == "kv_aware") return PolicyKind::kKvAware;
   return absl::InvalidArgumentError(absl::StrCat("unknown node selection policy '", name,
-                                                 "' (valid: round_robin, least_loaded)"));
+                                                 "' (valid: round_robin, least_loaded, kv_aware)"));
 }
 
 absl::string_view PolicyKindName(PolicyKind kind) {
@@ -21,6 +23,8 @@ absl::string_view PolicyKindName(PolicyKind kind) {
       return "round_robin";
     case PolicyKind::kLeastLoaded:
       return "least_loaded";
+    case PolicyKind::kKvAware:
+      return "kv_aware";
   }
   return "unknown";
 }
@@ -36,8 +40,14 @@ auto LoadKey(const NodeCandidate& c) {
 
 }  // namespace
 
+int64_t EstimatedPrefillWork(const NodeCandidate& c, int64_t prompt_tokens) {
+  return std::max<int64_t>(prompt_tokens - c.cached_prefix_tokens, 0) +
+         std::max<int64_t>(c.pending_prompt_tokens, 0);
+}
+
 std::optional<size_t> NodeSelector::Pick(absl::Span<const NodeCandidate> candidates,
-                                         const absl::flat_hash_set<std::string>& excluded) {
+                                         const absl::flat_hash_set<std::string>& excluded,
+                                         int64_t prompt_tokens) {
   std::vector<size_t> eligible;
   eligible.reserve(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) {
@@ -52,9 +62,16 @@ std::optional<size_t> NodeSelector::Pick(absl::Span<const NodeCandidate> candida
     const uint64_t turn = next_.fetch_add(1, std::memory_order_relaxed);
     return eligible[turn % eligible.size()];
   }
+  const bool by_prefix = kind_ == PolicyKind::kKvAware &&
+                         std::any_of(eligible.begin(), eligible.end(),
+                                     [&](size_t i) { return candidates[i].has_prefix_digest; });
+  const auto key = [&](size_t i) {
+    const NodeCandidate& c = candidates[i];
+    return std::make_tuple(by_prefix ? EstimatedPrefillWork(c, prompt_tokens) : 0, LoadKey(c));
+  };
   size_t best = eligible.front();
   for (const size_t i : eligible) {
-    if (LoadKey(candidates[i]) < LoadKey(candidates[best])) best = i;
+    if (key(i) < key(best)) best = i;
   }
   return best;
 }

@@ -4,6 +4,8 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace tandem {
@@ -36,13 +38,26 @@ std::shared_ptr<grpc::Channel> DefaultNodeChannel(const std::string& address) {
 }
 
 NodeLease::NodeLease(std::string address, std::shared_ptr<grpc::Channel> channel,
-                     std::shared_ptr<std::atomic<int32_t>> inflight)
-    : address_(std::move(address)), channel_(std::move(channel)), inflight_(std::move(inflight)) {
+                     std::shared_ptr<std::atomic<int32_t>> inflight,
+                     std::shared_ptr<std::atomic<int64_t>> pending_tokens, int64_t work_tokens,
+                     int64_t cached_prefix_tokens)
+    : address_(std::move(address)),
+      channel_(std::move(channel)),
+      inflight_(std::move(inflight)),
+      pending_tokens_(std::move(pending_tokens)),
+      work_tokens_(work_tokens),
+      cached_prefix_tokens_(cached_prefix_tokens) {
   inflight_->fetch_add(1, std::memory_order_relaxed);
+  if (pending_tokens_ != nullptr) {
+    pending_tokens_->fetch_add(work_tokens_, std::memory_order_relaxed);
+  }
 }
 
 NodeLease::~NodeLease() {
   if (inflight_ != nullptr) inflight_->fetch_sub(1, std::memory_order_relaxed);
+  if (pending_tokens_ != nullptr) {
+    pending_tokens_->fetch_sub(work_tokens_, std::memory_order_relaxed);
+  }
 }
 
 NodePool::NodePool(std::string model_name, PolicyKind prefill_policy, PolicyKind decode_policy,
@@ -66,6 +81,21 @@ absl::Status CheckNodeIdentity(const std::string& address, v1::InstanceRole role
         absl::StrCat("node ", address, " has role ", RoleName(role), " (want prefill or decode)"));
   }
   return absl::OkStatus();
+}
+
+// The digest of a prefill node's status as a lookup set; null when it publishes none.
+std::shared_ptr<const PrefixDigest> DigestOf(v1::InstanceRole role,
+                                             const v1::InstanceStatus& status) {
+  if (role != v1::INSTANCE_ROLE_PREFILL || !status.has_prefix_cache()) return nullptr;
+  const v1::PrefixCacheDigest& d = status.prefix_cache();
+  if (d.block_tokens() <= 0) return nullptr;
+  auto digest = std::make_shared<PrefixDigest>();
+  digest->salt = d.salt();
+  digest->block_tokens = d.block_tokens();
+  digest->truncated = d.truncated();
+  digest->blocks.reserve(static_cast<size_t>(d.block_hashes_size()));
+  digest->blocks.insert(d.block_hashes().begin(), d.block_hashes().end());
+  return digest;
 }
 
 }  // namespace
@@ -155,13 +185,18 @@ void NodePool::SetHealth(const Key& key, Node& node, bool healthy, std::string e
 }
 
 void NodePool::ReportStatus(const std::string& address, v1::InstanceRole role,
-                            const v1::InstanceStatus& status, absl::Time now) {
+                            const v1::InstanceStatus& status, absl::Time poll_started,
+                            absl::Time now) {
+  std::shared_ptr<const PrefixDigest> digest = DigestOf(role, status);  // outside the lock
   absl::MutexLock lock(&mu_);
   const Key key(role, address);
   const auto it = nodes_.find(key);
   if (it == nodes_.end()) return;  // expired while the poll was in flight
   Node& node = it->second;
   node.status = status;
+  node.digest = std::move(digest);
+  node.recent.ForgetBefore(poll_started);
+  if (node.digest == nullptr) node.recent.Clear();
   node.last_seen = now;
   std::string error;
   if (status.role() != role) {
@@ -186,6 +221,16 @@ void NodePool::ReportFailure(const std::string& address, v1::InstanceRole role,
   if (it == nodes_.end()) return;
   SetHealth(key, it->second, false, error.ToString());
   it->second.polled = true;
+  it->second.recent.Clear();  // it may come back restarted, its cache empty
+}
+
+void NodePool::NotePrefilled(const std::string& address, PromptPrefixHashes& prompt,
+                             absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  const auto it = nodes_.find(Key(v1::INSTANCE_ROLE_PREFILL, address));
+  if (it == nodes_.end() || it->second.digest == nullptr) return;
+  const PrefixDigest& digest = *it->second.digest;
+  it->second.recent.Add(prompt.Chain(digest.salt, digest.block_tokens), now);
 }
 
 NodeSelector& NodePool::SelectorFor(v1::InstanceRole role) {
@@ -193,7 +238,8 @@ NodeSelector& NodePool::SelectorFor(v1::InstanceRole role) {
 }
 
 absl::StatusOr<NodeLease> NodePool::Pick(v1::InstanceRole role,
-                                         const absl::flat_hash_set<std::string>& excluded) {
+                                         const absl::flat_hash_set<std::string>& excluded,
+                                         PromptPrefixHashes* prompt) {
   std::vector<NodeCandidate> candidates;
   std::vector<const Node*> healthy;
   int known = 0;
@@ -203,17 +249,33 @@ absl::StatusOr<NodeLease> NodePool::Pick(v1::InstanceRole role,
     ++known;
     if (!node.healthy) continue;
     const v1::InstanceLoad& load = node.status.load();
-    candidates.push_back({key.second, load.running(), load.queued(), load.free_blocks(),
-                          node.inflight->load(std::memory_order_relaxed)});
+    NodeCandidate c{key.second, load.running(), load.queued(), load.free_blocks(),
+                    node.inflight->load(std::memory_order_relaxed)};
+    if (prompt != nullptr) {
+      // Hashing happens here, under the lock, at most once per distinct (salt, block_tokens)
+      // per request: microseconds for a few thousand tokens.
+      c.has_prefix_digest = node.digest != nullptr;
+      if (c.has_prefix_digest) {
+        c.cached_prefix_tokens = CachedPrefixTokens(*node.digest, *prompt, &node.recent);
+      }
+      c.pending_prompt_tokens = std::max(load.pending_prompt_tokens(),
+                                         node.pending_tokens->load(std::memory_order_relaxed));
+    }
+    candidates.push_back(std::move(c));
     healthy.push_back(&node);
   }
-  const std::optional<size_t> pick = SelectorFor(role).Pick(candidates, excluded);
+  const int64_t prompt_tokens = prompt != nullptr ? prompt->prompt_tokens() : 0;
+  const std::optional<size_t> pick = SelectorFor(role).Pick(candidates, excluded, prompt_tokens);
   if (!pick.has_value()) {
     return absl::UnavailableError(
         absl::StrCat("no healthy ", RoleName(role), " node (", known, " known, none healthy)"));
   }
   const Node& node = *healthy[*pick];
-  return NodeLease(candidates[*pick].address, node.channel, node.inflight);
+  const NodeCandidate& chosen = candidates[*pick];
+  if (prompt == nullptr) return NodeLease(chosen.address, node.channel, node.inflight);
+  return NodeLease(chosen.address, node.channel, node.inflight, node.pending_tokens,
+                   std::max<int64_t>(prompt_tokens - chosen.cached_prefix_tokens, 0),
+                   chosen.cached_prefix_tokens);
 }
 
 bool NodePool::AwaitHealthy(v1::InstanceRole role, absl::Time deadline) const {

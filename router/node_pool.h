@@ -12,6 +12,14 @@
 // Pick hands out a NodeLease that counts the call as in flight on that node (least_loaded uses
 // the count to spread bursts between polls) until the lease is destroyed.
 //
+// KV-aware routing: a prefill node's Status may carry a prefix-cache digest; each poll replaces
+// the node's PrefixDigest (a hash set, built before the lock is taken). A prefill Pick given the
+// request's PromptPrefixHashes scores every healthy node with a digest by the prompt prefix it
+// holds (counting the blocks of prompts it prefilled since the last poll: NotePrefilled). The
+// lease counts the prompt tokens the node is expected to compute as pending there until the call
+// ends -- fresher than the polled InstanceLoad.pending_prompt_tokens, which also counts other
+// routers' requests; the policy takes the larger of the two.
+//
 // Thread-safety: all methods are thread-safe. Times are passed in, so tests control the clock.
 #pragma once
 
@@ -32,6 +40,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "router/node_policy.h"
+#include "router/prefix_match.h"
 #include "router/router_log.h"
 #include "tandem/v1/router.pb.h"
 
@@ -50,8 +59,11 @@ std::shared_ptr<grpc::Channel> DefaultNodeChannel(const std::string& address);
 
 class NodeLease {
  public:
+  // `pending_tokens` (may be null) grows by `work_tokens` for the lease's lifetime.
   NodeLease(std::string address, std::shared_ptr<grpc::Channel> channel,
-            std::shared_ptr<std::atomic<int32_t>> inflight);
+            std::shared_ptr<std::atomic<int32_t>> inflight,
+            std::shared_ptr<std::atomic<int64_t>> pending_tokens = nullptr, int64_t work_tokens = 0,
+            int64_t cached_prefix_tokens = 0);
   ~NodeLease();
   NodeLease(NodeLease&& other) noexcept = default;
   NodeLease& operator=(NodeLease&& other) noexcept = delete;
@@ -60,11 +72,16 @@ class NodeLease {
 
   const std::string& address() const { return address_; }
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+  // Leading prompt tokens the node's digest said it holds when it was picked (0 without one).
+  int64_t cached_prefix_tokens() const { return cached_prefix_tokens_; }
 
  private:
   std::string address_;
   std::shared_ptr<grpc::Channel> channel_;
-  std::shared_ptr<std::atomic<int32_t>> inflight_;  // null once moved from
+  std::shared_ptr<std::atomic<int32_t>> inflight_;        // null once moved from
+  std::shared_ptr<std::atomic<int64_t>> pending_tokens_;  // null once moved from, or unused
+  int64_t work_tokens_ = 0;
+  int64_t cached_prefix_tokens_ = 0;
 };
 
 class NodePool {
@@ -96,16 +113,27 @@ class NodePool {
   };
   std::vector<PollTarget> PollTargets() const;
 
-  // Result of a Status poll.
+  // Result of a Status poll sent at `poll_started` (the blocks NotePrefilled added before then
+  // are now covered by the status's digest).
   void ReportStatus(const std::string& address, v1::InstanceRole role,
-                    const v1::InstanceStatus& status, absl::Time now);
+                    const v1::InstanceStatus& status, absl::Time poll_started, absl::Time now);
+  void ReportStatus(const std::string& address, v1::InstanceRole role,
+                    const v1::InstanceStatus& status, absl::Time now) {
+    ReportStatus(address, role, status, now, now);
+  }
+  // A prefill of `prompt` succeeded on `address`: if the node publishes a prefix digest, its
+  // prompt blocks count as held there until a later poll's digest says otherwise.
+  void NotePrefilled(const std::string& address, PromptPrefixHashes& prompt, absl::Time now);
   // A failed poll, or a call that found the node unreachable.
   void ReportFailure(const std::string& address, v1::InstanceRole role, const absl::Status& error);
 
   // A healthy node of `role` chosen by that fleet's policy, avoiding `excluded` when possible.
+  // `prompt` (prefill picks; may be null) lets kv_aware score prefix digests and the lease
+  // count the prompt's uncached tokens as pending; it is only used on the calling thread.
   // UNAVAILABLE naming the role when no node of the role is healthy.
   [[nodiscard]] absl::StatusOr<NodeLease> Pick(v1::InstanceRole role,
-                                               const absl::flat_hash_set<std::string>& excluded);
+                                               const absl::flat_hash_set<std::string>& excluded,
+                                               PromptPrefixHashes* prompt = nullptr);
 
   // Blocks until some node of `role` is healthy or `deadline` passes (woken by every health
   // change, so a request resumes as soon as a poll sees the node back). True when one is.
@@ -130,6 +158,11 @@ class NodePool {
     absl::Time last_seen = absl::InfinitePast();
     std::string last_error;
     std::shared_ptr<std::atomic<int32_t>> inflight = std::make_shared<std::atomic<int32_t>>(0);
+    // Prompt tokens of this router's prefill calls in flight on the node (uncached part).
+    std::shared_ptr<std::atomic<int64_t>> pending_tokens =
+        std::make_shared<std::atomic<int64_t>>(0);
+    std::shared_ptr<const PrefixDigest> digest;  // from the last status; null without one
+    RecentBlocks recent;                         // NotePrefilled since the last poll started
   };
   using Key = std::pair<int, std::string>;  // (role, address)
 

@@ -48,6 +48,15 @@ absl::StatusOr<RouterMetrics> RouterMetrics::Register(MetricsRegistry& r) {
   TANDEM_ASSIGN_OR_RETURN(
       m.requests_running,
       r.AddGauge("tandem_num_requests_running", "Generate requests in flight in the router."));
+  TANDEM_ASSIGN_OR_RETURN(
+      m.prefill_prompt_tokens,
+      r.AddCounter("tandem_router_prefill_prompt_tokens_total",
+                   "Prompt tokens sent to prefill nodes, every attempt counted."));
+  TANDEM_ASSIGN_OR_RETURN(
+      m.prefill_expected_cached_tokens,
+      r.AddCounter("tandem_router_prefill_expected_cached_tokens_total",
+                   "Of the prompt tokens sent to prefill nodes, the leading tokens the chosen "
+                   "node's prefix-cache digest said it held when the router picked it."));
   // Present at 0 from the start, so rate() over them works before the first request ends.
   m.request_success->WithLabels({"stop"});
   m.request_success->WithLabels({"length"});

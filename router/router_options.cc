@@ -25,6 +25,11 @@ absl::Status ValidateRouterOptions(const RouterOptions& o) {
   if (absl::Status s = Positive("health_interval", o.health_interval); !s.ok()) return s;
   if (absl::Status s = Positive("rpc_timeout", o.rpc_timeout); !s.ok()) return s;
   if (absl::Status s = Positive("decode_idle_timeout", o.decode_idle_timeout); !s.ok()) return s;
+  if (o.decode_policy == PolicyKind::kKvAware) {
+    return absl::InvalidArgumentError(
+        "decode_policy kv_aware: decode nodes keep no prefix cache (use round_robin or "
+        "least_loaded)");
+  }
   if (o.max_attempts < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_attempts must be >= 1 (got ", o.max_attempts, ")"));

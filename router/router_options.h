@@ -18,7 +18,8 @@ struct RouterOptions {
   std::string listen = "0.0.0.0:50050";    // host:port; port 0 = any free port
   std::vector<std::string> prefill_nodes;  // static fleet; more may join by heartbeat
   std::vector<std::string> decode_nodes;
-  PolicyKind prefill_policy = PolicyKind::kLeastLoaded;
+  // kv_aware is least_loaded until prefill nodes publish prefix-cache digests (node_policy.h).
+  PolicyKind prefill_policy = PolicyKind::kKvAware;
   PolicyKind decode_policy = PolicyKind::kLeastLoaded;
   absl::Duration health_interval = absl::Seconds(1);       // Status poll period (and poll deadline)
   absl::Duration rpc_timeout = absl::Seconds(60);          // deadline of each unary call to a node
@@ -28,7 +29,8 @@ struct RouterOptions {
 };
 
 // INVALID_ARGUMENT naming the field: empty listen address, non-positive durations,
-// max_attempts < 1, an empty entry in a node list.
+// max_attempts < 1, an empty entry in a node list, kv_aware for decode (decode nodes keep no
+// prefix cache).
 [[nodiscard]] absl::Status ValidateRouterOptions(const RouterOptions& options);
 
 // "a:1,b:2" -> {"a:1", "b:2"}; surrounding spaces trimmed; "" -> {}. INVALID_ARGUMENT for an

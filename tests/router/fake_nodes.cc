@@ -4,10 +4,12 @@
 #include <grpcpp/server_builder.h>
 #include <grpcpp/server_context.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/prefix_hash.h"
 #include "serving/request_id.h"
 #include "tests/router/test_model.h"
 
@@ -86,6 +88,41 @@ bool FakePrefill::WaitForReleases(size_t n, absl::Duration timeout) const {
   return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
 }
 
+void FakePrefill::EnablePrefixCache(uint64_t salt, int64_t block_tokens) {
+  absl::MutexLock lock(&mu_);
+  digest_.emplace();
+  digest_->set_salt(salt);
+  digest_->set_block_tokens(block_tokens);
+}
+
+void FakePrefill::CachePrefix(absl::Span<const int32_t> tokens) {
+  absl::MutexLock lock(&mu_);
+  CachePrefixLocked(tokens);
+}
+
+void FakePrefill::CachePrefixLocked(absl::Span<const int32_t> tokens) {
+  if (!digest_.has_value()) return;
+  const std::vector<uint64_t> chain =
+      PrefixHashChain(digest_->salt(), tokens, digest_->block_tokens());
+  // Most recently used first: the prompt's blocks move to the front, in prompt order.
+  std::vector<uint64_t> blocks(chain.begin(), chain.end());
+  for (const uint64_t h : digest_->block_hashes()) {
+    if (std::find(chain.begin(), chain.end(), h) == chain.end()) blocks.push_back(h);
+  }
+  digest_->clear_block_hashes();
+  digest_->mutable_block_hashes()->Add(blocks.begin(), blocks.end());
+}
+
+size_t FakePrefill::cached_blocks() const {
+  absl::MutexLock lock(&mu_);
+  return digest_.has_value() ? static_cast<size_t>(digest_->block_hashes_size()) : 0;
+}
+
+void FakePrefill::SetPendingPromptTokens(int64_t tokens) {
+  absl::MutexLock lock(&mu_);
+  pending_prompt_tokens_ = tokens;
+}
+
 grpc::ServerUnaryReactor* FakePrefill::Prefill(grpc::CallbackServerContext* ctx,
                                                const v1::PrefillRequest* request,
                                                v1::PrefillResponse* response) {
@@ -113,6 +150,7 @@ grpc::ServerUnaryReactor* FakePrefill::Prefill(grpc::CallbackServerContext* ctx,
   kv->add_block_table(3);
   kv->set_prefill_address(address_);
   handles_.push_back(*kv);
+  CachePrefixLocked(request->prompt_ids());
   return Reply(ctx, grpc::Status::OK);
 }
 
@@ -129,6 +167,9 @@ grpc::ServerUnaryReactor* FakePrefill::Status(grpc::CallbackServerContext* ctx,
                                               const v1::StatusRequest*,
                                               v1::InstanceStatus* response) {
   *response = FakeStatus(v1::INSTANCE_ROLE_PREFILL, name_, address_);
+  absl::MutexLock lock(&mu_);
+  if (digest_.has_value()) *response->mutable_prefix_cache() = *digest_;
+  response->mutable_load()->set_pending_prompt_tokens(pending_prompt_tokens_);
   return Reply(ctx, grpc::Status::OK);
 }
 

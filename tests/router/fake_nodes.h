@@ -25,6 +25,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "tandem/v1/decode.grpc.pb.h"
 #include "tandem/v1/prefill.grpc.pb.h"
 
@@ -65,6 +66,17 @@ class FakePrefill final : public v1::PrefillService::CallbackService {
   // Waits up to `timeout` until at least `n` ReleaseKv calls arrived.
   bool WaitForReleases(size_t n, absl::Duration timeout) const;
 
+  // Publishes a prefix-cache digest (InstanceStatus.prefix_cache) with this salt and block size;
+  // from now on every successful Prefill caches its prompt's full blocks, as a real prefill
+  // instance with a prefix cache does (most recently used first, never evicted).
+  void EnablePrefixCache(uint64_t salt, int64_t block_tokens);
+  // Adds the full blocks of `tokens` to the digest as if a prefill had cached them.
+  void CachePrefix(absl::Span<const int32_t> tokens);
+  // Blocks the digest lists.
+  size_t cached_blocks() const;
+  // The InstanceLoad.pending_prompt_tokens its Status reports (default 0).
+  void SetPendingPromptTokens(int64_t tokens);
+
   grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* ctx,
                                     const v1::PrefillRequest* request,
                                     v1::PrefillResponse* response) override;
@@ -76,6 +88,8 @@ class FakePrefill final : public v1::PrefillService::CallbackService {
                                    v1::InstanceStatus* response) override;
 
  private:
+  void CachePrefixLocked(absl::Span<const int32_t> tokens) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const std::string name_;
   const std::shared_ptr<PrefillScript> script_;
   std::unique_ptr<grpc::Server> server_;
@@ -86,6 +100,8 @@ class FakePrefill final : public v1::PrefillService::CallbackService {
   std::vector<v1::KvHandle> handles_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReleaseKvRequest> releases_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> prefill_request_ids_ ABSL_GUARDED_BY(mu_);
+  std::optional<v1::PrefixCacheDigest> digest_ ABSL_GUARDED_BY(mu_);
+  int64_t pending_prompt_tokens_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class FakeDecode final : public v1::DecodeService::CallbackService {

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/prefix_hash.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -145,6 +146,104 @@ TEST_F(NodePoolTest, LeaseReleaseEndsTheInflightCount) {
     EXPECT_EQ(pool.Pick(kDecode, {})->address(), "b:1");
   }
   EXPECT_EQ(pool.Pick(kDecode, {})->address(), "a:1");
+}
+
+// kv_aware over prefill nodes with digests: 16-token blocks, salt 5.
+constexpr uint64_t kSalt = 5;
+constexpr int64_t kBlock = 16;
+
+std::vector<int32_t> Tokens(int n, int32_t from) {
+  std::vector<int32_t> v;
+  for (int i = 0; i < n; ++i) v.push_back(from + i);
+  return v;
+}
+
+v1::InstanceStatus WithDigest(v1::InstanceStatus s, const std::vector<int32_t>& cached,
+                              int64_t pending = 0) {
+  v1::PrefixCacheDigest* d = s.mutable_prefix_cache();
+  d->set_salt(kSalt);
+  d->set_block_tokens(kBlock);
+  for (const uint64_t h : PrefixHashChain(kSalt, cached, kBlock)) d->add_block_hashes(h);
+  s.mutable_load()->set_pending_prompt_tokens(pending);
+  return s;
+}
+
+TEST_F(NodePoolTest, KvAwarePicksTheNodeHoldingThePromptPrefix) {
+  NodePool pool("smol", PolicyKind::kKvAware, PolicyKind::kLeastLoaded, [](const std::string&) {});
+  for (const char* a : {"a:1", "b:1"}) ASSERT_TRUE(pool.AddStatic(a, kPrefill).ok());
+  const std::vector<int32_t> system = Tokens(160, 100);  // 10 blocks
+  std::vector<int32_t> prompt = system;
+  prompt.push_back(7);
+  pool.ReportStatus("a:1", kPrefill, WithDigest(Status(kPrefill, 0, 0, 90), {}), t0_);
+  pool.ReportStatus("b:1", kPrefill, WithDigest(Status(kPrefill, 1, 0, 10), system), t0_);
+  PromptPrefixHashes hashes(prompt);
+  absl::StatusOr<NodeLease> lease = pool.Pick(kPrefill, {}, &hashes);
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(lease->address(), "b:1");  // least_loaded would take a
+  EXPECT_EQ(lease->cached_prefix_tokens(), 160);
+  EXPECT_EQ(hashes.chains_computed(), 1);  // both nodes share salt and block size
+  // Without the prompt (a decode-style pick) there is nothing to score: least_loaded's choice.
+  EXPECT_EQ(pool.Pick(kPrefill, {})->address(), "a:1");
+}
+
+TEST_F(NodePoolTest, KvAwareCountsPolledAndInflightPendingTokens) {
+  NodePool pool("smol", PolicyKind::kKvAware, PolicyKind::kLeastLoaded, [](const std::string&) {});
+  for (const char* a : {"a:1", "b:1"}) ASSERT_TRUE(pool.AddStatic(a, kPrefill).ok());
+  const std::vector<int32_t> prompt = Tokens(320, 100);
+  // a holds one block but reports 1000 prompt tokens waiting: 304 + 1000 against b's 320 + 0.
+  pool.ReportStatus("a:1", kPrefill, WithDigest(Status(kPrefill, 0, 0, 50), Tokens(16, 100), 1000),
+                    t0_);
+  pool.ReportStatus("b:1", kPrefill, WithDigest(Status(kPrefill, 0, 0, 50), {}), t0_);
+  const std::vector<int32_t> other = Tokens(600, 5000);
+  PromptPrefixHashes other_hashes(other);
+  {
+    PromptPrefixHashes hashes(prompt);
+    absl::StatusOr<NodeLease> first = pool.Pick(kPrefill, {}, &hashes);
+    EXPECT_EQ(first->address(), "b:1");
+    EXPECT_EQ(first->cached_prefix_tokens(), 0);
+    // While that call is in flight b has 320 tokens pending in this router (it polled 0): an
+    // unrelated 600-token prompt costs 600 + 1000 on a and 600 + 320 on b.
+    EXPECT_EQ(pool.Pick(kPrefill, {}, &other_hashes)->address(), "b:1");
+    // a's load is gone: 600 against 920.
+    pool.ReportStatus("a:1", kPrefill, WithDigest(Status(kPrefill, 0, 0, 50), {}, 0), t0_);
+    EXPECT_EQ(pool.Pick(kPrefill, {}, &other_hashes)->address(), "a:1");
+    pool.ReportStatus("a:1", kPrefill, WithDigest(Status(kPrefill, 0, 0, 50), {}, 400), t0_);
+    EXPECT_EQ(pool.Pick(kPrefill, {}, &other_hashes)->address(), "b:1");  // 1000 > 920
+    // b reports more pending work than this router knows of (another router's): it counts.
+    pool.ReportStatus("b:1", kPrefill, WithDigest(Status(kPrefill, 0, 0, 50), {}, 500), t0_);
+    EXPECT_EQ(pool.Pick(kPrefill, {}, &other_hashes)->address(), "a:1");  // 1000 < 1100
+  }
+  // b's call ended (its 320 tokens are no longer pending here) but b still reports 500.
+  EXPECT_EQ(pool.Pick(kPrefill, {}, &other_hashes)->address(), "a:1");  // 1000 < 1100
+  pool.ReportStatus("b:1", kPrefill, WithDigest(Status(kPrefill, 0, 0, 50), {}, 0), t0_);
+  EXPECT_EQ(pool.Pick(kPrefill, {}, &other_hashes)->address(), "b:1");  // 1000 > 600
+}
+
+TEST_F(NodePoolTest, KvAwareRemembersWhatItPrefilledUntilAPollAnswers) {
+  NodePool pool("smol", PolicyKind::kKvAware, PolicyKind::kLeastLoaded, [](const std::string&) {});
+  for (const char* a : {"a:1", "b:1"}) ASSERT_TRUE(pool.AddStatic(a, kPrefill).ok());
+  pool.ReportStatus("a:1", kPrefill, WithDigest(Status(kPrefill, 0, 0, 50), {}), t0_);
+  pool.ReportStatus("b:1", kPrefill, WithDigest(Status(kPrefill, 0, 0, 50), {}), t0_);
+  const std::vector<int32_t> prompt = Tokens(200, 100);
+  PromptPrefixHashes hashes(prompt);
+  pool.NotePrefilled("b:1", hashes, t0_ + absl::Milliseconds(10));
+  // Before any poll shows it, b is taken to hold the prompt's 12 full blocks.
+  EXPECT_EQ(pool.Pick(kPrefill, {}, &hashes)->cached_prefix_tokens(), 192);
+  EXPECT_EQ(pool.Pick(kPrefill, {}, &hashes)->address(), "b:1");
+  // A poll that started before the prefill ended does not speak for it...
+  pool.ReportStatus("b:1", kPrefill, WithDigest(Status(kPrefill, 0, 0, 50), {}), t0_,
+                    t0_ + absl::Milliseconds(20));
+  EXPECT_EQ(pool.Pick(kPrefill, {}, &hashes)->address(), "b:1");
+  // ...one that started after it does: b evicted it (or never cached it), so nothing is held.
+  pool.ReportStatus("b:1", kPrefill, WithDigest(Status(kPrefill, 0, 0, 50), {}),
+                    t0_ + absl::Milliseconds(30), t0_ + absl::Milliseconds(40));
+  absl::StatusOr<NodeLease> after = pool.Pick(kPrefill, {}, &hashes);
+  EXPECT_EQ(after->address(), "a:1");
+  EXPECT_EQ(after->cached_prefix_tokens(), 0);
+  // A node without a digest is not assumed to cache anything.
+  pool.ReportStatus("a:1", kPrefill, Status(kPrefill, 0, 0, 50), t0_);
+  pool.NotePrefilled("a:1", hashes, t0_ + absl::Seconds(1));
+  EXPECT_EQ(pool.Pick(kPrefill, {"b:1"}, &hashes)->cached_prefix_tokens(), 0);
 }
 
 TEST_F(NodePoolTest, HeartbeatRegistersAndExpiryDrops) {
