@@ -87,6 +87,18 @@ absl::Status BlockManager::AddRef(absl::Span<const int32_t> blocks) {
   return absl::OkStatus();
 }
 
+int32_t BlockManager::RefCount(int32_t block) const {
+  absl::MutexLock lock(&mu_);
+  return block < 0 || block >= num_blocks_ ? 0 : refcount_[block];
+}
+
+int32_t BlockManager::CountSoleReferences(absl::Span<const int32_t> blocks) const {
+  absl::MutexLock lock(&mu_);
+  int32_t n = 0;
+  for (int32_t b : blocks) n += b >= 0 && b < num_blocks_ && refcount_[b] == 1 ? 1 : 0;
+  return n;
+}
+
 int32_t BlockManager::free_blocks() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int32_t>(free_.size());

@@ -38,6 +38,10 @@ class BlockManager {
 
   int32_t total_blocks() const { return num_blocks_; }
   int32_t free_blocks() const;
+  // References held on `block` now (0: free or out of range).
+  int32_t RefCount(int32_t block) const;
+  // How many of `blocks` have exactly one reference (e.g. cached blocks no request holds).
+  int32_t CountSoleReferences(absl::Span<const int32_t> blocks) const;
   // Failed Free calls since construction; nodes report it in their Status (block_free_errors).
   int64_t free_errors() const;
 

@@ -14,8 +14,8 @@ constexpr absl::Duration kCapacityPoll = absl::Milliseconds(5);
 }  // namespace
 
 PrefillEngine::PrefillEngine(Instance* instance, BlockManager* blocks,
-                             const PrefillOptions& options)
-    : instance_(instance), blocks_(blocks), options_(options) {
+                             const PrefillOptions& options, PrefixCache* prefix_cache)
+    : instance_(instance), blocks_(blocks), options_(options), prefix_cache_(prefix_cache) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -56,6 +56,7 @@ absl::Status PrefillEngine::Submit(PrefillRequest request, PrefillCallback done)
                                                      blocks_->total_blocks(), " in total"));
   }
   auto p = std::make_shared<Pending>();
+  if (prefix_cache_ != nullptr) p->chain = prefix_cache_->Chain(request.prompt);
   p->request = std::move(request);
   p->done = std::move(done);
   p->enqueued = absl::Now();
@@ -86,6 +87,37 @@ int32_t PrefillEngine::running() const {
   return static_cast<int32_t>(active_.size());
 }
 
+int64_t PrefillEngine::computed_tokens() const {
+  absl::MutexLock lock(&mu_);
+  return computed_tokens_;
+}
+
+int64_t PrefillEngine::pending_prompt_tokens() const {
+  absl::MutexLock lock(&mu_);
+  int64_t n = 0;
+  for (const auto& p : queue_) n += std::ssize(p->request.prompt);
+  for (const auto& p : active_) n += std::ssize(p->request.prompt) - p->computed;
+  return n;
+}
+
+absl::StatusOr<std::vector<int32_t>> PrefillEngine::AllocateFor(Pending& p, int64_t total_blocks) {
+  if (prefix_cache_ == nullptr) return blocks_->Allocate(static_cast<int32_t>(total_blocks));
+  // The last prompt token is always computed: its logits give the first token.
+  const int64_t n = static_cast<int64_t>(p.request.prompt.size());
+  std::vector<int32_t> table =
+      prefix_cache_->Acquire(p.request.prompt, p.chain, (n - 1) / prefix_cache_->block_tokens());
+  absl::StatusOr<std::vector<int32_t>> rest =
+      prefix_cache_->Allocate(static_cast<int32_t>(total_blocks - std::ssize(table)));
+  if (!rest.ok()) {
+    blocks_->Release(table);
+    return rest.status();
+  }
+  p.cached_tokens = std::ssize(table) * prefix_cache_->block_tokens();
+  prefix_cache_->RecordLookup(n, p.cached_tokens);
+  table.insert(table.end(), rest->begin(), rest->end());
+  return table;
+}
+
 void PrefillEngine::Admit(std::vector<std::pair<std::shared_ptr<Pending>, absl::Status>>* failed) {
   const DcpGeometry geom = instance_->options().parallel.dcp_geometry();
   const absl::Time now = absl::Now();
@@ -101,8 +133,7 @@ void PrefillEngine::Admit(std::vector<std::pair<std::shared_ptr<Pending>, absl::
     std::shared_ptr<Pending> p = queue_.front();
     const int64_t total =
         static_cast<int64_t>(p->request.prompt.size()) + p->request.reserve_tokens;
-    absl::StatusOr<std::vector<int32_t>> got =
-        blocks_->Allocate(static_cast<int32_t>(VirtualBlocksFor(geom, total)));
+    absl::StatusOr<std::vector<int32_t>> got = AllocateFor(*p, VirtualBlocksFor(geom, total));
     if (!got.ok()) {
       // FIFO: later requests wait behind this one; everyone past the timeout fails.
       for (auto it = queue_.begin(); it != queue_.end();) {
@@ -119,6 +150,7 @@ void PrefillEngine::Admit(std::vector<std::pair<std::shared_ptr<Pending>, absl::
       return;
     }
     p->blocks = std::move(got).value();
+    p->computed = p->cached_tokens;
     queue_.pop_front();
     active_.push_back(std::move(p));
   }
@@ -186,6 +218,7 @@ void PrefillEngine::Loop() {
           continue;
         }
         p.computed += static_cast<int64_t>(step.requests[i].tokens.size());
+        computed_tokens_ += static_cast<int64_t>(step.requests[i].tokens.size());
         if (!last) continue;
         absl::Span<const float> row(logits->data() + logit_row * vocab, vocab);
         ++logit_row;
@@ -194,6 +227,7 @@ void PrefillEngine::Loop() {
         r.first_token = SampleToken(row, p.request.sampling, p.request.sample_step);
         if (p.request.return_logits) r.logits.assign(row.begin(), row.end());
         r.block_table = p.blocks;
+        r.cached_tokens = p.cached_tokens;
         finished.emplace_back(in_step[i], std::move(r));
       }
       for (auto& [p, r] : finished) {
@@ -201,10 +235,14 @@ void PrefillEngine::Loop() {
       }
     }
     // A staged instance (device pools) serves KV from host mirrors: copy the finished
-    // requests' blocks there before anyone is told the KV is ready.
+    // requests' blocks there before anyone is told the KV is ready. Cached blocks are already
+    // there (and may be being read by a transfer): only the blocks computed here are copied.
     std::vector<int32_t> staged;
     for (auto& [p, r] : finished) {
-      if (r.ok()) staged.insert(staged.end(), p->blocks.begin(), p->blocks.end());
+      if (!r.ok()) continue;
+      const int64_t cached_blocks =
+          prefix_cache_ == nullptr ? 0 : p->cached_tokens / prefix_cache_->block_tokens();
+      staged.insert(staged.end(), p->blocks.begin() + cached_blocks, p->blocks.end());
     }
     if (const absl::Status s = instance_->StageOut(staged); !s.ok()) {
       for (auto& [p, r] : finished) {
@@ -213,7 +251,12 @@ void PrefillEngine::Loop() {
       }
     }
     for (auto& [p, r] : finished) {
-      if (!r.ok()) blocks_->Release(p->blocks);
+      if (!r.ok()) {
+        blocks_->Release(p->blocks);
+      } else if (prefix_cache_ != nullptr) {
+        // Before `done`: once the caller has the table it may release it at any time.
+        prefix_cache_->Insert(p->request.prompt, p->chain, p->blocks);
+      }
       p->done(std::move(r));
     }
   }

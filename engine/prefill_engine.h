@@ -6,6 +6,13 @@
 //
 // A request that cannot get blocks waits in FIFO order; past `queue_timeout` it fails with
 // RESOURCE_EXHAUSTED. Cancel() removes a request at the next step boundary and frees its blocks.
+//
+// With a PrefixCache (engine/prefix_cache.h), a request admitted with a cached prefix starts with
+// those blocks at the head of its table and `computed` at the prefix length, exactly as if its
+// earlier chunks had run: only the suffix is computed, attending the cached KV like chunked
+// prefill attends its earlier chunks (at least the last prompt token is always computed, for its
+// logits). A successful request's full blocks are inserted into the cache when it completes; the
+// caller still owns the request's references (result.block_table), the cache holds its own.
 // Callbacks run on the engine's scheduler thread and must not block for long.
 //
 // Thread-safety: all public methods are thread-safe.
@@ -25,6 +32,7 @@
 #include "absl/time/time.h"
 #include "engine/block_manager.h"
 #include "engine/instance.h"
+#include "engine/prefix_cache.h"
 #include "model/sampling.h"
 
 namespace tandem {
@@ -49,13 +57,17 @@ struct PrefillResult {
   int64_t num_tokens = 0;            // prompt length = tokens whose KV is in the blocks
   int32_t first_token = 0;
   std::vector<float> logits;  // [vocab] when return_logits
+  int64_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache (not computed)
 };
 
 using PrefillCallback = std::function<void(absl::StatusOr<PrefillResult>)>;
 
 class PrefillEngine {
  public:
-  PrefillEngine(Instance* instance, BlockManager* blocks, const PrefillOptions& options);
+  // `prefix_cache` is optional (nullptr: every prompt is computed in full); it must share
+  // `blocks` and outlive the engine.
+  PrefillEngine(Instance* instance, BlockManager* blocks, const PrefillOptions& options,
+                PrefixCache* prefix_cache = nullptr);
   ~PrefillEngine();  // fails pending requests with UNAVAILABLE, frees their blocks
   PrefillEngine(const PrefillEngine&) = delete;
   PrefillEngine& operator=(const PrefillEngine&) = delete;
@@ -69,6 +81,11 @@ class PrefillEngine {
 
   int32_t queued() const;   // waiting for blocks
   int32_t running() const;  // holding blocks, prefill in progress
+  // Prompt tokens run through the model in successful steps since start (cached ones excluded).
+  int64_t computed_tokens() const;
+  // Prompt tokens still to compute: queued prompts in full, running ones' remainder (a cached
+  // prefix is known, and excluded, from admission on).
+  int64_t pending_prompt_tokens() const;
 
  private:
   struct Pending {
@@ -76,22 +93,28 @@ class PrefillEngine {
     PrefillCallback done;
     absl::Time enqueued;
     std::vector<int32_t> blocks;
-    int64_t computed = 0;  // prompt tokens already run
+    std::vector<uint64_t> chain;  // prefix hash chain of the prompt (with a prefix cache)
+    int64_t cached_tokens = 0;    // prompt tokens whose KV came from the prefix cache
+    int64_t computed = 0;         // prompt tokens already run (or cached)
     bool cancelled = false;
   };
   void Loop();
   // Moves queued requests into `active_` while blocks allow; fails those past their timeout.
   void Admit(std::vector<std::pair<std::shared_ptr<Pending>, absl::Status>>* failed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The blocks of `p`: its cached prefix (setting cached_tokens) and newly allocated ones.
+  absl::StatusOr<std::vector<int32_t>> AllocateFor(Pending& p, int64_t total_blocks);
 
   Instance* const instance_;
   BlockManager* const blocks_;
   const PrefillOptions options_;
+  PrefixCache* const prefix_cache_;
 
   mutable absl::Mutex mu_;
   std::deque<std::shared_ptr<Pending>> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<Pending>> active_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t computed_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 

@@ -22,6 +22,10 @@ ABSL_FLAG(int32_t, max_prefill_tokens, 2048,
 ABSL_FLAG(int32_t, queue_timeout_ms, 30000, "how long a prompt may wait for KV capacity");
 ABSL_FLAG(int32_t, lease_ms, 30000, "default KV lease after a prefill");
 ABSL_FLAG(std::string, engine_id, "", "engine id in KV handles (default: prefill-<address>)");
+ABSL_FLAG(bool, prefix_cache, true,
+          "keep full KV blocks of finished prompts and reuse them for prompts sharing the prefix");
+ABSL_FLAG(int64_t, prefix_cache_max_blocks, 0,
+          "most KV blocks the prefix cache keeps (0 = as many as the pool holds)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Tandem prefill instance. See docs/configuration.md.");
@@ -58,6 +62,8 @@ int main(int argc, char** argv) {
     o.prefill.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
     o.prefill.queue_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_queue_timeout_ms));
     o.default_lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+    o.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
+    o.prefix_cache_max_blocks = absl::GetFlag(FLAGS_prefix_cache_max_blocks);
     o.sources = tandem::UcxSourceFactory(tandem::UcxOptionsFromFlags());
     std::fprintf(stderr, "tandem-prefill: loading %s (%s) on %s\n", o.model_path.c_str(),
                  o.instance.parallel.ToString().c_str(), advertise.c_str());
@@ -80,6 +86,18 @@ int main(int argc, char** argv) {
                       .released = [n] { return double(n->Load().leases_released_total); }});
         !s.ok()) {
       return s;
+    }
+    if (absl::Status s = tandem::RegisterPrefixCacheMetrics(
+            metrics, {.query_tokens = [n] { return double(n->Load().prefix_query_tokens); },
+                      .hit_tokens = [n] { return double(n->Load().prefix_hit_tokens); },
+                      .computed_tokens = [n] { return double(n->Load().computed_prompt_tokens); },
+                      .evictions = [n] { return double(n->Load().prefix_evictions); },
+                      .blocks = [n] { return double(n->Load().prefix_cached_blocks); }});
+        !s.ok()) {
+      return s;
+    }
+    if (!o.prefix_cache) {
+      std::fprintf(stderr, "tandem-prefill: prefix cache off (--prefix_cache=false)\n");
     }
     service.SetNode(node.get());
     return absl::StrCat("serving ", node->model_name(), " on ", advertise, " (engine ",

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/prefix_hash.h"
 #include "common/request_checks.h"
 #include "common/status_macros.h"
 
@@ -12,6 +13,17 @@ namespace {
 
 // How often a waiting handler re-checks its client's cancellation.
 constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
+
+// Everything that makes this instance's KV for the same tokens differ from another's: the model's
+// content, the KV byte layout (dims, dtype, protocol version) and the parallel layout (tp, pcp,
+// dcp, block size, interleave) — a cached block is one virtual block in this exact layout.
+std::string PrefixCacheIdentity(const std::string& model_identity, const KvLayout& layout) {
+  return absl::StrCat("model=", model_identity, ";layers=", layout.dims.num_layers,
+                      ";q_heads=", layout.dims.num_q_heads, ";kv_heads=", layout.dims.num_kv_heads,
+                      ";head_dim=", layout.dims.head_dim,
+                      ";dtype=", std::string(KvDTypeName(layout.dtype)),
+                      ";kv_protocol=", kKvProtocolVersion, ";", layout.parallel.ToString());
+}
 
 uint64_t RandomEpoch() {
   std::random_device rd;
@@ -70,11 +82,23 @@ absl::StatusOr<std::unique_ptr<PrefillNode>> PrefillNode::Create(PrefillNodeOpti
   };
   TANDEM_ASSIGN_OR_RETURN(node->instance_, Instance::Create(model.weights, io));
   node->blocks_ = std::make_unique<BlockManager>(node->instance_->num_blocks());
-  node->engine_ =
-      std::make_unique<PrefillEngine>(node->instance_.get(), node->blocks_.get(), o.prefill);
+  if (o.prefix_cache) {
+    PrefixCacheOptions pc;
+    pc.salt = PrefixSalt(PrefixCacheIdentity(model.identity, layout));
+    pc.block_tokens = VirtualBlockTokens(o.instance.parallel.dcp_geometry());
+    pc.max_blocks = o.prefix_cache_max_blocks;
+    node->prefix_cache_ = std::make_unique<PrefixCache>(node->blocks_.get(), pc);
+  }
+  node->engine_ = std::make_unique<PrefillEngine>(node->instance_.get(), node->blocks_.get(),
+                                                  o.prefill, node->prefix_cache_.get());
   node->started_ = absl::Now();
   node->reaper_ = std::thread([raw = node.get()] { raw->ReapLoop(); });
   return node;
+}
+
+std::optional<PrefixCacheDigestView> PrefillNode::PrefixDigest(int32_t max_hashes) const {
+  if (prefix_cache_ == nullptr) return std::nullopt;
+  return prefix_cache_->Digest(max_hashes);
 }
 
 KvLayout PrefillNode::layout() const {
@@ -85,7 +109,16 @@ NodeLoad PrefillNode::Load() const {
   NodeLoad l;
   l.running = engine_->running();
   l.queued = engine_->queued();
-  l.free_blocks = blocks_->free_blocks();
+  l.free_blocks = prefix_cache_ != nullptr ? prefix_cache_->free_blocks() : blocks_->free_blocks();
+  l.computed_prompt_tokens = engine_->computed_tokens();
+  l.pending_prompt_tokens = engine_->pending_prompt_tokens();
+  if (prefix_cache_ != nullptr) {
+    const PrefixCacheStats s = prefix_cache_->stats();
+    l.prefix_query_tokens = s.query_tokens;
+    l.prefix_hit_tokens = s.hit_tokens;
+    l.prefix_evictions = s.evictions;
+    l.prefix_cached_blocks = s.blocks;
+  }
   l.total_blocks = blocks_->total_blocks();
   l.block_free_errors = blocks_->free_errors();
   absl::MutexLock lock(&mu_);
@@ -127,6 +160,7 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(const std::string& request_i
           PrefillOutcome out;
           out.first_token = r->first_token;
           out.num_tokens = r->num_tokens;
+          out.cached_tokens = r->cached_tokens;
           out.lease_expiry = absl::Now() + lease;
           out.block_table = r->block_table;
           absl::MutexLock lock(&mu_);

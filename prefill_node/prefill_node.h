@@ -1,7 +1,10 @@
 // A prefill instance (DESIGN.md §1, §6): a TP×PCP instance whose KV pools a transport allocates
 // and publishes as TransferMetadata (a KvSource from the injected KvSourceFactory: UCX in
 // tandem-prefill, in-process fakes in tests), a PrefillEngine, and the lease table that holds each
-// finished prompt's KV until a decode instance releases it or the lease expires.
+// finished prompt's KV until a decode instance releases it or the lease expires. With the prefix
+// cache on (the default), full blocks of finished prompts stay cached after their lease ends and
+// later prompts sharing the prefix reuse them (engine/prefix_cache.h, docs/prefix_cache.md); the
+// KvHandle of such a prompt names the cached blocks too, so the decode side pulls the whole prompt.
 //
 // Thread-safety: all public methods are thread-safe (gRPC handlers call them concurrently).
 #pragma once
@@ -19,6 +22,7 @@
 #include "engine/block_manager.h"
 #include "engine/instance.h"
 #include "engine/prefill_engine.h"
+#include "engine/prefix_cache.h"
 #include "kv_transfer/kv_source.h"
 #include "kv_transfer/transfer_types.h"
 #include "model/format/model_loader.h"
@@ -35,6 +39,8 @@ struct PrefillNodeOptions {
   PrefillOptions prefill;
   absl::Duration default_lease = absl::Seconds(30);
   absl::Duration max_lease = absl::Minutes(5);
+  bool prefix_cache = true;
+  int64_t prefix_cache_max_blocks = 0;  // 0: as many as the pool holds
   KvSourceFactory sources;  // required: the transport that allocates and publishes the pools
 };
 
@@ -42,15 +48,22 @@ struct PrefillOutcome {
   int32_t first_token = 0;
   std::vector<int32_t> block_table;
   int64_t num_tokens = 0;
+  int64_t cached_tokens = 0;  // of num_tokens, served from the prefix cache
   uint64_t generation = 0;
   absl::Time lease_expiry;
 };
 
 struct NodeLoad {
+  // free_blocks counts blocks only the prefix cache holds: they are reclaimed on demand.
   int32_t running = 0, queued = 0, free_blocks = 0, total_blocks = 0, leases = 0;
   int64_t block_free_errors = 0;  // BlockManager::free_errors()
   // Since start: leases that expired unreleased, and leases released while held.
   int64_t leases_expired_total = 0, leases_released_total = 0;
+  // Prefix cache (all 0 when it is off): cumulative prompt tokens looked up / served from the
+  // cache / computed, blocks evicted; blocks cached now.
+  int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0, computed_prompt_tokens = 0;
+  int64_t prefix_evictions = 0, prefix_cached_blocks = 0;
+  int64_t pending_prompt_tokens = 0;  // PrefillEngine::pending_prompt_tokens
 };
 
 class PrefillNode {
@@ -82,6 +95,9 @@ class PrefillNode {
   const std::string& advertised_address() const { return options_.advertised_address; }
   KvLayout layout() const;
   NodeLoad Load() const;
+  // The prefix cache's digest (at most `max_hashes` hashes, most recently used first), or nullopt
+  // when the cache is off.
+  std::optional<PrefixCacheDigestView> PrefixDigest(int32_t max_hashes) const;
   // Bytes of model weights each rank holds (Instance::weight_bytes), in rank order.
   std::vector<int64_t> weight_bytes_per_rank() const {
     std::vector<int64_t> out;
@@ -105,6 +121,7 @@ class PrefillNode {
   std::unique_ptr<KvSource> source_;  // owns the pools: destroyed after the instance
   std::unique_ptr<Instance> instance_;
   std::unique_ptr<BlockManager> blocks_;
+  std::unique_ptr<PrefixCache> prefix_cache_;  // null when off; destroyed after the engine
   std::unique_ptr<PrefillEngine> engine_;
 
   mutable absl::Mutex mu_;

@@ -17,6 +17,10 @@ absl::Time DeadlineOf(const grpc::ServerContext* ctx) {
   return absl::FromChrono(d);
 }
 
+// Hashes a Status lists at most (most recently used first): about 9 KB on the wire, the leading
+// blocks of every recently used prompt on a typical instance.
+constexpr int32_t kPrefixDigestMaxHashes = 1024;
+
 grpc::Status Starting() {
   return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                       "prefill instance is starting (loading the model)");
@@ -32,7 +36,8 @@ grpc::Status Draining() {
 grpc::Status PrefillServiceImpl::Prefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
                                          v1::PrefillResponse* resp) {
   const absl::Time start = absl::Now();
-  const grpc::Status status = RunPrefill(ctx, req, resp);
+  int64_t cached_tokens = 0;
+  const grpc::Status status = RunPrefill(ctx, req, resp, &cached_tokens);
   const absl::Duration took = absl::Now() - start;
   if (status.ok() && metrics_ != nullptr) {
     metrics_->prompt_tokens->Increment(static_cast<double>(req->prompt_ids_size()));
@@ -45,14 +50,16 @@ grpc::Status PrefillServiceImpl::Prefill(grpc::ServerContext* ctx, const v1::Pre
       .Add("prompt_tokens", req->prompt_ids_size())
       .Add("generated_tokens", status.ok() ? 1 : 0)
       .AddMillis("prefill_ms", took);  // queue + compute: the engine does not split them
-  if (status.ok()) line.Add("kv_blocks", resp->kv().block_table_size());
+  if (status.ok()) {
+    line.Add("kv_blocks", resp->kv().block_table_size()).Add("cached_tokens", cached_tokens);
+  }
   if (!status.ok()) line.Add("error", status.error_message());
   WriteLogLine("tandem-prefill", line.str());
   return status;
 }
 
 grpc::Status PrefillServiceImpl::RunPrefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
-                                            v1::PrefillResponse* resp) {
+                                            v1::PrefillResponse* resp, int64_t* cached_tokens) {
   PrefillNode* node = node_.load();
   if (node == nullptr) return Starting();
   const std::optional<DrainGate::Pass> pass = drain_gate_.Enter();
@@ -63,6 +70,7 @@ grpc::Status PrefillServiceImpl::RunPrefill(grpc::ServerContext* ctx, const v1::
                     req->sample_step(), req->max_new_tokens(), absl::Milliseconds(req->lease_ms()),
                     DeadlineOf(ctx), [ctx] { return ctx->IsCancelled(); });
   if (!out.ok()) return ToGrpcStatus(out.status());
+  *cached_tokens = out->cached_tokens;
   resp->set_first_token(out->first_token);
   v1::KvHandle* kv = resp->mutable_kv();
   kv->set_engine_id(node->engine_id());
@@ -121,6 +129,14 @@ grpc::Status PrefillServiceImpl::Status(grpc::ServerContext*, const v1::StatusRe
   load->set_free_blocks(l.free_blocks);
   load->set_total_blocks(l.total_blocks);
   load->set_leases(l.leases);
+  load->set_pending_prompt_tokens(l.pending_prompt_tokens);
+  if (const std::optional<PrefixCacheDigestView> d = node->PrefixDigest(kPrefixDigestMaxHashes)) {
+    v1::PrefixCacheDigest* pc = resp->mutable_prefix_cache();
+    pc->set_salt(d->salt);
+    pc->set_block_tokens(d->block_tokens);
+    for (uint64_t h : d->block_hashes) pc->add_block_hashes(h);
+    pc->set_truncated(d->truncated);
+  }
   resp->set_epoch(node->epoch());
   resp->set_address(node->advertised_address());
   resp->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - node->started()));

@@ -35,8 +35,9 @@ class PrefillServiceImpl final : public v1::PrefillService::Service {
                       v1::InstanceStatus* resp) override;
 
  private:
+  // *cached_tokens: prompt tokens served from the prefix cache (for the log line).
   grpc::Status RunPrefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
-                          v1::PrefillResponse* resp);
+                          v1::PrefillResponse* resp, int64_t* cached_tokens);
 
   std::atomic<PrefillNode*> node_{nullptr};
   DrainGate drain_gate_;

@@ -25,12 +25,31 @@ absl::StatusOr<PrefillMetrics> PrefillMetrics::Register(MetricsRegistry& r) {
   PrefillMetrics m;
   TANDEM_ASSIGN_OR_RETURN(m.prompt_tokens, r.AddCounter("tandem_prompt_tokens_total",
                                                         "Prompt tokens prefilled successfully."));
-  TANDEM_ASSIGN_OR_RETURN(
-      m.prefix_cache_hits,
-      r.AddCounter("tandem_prefix_cache_hits_total",
-                   "Prompt tokens served from a prefix cache instead of computed (always 0: "
-                   "Tandem has no prefix cache yet)."));
   return m;
+}
+
+absl::Status RegisterPrefixCacheMetrics(MetricsRegistry& r, PrefixCacheReaders readers) {
+  // vLLM's prefix_cache_queries / prefix_cache_hits, in tokens: hit rate = hits / queries.
+  TANDEM_RETURN_IF_ERROR(r.AddCallbackCounter(
+      "tandem_prefix_cache_queries_total",
+      "Prompt tokens looked up in the prefix cache (every admitted prompt's length).",
+      std::move(readers.query_tokens)));
+  TANDEM_RETURN_IF_ERROR(
+      r.AddCallbackCounter("tandem_prefix_cache_hits_total",
+                           "Prompt tokens served from the prefix cache instead of computed.",
+                           std::move(readers.hit_tokens)));
+  TANDEM_RETURN_IF_ERROR(
+      r.AddCallbackCounter("tandem_prompt_tokens_computed_total",
+                           "Prompt tokens run through the model (cached prefixes excluded).",
+                           std::move(readers.computed_tokens)));
+  TANDEM_RETURN_IF_ERROR(r.AddCallbackCounter(
+      "tandem_prefix_cache_evictions_total",
+      "KV blocks evicted from the prefix cache (least recently used first, under pressure).",
+      std::move(readers.evictions)));
+  return r.AddCallbackGauge(
+      "tandem_prefix_cache_blocks",
+      "KV blocks (virtual, block_size x dcp tokens) held by the prefix cache, in use or not.",
+      std::move(readers.blocks));
 }
 
 absl::Status RegisterLeaseMetrics(MetricsRegistry& r, LeaseReaders readers) {

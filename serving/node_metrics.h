@@ -3,8 +3,9 @@
 //
 //   both:    tandem_num_requests_running / _waiting, tandem_kv_blocks_used / _free (read from the
 //            node at scrape time)
-//   prefill: tandem_prompt_tokens_total, tandem_prefix_cache_hits_total (0: no prefix cache
-//            yet), tandem_kv_leases_active, tandem_kv_leases_expired_total / _released_total
+//   prefill: tandem_prompt_tokens_total, tandem_prompt_tokens_computed_total,
+//            tandem_prefix_cache_{queries,hits,evictions}_total, tandem_prefix_cache_blocks,
+//            tandem_kv_leases_active, tandem_kv_leases_expired_total / _released_total
 //   decode:  tandem_generation_tokens_total,
 //   tandem_kv_transfer_{bytes,seconds,copies,failures}_total
 //            by {peer} (the prefill node's address)
@@ -33,8 +34,7 @@ struct NodeLoadReaders {
 absl::Status RegisterNodeLoadGauges(MetricsRegistry& registry, NodeLoadReaders readers);
 
 struct PrefillMetrics {
-  Counter* prompt_tokens = nullptr;      // prompt tokens of successful prefills
-  Counter* prefix_cache_hits = nullptr;  // prompt tokens served from a prefix cache (none yet)
+  Counter* prompt_tokens = nullptr;  // prompt tokens of successful prefills
 
   static absl::StatusOr<PrefillMetrics> Register(MetricsRegistry& registry);
 };
@@ -45,6 +45,17 @@ struct LeaseReaders {
   std::function<double()> released;  // cumulative: leases released while still held
 };
 absl::Status RegisterLeaseMetrics(MetricsRegistry& registry, LeaseReaders readers);
+
+// The prefix cache of a prefill node (engine/prefix_cache.h); all cumulative but `blocks`. With
+// the cache off the readers return 0 and computed == every prompt token run.
+struct PrefixCacheReaders {
+  std::function<double()> query_tokens;     // prompt tokens looked up (admitted prompts)
+  std::function<double()> hit_tokens;       // of those, served from the cache
+  std::function<double()> computed_tokens;  // prompt tokens run through the model
+  std::function<double()> evictions;        // blocks evicted
+  std::function<double()> blocks;           // blocks cached now (gauge)
+};
+absl::Status RegisterPrefixCacheMetrics(MetricsRegistry& registry, PrefixCacheReaders readers);
 
 struct DecodeMetrics {
   Counter* generation_tokens = nullptr;          // tokens this node sampled (after the first token)

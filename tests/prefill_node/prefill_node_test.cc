@@ -1,7 +1,9 @@
 // PrefillNode over the in-process fake transport (no processes, no UCX): leases — release,
 // renew, expiry, wrong epoch, cancel — always give every block back; and a prompt prefilled
 // here, pulled by DecodeNodes of two different layouts through the fake transport and decoded,
-// gives the same greedy tokens on both (a wrong byte in either plan would show).
+// gives the same greedy tokens on both (a wrong byte in either plan would show). With the prefix
+// cache: a prompt sharing a cached prefix reuses its blocks (the KvHandle names them), computes
+// only the suffix, and decodes to the same tokens as on a node without the cache.
 #include "prefill_node/prefill_node.h"
 
 #include <functional>
@@ -63,15 +65,18 @@ class PrefillNodeTest : public ::testing::Test {
     delete model_path_;
   }
 
-  std::unique_ptr<PrefillNode> NewNode(absl::Duration lease = absl::Seconds(30)) {
+  std::unique_ptr<PrefillNode> NewNode(absl::Duration lease = absl::Seconds(30),
+                                       bool prefix_cache = true,
+                                       ParallelConfig parallel = ParallelConfig{2, 1, 1, 16, 16}) {
     PrefillNodeOptions o;
     o.model_path = *model_path_;
-    o.engine_id = "p0";
     o.advertised_address = "prefill:1";
-    o.instance.parallel = ParallelConfig{2, 1, 1, 16, 16};
+    o.instance.parallel = parallel;
     o.instance.threads_per_rank = 1;
     o.instance.kv_bytes_per_rank = 1 << 20;
     o.default_lease = lease;
+    o.prefix_cache = prefix_cache;
+    o.engine_id = absl::StrCat("p", next_engine_++);
     o.sources = fake::FakeSourceFactory(&net_);
     absl::StatusOr<std::unique_ptr<PrefillNode>> node = PrefillNode::Create(o);
     EXPECT_OK(node);
@@ -87,8 +92,43 @@ class PrefillNodeTest : public ::testing::Test {
                         absl::Now() + kBound, cancelled);
   }
 
+  // Pulls `out`'s KV into `decode` and decodes `max_new_tokens`: first token included.
+  std::vector<int32_t> Decode(PrefillNode& prefill, DecodeNode& decode, const std::string& id,
+                              const PrefillOutcome& out, int32_t max_new_tokens) {
+    DecodeCall call;
+    call.request_id = id;
+    call.first_token = out.first_token;
+    call.kv.engine_id = prefill.engine_id();
+    call.kv.epoch = prefill.epoch();
+    call.kv.request_id = id;
+    call.kv.block_table = out.block_table;
+    call.kv.num_tokens = out.num_tokens;
+    call.kv.layout = prefill.layout();
+    call.kv.lease_expiry = out.lease_expiry;
+    call.kv.generation = out.generation;
+    call.kv.prefill_address = prefill.advertised_address();
+    call.max_new_tokens = max_new_tokens;
+    auto tokens = std::make_shared<std::vector<int32_t>>(1, out.first_token);
+    auto done = std::make_shared<absl::Notification>();
+    auto status = std::make_shared<absl::Status>();
+    DecodeSink sink;
+    sink.on_token = [tokens](int32_t t) { tokens->push_back(t); };
+    sink.on_done = [done, status](absl::Status s, FinishReason, int32_t) {
+      *status = std::move(s);
+      done->Notify();
+    };
+    const absl::StatusOr<TransferStats> started =
+        decode.Start(call, std::move(sink), [] { return false; });
+    EXPECT_OK(started);
+    if (!started.ok()) return {};
+    EXPECT_TRUE(done->WaitForNotificationWithTimeout(kBound));
+    EXPECT_OK(*status);
+    return *tokens;
+  }
+
   static std::string* model_path_;
   fake::FakeKvNetwork net_;
+  int next_engine_ = 0;
 };
 
 std::string* PrefillNodeTest::model_path_ = nullptr;
@@ -210,6 +250,80 @@ TEST_F(PrefillNodeTest, KvPulledIntoTwoDecodeLayoutsDecodesTheSameTokens) {
   EXPECT_GE(streams[0].size(), 2u);
   EXPECT_EQ(streams[0], streams[1]);
   EXPECT_EQ(prefill->Load().free_blocks, prefill->Load().total_blocks);
+}
+
+// A prompt sharing a cached prefix (its own prefix and another prompt's) reuses the cached
+// blocks and computes only the suffix, on a plain, a DCP and a PCP layout; decoded through the
+// fake transport (into another layout), its tokens equal those of a node without the cache.
+TEST_F(PrefillNodeTest, PrefixCacheHitsDecodeLikeAColdNode) {
+  std::vector<int32_t> base;
+  for (int32_t i = 0; i < 50; ++i) base.push_back(10 + (i * 13) % 240);
+  std::vector<int32_t> branch(base.begin(), base.begin() + 35);
+  for (int32_t i = 0; i < 9; ++i) branch.push_back(200 - i);
+  std::vector<int32_t> longer = base;
+  longer.insert(longer.end(), {7, 8, 9});
+  const std::vector<std::vector<int32_t>> prompts = {base, branch, longer, base};
+
+  struct Layout {
+    const char* name;
+    ParallelConfig parallel;
+  };
+  for (const Layout& l : {Layout{"tp2", ParallelConfig{2, 1, 1, 16, 16}},
+                          Layout{"tp4_dcp2_i1", ParallelConfig{4, 1, 2, 8, 1}},
+                          Layout{"pcp2_i4", ParallelConfig{1, 2, 1, 16, 4}},
+                          Layout{"pcp2_dcp2", ParallelConfig{1, 2, 2, 8, 8}}}) {
+    SCOPED_TRACE(l.name);
+    const int64_t v = l.parallel.block_size * l.parallel.dcp;
+    DecodeNodeOptions o;
+    o.model_path = *model_path_;
+    o.advertised_address = "decode";
+    o.instance.parallel = ParallelConfig{1, 1, 1, 8, 1};
+    o.instance.threads_per_rank = 1;
+    o.instance.kv_bytes_per_rank = 1 << 20;
+    o.pullers = fake::FakePullerFactory(&net_);
+    std::vector<std::vector<int32_t>> streams[2];
+    for (const bool cached : {false, true}) {
+      std::unique_ptr<PrefillNode> prefill = NewNode(absl::Seconds(30), cached, l.parallel);
+      ASSERT_NE(prefill, nullptr);
+      o.prefill = std::make_shared<InProcessPrefill>(prefill.get());
+      absl::StatusOr<std::unique_ptr<DecodeNode>> decode = DecodeNode::Create(o);
+      ASSERT_OK(decode);
+      std::vector<int32_t> first_table;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const std::string id = absl::StrCat(l.name, cached, "-", i);
+        absl::StatusOr<PrefillOutcome> out =
+            prefill->Prefill(id, prompts[i], SamplingParams{}, 0, 6, absl::ZeroDuration(),
+                             absl::Now() + kBound, [] { return false; });
+        ASSERT_OK(out);
+        const int64_t n = static_cast<int64_t>(prompts[i].size());
+        // Expected reuse: the blocks of the longest earlier prompt's shared prefix, never the
+        // block of the last token.
+        const int64_t shared = i == 0 ? 0 : i == 1 ? 35 : 50;
+        const int64_t want = cached ? std::min(shared / v, (n - 1) / v) * v : 0;
+        EXPECT_EQ(out->cached_tokens, want) << "prompt " << i;
+        EXPECT_EQ(out->num_tokens, n);
+        if (i == 0) first_table = out->block_table;
+        for (int64_t b = 0; b < want / v; ++b) EXPECT_EQ(out->block_table[b], first_table[b]);
+        streams[cached].push_back(Decode(*prefill, **decode, id, *out, 6));
+      }
+      const NodeLoad load = prefill->Load();
+      EXPECT_TRUE(WaitFor([&] { return prefill->Load().leases == 0; }));
+      EXPECT_EQ(prefill->Load().free_blocks, load.total_blocks);
+      EXPECT_EQ(prefill->Load().block_free_errors, 0);
+      int64_t all = 0;
+      for (const auto& p : prompts) all += static_cast<int64_t>(p.size());
+      EXPECT_EQ(load.prefix_query_tokens, cached ? all : 0);
+      EXPECT_EQ(load.prefix_hit_tokens + load.computed_prompt_tokens, all);
+      EXPECT_EQ(load.prefix_hit_tokens > 0, cached);
+      const std::optional<PrefixCacheDigestView> digest = prefill->PrefixDigest(1024);
+      EXPECT_EQ(digest.has_value(), cached);
+      if (digest.has_value()) {
+        EXPECT_EQ(digest->block_tokens, v);
+        EXPECT_EQ(static_cast<int64_t>(digest->block_hashes.size()), load.prefix_cached_blocks);
+      }
+    }
+    EXPECT_EQ(streams[1], streams[0]);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,162 @@
+// The prefill prefix cache through a real cluster (router + prefill + decode processes, KV pulled
+// over UCX): a prompt, then prompts sharing its prefix (a branch off its middle, the prompt plus a
+// tail, the prompt again, an exact multiple of the cache's block), on a plain, a DCP, a PCP and a
+// PCP×DCP prefill layout with the cache on (its default) and on a plain layout with it off. Every
+// output must equal the cold single-rank run, and the prefill node's /metrics must show exactly
+// the cache hits the shared prefixes imply (none with the cache off).
+#include <curl/curl.h>
+
+#include <map>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/local_cluster.h"
+#include "tests/e2e/reference.h"
+
+namespace tandem::testing {
+namespace {
+
+constexpr int32_t kMaxTokens = 6;
+
+size_t AppendBody(char* data, size_t size, size_t n, void* out) {
+  static_cast<std::string*>(out)->append(data, size * n);
+  return size * n;
+}
+
+// The samples of a Prometheus text exposition, by series name (no labels on the ones read here).
+absl::StatusOr<std::map<std::string, double>> Scrape(const std::string& url) {
+  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
+  if (curl == nullptr) return absl::InternalError("curl_easy_init failed");
+  std::string body;
+  curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS, 30000L);
+  curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, AppendBody);
+  curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &body);
+  if (const CURLcode rc = curl_easy_perform(curl.get()); rc != CURLE_OK) {
+    return absl::UnavailableError(absl::StrCat("GET ", url, ": ", curl_easy_strerror(rc)));
+  }
+  std::map<std::string, double> out;
+  for (absl::string_view line : absl::StrSplit(body, '\n')) {
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<absl::string_view> parts = absl::StrSplit(line, ' ');
+    double v = 0;
+    if (parts.size() == 2 && absl::SimpleAtod(parts[1], &v)) out[std::string(parts[0])] = v;
+  }
+  return out;
+}
+
+struct Layout {
+  const char* name;
+  std::vector<std::string> prefill;
+  int64_t cache_block_tokens;  // block_size × dcp; 0 = cache off
+};
+
+// The base prompt, then prompts sharing a prefix with it.
+std::vector<std::vector<int32_t>> Prompts() {
+  const std::vector<int32_t> base = RandomPrompt(70, 21);
+  std::vector<int32_t> branch(base.begin(), base.begin() + 40);
+  for (int32_t t : RandomPrompt(20, 22)) branch.push_back(t);
+  std::vector<int32_t> longer = base;
+  for (int32_t t : RandomPrompt(10, 23)) longer.push_back(t);
+  const std::vector<int32_t> whole_blocks(base.begin(), base.begin() + 64);
+  return {base, branch, longer, base, whole_blocks};
+}
+
+// Tokens each prompt should find cached, given the prompts before it: the longest shared prefix
+// with an earlier prompt, in whole cache blocks, never including the last token's block.
+int64_t ExpectedHits(const std::vector<std::vector<int32_t>>& prompts, int64_t v) {
+  if (v == 0) return 0;
+  int64_t hits = 0;
+  for (size_t i = 1; i < prompts.size(); ++i) {
+    int64_t best = 0;
+    for (size_t j = 0; j < i; ++j) {
+      int64_t shared = 0;
+      // Only full blocks of an earlier prompt are cached.
+      const int64_t cached = static_cast<int64_t>(prompts[j].size()) / v * v;
+      while (shared < cached && shared < static_cast<int64_t>(prompts[i].size()) &&
+             prompts[i][shared] == prompts[j][shared]) {
+        ++shared;
+      }
+      best = std::max(best, shared);
+    }
+    const int64_t n = static_cast<int64_t>(prompts[i].size());
+    hits += std::min(best / v, (n - 1) / v) * v;
+  }
+  return hits;
+}
+
+class PrefixCacheE2eTest : public ::testing::TestWithParam<Layout> {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = new std::string(SyntheticModelPath());
+    reference_ =
+        new std::vector<std::vector<int32_t>>(ReferenceGreedy(*model_, Prompts(), kMaxTokens));
+  }
+  static std::string* model_;
+  static std::vector<std::vector<int32_t>>* reference_;
+};
+std::string* PrefixCacheE2eTest::model_ = nullptr;
+std::vector<std::vector<int32_t>>* PrefixCacheE2eTest::reference_ = nullptr;
+
+TEST_P(PrefixCacheE2eTest, SharedPrefixesAreServedFromCacheWithColdRunTokens) {
+  const Layout& layout = GetParam();
+  ClusterSpec spec;
+  spec.model_path = *model_;
+  spec.prefill = {NodeSpec{layout.prefill}};
+  spec.decode = {NodeSpec{{"--tp=1"}}};
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(spec);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::smatch m;
+  const std::string log = (*cluster)->Log("prefill", 0);
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("metrics at (http://[^ \n]+/metrics)"))) << log;
+  const std::string metrics_url = m[1];
+
+  const auto prompts = Prompts();
+  ASSERT_EQ(reference_->size(), prompts.size());
+  int64_t all = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    all += static_cast<int64_t>(prompts[i].size());
+    // One at a time: each prompt's KV is cached when its prefill completes.
+    const GenerateOutcome out =
+        (*cluster)->Generate(IdsRequest(prompts[i], kMaxTokens), absl::Seconds(60));
+    ASSERT_TRUE(out.status.ok()) << layout.name << ": " << out.status.error_message() << "\n"
+                                 << (*cluster)->LogTails();
+    EXPECT_EQ(out.tokens, (*reference_)[i]) << layout.name << " prompt " << i;
+  }
+  const int64_t hits = ExpectedHits(prompts, layout.cache_block_tokens);
+  if (layout.cache_block_tokens > 0) {
+    ASSERT_GT(hits, 0);
+  }
+  absl::StatusOr<std::map<std::string, double>> metrics = Scrape(metrics_url);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ((*metrics)["tandem_prefix_cache_hits_total"], hits);
+  EXPECT_EQ((*metrics)["tandem_prefix_cache_queries_total"],
+            layout.cache_block_tokens > 0 ? all : 0);
+  EXPECT_EQ((*metrics)["tandem_prompt_tokens_computed_total"], all - hits);
+  EXPECT_EQ((*metrics)["tandem_prompt_tokens_total"], all);
+  EXPECT_EQ((*metrics)["tandem_prefix_cache_blocks"] > 0, layout.cache_block_tokens > 0);
+
+  // Cached blocks no request holds count as free: the cluster is idle with them still cached.
+  const absl::Status idle = (*cluster)->WaitIdle(absl::Seconds(10));
+  EXPECT_TRUE(idle.ok()) << idle;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, PrefixCacheE2eTest,
+    ::testing::Values(Layout{"plain_tp2", {"--tp=2"}, 16},
+                      Layout{"dcp2_interleave1", {"--tp=4", "--dcp=2", "--interleave=1"}, 32},
+                      // Chunked too: the uncached suffix runs in several steps.
+                      Layout{"pcp2_chunked", {"--pcp=2", "--max_prefill_tokens=24"}, 16},
+                      Layout{"pcp2_dcp2", {"--pcp=2", "--dcp=2", "--interleave=4"}, 32},
+                      Layout{"plain_tp2_cache_off", {"--tp=2", "--prefix_cache=false"}, 0}),
+    [](const ::testing::TestParamInfo<Layout>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace tandem::testing
