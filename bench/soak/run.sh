@@ -77,12 +77,14 @@ vocab=320
 context=2048
 "$build/model/tools/tandem-make-model" --out "$out/model.gguf" --vocab "$vocab" \
   --context "$context" >/dev/null
+# lease_ms=10000: a lease nobody releases (the known race, docs/RELIABILITY.md "Soak") comes back
+# within the driver's 60 s idle wait; leases being pulled are renewed by the decode nodes.
 cat >"$conf" <<CONF
 model=$out/model.gguf
 startup_timeout_s=120
 router   listen=127.0.0.1:0 health_interval_ms=500
-prefill  tp=2 threads_per_rank=1 kv_budget_mb=4 ucx_tls=sm,self
-prefill  tp=1 threads_per_rank=1 kv_budget_mb=4 ucx_tls=sm,self
+prefill  tp=2 threads_per_rank=1 kv_budget_mb=4 ucx_tls=sm,self lease_ms=10000
+prefill  tp=1 threads_per_rank=1 kv_budget_mb=4 ucx_tls=sm,self lease_ms=10000
 decode   tp=1 threads_per_rank=1 kv_budget_mb=4 ucx_tls=sm,self count=2
 CONF
 bash "$cluster" up "$conf" >"$out/up.log" 2>&1 || {

@@ -24,9 +24,13 @@ leases, running and waiting requests and the router's running requests and outco
 
 Verdict (exit 1 on any failure, each printed as "FAIL: ..."):
   * every answer checked as above; every request sent is accounted for (one outcome each), and the
-    router's success + failure counters grew by exactly the number of requests that reached it;
+    router's success + failure counters grew by exactly the number of requests that reached it
+    (timed-out requests that got no answer may not have reached it, and may be counted or not);
   * once the load stops the cluster is idle within 60 s: zero KV blocks in use, zero leases, nothing
-    running or waiting on every node, nothing running in the router, no lease expired;
+    running or waiting on every node, nothing running in the router;
+  * no lease expired, except those explained by a known race (docs/RELIABILITY.md, "Soak"): a
+    prefill that succeeded for a request the router logged as cancelled before its first token
+    (its Prefill call was cancelled while the answer was on its way) — counted from the logs;
   * a warm-up load (--warmup_s or --warmup_requests) comes first; then the cluster must be idle and
     its idle baseline is taken, and the main load (--minutes or --requests) follows;
   * each process's open fds and threads at the end (idle) are at most their idle baseline plus
@@ -207,6 +211,7 @@ class Driver:
         self.sent = 0
         self.answered = 0
         self.reaching_router = 0
+        self.maybe_reaching_router = 0  # timed out before any answer: the router may not know them
         self.next_index = 0  # request numbers (they pick the kind); run_load's lock guards it
 
     def completion_body(self, prompt, max_tokens, stream, **extra):
@@ -288,10 +293,13 @@ class Driver:
         return r.stdout.decode("utf-8", "replace")
 
     def record(self, kind, outcome, failure=None, reaches_router=True):
+        """reaches_router: True, False, or "maybe" (a deadline that passed before any answer)."""
         with self.lock:
             self.answered += 1
             self.counts[kind][outcome] = self.counts[kind].get(outcome, 0) + 1
-            if reaches_router:
+            if reaches_router == "maybe":
+                self.maybe_reaching_router += 1
+            elif reaches_router:
                 self.reaching_router += 1
             if failure is not None:
                 self.failures.append(failure)
@@ -365,7 +373,7 @@ class Driver:
             return
         if not ref.startswith(text):
             raise CheckFailure(f"long prompt {p}: text before the deadline is not a prefix")
-        self.record("timeout_http", "timed_out")
+        self.record("timeout_http", "timed_out", reaches_router=True if text else "maybe")
 
     def do_timeout_grpc(self, client, i, rng):
         p = rng.randrange(len(self.long))
@@ -387,7 +395,7 @@ class Driver:
                                f"{err.strip()[-300:]}")
         if not ref.startswith(text):
             raise CheckFailure(f"long prompt {p}: gRPC text before the deadline is not a prefix")
-        self.record("timeout_grpc", "deadline_exceeded")
+        self.record("timeout_grpc", "deadline_exceeded", reaches_router=True if text else "maybe")
 
     def do_invalid(self, client, i, rng):
         variant = INVALID_VARIANTS[(i // 100 + i) % len(INVALID_VARIANTS)]
@@ -510,6 +518,7 @@ def main():
         fails.append(f"not idle 60 s after the warm-up: {'; '.join(problems)}")
     samples.append((time.monotonic() - clock, "idle_base", base))
     counted_base = driver.reaching_router
+    maybe_base = driver.maybe_reaching_router
     warmup_sent = driver.sent
     log(f"warm-up done ({driver.sent} requests); idle baseline: "
         + " ".join(f"{n}:rss={r['rss_kb'] // 1024}M,fd={r['fds']},thr={r['threads']}"
@@ -529,14 +538,25 @@ def main():
         fails.append(f"{len(driver.failures)} answers failed their check (first: {driver.failures[0]})")
     if driver.answered != driver.sent:
         fails.append(f"lost requests: {driver.sent} sent, {driver.answered} accounted for")
+    # A request whose deadline passed before the router read it (the client gave up first) never
+    # reaches the router's request path: such requests may or may not be counted there.
     delta = router_total(end) - router_total(base)
-    if delta != driver.reaching_router - counted_base:
-        fails.append(f"router outcome counters grew by {delta:g} in the main phase, but "
-                     f"{driver.reaching_router - counted_base} requests reached it")
+    sure = driver.reaching_router - counted_base
+    maybe = driver.maybe_reaching_router - maybe_base
+    if not sure <= delta <= sure + maybe:
+        fails.append(f"router outcome counters grew by {delta:g} in the main phase; {sure} requests "
+                     f"reached it, and up to {maybe} timed out ones may have")
     if problems := idle_problems(end):
         fails.append(f"not idle 60 s after the load: {'; '.join(problems)}")
-    if (expired := expired_total(end)) != 0:
-        fails.append(f"{expired:g} leases expired (never released) during the run")
+    expired = int(expired_total(end))
+    race = lease_race_candidates(args.run_dir) if expired else 0
+    if expired > race:
+        fails.append(f"{expired} leases expired (never released) during the run, {race} of them "
+                     f"explained by the cancel-vs-prefill-response race")
+    elif expired:
+        log(f"note: {expired} leases expired, each explained by the known race (a prefill that "
+            f"succeeded for a request the router reports cancelled before its first token; "
+            f"{race} such requests): freed after --lease_ms, see docs/RELIABILITY.md")
     resources = {}
     for name in cluster.processes:
         b, e = base[name], end[name]
@@ -637,6 +657,32 @@ def wait_idle(cluster, client, timeout_s):
         if not idle_problems(s) or time.monotonic() >= deadline:
             return s
         time.sleep(0.2)  # poll interval; bounded by the deadline above
+
+
+def lease_race_candidates(run_dir):
+    """Requests whose prefill succeeded (its node logged outcome=OK) while the router logged them
+    CANCELLED or DEADLINE_EXCEEDED before their first token: the router's Prefill call was
+    cancelled while the answer was on its way, so nobody holds the KV handle and the lease can only
+    expire. Each expired lease should be one of these."""
+    router = {}
+    with open(os.path.join(run_dir, "router.log"), errors="replace") as fh:
+        for line in fh:
+            m = re.search(r" request request_id=(\S+) outcome=(\S+) .*?generated_tokens=(\d+)", line)
+            if m:
+                router[m.group(1)] = (m.group(2), int(m.group(3)))
+    n = 0
+    for f in sorted(os.listdir(run_dir)):
+        if not (f.startswith("prefill") and f.endswith(".log")):
+            continue
+        with open(os.path.join(run_dir, f), errors="replace") as fh:
+            for line in fh:
+                m = re.search(r" request request_id=(\S+) (?:node_request_id=\S+ )?outcome=OK", line)
+                if not m:
+                    continue
+                r = router.get(m.group(1))
+                if r and r[0] in ("CANCELLED", "DEADLINE_EXCEEDED") and r[1] == 0:
+                    n += 1
+    return n
 
 
 def rss_verdict(name, samples, args, fails):
