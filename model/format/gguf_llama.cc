@@ -122,6 +122,7 @@ bool KeepsQuantized(GgmlType type) {
 absl::StatusOr<LlamaWeights> LoadGgufLlama(const GgufFile& f, bool keep_quantized) {
   LlamaWeights w;
   TANDEM_ASSIGN_OR_RETURN(w.config, ReadGgufLlamaConfig(f));
+  TANDEM_RETURN_IF_ERROR(CheckLayersFitTensors(w.config, f.tensors().size(), f.path()));
   const std::vector<LlamaTensorSlot> plan = PlanLlamaTensors(w.config, &w);
   std::vector<const GgufTensorInfo*> infos;
   infos.reserve(plan.size());

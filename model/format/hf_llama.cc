@@ -166,6 +166,7 @@ const SafetensorsFile* HfCheckpoint::ShardOf(absl::string_view name) const {
 absl::StatusOr<LlamaWeights> HfCheckpoint::LoadWeights() const {
   LlamaWeights w;
   w.config = config_;
+  TANDEM_RETURN_IF_ERROR(CheckLayersFitTensors(w.config, shard_of_.size(), dir_));
   const std::vector<LlamaTensorSlot> plan = PlanLlamaTensors(w.config, &w);
   std::vector<DequantJob> jobs;
   for (const LlamaTensorSlot& slot : plan) {

@@ -34,6 +34,15 @@ std::vector<LlamaTensorSlot> PlanLlamaTensors(const LlamaConfig& c, LlamaWeights
   return plan;
 }
 
+absl::Status CheckLayersFitTensors(const LlamaConfig& c, size_t tensors, absl::string_view source) {
+  if (c.num_layers > 0 && static_cast<uint64_t>(c.num_layers) > tensors) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": the config's ", c.num_layers,
+                                                   " layers are more than the ", tensors,
+                                                   " tensors the checkpoint holds"));
+  }
+  return absl::OkStatus();
+}
+
 std::string GgufTensorName(LlamaTensorRole role, int layer) {
   const std::string blk = absl::StrCat("blk.", layer, ".");
   switch (role) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "model/format/llama_weights.h"
 
 namespace tandem {
@@ -42,7 +43,15 @@ struct LlamaTensorSlot {
 
 // Every tensor `config` requires: biases only when config.has_qkv_bias, the output matrix only
 // when !config.tied_embeddings. Resizes weights->layers to config.num_layers.
+// REQUIRES: CheckLayersFitTensors(config, ...) is OK (the layers are allocated up front).
 std::vector<LlamaTensorSlot> PlanLlamaTensors(const LlamaConfig& config, LlamaWeights* weights);
+
+// A checkpoint holding `tensors` tensors cannot back more layers than that: InvalidArgument
+// ("<source>: the config's 790626049 layers are more than the 21 tensors the checkpoint holds")
+// before PlanLlamaTensors allocates per-layer state, so a lying layer count fails at once instead
+// of exhausting memory. A smaller shortfall is left to the loader's "missing tensor" error.
+[[nodiscard]] absl::Status CheckLayersFitTensors(const LlamaConfig& config, size_t tensors,
+                                                 absl::string_view source);
 
 std::string GgufTensorName(LlamaTensorRole role, int layer);  // e.g. "blk.3.attn_q.weight"
 std::string HfTensorName(LlamaTensorRole role,

@@ -199,6 +199,16 @@ TEST(GgufLlamaTest, MetadataProblems) {
                                  return true;
                                })),
                    absl::StatusCode::kNotFound, "missing tensor 'blk.2.attn_norm.weight'");
+  // Found by fuzz_gguf: a block count no file could back used to size the layer array first
+  // (hundreds of GB) and exhaust memory; it is refused before anything is allocated.
+  EXPECT_STATUS_IS(Load(edited("llama.block_count",
+                               [](GgufValue& v) {
+                                 v = GgufValue::Uint32(1'000'000'000);
+                                 return true;
+                               })),
+                   absl::StatusCode::kInvalidArgument,
+                   "m.gguf: the config's 1000000000 layers are more than the 21 tensors the "
+                   "checkpoint holds");
 }
 
 }  // namespace

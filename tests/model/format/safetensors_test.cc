@@ -2,6 +2,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "model/format/hf_llama.h"
 #include "model/format/safetensors_file.h"
@@ -177,6 +179,17 @@ TEST(HfLlamaTest, CheckpointErrors) {
   ASSERT_OK(ck);
   EXPECT_STATUS_IS((*ck)->LoadWeights(), kInvalid,
                    "tensor 'model.embed_tokens.weight' has shape [8, 16], expected [16, 8]");
+  // A layer count no checkpoint of this size could back is refused before the layers are
+  // allocated (fuzz_gguf found the same for GGUF's llama.block_count).
+  WriteFile(dir + "/model.safetensors", SafetensorsImage(hf.tensors));
+  WriteFile(dir + "/config.json",
+            absl::StrReplaceAll(hf.config_json, {{R"("num_hidden_layers":2)",
+                                                  R"("num_hidden_layers":2000000000)"}}));
+  ck = HfCheckpoint::Open(dir);
+  ASSERT_OK(ck);
+  EXPECT_STATUS_IS((*ck)->LoadWeights(), kInvalid,
+                   absl::StrCat("the config's 2000000000 layers are more than the ",
+                                hf.tensors.size(), " tensors the checkpoint holds"));
   // Unsupported config.
   WriteFile(dir + "/config.json", R"({"model_type":"mistral"})");
   EXPECT_STATUS_IS(HfCheckpoint::Open(dir), absl::StatusCode::kUnimplemented,
