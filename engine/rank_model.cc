@@ -193,9 +193,9 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
   for (int32_t l = 0; l < config_.num_layers; ++l) {
     const RankLayerWeights& w = weights_.layers[l];
     TANDEM_RETURN_IF_ERROR(be.RmsNorm(x, w.attn_norm->f32(), m, hidden, config_.rms_norm_eps, h));
-    TANDEM_RETURN_IF_ERROR(be.Linear(*w.wq, h, m, q));
-    TANDEM_RETURN_IF_ERROR(be.Linear(*w.wk, h, m, k));
-    TANDEM_RETURN_IF_ERROR(be.Linear(*w.wv, h, m, v));
+    const LinearOp* qkv_ops[] = {w.wq.get(), w.wk.get(), w.wv.get()};
+    float* const qkv_out[] = {q, k, v};
+    TANDEM_RETURN_IF_ERROR(be.LinearMany(qkv_ops, h, m, qkv_out));
     TANDEM_RETURN_IF_ERROR(be.Rope(q, m, nq, d, positions_.data(), rope));
     TANDEM_RETURN_IF_ERROR(be.Rope(k, m, nk, d, positions_.data(), rope));
     if (pcp > 1) {
@@ -206,8 +206,7 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
     TANDEM_RETURN_IF_ERROR(AttentionLayer(plan, l, m, mmax, q, attn));
     TANDEM_RETURN_IF_ERROR(ResidualLinear(*w.wo, attn, m, x, o));
     TANDEM_RETURN_IF_ERROR(be.RmsNorm(x, w.ffn_norm->f32(), m, hidden, config_.rms_norm_eps, h));
-    TANDEM_RETURN_IF_ERROR(be.Linear(*w.w_up, h, m, up));
-    TANDEM_RETURN_IF_ERROR(be.LinearSiluMul(*w.w_gate, h, m, up, gate));
+    TANDEM_RETURN_IF_ERROR(be.LinearGatedUp(*w.w_gate, *w.w_up, h, m, up, gate));
     TANDEM_RETURN_IF_ERROR(ResidualLinear(*w.w_down, gate, m, x, o));
   }
 

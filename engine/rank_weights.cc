@@ -4,6 +4,7 @@
 #include <cstring>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/status_macros.h"
@@ -71,6 +72,28 @@ std::vector<uint8_t> SubBlocks(const Tensor& t, int64_t row_begin, int64_t rows,
   for (int64_t r = 0; r < rows; ++r) {
     std::memcpy(out.data() + r * bytes, t.blocks.data() + (row_begin + r) * row_bytes + offset,
                 bytes);
+  }
+  return out;
+}
+
+// One line per distinct fallback: "blk.<l>.<tensor>: <why>" for every layer l becomes
+// "<tensor>: <why> (<count> layers)", so a tp=9 load reports w_down once per rank instead of once
+// per layer.
+std::vector<std::string> SummarizeFallbacks(const std::vector<std::string>& lines) {
+  std::vector<std::string> order;
+  std::map<std::string, int> layers;
+  for (const std::string& line : lines) {
+    std::string key = line;
+    if (absl::StartsWith(line, "blk.")) {
+      const size_t dot = line.find('.', 4);
+      if (dot != std::string::npos) key = line.substr(dot + 1);
+    }
+    if (layers[key]++ == 0) order.push_back(key);
+  }
+  std::vector<std::string> out;
+  for (const std::string& key : order) {
+    const int n = layers[key];
+    out.push_back(n == 1 ? key : absl::StrCat(key, " (", n, " layers)"));
   }
   return out;
 }
@@ -230,6 +253,7 @@ absl::StatusOr<RankWeights> PrepareRankWeights(const LlamaWeights& weights,
                             prep.Linear(n + "w_down", lw.w_down, nullptr, 0, h, ib, in, h));
     out.layers.push_back(std::move(rl));
   }
+  out.f32_fallbacks = SummarizeFallbacks(out.f32_fallbacks);
   return out;
 }
 

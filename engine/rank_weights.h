@@ -62,7 +62,8 @@ struct RankWeights {
   std::vector<RankLayerWeights> layers;
   // Bytes this rank's weights hold (each prepared tensor once, shared ones included).
   int64_t resident_bytes = 0;
-  // Quantised tensors whose slice for this rank had to be dequantised, with the reason.
+  // Quantised tensors whose slice for this rank had to be dequantised, with the reason: one line
+  // per tensor kind, with the number of layers it applies to.
   std::vector<std::string> f32_fallbacks;
 };
 

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "attention/attention_args.h"
 #include "model/format/llama_weights.h"
 
@@ -103,6 +104,24 @@ class ComputeBackend {
   // out must not alias x or up.
   virtual absl::Status LinearSiluMul(const LinearOp& gate, const float* x, int64_t m,
                                      const float* up, float* out) = 0;
+  // ys[j] = x·W_jᵀ + b_j for matrices sharing x (the Q, K and V projections), in one call so a
+  // backend can split all of them over its threads at once (one hand-off instead of one per
+  // matrix). ops and ys have the same length; no y aliases x. Default: Linear per matrix.
+  virtual absl::Status LinearMany(absl::Span<const LinearOp* const> ops, const float* x, int64_t m,
+                                  absl::Span<float* const> ys) {
+    for (size_t j = 0; j < ops.size(); ++j) {
+      if (absl::Status s = Linear(*ops[j], x, m, ys[j]); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  // SwiGLU's two projections of x: up = x·W_upᵀ + b, out = silu(x·W_gateᵀ + b) ⊙ up, both
+  // [m][gate.n()] (gate.n() == up_op.n()), in one call (one hand-off). out aliases neither x nor
+  // up. Default: Linear, then LinearSiluMul.
+  virtual absl::Status LinearGatedUp(const LinearOp& gate, const LinearOp& up_op, const float* x,
+                                     int64_t m, float* up, float* out) {
+    if (absl::Status s = Linear(up_op, x, m, up); !s.ok()) return s;
+    return LinearSiluMul(gate, x, m, up, out);
+  }
   // out[i] = table[ids[i]] (rows of `hidden` floats); ids: host [m].
   virtual absl::Status Embedding(const float* table, const int32_t* ids, int64_t m, int64_t hidden,
                                  float* out) = 0;

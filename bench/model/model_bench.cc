@@ -32,6 +32,9 @@ ABSL_FLAG(int32_t, prompt_tokens, 512, "prefill prompt length");
 ABSL_FLAG(int32_t, decode_steps, 24, "timed decode steps per batch size");
 ABSL_FLAG(int32_t, repeats, 3, "timed prefill runs (best is reported)");
 ABSL_FLAG(int64_t, bw_mib, 1024, "read-bandwidth buffer, MiB (well above the L3 size)");
+ABSL_FLAG(std::string, decode_batches, "1,16",
+          "decode batch sizes to time (the first one is the "
+          "weight-stream ratio's)");
 ABSL_FLAG(std::string, fraction_lengths, "512,4096",
           "prompt lengths for the GEMM share with and without fused epilogues (empty: none)");
 
@@ -142,7 +145,17 @@ int Main() {
   const int32_t steps = absl::GetFlag(FLAGS_decode_steps);
   const int32_t ctx = 64;
   const int32_t seq_blocks = (ctx + steps + 2 + bs - 1) / bs;
-  for (int batch : {1, 16}) {
+  std::vector<int> batches;
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_decode_batches), ',', absl::SkipEmpty())) {
+    int b = 0;
+    if (absl::SimpleAtoi(part, &b) && b > 0) batches.push_back(b);
+  }
+  if (batches.empty()) {
+    std::fprintf(stderr, "model_bench: --decode_batches needs at least one batch size\n");
+    return 2;
+  }
+  for (int batch : batches) {
     StepInput p;
     for (int r = 0; r < batch; ++r) {
       p.requests.push_back({0, random_prompt(ctx), Blocks(r * seq_blocks, seq_blocks), false});

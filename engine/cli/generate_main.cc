@@ -10,6 +10,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -99,8 +100,9 @@ int main(int argc, char** argv) {
   std::string per_rank;
   for (int32_t r = 0; r < (*inst)->world(); ++r) {
     absl::StrAppend(&per_rank, r == 0 ? "" : " ", absl::SixDigits((*inst)->weight_bytes(r) / 1e6));
-    for (const std::string& f : (*inst)->weight_f32_fallbacks(r)) {
-      std::fprintf(stderr, "load: rank %d %s\n", r, f.c_str());
+    const std::vector<std::string>& fallbacks = (*inst)->weight_f32_fallbacks(r);
+    if (!fallbacks.empty()) {
+      std::fprintf(stderr, "load: rank %d %s\n", r, absl::StrJoin(fallbacks, "; ").c_str());
     }
   }
   std::fprintf(stderr, "load: ready in %.2f s, resident weight MB per rank: %s\n",

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "attention/cpu/paged_attention.h"
@@ -121,6 +122,29 @@ class CpuBackend final : public ComputeBackend {
       return absl::OkStatus();
     }
     return Forward(gate, x, m, out, DnnlLinear::Epilogue::kSiluMul, up);
+  }
+  // Decode-sized batches over quantised weights: one parallel pass for all matrices.
+  absl::Status LinearMany(absl::Span<const LinearOp* const> ops, const float* x, int64_t m,
+                          absl::Span<float* const> ys) override {
+    std::vector<QuantLinear::Job> jobs;
+    for (size_t j = 0; j < ops.size(); ++j) {
+      const auto* q = dynamic_cast<const QuantLinear*>(ops[j]);
+      if (q == nullptr || m > QuantLinear::SmallBatchLimit()) {
+        return ComputeBackend::LinearMany(ops, x, m, ys);
+      }
+      jobs.push_back(QuantLinear::Job{q, ys[j]});
+    }
+    return QuantLinear::ForwardMany(jobs, x, m);
+  }
+  absl::Status LinearGatedUp(const LinearOp& gate, const LinearOp& up_op, const float* x, int64_t m,
+                             float* up, float* out) override {
+    const auto* g = dynamic_cast<const QuantLinear*>(&gate);
+    const auto* u = dynamic_cast<const QuantLinear*>(&up_op);
+    if (g == nullptr || u == nullptr || m > QuantLinear::SmallBatchLimit() ||
+        !g_fuse_epilogues.load(std::memory_order_relaxed)) {
+      return ComputeBackend::LinearGatedUp(gate, up_op, x, m, up, out);
+    }
+    return QuantLinear::ForwardGated(*g, *u, x, m, up, out);
   }
   absl::Status Embedding(const float* table, const int32_t* ids, int64_t m, int64_t hidden,
                          float* out) override {

@@ -14,6 +14,14 @@ namespace {
 int64_t QuantBytes(GgmlType type) { return type == GgmlType::kQ8_0 ? 32 : 16; }
 int64_t ScaleCount(GgmlType type) { return type == GgmlType::kQ4_1 ? 2 : 1; }
 
+// Byte j of block c's 16 quant bytes in a packed 4-bit row (quant_gemv.h: lane groups).
+uint8_t LaneByte(const uint8_t* qs, int64_t blocks, int64_t c, int j) {
+  int64_t first = 0;
+  int g = 1;
+  LaneGroupOf(c, blocks, &first, &g);
+  return qs[16 * first + int64_t{g} * j + (c - first)];
+}
+
 // Row `row` of a packed matrix as f32, with dequant.cc's arithmetic.
 void UnpackRow(GgmlType type, const uint8_t* row, int64_t k, float* out) {
   const int64_t blocks = k / 32;
@@ -25,17 +33,17 @@ void UnpackRow(GgmlType type, const uint8_t* row, int64_t k, float* out) {
       const int8_t* q = reinterpret_cast<const int8_t*>(qs + 32 * b);
       for (int j = 0; j < 32; ++j) dst[j] = sc[b] * static_cast<float>(q[j]);
     } else if (type == GgmlType::kQ4_0) {
-      const uint8_t* q = qs + 16 * b;
       for (int j = 0; j < 16; ++j) {
-        dst[j] = sc[b] * static_cast<float>((q[j] & 0x0f) - 8);
-        dst[j + 16] = sc[b] * static_cast<float>((q[j] >> 4) - 8);
+        const uint8_t q = LaneByte(qs, blocks, b, j);
+        dst[j] = sc[b] * static_cast<float>((q & 0x0f) - 8);
+        dst[j + 16] = sc[b] * static_cast<float>((q >> 4) - 8);
       }
     } else {
-      const uint8_t* q = qs + 16 * b;
       const float d = sc[2 * b], m = sc[2 * b + 1];
       for (int j = 0; j < 16; ++j) {
-        dst[j] = d * static_cast<float>(q[j] & 0x0f) + m;
-        dst[j + 16] = d * static_cast<float>(q[j] >> 4) + m;
+        const uint8_t q = LaneByte(qs, blocks, b, j);
+        dst[j] = d * static_cast<float>(q & 0x0f) + m;
+        dst[j + 16] = d * static_cast<float>(q >> 4) + m;
       }
     }
   }
@@ -75,7 +83,15 @@ std::vector<uint8_t> PackRows(GgmlType type, const uint8_t* rows, int64_t n, int
     float* sc = reinterpret_cast<float*>(dst + blocks * qbytes);
     for (int64_t b = 0; b < blocks; ++b) {
       const uint8_t* blk = src + b * file_block;
-      std::memcpy(dst + b * qbytes, blk + 2 * scales, qbytes);
+      if (qbytes == 32) {
+        std::memcpy(dst + b * qbytes, blk + 2 * scales, qbytes);
+      } else {
+        int64_t first = 0;
+        int g = 1;
+        LaneGroupOf(b, blocks, &first, &g);
+        for (int j = 0; j < 16; ++j)
+          dst[16 * first + int64_t{g} * j + (b - first)] = blk[2 * scales + j];
+      }
       for (int64_t s = 0; s < scales; ++s) {
         uint16_t h;
         std::memcpy(&h, blk + 2 * s, 2);

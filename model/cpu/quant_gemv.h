@@ -41,15 +41,38 @@ struct QuantMatrix {
 };
 
 // The kernels' layout for Q4_0, Q4_1 and Q8_0 rows: the quants of every block back to back
-// (16 or 32 bytes per block, as in the file), then the block scales as f32 (Q4_1: d and m
-// interleaved). f16 → f32 is exact, so the weights are the same; what changes is that the kernel
-// broadcasts a scale straight from memory instead of converting an f16 per block, which was a
-// third of the vector shuffle port's work. Costs 4–8 bytes per 32 weights more than the file
-// (Q4_1 +20%, Q8_0 +6%).
+// (16 or 32 bytes per block), then the block scales as f32 (Q4_1: d and m interleaved). f16 → f32
+// is exact, so the weights are the same; what changes is that the kernel broadcasts a scale
+// straight from memory instead of converting an f16 per block. Costs 4–8 bytes per 32 weights
+// more than the file (Q4_1 +20%, Q8_0 +6%).
+//
+// 4-bit quants are moreover transposed into "lane groups" of G = 4, 2 or 1 blocks (LaneGroupOf):
+// 16 lanes of G bytes, lane j's byte b being byte j of the group's block b — so nibble t of lane
+// j is the quant of element 16t + j of the group. One 64-byte load then holds four blocks' quants
+// as 16 dwords whose low nibbles, after a shift by 4t, index a 16-entry table with one permute
+// per 16 weights (the file's byte order needs a byte → dword widening per 16 weights on the same
+// shuffle port). G = 1 is the file's own order. The quants are the same bytes, moved.
 bool PackSupports(GgmlType type);
 int64_t PackedRowBytes(GgmlType type, int64_t k);
 // rows: n rows in the file's layout; returns n rows of PackedRowBytes.
 std::vector<uint8_t> PackRows(GgmlType type, const uint8_t* rows, int64_t n, int64_t k);
+
+// The lane group holding block c of a packed 4-bit row of `blocks` blocks: groups of 4 blocks
+// from the start, then one of 2 and/or one of 1 for the remainder. Its quants start at byte
+// 16 · *first of the row.
+constexpr void LaneGroupOf(int64_t c, int64_t blocks, int64_t* first, int* g) {
+  const int64_t full = blocks & ~int64_t{3};
+  if (c < full) {
+    *first = c & ~int64_t{3};
+    *g = 4;
+  } else if ((blocks & 2) != 0 && c < full + 2) {
+    *first = full;
+    *g = 2;
+  } else {
+    *first = c;
+    *g = 1;
+  }
+}
 
 struct GemvArgs {
   QuantMatrix w;

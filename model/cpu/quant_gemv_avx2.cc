@@ -16,6 +16,32 @@ struct Avx2 {
   static V Iota16() { return Zero(); }
   static V Iota16Minus8() { return Zero(); }
   static void Lut16(__m128i, V, V*) {}
+  using IV = __m256i;
+  static IV LoadLanes(const uint8_t*, int) { return _mm256_setzero_si256(); }  // kLut only
+  template <int S>
+  static IV Srl(IV v) {
+    return v;
+  }
+  static V Perm(IV, V table) { return table; }
+  static void LutLanes(const uint8_t*, int, int, V, V*) {}
+  // Block b of a packed 4-bit lane group of g (quant_gemv.h) as 32 nibble values in f32:
+  // out[0..1] the low nibbles of lane byte b (elements 0..15), out[2..3] the high ones.
+  static void U4Lanes(const uint8_t* q, int g, int b, V* out) {
+    for (int h = 0; h < 2; ++h) {  // lanes 8h .. 8h + 7
+      __m256i v;
+      if (g == 4) {
+        v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * h));
+      } else if (g == 2) {
+        v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * h)));
+      } else {
+        v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8 * h)));
+      }
+      v = _mm256_srlv_epi32(v, _mm256_set1_epi32(8 * b));
+      const __m256i mask = _mm256_set1_epi32(0x0f);
+      out[h] = _mm256_cvtepi32_ps(_mm256_and_si256(v, mask));
+      out[2 + h] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 4), mask));
+    }
+  }
   static V Zero() { return _mm256_setzero_ps(); }
   static V Set1(float x) { return _mm256_set1_ps(x); }
   static V Load(const float* p) { return _mm256_loadu_ps(p); }
@@ -28,6 +54,10 @@ struct Avx2 {
     const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+  }
+  template <int N>
+  static void ReduceN(const V* v, float* out) {
+    for (int j = 0; j < N; ++j) out[j] = ReduceAdd(v[j]);
   }
   static float F16ToF32(uint16_t h) { return _cvtsh_ss(h); }
   static void U8x16(__m128i b, V* out) {

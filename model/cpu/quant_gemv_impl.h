@@ -3,11 +3,16 @@
 // the two ISA builds of it never meet at link time.
 //
 // I provides: V (a vector of kLanes floats, kLanes 8 or 16), Zero, Set1, Load, Mul, Add, Sub,
-// Fma, ReduceAdd, and the widening loads U8x16 / I8x16 (16 bytes → 16 floats in 16 / kLanes
-// vectors), F16x16, Bf16x16 (16 halves → 16 floats) and the scalar F16 conversion F16ToF32.
-// With kLut (16 lanes), 4-bit types decode by table: the block's 16 possible weights are
-// computed once (Iota16 = 0..15, Iota16Minus8 = −8..7) and Lut16 permutes them by the low
-// nibble of each of 16 bytes — two vector ops per 16 weights instead of four.
+// Fma, ReduceAdd, ReduceN<N> (N sums at once), and the widening loads U8x16 / I8x16 (16 bytes → 16
+// floats in 16 / kLanes vectors), F16x16, Bf16x16 (16 halves → 16 floats) and the scalar F16
+// conversion F16ToF32. With kLut (16 lanes), 4-bit types decode by table: the block's 16 possible
+// weights are computed once (Iota16 = 0..15, Iota16Minus8 = −8..7) and Lut16 permutes them by the
+// low nibble of each of 16 bytes — two vector ops per 16 weights instead of four. Packed 4-bit rows
+// (quant_gemv.h lane groups) go further: IV holds 16 lanes as dwords (LoadLanes: a 64-byte
+// group as it is, 2- and 1-byte lanes widened), Srl<S> shifts every lane right by S bits and
+// Perm(idx, table) permutes by each lane's low nibble, so a 4-block group costs one load, a
+// shift and a permute per 16 weights. Without kLut, U4Lanes gives block b of a group as the
+// 32 nibble values in f32.
 //
 // Every decoder produces the 32 weights of chunk c (elements [32c, 32c+32)) of a row with the
 // operations of model/format/dequant.cc in the same order — mul then add, never fused (the
@@ -216,45 +221,84 @@ struct PackedQ8_0 {
   }
 };
 
-template <class I>
-struct PackedQ4_0 {
-  static void Decode(const uint8_t* row, int64_t c, int64_t k, typename I::V* w) {
-    const float* sc = reinterpret_cast<const float*>(row + k / 2);
-    const typename I::V d = I::Set1(sc[c]);
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * c));
+// Block c of a packed 4-bit row: its lane group (quant_gemv.h) and its byte within each lane.
+struct LanePos {
+  const uint8_t* group;
+  int g, b;
+};
+inline LanePos LanePosOf(const uint8_t* row, int64_t c, int64_t k) {
+  int64_t first = 0;
+  int g = 1;
+  LaneGroupOf(c, k / 32, &first, &g);
+  return LanePos{row + 16 * first, g, static_cast<int>(c - first)};
+}
+
+// Both packed 4-bit types: the 16 weights a block's table holds (Table), then per chunk either a
+// permute of the lanes (kLut) or the nibble values scaled as dequant.cc does (Scale). With kLut
+// the kernels also take whole 4-block groups at once (kGroupChunks, LoadGroup, GroupChunk<B>),
+// with every shift an immediate.
+template <class I, class T>
+struct PackedQ4 {
+  using V = typename I::V;
+  static constexpr int kGroupChunks = 4;
+  static void Decode(const uint8_t* row, int64_t c, int64_t k, V* w) {
+    const float* sc = reinterpret_cast<const float*>(row + k / 2) + T::kScales * c;
+    const LanePos lp = LanePosOf(row, c, k);
     if constexpr (I::kLut) {
-      const typename I::V table = I::Mul(d, I::Iota16Minus8());
-      I::Lut16(q, table, w);
-      I::Lut16(_mm_srli_epi16(q, 4), table, w + 1);
-      return;
+      I::LutLanes(lp.group, lp.g, lp.b, T::template Table<I>(sc), w);
+    } else {
+      I::U4Lanes(lp.group, lp.g, lp.b, w);
+      T::template Scale<I>(sc, w);
     }
-    const __m128i eight = _mm_set1_epi8(8);
-    I::I8x16(_mm_sub_epi8(LowNibbles(q), eight), w);
-    I::I8x16(_mm_sub_epi8(HighNibbles(q), eight), w + 16 / I::kLanes);
-#pragma GCC unroll 16
-    for (int p = 0; p < Chunk<I>::kVecs; ++p) w[p] = I::Mul(d, w[p]);
+  }
+  struct Group {
+    typename I::IV lanes;
+    const float* sc;
+  };
+  static Group LoadGroup(const uint8_t* row, int64_t c, int64_t k) {
+    return Group{I::LoadLanes(row + 16 * c, 4),
+                 reinterpret_cast<const float*>(row + k / 2) + T::kScales * c};
+  }
+  template <int B>
+  static void GroupChunk(const Group& gr, V* w) {
+    const V table = T::template Table<I>(gr.sc + T::kScales * B);
+    w[0] = I::Perm(I::template Srl<8 * B>(gr.lanes), table);
+    w[1] = I::Perm(I::template Srl<8 * B + 4>(gr.lanes), table);
   }
 };
 
-template <class I>
-struct PackedQ4_1 {
-  static void Decode(const uint8_t* row, int64_t c, int64_t k, typename I::V* w) {
-    const float* sc = reinterpret_cast<const float*>(row + k / 2);
-    const typename I::V d = I::Set1(sc[2 * c]);
-    const typename I::V m = I::Set1(sc[2 * c + 1]);
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * c));
-    if constexpr (I::kLut) {
-      const typename I::V table = I::Add(I::Mul(d, I::Iota16()), m);
-      I::Lut16(q, table, w);
-      I::Lut16(_mm_srli_epi16(q, 4), table, w + 1);
-      return;
-    }
-    I::U8x16(LowNibbles(q), w);
-    I::U8x16(HighNibbles(q), w + 16 / I::kLanes);
+struct Q4_0Math {
+  static constexpr int kScales = 1;
+  template <class I>
+  static typename I::V Table(const float* sc) {  // d·(q − 8), q = 0..15
+    return I::Mul(I::Set1(sc[0]), I::Iota16Minus8());
+  }
+  template <class I>
+  static void Scale(const float* sc, typename I::V* w) {
+    const typename I::V d = I::Set1(sc[0]), eight = I::Set1(8.f);
+#pragma GCC unroll 16
+    for (int p = 0; p < Chunk<I>::kVecs; ++p) w[p] = I::Mul(d, I::Sub(w[p], eight));  // q − 8 exact
+  }
+};
+
+struct Q4_1Math {
+  static constexpr int kScales = 2;
+  template <class I>
+  static typename I::V Table(const float* sc) {  // d·q + m, q = 0..15
+    return I::Add(I::Mul(I::Set1(sc[0]), I::Iota16()), I::Set1(sc[1]));
+  }
+  template <class I>
+  static void Scale(const float* sc, typename I::V* w) {
+    const typename I::V d = I::Set1(sc[0]), m = I::Set1(sc[1]);
 #pragma GCC unroll 16
     for (int p = 0; p < Chunk<I>::kVecs; ++p) w[p] = I::Add(I::Mul(d, w[p]), m);
   }
 };
+
+template <class I>
+using PackedQ4_0 = PackedQ4<I, Q4_0Math>;
+template <class I>
+using PackedQ4_1 = PackedQ4<I, Q4_1Math>;
 
 // File-layout decoders take (row, chunk); packed ones also need k to find the scales.
 template <class D, class V>
@@ -271,10 +315,74 @@ concept HasScalarTail = requires(const uint8_t* r) {
   D::Scalar(r, int64_t{0});
 };
 
+template <class D>
+concept HasLaneGroups = requires {
+  D::kGroupChunks;
+};
+
+// acc[r][i] += w[r] · x[i][chunk c] for NB decoded weight chunks and MB activation rows; each
+// activation vector is loaded once for the NB weight rows.
+template <class I, int NB, int MB, int kSplit>
+[[gnu::always_inline]] inline void Accumulate(typename I::V (&acc)[NB][MB][kSplit],
+                                              const typename I::V (&w)[NB][Chunk<I>::kVecs],
+                                              const float* x, int64_t k, int64_t c) {
+#pragma GCC unroll 16
+  for (int i = 0; i < MB; ++i) {
+    const float* xi = x + i * k + 32 * c;
+#pragma GCC unroll 16
+    for (int p = 0; p < Chunk<I>::kVecs; ++p) {
+      const typename I::V xv = I::Load(xi + p * I::kLanes);
+#pragma GCC unroll 16
+      for (int r = 0; r < NB; ++r) {
+        typename I::V& slot = acc[r][i][kSplit == 1 ? 0 : p];
+        slot = I::Fma(w[r][p], xv, slot);
+      }
+    }
+  }
+}
+
+// Chunk c + B of NB rows whose 4-block lane groups are loaded, into the accumulators.
+template <class I, class D, int NB, int MB, int kSplit, int B>
+[[gnu::always_inline]] inline void GroupStep(typename I::V (&acc)[NB][MB][kSplit],
+                                             const typename D::Group (&g)[NB], const float* x,
+                                             int64_t k, int64_t c) {
+  typename I::V w[NB][Chunk<I>::kVecs];
+#pragma GCC unroll 16
+  for (int r = 0; r < NB; ++r) D::template GroupChunk<B>(g[r], w[r]);
+  Accumulate<I, NB, MB, kSplit>(acc, w, x, k, c + B);
+}
+
+// The NB·MB results with the epilogue: kStore and kAccumulate inline (one add, the same in
+// every path), kSiluMul through the shared scalar function.
+template <int NB, int MB>
+[[gnu::always_inline]] inline void StoreResults(const GemvArgs& a, int64_t n, int64_t m0,
+                                                float (&v)[NB][MB]) {
+#pragma GCC unroll 16
+  for (int r = 0; r < NB; ++r) {
+#pragma GCC unroll 16
+    for (int i = 0; i < MB; ++i) {
+      float s = v[r][i];
+      if (a.bias != nullptr) s += a.bias[n + r];
+      float* y = a.y + (m0 + i) * a.w.n + n + r;
+      switch (a.epilogue) {
+        case Epilogue::kStore:
+          *y = s;
+          break;
+        case Epilogue::kAccumulate:
+          *y += s;
+          break;
+        default:
+          *y = internal::ApplyEpilogue(a.epilogue, s, *y,
+                                       a.aux != nullptr ? a.aux[(m0 + i) * a.w.n + n + r] : 0.f);
+      }
+    }
+  }
+}
+
 // Outputs of weight rows [n, n + NB) for activation rows [m0, m0 + MB): each chunk of the NB rows
-// is decoded once and multiplied into all MB activation rows; each activation vector is loaded
-// once for the NB weight rows. One accumulator per (row, activation row) — plus one per chunk
-// vector when NB·MB is small, so the FMA chains stay independent enough to hide their latency.
+// is decoded once and multiplied into all MB activation rows. One accumulator per (row,
+// activation row) — plus one per chunk vector when NB·MB is small, so the FMA chains stay
+// independent enough to hide their latency.
 template <class I, class D, int NB, int MB>
 void RowsBlock(const GemvArgs& a, int64_t n, int64_t m0) {
   using V = typename I::V;
@@ -295,24 +403,37 @@ void RowsBlock(const GemvArgs& a, int64_t n, int64_t m0) {
       for (int p = 0; p < kSplit; ++p) acc[r][i][p] = I::Zero();
     }
   }
-  for (int64_t c = 0; c < chunks; ++c) {
+  // The weight rows two blocks ahead are prefetched a slice per chunk: a tile's rows are one
+  // contiguous stream, but the hardware prefetchers stop at every 4 KiB page, and a small
+  // matrix's slice is only a few pages — without this, one core streams ~5 GB/s.
+  const char* prefetch = reinterpret_cast<const char*>(a.w.data + (n + 2 * NB) * a.w.row_bytes);
+  const int64_t prefetch_step = (NB * a.w.row_bytes + chunks - 1) / (chunks > 0 ? chunks : 1);
+  auto prefetch_chunks = [&](int64_t from, int64_t count) {
+    for (int64_t o = from * prefetch_step; o < (from + count) * prefetch_step; o += 64) {
+      _mm_prefetch(prefetch + o, _MM_HINT_T0);
+    }
+  };
+  int64_t c = 0;
+  if constexpr (I::kLut && HasLaneGroups<D>) {
+    for (; c + 4 <= chunks; c += 4) {
+      prefetch_chunks(c, 4);
+      typename D::Group g[NB];
+#pragma GCC unroll 16
+      for (int r = 0; r < NB; ++r) g[r] = D::LoadGroup(rows[r], c, k);
+      GroupStep<I, D, NB, MB, kSplit, 0>(acc, g, x, k, c);
+      GroupStep<I, D, NB, MB, kSplit, 1>(acc, g, x, k, c);
+      GroupStep<I, D, NB, MB, kSplit, 2>(acc, g, x, k, c);
+      GroupStep<I, D, NB, MB, kSplit, 3>(acc, g, x, k, c);
+    }
+  }
+  for (; c < chunks; ++c) {
+    prefetch_chunks(c, 1);
     V w[NB][kVecs];
 #pragma GCC unroll 16
     for (int r = 0; r < NB; ++r) DecodeChunk<D>(rows[r], c, k, w[r]);
-#pragma GCC unroll 16
-    for (int i = 0; i < MB; ++i) {
-      const float* xi = x + i * k + 32 * c;
-#pragma GCC unroll 16
-      for (int p = 0; p < kVecs; ++p) {
-        const V xv = I::Load(xi + p * I::kLanes);
-#pragma GCC unroll 16
-        for (int r = 0; r < NB; ++r) {
-          V& slot = acc[r][i][kSplit == 1 ? 0 : p];
-          slot = I::Fma(w[r][p], xv, slot);
-        }
-      }
-    }
+    Accumulate<I, NB, MB, kSplit>(acc, w, x, k, c);
   }
+  V sums[NB * MB];
 #pragma GCC unroll 16
   for (int r = 0; r < NB; ++r) {
 #pragma GCC unroll 16
@@ -320,16 +441,22 @@ void RowsBlock(const GemvArgs& a, int64_t n, int64_t m0) {
       V sum = acc[r][i][0];
 #pragma GCC unroll 16
       for (int p = 1; p < kSplit; ++p) sum = I::Add(sum, acc[r][i][p]);
-      float v = I::ReduceAdd(sum);
-      if constexpr (HasScalarTail<D>) {
-        const float* xi = x + i * k;
-        for (int64_t t = chunks * 32; t < k; ++t) v += D::Scalar(rows[r], t) * xi[t];
-      }
-      if (a.bias != nullptr) v += a.bias[n + r];
-      const int64_t at = (m0 + i) * a.w.n + n + r;
-      a.y[at] = internal::ApplyEpilogue(a.epilogue, v, a.y[at], a.aux != nullptr ? a.aux[at] : 0.f);
+      sums[r * MB + i] = sum;
     }
   }
+  float v[NB][MB];
+  I::template ReduceN<NB * MB>(sums, &v[0][0]);
+  if constexpr (HasScalarTail<D>) {
+#pragma GCC unroll 16
+    for (int r = 0; r < NB; ++r) {
+#pragma GCC unroll 16
+      for (int i = 0; i < MB; ++i) {
+        const float* xi = x + i * k;
+        for (int64_t t = chunks * 32; t < k; ++t) v[r][i] += D::Scalar(rows[r], t) * xi[t];
+      }
+    }
+  }
+  StoreResults<NB, MB>(a, n, m0, v);
 }
 
 // Weight rows [n0, n1) against activation rows [m0, m0 + MB), NB rows at a time.

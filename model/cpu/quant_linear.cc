@@ -98,6 +98,15 @@ absl::Status QuantLinear::Forward(const float* x, int64_t m, float* y,
         "linear: the SiLU-multiply epilogue needs aux, distinct from y");
   }
   if (m > SmallBatchLimit()) return ForwardTiled(x, m, y, epilogue, aux);
+  const quant::GemvArgs a = GemvArgsFor(x, m, y, epilogue, aux);
+  // Each thread takes whole 32-row tiles (the kernel's unit); small layers run on fewer threads.
+  ParallelFor((n_ + 31) / 32, 1,
+              [&](int64_t b, int64_t e) { quant::Gemv(a, b * 32, std::min(e * 32, n_)); });
+  return absl::OkStatus();
+}
+
+quant::GemvArgs QuantLinear::GemvArgsFor(const float* x, int64_t m, float* y,
+                                         DnnlLinear::Epilogue epilogue, const float* aux) const {
   quant::GemvArgs a;
   a.w = quant::QuantMatrix{type_, blocks_, n_, k_, row_bytes_, packed_};
   a.x = x;
@@ -106,9 +115,60 @@ absl::Status QuantLinear::Forward(const float* x, int64_t m, float* y,
   a.y = y;
   a.epilogue = ToQuant(epilogue);
   a.aux = aux;
-  // Each thread takes whole 32-row tiles (the kernel's unit); small layers run on fewer threads.
-  ParallelFor((n_ + 31) / 32, 1,
-              [&](int64_t b, int64_t e) { quant::Gemv(a, b * 32, std::min(e * 32, n_)); });
+  return a;
+}
+
+absl::Status QuantLinear::ForwardMany(absl::Span<const Job> jobs, const float* x, int64_t m) {
+  if (m <= 0 || jobs.empty()) return absl::OkStatus();
+  if (m > SmallBatchLimit()) {
+    return absl::InvalidArgumentError(absl::StrCat("ForwardMany: ", m, " rows is above the GEMV ",
+                                                   "limit of ", SmallBatchLimit()));
+  }
+  std::vector<quant::GemvArgs> args;
+  std::vector<int64_t> first_tile = {0};  // job j owns tiles [first_tile[j], first_tile[j + 1])
+  for (const Job& j : jobs) {
+    if (j.epilogue == DnnlLinear::Epilogue::kSiluMul && (j.aux == nullptr || j.aux == j.y)) {
+      return absl::InvalidArgumentError(
+          "linear: the SiLU-multiply epilogue needs aux, distinct from y");
+    }
+    if (j.op->k_ != jobs[0].op->k_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ForwardMany: matrices of ", j.op->k_, " and ", jobs[0].op->k_, " columns"));
+    }
+    args.push_back(j.op->GemvArgsFor(x, m, j.y, j.epilogue, j.aux));
+    first_tile.push_back(first_tile.back() + (j.op->n_ + 31) / 32);
+  }
+  ParallelFor(first_tile.back(), 1, [&](int64_t b, int64_t e) {
+    for (size_t j = 0; j < args.size(); ++j) {
+      const int64_t lo = std::max(b, first_tile[j]), hi = std::min(e, first_tile[j + 1]);
+      if (lo >= hi) continue;
+      const int64_t n = args[j].w.n;
+      quant::Gemv(args[j], (lo - first_tile[j]) * 32, std::min((hi - first_tile[j]) * 32, n));
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status QuantLinear::ForwardGated(const QuantLinear& gate, const QuantLinear& up_op,
+                                       const float* x, int64_t m, float* up, float* out) {
+  if (m <= 0) return absl::OkStatus();
+  if (m > SmallBatchLimit()) {
+    return absl::InvalidArgumentError(absl::StrCat("ForwardGated: ", m, " rows is above the ",
+                                                   "GEMV limit of ", SmallBatchLimit()));
+  }
+  if (gate.n_ != up_op.n_ || gate.k_ != up_op.k_ || out == up) {
+    return absl::InvalidArgumentError(absl::StrCat("ForwardGated: gate [", gate.n_, "][", gate.k_,
+                                                   "] and up [", up_op.n_, "][", up_op.k_,
+                                                   "] differ, or out aliases up"));
+  }
+  const quant::GemvArgs ua = up_op.GemvArgsFor(x, m, up, DnnlLinear::Epilogue::kStore, nullptr);
+  const quant::GemvArgs ga = gate.GemvArgsFor(x, m, out, DnnlLinear::Epilogue::kSiluMul, up);
+  const int64_t n = gate.n_;
+  ParallelFor((n + 31) / 32, 1, [&](int64_t b, int64_t e) {
+    const int64_t lo = b * 32, hi = std::min(e * 32, n);
+    quant::Gemv(ua, lo, hi);
+    quant::Gemv(ga, lo, hi);  // reads the rows of up this thread just wrote
+  });
   return absl::OkStatus();
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "model/backend.h"
 #include "model/cpu/dnnl_linear.h"
 #include "model/cpu/quant_gemv.h"
@@ -51,6 +52,23 @@ class QuantLinear final : public LinearOp {
                        DnnlLinear::Epilogue epilogue = DnnlLinear::Epilogue::kStore,
                        const float* aux = nullptr) const;
 
+  // Several GEMV-path products sharing x in one parallel pass over the union of their 32-row
+  // tiles (one thread hand-off instead of one per matrix): jobs[j].y = x·W_jᵀ + b_j with its
+  // epilogue. REQUIRES m <= SmallBatchLimit(); no job's aux is another job's y.
+  struct Job {
+    const QuantLinear* op = nullptr;
+    float* y = nullptr;
+    DnnlLinear::Epilogue epilogue = DnnlLinear::Epilogue::kStore;
+    const float* aux = nullptr;
+  };
+  static absl::Status ForwardMany(absl::Span<const Job> jobs, const float* x, int64_t m);
+  // up = x·W_upᵀ + b and out = silu(x·W_gateᵀ + b) ⊙ up in one parallel pass: each thread
+  // computes a tile of up, then the same tile of out from it. Results are bit-identical to
+  // Forward(up) followed by Forward(gate, kSiluMul). REQUIRES m <= SmallBatchLimit(), equal n
+  // and k; out aliases neither x nor up.
+  static absl::Status ForwardGated(const QuantLinear& gate, const QuantLinear& up_op,
+                                   const float* x, int64_t m, float* up, float* out);
+
   // out[i] = row ids[i] of W, dequantised ([count][k] floats): an embedding lookup in a
   // quantised table. InvalidArgument for an id outside [0, n).
   absl::Status DequantizeRows(const int32_t* ids, int64_t count, float* out) const;
@@ -68,6 +86,8 @@ class QuantLinear final : public LinearOp {
 
  private:
   QuantLinear() = default;
+  quant::GemvArgs GemvArgsFor(const float* x, int64_t m, float* y, DnnlLinear::Epilogue epilogue,
+                              const float* aux) const;
   absl::Status ForwardTiled(const float* x, int64_t m, float* y, DnnlLinear::Epilogue epilogue,
                             const float* aux) const;
 

@@ -194,6 +194,15 @@ TEST_F(RealModelEngineTest, ShardedLayoutsMatchOneRank) {
   for (const ParallelConfig& p : {ParallelConfig{3, 1, 1, 16, 1}, ParallelConfig{9, 1, 3, 16, 1}}) {
     auto inst = MakeInstance(p);
     ASSERT_NE(inst, nullptr);
+    if (p.tp == 9) {  // 1536 / 9 intermediate columns cut Q4_1 blocks: w_down kept as f32
+      for (int32_t r = 0; r < inst->world(); ++r) {
+        const std::vector<std::string>& f = inst->weight_f32_fallbacks(r);
+        ASSERT_EQ(f.size(), 1u) << "rank " << r << ": one summary line, not one per layer";
+        EXPECT_TRUE(absl::StartsWith(f[0], "w_down: columns [") &&
+                    absl::EndsWith(f[0], "kept as f32 (30 layers)"))
+            << f[0];
+      }
+    }
     for (size_t i = 0; i < prompts.size(); ++i) {
       EXPECT_EQ(Greedy(inst.get(), prompts[i], 16), want[i]) << p.ToString() << " prompt " << i;
     }

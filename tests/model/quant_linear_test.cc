@@ -1,7 +1,9 @@
 // The quantised linear layers (model/cpu/quant_gemv.h, quant_linear.h) against the reference they
 // must equal: dequantise W with model/format/dequant.cc, then y = x·Wᵀ + b in double. Every
 // supported type, odd shapes (n not a multiple of the kernel's 32-row tile, K not a multiple of
-// 32 for the one-element-block types F16/BF16, several blocks and super-blocks otherwise),
+// 32 for the one-element-block types F16/BF16, several blocks and super-blocks otherwise; for
+// Q4_0/Q4_1 every mix of the packed layout's 4-, 2- and 1-block lane groups: 1, 3 = 2+1,
+// 5 = 4+1, 7 = 4+2+1 and 18 = 4·4+2 blocks),
 // M = 1..33, each epilogue, and each ISA path this CPU has (portable, AVX2, AVX-512).
 //
 // Tolerance: f32 products of the same exact weights, summed in another order:
@@ -12,7 +14,9 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -88,10 +92,11 @@ struct Case {
 
 std::vector<Case> Cases() {
   return {
-      {GgmlType::kQ8_0, 37, 96}, {GgmlType::kQ4_0, 45, 160}, {GgmlType::kQ4_1, 33, 96},
-      {GgmlType::kQ4_1, 70, 32}, {GgmlType::kQ4_K, 35, 512}, {GgmlType::kQ6_K, 39, 512},
-      {GgmlType::kQ6_K, 5, 256}, {GgmlType::kF16, 37, 77},   {GgmlType::kF16, 9, 64},
-      {GgmlType::kBF16, 41, 45}, {GgmlType::kBF16, 3, 7},
+      {GgmlType::kQ8_0, 37, 96},  {GgmlType::kQ4_0, 45, 160}, {GgmlType::kQ4_1, 33, 96},
+      {GgmlType::kQ4_1, 70, 32},  {GgmlType::kQ4_1, 37, 224}, {GgmlType::kQ4_0, 19, 576},
+      {GgmlType::kQ4_K, 35, 512}, {GgmlType::kQ6_K, 39, 512}, {GgmlType::kQ6_K, 5, 256},
+      {GgmlType::kF16, 37, 77},   {GgmlType::kF16, 9, 64},    {GgmlType::kBF16, 41, 45},
+      {GgmlType::kBF16, 3, 7},
   };
 }
 
@@ -283,6 +288,60 @@ TEST(QuantLinearTest, BothPathsMatchTheReferenceForEveryEpilogue) {
     }
   }
   QuantLinear::SetSmallBatchLimit(saved);
+}
+
+// ForwardMany (Q, K, V in one pass) and ForwardGated (up, then SiLU(gate)·up per tile) split
+// the same 32-row tiles over the threads as separate Forward calls, so they give the same bits.
+TEST(QuantLinearTest, ForwardManyAndGatedEqualSeparateCalls) {
+  SetThreadsForThisThread(2);
+  const int64_t k = 224;
+  std::vector<std::unique_ptr<QuantLinear>> ops;
+  for (auto [type, n] : std::vector<std::pair<GgmlType, int64_t>>{{GgmlType::kQ4_1, 70},
+                                                                  {GgmlType::kQ8_0, 33},
+                                                                  {GgmlType::kQ4_0, 96},
+                                                                  {GgmlType::kQ4_1, 96}}) {
+    const std::vector<uint8_t> rows = RandomRows(type, n, k, n + 3);
+    const std::vector<float> bias = Random(n, 4);
+    absl::StatusOr<std::unique_ptr<QuantLinear>> op =
+        QuantLinear::Create(type, rows.data(), n, k, n == 33 ? bias.data() : nullptr);
+    ASSERT_TRUE(op.ok()) << op.status();
+    ops.push_back(std::move(op).value());
+  }
+  for (int64_t m : {1, 5, 16}) {
+    SCOPED_TRACE("m=" + std::to_string(m));
+    const std::vector<float> x = Random(m * k, m + 200);
+    std::vector<std::vector<float>> want(3), got(3);
+    std::vector<QuantLinear::Job> jobs;
+    for (int j = 0; j < 3; ++j) {
+      want[j].assign(m * ops[j]->n(), 0.f);
+      got[j].assign(m * ops[j]->n(), -1.f);
+      ASSERT_TRUE(ops[j]->Forward(x.data(), m, want[j].data()).ok());
+      jobs.push_back(QuantLinear::Job{ops[j].get(), got[j].data()});
+    }
+    ASSERT_TRUE(QuantLinear::ForwardMany(jobs, x.data(), m).ok());
+    for (int j = 0; j < 3; ++j) ASSERT_EQ(got[j], want[j]) << "matrix " << j;
+
+    const QuantLinear& gate = *ops[2];
+    const QuantLinear& up_op = *ops[3];
+    std::vector<float> up_want(m * 96), out_want(m * 96), up_got(m * 96), out_got(m * 96);
+    ASSERT_TRUE(up_op.Forward(x.data(), m, up_want.data()).ok());
+    ASSERT_TRUE(
+        gate.Forward(x.data(), m, out_want.data(), DnnlLinear::Epilogue::kSiluMul, up_want.data())
+            .ok());
+    ASSERT_TRUE(
+        QuantLinear::ForwardGated(gate, up_op, x.data(), m, up_got.data(), out_got.data()).ok());
+    EXPECT_EQ(up_got, up_want);
+    EXPECT_EQ(out_got, out_want);
+  }
+  std::vector<float> y(1000);
+  EXPECT_EQ(
+      QuantLinear::ForwardGated(*ops[2], *ops[0], Random(k, 1).data(), 1, y.data(), y.data() + 500)
+          .code(),
+      absl::StatusCode::kInvalidArgument);  // n 96 vs 70
+  EXPECT_EQ(QuantLinear::ForwardMany({QuantLinear::Job{ops[0].get(), y.data()}},
+                                     Random(k * 100, 1).data(), 100)
+                .code(),
+            absl::StatusCode::kInvalidArgument);  // above the GEMV limit
 }
 
 TEST(QuantLinearTest, DequantizeRowsIsTheDequantisedTableAndChecksIds) {
