@@ -13,8 +13,8 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <memory>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
