@@ -49,6 +49,15 @@ struct PagedAttentionArgs {
 // split must come from PlanAttentionSplit over at least the rows' real MaxVisibleTokens.
 [[nodiscard]] absl::Status LaunchPagedAttention(const PagedAttentionArgs& args, void* stream);
 
+// The same contract through the GQA split-KV decode kernel (decode_attention.cu, work
+// decomposition in decode_attention_plan.h): one CTA per (row, KV head, split) serving every
+// query head of the KV head, 16-byte KV loads. args.split may be any valid split (normally
+// PlanDecodeAttention's); scratch as for LaunchPagedAttention. Additionally INVALID_ARGUMENT when
+// head_dim · element size is not a multiple of 16 bytes or the pool base is not 16-byte aligned
+// (DecodeKernelSupports). Not yet verified on a GPU: selected only explicitly
+// (TANDEM_CUDA_ATTENTION=gqa_split_kv, docs/gpu.md).
+[[nodiscard]] absl::Status LaunchDecodeAttention(const PagedAttentionArgs& args, void* stream);
+
 // For row i with slots[i] >= 0 (device [num_rows]), writes k[i], v[i] ([num_kv_heads][head_dim]
 // f32 each) into `layer` at that slot. Distinct rows must have distinct slots.
 [[nodiscard]] absl::Status LaunchWriteKvCache(const KvPoolView& pool, int32_t layer,

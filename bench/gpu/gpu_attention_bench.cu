@@ -7,12 +7,23 @@
 // backend uses (attention/cuda/cuda_attention.h). KV bytes per step count K and V of every
 // visible token of every KV head once (GQA heads sharing a KV head re-read it from L2).
 //
-// Output: one line per measurement, then `RESULT gpu_decode_attention_bw_ratio=<x>` for the
-// headline workload (bf16, 64 requests × 4096 tokens, 8 KV heads × GQA 4, head_dim 128).
-// Exit status 1 (with the reason) when no GPU is usable.
+// Every workload runs through both kernels: per_head (LaunchPagedAttention, the backend's
+// default) and gqa_split_kv (LaunchDecodeAttention, TANDEM_CUDA_ATTENTION=gqa_split_kv); the
+// outputs of the two are compared (max |Δ| of output and LSE is printed; a difference above
+// 1e-3 fails the run, since both read the same KV in f32 arithmetic).
+//
+// Output: one line per measurement, then RESULT lines, each KV bytes/s ÷ the read bandwidth
+// measured in this run:
+//   gpu_decode_attention_bw_ratio            per_head, headline workload (bf16, 64 requests ×
+//                                            4096 tokens, 8 KV heads × GQA 4, head_dim 128)
+//   gpu_decode_attention_gqa_bw_ratio        gqa_split_kv, headline workload
+//   gpu_decode_attention_gqa_split_bw_ratio  gqa_split_kv, 4 × 32768 tokens (split keys)
+//   gpu_decode_attention_gqa_d64_bw_ratio    gqa_split_kv, SmolLM2 shape (head_dim 64)
+// Exit status 1 (with the reason) when no GPU is usable or the kernels disagree.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +34,7 @@
 
 #include "attention/cuda/attention_launch_plan.h"
 #include "attention/cuda/cuda_attention.h"
+#include "attention/cuda/decode_attention_plan.h"
 #include "common/cuda/cuda_device.h"
 #include "common/cuda/cuda_status.h"
 
@@ -111,6 +123,32 @@ double CopyBandwidth(size_t bytes) {
   return 2.0 * bytes / s;  // every byte is read once and written once
 }
 
+// Bytes 0x30..0x3f: as f32, f16 or bf16 elements these are finite values of magnitude < 4 whose
+// low bits vary, so scores differ between tokens (a constant pool would hide indexing errors in
+// the cross-kernel check).
+__global__ void PatternKernel(uint8_t* p, int64_t n) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    p[i] = static_cast<uint8_t>(0x30 + ((static_cast<uint64_t>(i) * 2654435761u) >> 7) % 16);
+  }
+}
+
+void FillPattern(void* p, size_t bytes) {
+  PatternKernel<<<1024, 256>>>(static_cast<uint8_t*>(p), static_cast<int64_t>(bytes));
+  BENCH_CUDA(cudaGetLastError());
+}
+
+// Largest |a − b| over two results; inf when one is −inf and the other is not.
+double MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    const double d = std::abs(static_cast<double>(a[i]) - b[i]);
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+  }
+  return worst;
+}
+
 struct Workload {
   const char* name;
   KvDType dtype;
@@ -126,16 +164,17 @@ struct Measured {
   double seconds = 0;
   double kv_bytes = 0;
   AttentionSplit split;
+  std::vector<float> out, lse;  // the kernel's result, for the cross-kernel check
 };
 
-Measured RunDecode(const Workload& w) {
+Measured RunDecode(const Workload& w, CudaAttentionKernel kernel) {
   PoolGeometry g{w.kv_heads, 1, w.block_size, w.head_dim, w.dtype};
   const DcpGeometry dcp{w.block_size, 1, 1};
   const int64_t blocks_per_request = VirtualBlocksFor(dcp, w.context);
   const int64_t blocks = blocks_per_request * w.requests;
   DeviceMemory pool(PoolBytes(g, blocks));
-  // 0x3c bytes are small finite values in f32, f16 and bf16 alike.
-  BENCH_CUDA(cudaMemset(pool.get(), 0x3c, pool.bytes()));
+  // Small finite values in f32, f16 and bf16 alike, varying per byte so that scores differ.
+  FillPattern(pool.get(), pool.bytes());
 
   std::vector<int32_t> ids(blocks);
   std::iota(ids.begin(), ids.end(), 0);
@@ -160,7 +199,7 @@ Measured RunDecode(const Workload& w) {
   const int64_t items = int64_t{w.requests} * hq;
   DeviceMemory q(items * w.head_dim * sizeof(float)), out(items * w.head_dim * sizeof(float)),
       lse(items * sizeof(float));
-  BENCH_CUDA(cudaMemset(q.get(), 0x3c, q.bytes()));
+  FillPattern(q.get(), q.bytes());
   PagedAttentionArgs a;
   a.pool = KvPoolView{pool.get(), blocks, g};
   a.layer = 0;
@@ -170,15 +209,29 @@ Measured RunDecode(const Workload& w) {
   a.scale = 1.f / std::sqrt(static_cast<float>(w.head_dim));
   a.out = static_cast<float*>(out.get());
   a.lse = static_cast<float*>(lse.get());
-  a.split = PlanAttentionSplit(items, MaxVisibleTokens(host));
+  if (kernel == CudaAttentionKernel::kGqaSplitKv) {
+    absl::StatusOr<DecodeAttentionPlan> plan =
+        PlanDecodeAttention(w.requests, hq, g, MaxVisibleTokens(host));
+    BENCH_CHECK(plan.status());
+    a.split = plan->split;
+  } else {
+    a.split = PlanAttentionSplit(items, MaxVisibleTokens(host));
+  }
   DeviceMemory scratch(std::max<int64_t>(1, AttentionScratchFloats(a.split, items, w.head_dim)) *
                        sizeof(float));
   a.scratch = static_cast<float*>(scratch.get());
 
   Measured m;
   m.split = a.split;
-  m.seconds = TimeIt(3, 20, [&] { BENCH_CHECK(LaunchPagedAttention(a, nullptr)); });
+  m.seconds = TimeIt(3, 20, [&] {
+    BENCH_CHECK(kernel == CudaAttentionKernel::kGqaSplitKv ? LaunchDecodeAttention(a, nullptr)
+                                                           : LaunchPagedAttention(a, nullptr));
+  });
   BENCH_CUDA(cudaDeviceSynchronize());
+  m.out.resize(items * w.head_dim);
+  m.lse.resize(items);
+  BENCH_CUDA(cudaMemcpy(m.out.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost));
+  BENCH_CUDA(cudaMemcpy(m.lse.data(), lse.get(), lse.bytes(), cudaMemcpyDeviceToHost));
   m.kv_bytes = static_cast<double>(w.requests) * w.context * w.kv_heads * 2.0 * w.head_dim *
                KvDTypeBytes(w.dtype);
   return m;
@@ -206,19 +259,40 @@ int Main() {
       {"bf16 4x32768 Hkv=8 G=4 D=128 (split keys)", KvDType::kBF16, 4, 32768, 8, 4, 128, 16},
       {"bf16 256x1024 Hkv=3 G=3 D=64 (SmolLM2 shape)", KvDType::kBF16, 256, 1024, 3, 3, 64, 16},
   };
-  double headline = 0;
+  // Ratios of the per_head kernel (index 0) and the gqa_split_kv kernel (index 1) per workload.
+  std::vector<std::array<double, 2>> ratios;
+  bool agree = true;
   for (const Workload& w : workloads) {
-    const Measured m = RunDecode(w);
-    const double bw = m.kv_bytes / m.seconds;
-    std::printf(
-        "decode attention %s: %.3f ms/step, %.1f MB KV, %.0f GB/s = %.3f of measured read "
-        "bandwidth, %.3f of nominal 4.8 TB/s (splits %d x %lld tokens)\n",
-        w.name, m.seconds * 1e3, m.kv_bytes / 1e6, bw / 1e9, bw / read_bw,
-        bw / kNominalBytesPerSecond, m.split.num_splits,
-        static_cast<long long>(m.split.tokens_per_split));
-    if (&w == &workloads.front()) headline = bw / read_bw;
+    std::array<double, 2> ratio{};
+    std::array<Measured, 2> m;
+    for (int k = 0; k < 2; ++k) {
+      const CudaAttentionKernel kernel =
+          k == 0 ? CudaAttentionKernel::kPerHead : CudaAttentionKernel::kGqaSplitKv;
+      m[k] = RunDecode(w, kernel);
+      const double bw = m[k].kv_bytes / m[k].seconds;
+      ratio[k] = bw / read_bw;
+      std::printf(
+          "decode attention %s [%s]: %.3f ms/step, %.1f MB KV, %.0f GB/s = %.3f of measured read "
+          "bandwidth, %.3f of nominal 4.8 TB/s (splits %d x %lld tokens)\n",
+          w.name, k == 0 ? "per_head" : "gqa_split_kv", m[k].seconds * 1e3, m[k].kv_bytes / 1e6,
+          bw / 1e9, ratio[k], bw / kNominalBytesPerSecond, m[k].split.num_splits,
+          static_cast<long long>(m[k].split.tokens_per_split));
+    }
+    const double out_diff = MaxDiff(m[0].out, m[1].out);
+    const double lse_diff = MaxDiff(m[0].lse, m[1].lse);
+    std::printf("decode attention %s: gqa_split_kv vs per_head max |d out| %.3g, |d lse| %.3g\n",
+                w.name, out_diff, lse_diff);
+    if (!(out_diff <= 1e-3 && lse_diff <= 1e-3)) agree = false;
+    ratios.push_back(ratio);
   }
-  std::printf("RESULT gpu_decode_attention_bw_ratio=%.3f\n", headline);
+  std::printf("RESULT gpu_decode_attention_bw_ratio=%.3f\n", ratios[0][0]);
+  std::printf("RESULT gpu_decode_attention_gqa_bw_ratio=%.3f\n", ratios[0][1]);
+  std::printf("RESULT gpu_decode_attention_gqa_split_bw_ratio=%.3f\n", ratios[3][1]);
+  std::printf("RESULT gpu_decode_attention_gqa_d64_bw_ratio=%.3f\n", ratios[4][1]);
+  if (!agree) {
+    std::fprintf(stderr, "gpu_attention_bench: the two kernels disagree (see the lines above)\n");
+    return 1;
+  }
   return 0;
 }
 

@@ -5,7 +5,9 @@
 # supports --backend and the model is cached) a single-GPU generate of the real model, then print
 # a summary ending with
 #   RESULT gpu_decode_attention_bw_ratio=<x>
-# (decode attention KV bytes/s ÷ the read bandwidth measured in the same run; nan if unmeasured).
+# (decode attention KV bytes/s ÷ the read bandwidth measured in the same run; nan if unmeasured),
+# preceded by the benchmark's other RESULT lines (the gqa_split_kv kernel's ratios, see
+# gpu_attention_bench.cu).
 # Everything runs within TANDEM_GPU_BUDGET_S seconds (default 480). Safe to run repeatedly: the
 # build directory is reused incrementally, nothing is deleted, logs go to <build>/gpu-check/.
 #
@@ -21,6 +23,7 @@ budget=${TANDEM_GPU_BUDGET_S:-480}
 build=${TANDEM_GPU_BUILD:-build-gpu}
 logs=$build/gpu-check
 ratio=nan
+results=()
 status=0
 summary=()
 
@@ -33,6 +36,7 @@ finish() {
   echo
   echo "==== GPU check summary ($(($(date +%s) - start)) s) ===="
   printf '  %s\n' "${summary[@]}"
+  [ "${#results[@]}" -eq 0 ] || printf '%s\n' "${results[@]}"
   echo "RESULT gpu_decode_attention_bw_ratio=${ratio}"
   exit "$1"
 }
@@ -82,10 +86,23 @@ note "build: ok (${#targets[@]} targets, $(($(date +%s) - start)) s so far)"
 if timeout 120 "$build/bench/gpu/gpu_attention_bench" 2>&1 | tee "$logs/bench.log"; then
   ratio=$(sed -n 's/^RESULT gpu_decode_attention_bw_ratio=//p' "$logs/bench.log")
   [ -n "$ratio" ] || ratio=nan
+  mapfile -t results < <(grep -E '^RESULT ' "$logs/bench.log" | grep -v '^RESULT gpu_decode_attention_bw_ratio=')
   while IFS= read -r line; do note "bench: $line"; done < <(grep -E '^(memory|decode)' "$logs/bench.log")
 else
   note "bench FAILED (see $logs/bench.log)"
   status=1
+fi
+
+# ---- the PyTorch SDPA reference, where torch is installed ----
+if python3 -c 'import torch' >/dev/null 2>&1; then
+  if timeout 120 python3 bench/gpu/sdpa_bench.py >"$logs/sdpa.log" 2>&1; then
+    while IFS= read -r line; do note "sdpa: $line"; done < <(grep -E '^(torch|sdpa)' "$logs/sdpa.log")
+    mapfile -t -O "${#results[@]}" results < <(grep -E '^RESULT ' "$logs/sdpa.log")
+  else
+    note "sdpa: FAILED (see $logs/sdpa.log)"
+  fi
+else
+  note "sdpa: skipped (python3 cannot import torch)"
 fi
 
 # ---- the cuda tests (leave ~90 s for the generate step) ----

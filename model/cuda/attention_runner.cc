@@ -1,5 +1,7 @@
 #include "model/cuda/attention_runner.h"
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "attention/cpu/paged_attention.h"
 #include "attention/cuda/attention_launch_plan.h"
@@ -29,12 +31,15 @@ bool SameRowScalars(const AttentionRows& a, const AttentionRows& b) {
 absl::StatusOr<std::unique_ptr<AttentionRunner>> AttentionRunner::Create(int32_t device,
                                                                          cudaStream_t stream,
                                                                          absl::Duration timeout) {
+  const char* choice = std::getenv(kCudaAttentionEnv);
+  TANDEM_ASSIGN_OR_RETURN(const CudaAttentionKernel kernel,
+                          ParseCudaAttentionKernel(choice == nullptr ? "" : choice));
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<StagedUpload> slots,
                           StagedUpload::Create(device, stream, timeout));
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<StagedUpload> rows,
                           StagedUpload::Create(device, stream, timeout));
   return std::unique_ptr<AttentionRunner>(
-      new AttentionRunner(device, stream, timeout, std::move(slots), std::move(rows)));
+      new AttentionRunner(device, stream, timeout, kernel, std::move(slots), std::move(rows)));
 }
 
 absl::Status AttentionRunner::WriteKv(const KvPoolView& pool, int32_t layer, const int64_t* slots,
@@ -109,7 +114,17 @@ absl::Status AttentionRunner::Attention(const KvPoolView& pool, int32_t layer,
   TANDEM_RETURN_IF_ERROR(ValidateRows(pool, layer, rows, num_q_heads));
 
   const int64_t items = rows.num_rows * num_q_heads;
-  args.split = PlanAttentionSplit(items, MaxVisibleTokens(rows));
+  const bool gqa_split_kv = kernel_ == CudaAttentionKernel::kGqaSplitKv &&
+                            DecodeKernelSupports(pool.geometry.head_dim,
+                                                 static_cast<int32_t>(pool.geometry.elem_bytes()));
+  if (gqa_split_kv) {
+    TANDEM_ASSIGN_OR_RETURN(
+        const DecodeAttentionPlan plan,
+        PlanDecodeAttention(rows.num_rows, num_q_heads, pool.geometry, MaxVisibleTokens(rows)));
+    args.split = plan.split;
+  } else {
+    args.split = PlanAttentionSplit(items, MaxVisibleTokens(rows));
+  }
   TANDEM_ASSIGN_OR_RETURN(const void* device_blob,
                           rows_upload_->Upload(blob_.data(), layout.bytes));
   args.rows = RowsInBlob(rows, layout, device_blob);
@@ -117,7 +132,7 @@ absl::Status AttentionRunner::Attention(const KvPoolView& pool, int32_t layer,
   if (scratch_floats > 0) {
     TANDEM_ASSIGN_OR_RETURN(args.scratch, Scratch(scratch_floats));
   }
-  return LaunchPagedAttention(args, stream_);
+  return gqa_split_kv ? LaunchDecodeAttention(args, stream_) : LaunchPagedAttention(args, stream_);
 }
 
 }  // namespace tandem::gpu

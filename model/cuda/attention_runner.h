@@ -8,6 +8,11 @@
 // neither re-validated nor re-uploaded. An invalid call returns INVALID_ARGUMENT before anything
 // is enqueued, so a bad block id can never become an illegal GPU address.
 //
+// Kernel choice: the per-head kernel (LaunchPagedAttention) unless the environment variable
+// TANDEM_CUDA_ATTENTION=gqa_split_kv (read once by Create; another value fails Create) selects
+// the GQA split-KV kernel (LaunchDecodeAttention), which is then used for every shape it
+// supports (decode_attention_plan.h: DecodeKernelSupports) and the per-head kernel for the rest.
+//
 // Thread-safety: one owner thread (the backend's); enqueues on the backend's stream.
 #pragma once
 
@@ -21,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "attention/attention_args.h"
+#include "attention/cuda/decode_attention_plan.h"
 #include "common/cuda/cuda_buffer.h"
 #include "common/cuda/staged_upload.h"
 
@@ -43,10 +49,12 @@ class AttentionRunner {
 
  private:
   AttentionRunner(int32_t device, cudaStream_t stream, absl::Duration timeout,
-                  std::unique_ptr<StagedUpload> slots, std::unique_ptr<StagedUpload> rows)
+                  CudaAttentionKernel kernel, std::unique_ptr<StagedUpload> slots,
+                  std::unique_ptr<StagedUpload> rows)
       : device_(device),
         stream_(stream),
         timeout_(timeout),
+        kernel_(kernel),
         slots_upload_(std::move(slots)),
         rows_upload_(std::move(rows)) {}
   absl::Status ValidateRows(const KvPoolView& pool, int32_t layer, const AttentionRows& rows,
@@ -56,6 +64,7 @@ class AttentionRunner {
   const int32_t device_;
   const cudaStream_t stream_;
   const absl::Duration timeout_;
+  const CudaAttentionKernel kernel_;
   std::unique_ptr<StagedUpload> slots_upload_;
   std::unique_ptr<StagedUpload> rows_upload_;
   std::unique_ptr<CudaDeviceBuffer> scratch_;

@@ -3,12 +3,18 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
 #include "common/cuda/cuda_device.h"
 
 namespace tandem::testing {
+
+double Fp32MergeBound(int32_t n, float merged_lse, double magnitude) {
+  return 2.0 * FLT_EPSILON * (n + 6.0 + std::abs(double{merged_lse})) * magnitude;
+}
 
 const std::string& CudaSkipReason() {
   static const std::string* reason = [] {

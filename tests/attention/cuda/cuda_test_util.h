@@ -70,6 +70,20 @@ class DeviceArray {
   DeviceBytes mem_;
 };
 
+// Bound on |gpu − cpu| for a value of an n-way LSE merge or correction (lse_merge.h) whose merged
+// LSE is `merged_lse`, when both sides evaluate the same float expressions in the same order:
+//   2 · ε · (n + 6 + |merged_lse|) · magnitude,   ε = FLT_EPSILON = 2^−23.
+// Why: CUDA's expf (≤ 2 ulp) and logf (≤ 1 ulp) differ from glibc's (< 1 ulp), so the sum
+// s = Σ exp(L_i − m) differs by ≤ 2ε relative, log s by ≤ 3ε absolute, and L = m + log s by that
+// plus one rounding of |L| (ε·|L|): |ΔL| ≤ ε(4 + |L|). A weight exp(L_i − L) then differs by
+// ≤ ε(6 + |L|) relative, and a weighted sum Σ w_i·o_i by that times Σ w_i·|o_i| ≤ max_i |o_i|
+// (the weights sum to 1). The factor 2 and the n (one rounding per term) are margin. So
+// `magnitude` is 1 for an LSE, max_i |o_i| over non-empty partials for a merged output, and |x|
+// for a corrected (rescaled) output x. A fixed 1e-6 bound is below this for |L| ≳ 2 and fails
+// on real hardware (issue 14: 1.07e-6 and 1.3e-6 on an H200); a wrong weight, item or partial
+// gives errors of order magnitude.
+double Fp32MergeBound(int32_t n, float merged_lse, double magnitude);
+
 // Waits for all device work (the tests' only synchronisation with the GPU) and fails the binary
 // on an asynchronous kernel fault.
 void SyncDevice();
