@@ -1,11 +1,16 @@
 // Orderly operations through real processes: SIGTERM on a prefill node, a decode node or the
 // router while requests stream. The signalled process drains (refuses new work, finishes what it
 // has, --drain_timeout_s bounds it) and exits 0; with a second node of the role present no request
-// fails, and every answer equals the single-process greedy reference.
+// fails, and every answer equals the single-process greedy reference. Two cases pin the drain to
+// the moment work is parked between the roles: a prefill node signalled while decode nodes still
+// hold its KV leases (waiting for decode capacity, then pulling), and a decode node signalled
+// while requests wait in it for KV capacity.
 #include <grpcpp/grpcpp.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -13,6 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "tandem/v1/decode.grpc.pb.h"
+#include "tandem/v1/prefill.grpc.pb.h"
 #include "tests/e2e/local_cluster.h"
 #include "tests/e2e/reference.h"
 
@@ -128,6 +135,41 @@ ClusterSpec TwoByTwo() {
   return spec;
 }
 
+// Two prefill and two decode nodes whose decode KV pools hold one of the test's requests each
+// (8 blocks of 16 tokens; a request takes up to 8): under a load of six streams, requests queue at
+// the decode nodes for capacity while the prefill node's lease on their KV is held (and renewed)
+// — so a prefill node always has leases out, a decode node always has requests waiting.
+ClusterSpec TightDecodeCapacity() {
+  ClusterSpec spec = TwoByTwo();
+  for (NodeSpec& d : spec.decode) d.flags.push_back("--kv_budget_mb=0.07");
+  return spec;
+}
+
+// One node's Status (served until the node process stops, draining or not).
+absl::StatusOr<v1::InstanceStatus> NodeStatus(const std::string& address, bool prefill) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  v1::InstanceStatus st;
+  const grpc::Status s =
+      prefill ? v1::PrefillService::NewStub(channel)->Status(&ctx, v1::StatusRequest(), &st)
+              : v1::DecodeService::NewStub(channel)->Status(&ctx, v1::StatusRequest(), &st);
+  if (!s.ok()) return absl::UnavailableError(absl::StrCat(address, ": ", s.error_message()));
+  return st;
+}
+
+// Polls (bounded) until `pred` holds for the node's Status; false when `timeout` passed first.
+bool AwaitStatus(const std::string& address, bool prefill, absl::Duration timeout,
+                 const std::function<bool(const v1::InstanceStatus&)>& pred) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<v1::InstanceStatus> st = NodeStatus(address, prefill);
+    if (st.ok() && pred(*st)) return true;
+    absl::SleepFor(absl::Milliseconds(2));  // poll interval, bounded by the deadline
+  }
+  return false;
+}
+
 std::unique_ptr<LocalCluster> StartOrDie(const ClusterSpec& spec) {
   absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(spec);
   EXPECT_TRUE(c.ok()) << c.status();
@@ -184,6 +226,70 @@ TEST(DrainTest, SigtermOnADecodeNodeLetsItsStreamsFinishAndFailsNoRequest) {
   EXPECT_NE(log.find("outcome=OK", signal_at), std::string::npos)
       << "no stream finished on decode0 during its drain:\n"
       << log.substr(signal_at);
+  const int after_exit = load.completed();
+  ASSERT_TRUE(load.WaitCompleted(after_exit + 8, absl::Seconds(120))) << cluster->LogTails();
+  load.Stop();
+  ExpectAllSucceeded(load.results(), reference, kTokens, *cluster);
+  const absl::Status idle = cluster->WaitIdle(absl::Seconds(15));
+  EXPECT_TRUE(idle.ok()) << idle << "\n" << cluster->LogTails();
+}
+
+TEST(DrainTest, SigtermOnAPrefillNodeWithLeasesOutstandingServesThemAndFailsNoRequest) {
+  const std::vector<std::vector<int32_t>> prompts = Prompts();
+  const int32_t kTokens = 48;
+  const auto reference = ReferenceGreedy(SyntheticModelPath(), prompts, kTokens);
+  auto cluster = StartOrDie(TightDecodeCapacity());
+  ASSERT_NE(cluster, nullptr);
+  const std::string prefill0 = cluster->prefill_addresses()[0];
+  SteadyLoad load(cluster.get(), prompts, kTokens, 6);
+  ASSERT_TRUE(load.WaitCompleted(6, absl::Seconds(120))) << cluster->LogTails();
+  // Signal prefill0 at a moment decode nodes hold at least two of its leases.
+  ASSERT_TRUE(AwaitStatus(prefill0, true, absl::Seconds(60),
+                          [](const v1::InstanceStatus& s) { return s.load().leases() >= 2; }))
+      << "prefill0 never had two leases out\n"
+      << cluster->LogTails();
+  cluster->Terminate("prefill", 0);
+  // While it drains, its leases are still out at first and are then served and released: the
+  // node keeps answering Status (draining) until they are gone.
+  int64_t most_leases_while_draining = 0;
+  bool saw_zero = false;
+  const absl::Time deadline = absl::Now() + kExitBound;
+  while (absl::Now() < deadline && !saw_zero) {
+    absl::StatusOr<v1::InstanceStatus> st = NodeStatus(prefill0, true);
+    if (!st.ok()) break;  // the node has stopped serving
+    if (!st->draining()) {
+      absl::SleepFor(absl::Milliseconds(1));  // the signal is on its way; poll, bounded
+      continue;
+    }
+    most_leases_while_draining = std::max<int64_t>(most_leases_while_draining, st->load().leases());
+    saw_zero = st->load().leases() == 0;
+  }
+  EXPECT_GT(most_leases_while_draining, 0)
+      << "prefill0 had no lease out when its drain began: the case was not exercised";
+  ExpectDrainedExit(*cluster, "prefill", 0);
+  const int after_exit = load.completed();
+  ASSERT_TRUE(load.WaitCompleted(after_exit + 8, absl::Seconds(120))) << cluster->LogTails();
+  load.Stop();
+  ExpectAllSucceeded(load.results(), reference, kTokens, *cluster);
+  const absl::Status idle = cluster->WaitIdle(absl::Seconds(15));
+  EXPECT_TRUE(idle.ok()) << idle << "\n" << cluster->LogTails();
+}
+
+TEST(DrainTest, SigtermOnADecodeNodeWithRequestsWaitingForCapacityFailsNoRequest) {
+  const std::vector<std::vector<int32_t>> prompts = Prompts();
+  const int32_t kTokens = 48;
+  const auto reference = ReferenceGreedy(SyntheticModelPath(), prompts, kTokens);
+  auto cluster = StartOrDie(TightDecodeCapacity());
+  ASSERT_NE(cluster, nullptr);
+  const std::string decode0 = cluster->decode_addresses()[0];
+  SteadyLoad load(cluster.get(), prompts, kTokens, 6);
+  ASSERT_TRUE(load.WaitCompleted(6, absl::Seconds(120))) << cluster->LogTails();
+  ASSERT_TRUE(AwaitStatus(decode0, false, absl::Seconds(60),
+                          [](const v1::InstanceStatus& s) { return s.load().queued() >= 1; }))
+      << "decode0 never had a request waiting\n"
+      << cluster->LogTails();
+  cluster->Terminate("decode", 0);
+  ExpectDrainedExit(*cluster, "decode", 0);
   const int after_exit = load.completed();
   ASSERT_TRUE(load.WaitCompleted(after_exit + 8, absl::Seconds(120))) << cluster->LogTails();
   load.Stop();
