@@ -17,6 +17,7 @@ packages=(
   iproute2 procps
   clang-format
   prometheus
+  clang-14 libclang-rt-14-dev libomp-14-dev
 )
 
 missing=()

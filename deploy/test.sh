@@ -6,8 +6,14 @@
 #   deploy/test.sh --tsan          ThreadSanitizer in build-tsan/ (CUDA off); runs the engine,
 #                                  router, transfer, node, client and proto tests (list below)
 #   deploy/test.sh --no-model      skip the real model: `model`-labelled tests are excluded
-#   deploy/test.sh -- ARGS...      extra arguments for ctest (e.g. -- -L unit, -- -R planner)
+#   deploy/test.sh --no-fuzz       skip the fuzz step (below)
+#   deploy/test.sh --fuzz-only     only the fuzz step
+#   deploy/test.sh -- ARGS...      extra arguments for ctest (e.g. -- -L unit, -- -R planner);
+#                                  the fuzz step is then skipped
 #
+# The fuzz step (default mode, after the suite): the libFuzzer targets of tests/fuzz/ are built
+# with clang-14 in build-fuzz/ (ASan + UBSan) and each fuzzes for TANDEM_FUZZ_SECONDS (30) from
+# its seed corpus (ctest label `fuzz`); skipped, saying so, when clang-14's libFuzzer is missing.
 # TANDEM_WERROR=ON in the environment makes compiler warnings errors (.ci/run sets it).
 #
 # Idempotent: re-running reuses the installed packages, the cached model and the build tree.
@@ -17,14 +23,18 @@ cd "$(dirname "$0")/.."
 sanitize=0
 tsan=0
 with_model=1
+fuzz=1
+fuzz_only=0
 ctest_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --sanitize) sanitize=1 ;;
     --tsan) tsan=1 ;;
     --no-model) with_model=0 ;;
-    --) shift; ctest_args=("$@"); break ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --no-fuzz) fuzz=0 ;;
+    --fuzz-only) fuzz_only=1 ;;
+    --) shift; ctest_args=("$@"); fuzz=0; break ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -35,7 +45,37 @@ if [ "$sanitize" -eq 1 ] && [ "$tsan" -eq 1 ]; then
   exit 2
 fi
 
+if [ "$fuzz_only" -eq 1 ] && { [ "$sanitize" -eq 1 ] || [ "$tsan" -eq 1 ] || [ "$fuzz" -eq 0 ]; }; then
+  echo "test.sh: --fuzz-only excludes --sanitize, --tsan, --no-fuzz and ctest arguments" >&2
+  exit 2
+fi
+if [ "$sanitize" -eq 1 ] || [ "$tsan" -eq 1 ]; then fuzz=0; fi
+
+# The fuzz step: libFuzzer targets in a clang build directory, each fuzzing from its seeds.
+run_fuzz() {
+  local fuzz_build=build-fuzz
+  if ! command -v clang++-14 >/dev/null ||
+     ! compgen -G "/usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null; then
+    echo "test.sh: fuzz step SKIPPED: clang++-14 with libFuzzer (Debian clang-14," \
+         "libclang-rt-14-dev) is not installed"
+    return 0
+  fi
+  echo "test.sh: configuring $fuzz_build/ (clang-14, libFuzzer + ASan + UBSan)"
+  cmake -S . -B "$fuzz_build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DTANDEM_FUZZ=ON -DTANDEM_CUDA=OFF \
+    "-DTANDEM_FUZZ_SECONDS=${TANDEM_FUZZ_SECONDS:-30}" "-DTANDEM_WERROR=${TANDEM_WERROR:-OFF}" \
+    >"$fuzz_build.configure.log" 2>&1 || { cat "$fuzz_build.configure.log"; return 1; }
+  echo "test.sh: building the fuzz targets (2 jobs)"
+  cmake --build "$fuzz_build" -j 2 --target tandem_fuzzers
+  echo "test.sh: fuzzing (label fuzz, ${TANDEM_FUZZ_SECONDS:-30} s per target)"
+  ctest --test-dir "$fuzz_build" -j 2 -L fuzz --output-on-failure
+}
+
 bash deploy/install-deps.sh
+if [ "$fuzz_only" -eq 1 ]; then
+  run_fuzz
+  exit $?
+fi
 # The `openai` client of the HTTP API tests, in the project-local .venv/ (from PyPI).
 bash deploy/python-env.sh >/dev/null
 
@@ -90,3 +130,6 @@ echo "test.sh: building (2 jobs)"
 cmake --build "$build" -j 2
 echo "test.sh: running tests"
 ctest --test-dir "$build" -j 2 --output-on-failure --timeout 900 "${ctest_args[@]}"
+if [ "$fuzz" -eq 1 ]; then
+  run_fuzz
+fi
