@@ -8,6 +8,11 @@
 namespace tandem {
 namespace {
 
+// Ranks (tp * pcp) one instance may have: far beyond any deployment, small enough that world()
+// cannot overflow and that validating a layout (which walks the ranks) stays cheap for a garbled
+// one received from a peer.
+constexpr int32_t kMaxWorldSize = 1 << 16;
+
 std::vector<int32_t> Divisors(int32_t n) {
   std::vector<int32_t> out;
   for (int32_t d = 1; d <= n; ++d) {
@@ -82,6 +87,10 @@ absl::Status ValidateParallelConfig(const ParallelConfig& cfg, const ModelDims& 
     return absl::InvalidArgumentError(absl::StrCat("pcp must be >= 1 (got ", cfg.pcp, ")"));
   if (cfg.dcp < 1)
     return absl::InvalidArgumentError(absl::StrCat("dcp must be >= 1 (got ", cfg.dcp, ")"));
+  if (int64_t{cfg.tp} * cfg.pcp > kMaxWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat("tp*pcp must be at most ", kMaxWorldSize,
+                                                   " ranks (tp=", cfg.tp, ", pcp=", cfg.pcp, ")"));
+  }
   if (role == InstanceRole::kDecode && cfg.pcp != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "pcp must be 1 on a decode instance (got pcp=", cfg.pcp,

@@ -1,5 +1,7 @@
 #include "common/request_checks.h"
 
+#include <string>
+
 #include "absl/strings/str_cat.h"
 
 namespace tandem {
@@ -36,10 +38,19 @@ absl::Status CheckContextFit(int64_t prompt_len, int64_t new_tokens, absl::strin
                                                    " tokens, more than the model's context length ",
                                                    context_length));
   }
-  if (prompt_len + new_tokens > context_length) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt (", prompt_len, " tokens) + ", new_name, " (", new_tokens,
-        ") = ", prompt_len + new_tokens, " exceeds the model's context length ", context_length));
+  if (prompt_len < 0 || new_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt length (", prompt_len, ") and ",
+                                                   new_name, " (", new_tokens, ") must be >= 0"));
+  }
+  // prompt_len is in [0, context_length] here, so the difference cannot overflow (the sum could).
+  if (new_tokens > context_length - prompt_len) {
+    int64_t total = 0;
+    const std::string sum = __builtin_add_overflow(prompt_len, new_tokens, &total)
+                                ? std::string("more than 2^63")
+                                : absl::StrCat(total);
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt (", prompt_len, " tokens) + ", new_name, " (", new_tokens, ") = ", sum,
+                     " exceeds the model's context length ", context_length));
   }
   return absl::OkStatus();
 }

@@ -28,7 +28,8 @@ namespace tandem {
 // The prompt and the tokens still to come fit the context (prompt_len + new_tokens <=
 // context_length); context_length <= 0 means the model states none and everything fits.
 // "prompt has 65 tokens, more than the model's context length 64" or "prompt (2 tokens) +
-// <new_name> (63) = 65 exceeds the model's context length 64".
+// <new_name> (63) = 65 exceeds the model's context length 64". With a context, negative lengths
+// are "prompt length (-1) and <new_name> (3) must be >= 0".
 [[nodiscard]] absl::Status CheckContextFit(int64_t prompt_len, int64_t new_tokens,
                                            absl::string_view new_name, int64_t context_length);
 

@@ -99,6 +99,10 @@ TEST(ParallelLayoutTest, InvalidLayoutsNameTheRule) {
       {Cfg(1, 1, 1, 16, 3), kSynthetic, InstanceRole::kPrefill, "block_size % interleave"},
       {Cfg(0, 1, 1), kSynthetic, InstanceRole::kPrefill, "tp must be >= 1"},
       {Cfg(1, 1, 0), kSynthetic, InstanceRole::kPrefill, "dcp must be >= 1"},
+      // Found by fuzz_kv_layout: tp*pcp overflowed int32 in world() (a garbled KvLayout).
+      {Cfg(4, 721350632, 1), kSynthetic, InstanceRole::kPrefill,
+       "tp*pcp must be at most 65536 ranks (tp=4, pcp=721350632)"},
+      {Cfg(8, 8193, 1), kSynthetic, InstanceRole::kPrefill, "tp*pcp must be at most 65536"},
       {Cfg(1, 1, 1, 0, 1), kSynthetic, InstanceRole::kPrefill, "block_size must be >= 1"},
       {Cfg(1, 1, 1), ModelDims{2, 8, 3, 16}, InstanceRole::kPrefill, "must divide num_q_heads"},
   };

@@ -1,5 +1,6 @@
 #include "common/request_checks.h"
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,17 @@ TEST(CheckContextFitTest, PromptAndNewTokensFitTheContext) {
   ExpectInvalid(CheckContextFit(10, 23, "max_new_tokens", 32),
                 "prompt (10 tokens) + max_new_tokens (23) = 33 exceeds the model's context "
                 "length 32");
+  // Found by fuzz_request: the sum overflowed int64 (undefined behaviour) for huge values, and a
+  // negative length (e.g. a peer's KV handle num_tokens) passed.
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  ExpectInvalid(CheckContextFit(10, kMax, "max_new_tokens", kMax),
+                "prompt (10 tokens) + max_new_tokens (9223372036854775807) = more than 2^63 "
+                "exceeds the model's context length 9223372036854775807");
+  ExpectInvalid(CheckContextFit(-8353574464478248961, -8353574464478248961, "max_new_tokens", 64),
+                "prompt length (-8353574464478248961) and max_new_tokens (-8353574464478248961) "
+                "must be >= 0");
+  ExpectInvalid(CheckContextFit(-5, 10, "max_new_tokens", 64),
+                "prompt length (-5) and max_new_tokens (10) must be >= 0");
 }
 
 }  // namespace
