@@ -2,11 +2,14 @@
 //   tandem generate --router ADDR (--prompt TEXT | --prompt_ids 1,2,3 | --chat MSG [--system S])
 //                   [--max_tokens N --temperature T --top_k K --top_p P --seed S --ignore_eos]
 //   tandem status --router ADDR
+// TLS: --tls_ca (verify the router), --tls_cert/--tls_key (a client certificate); API key:
+// --api_key or $TANDEM_API_KEY (docs/security.md).
 // Parses flags and wires; the work is in client/cli_runner.h and client/cli_format.h.
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -18,6 +21,8 @@
 #include "client/cli_format.h"
 #include "client/cli_runner.h"
 #include "common/flag_dashes.h"
+#include "serving/client_channel.h"
+#include "serving/tls_flags.h"
 #include "tandem/v1/router.grpc.pb.h"
 
 ABSL_FLAG(std::string, router, "127.0.0.1:50050", "router address host:port");
@@ -33,6 +38,8 @@ ABSL_FLAG(float, top_p, 1.f, "nucleus sampling mass in (0, 1]; 1 = off, 0 is an 
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating past stop tokens");
 ABSL_FLAG(int32_t, timeout_ms, 600000, "deadline of the whole call");
+ABSL_FLAG(std::string, api_key, "",
+          "the router's API key, sent as 'authorization: Bearer KEY' (default: $TANDEM_API_KEY)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -45,8 +52,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage:\n%s\n", absl::ProgramUsageMessage().data());
     return 2;
   }
-  auto stub = tandem::v1::Router::NewStub(
-      grpc::CreateChannel(absl::GetFlag(FLAGS_router), grpc::InsecureChannelCredentials()));
+  const absl::StatusOr<tandem::TlsConfig> tls =
+      tandem::LoadTlsConfig(tandem::TlsFilesFromFlags(), tandem::TlsRole::kClient);
+  if (!tls.ok()) {
+    std::cerr << tandem::FormatErrorLine(tls.status()) << "\n";
+    return 1;
+  }
+  std::string api_key = absl::GetFlag(FLAGS_api_key);
+  if (const char* env = std::getenv("TANDEM_API_KEY"); api_key.empty() && env != nullptr) {
+    api_key = env;
+  }
+  auto stub = tandem::v1::Router::NewStub(tandem::CreateClientChannel(
+      absl::GetFlag(FLAGS_router), tandem::GrpcChannelCredentials(*tls), api_key));
   const absl::Duration timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
   if (command == "status") return tandem::RunStatus(*stub, timeout, std::cout, std::cerr);
 

@@ -107,8 +107,12 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
                                           DecodeRecord* record) {
   DecodeNode* node = node_.load();
   if (node == nullptr) return Starting();
-  const std::optional<DrainGate::Pass> pass = drain_gate_.Enter();
-  if (!pass.has_value()) return Draining();
+  // Refused while draining (the router retries elsewhere) or when the queue is full.
+  absl::StatusOr<DrainGate::Pass> pass = drain_gate_.Admit(node->running());
+  if (!pass.ok()) {
+    return pass.status().code() == absl::StatusCode::kUnavailable ? Draining()
+                                                                  : ToGrpcStatus(pass.status());
+  }
   DecodeCall call;
   call.request_id = req->request_id();
   call.first_token = req->first_token();

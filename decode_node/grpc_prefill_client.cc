@@ -8,12 +8,15 @@
 
 namespace tandem {
 
+GrpcPrefillClient::GrpcPrefillClient(std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : credentials_(credentials != nullptr ? std::move(credentials)
+                                          : grpc::InsecureChannelCredentials()) {}
+
 v1::PrefillService::Stub* GrpcPrefillClient::Stub(const std::string& address) {
   absl::MutexLock lock(&mu_);
   std::unique_ptr<v1::PrefillService::Stub>& stub = stubs_[address];
   if (stub == nullptr) {
-    stub = v1::PrefillService::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    stub = v1::PrefillService::NewStub(grpc::CreateChannel(address, credentials_));
   }
   return stub.get();
 }

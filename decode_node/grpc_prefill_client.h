@@ -1,7 +1,11 @@
 // PrefillClient over gRPC (tandem.v1.PrefillService): one channel per prefill address, created
 // on first use and kept. Metadata arrives as tandem.v1.TransferMetadata and is validated on
-// parse (kv_transfer/ucx/metadata_proto.h). Thread-safety: thread-safe.
+// parse (kv_transfer/ucx/metadata_proto.h). The channels use `credentials` (TLS with this
+// node's certificate as the client certificate when the cluster runs mutual TLS,
+// serving/tls_credentials.h). Thread-safety: thread-safe.
 #pragma once
+
+#include <grpcpp/security/credentials.h>
 
 #include <map>
 #include <memory>
@@ -16,6 +20,9 @@ namespace tandem {
 
 class GrpcPrefillClient final : public PrefillClient {
  public:
+  // nullptr: insecure channels.
+  explicit GrpcPrefillClient(std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+
   absl::StatusOr<TransferMetadata> GetTransferMetadata(const std::string& address,
                                                        absl::Time deadline) override;
   absl::StatusOr<std::optional<absl::Time>> RenewLease(const KvHandle& kv,
@@ -25,6 +32,7 @@ class GrpcPrefillClient final : public PrefillClient {
  private:
   v1::PrefillService::Stub* Stub(const std::string& address);
 
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<v1::PrefillService::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
 };

@@ -37,7 +37,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tandem-decode: %s\n", decode_metrics.status().ToString().c_str());
     return 1;
   }
+  absl::StatusOr<tandem::TlsConfig> tls = tandem::NodeTlsFromFlags();
+  if (!tls.ok()) {
+    std::fprintf(stderr, "tandem-decode: %s\n", tls.status().ToString().c_str());
+    return 1;
+  }
   tandem::DecodeServiceImpl service;
+  service.drain_gate().SetQueueLimit(absl::GetFlag(FLAGS_max_queued_requests));
   service.SetMetrics(&*decode_metrics);
   std::unique_ptr<tandem::DecodeNode> node;
   tandem::NodeProcess process;
@@ -45,6 +51,7 @@ int main(int argc, char** argv) {
   process.service = &service;
   process.role = tandem::v1::INSTANCE_ROLE_DECODE;
   process.metrics = &metrics;
+  process.tls = *tls;
   process.start = [&](const std::string& advertise) -> absl::StatusOr<std::string> {
     tandem::DecodeNodeOptions o;
     o.model_path = absl::GetFlag(FLAGS_model);
@@ -56,7 +63,7 @@ int main(int argc, char** argv) {
     o.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
     o.stall_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_stall_timeout_ms));
     o.pullers = tandem::UcxPullerFactory(tandem::UcxOptionsFromFlags());
-    o.prefill = std::make_shared<tandem::GrpcPrefillClient>();
+    o.prefill = std::make_shared<tandem::GrpcPrefillClient>(tandem::GrpcChannelCredentials(*tls));
     std::fprintf(stderr, "tandem-decode: loading %s (%s) on %s\n", o.model_path.c_str(),
                  o.instance.parallel.ToString().c_str(), advertise.c_str());
     absl::StatusOr<std::unique_ptr<tandem::DecodeNode>> created = tandem::DecodeNode::Create(o);

@@ -13,6 +13,7 @@ packages=(
   libdnnl-dev libopenblas-dev
   libcurl4-openssl-dev nlohmann-json3-dev
   libcivetweb-dev libcpp-httplib-dev curl
+  libssl-dev openssl
   python3 python3-pip python3-venv python3-yaml unzip
   iproute2 procps
   clang-format

@@ -44,7 +44,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tandem-prefill: %s\n", prefill_metrics.status().ToString().c_str());
     return 1;
   }
+  absl::StatusOr<tandem::TlsConfig> tls = tandem::NodeTlsFromFlags();
+  if (!tls.ok()) {
+    std::fprintf(stderr, "tandem-prefill: %s\n", tls.status().ToString().c_str());
+    return 1;
+  }
   tandem::PrefillServiceImpl service;
+  service.drain_gate().SetQueueLimit(absl::GetFlag(FLAGS_max_queued_requests));
   service.SetMetrics(&*prefill_metrics);
   std::unique_ptr<tandem::PrefillNode> node;
   tandem::NodeProcess process;
@@ -52,6 +58,7 @@ int main(int argc, char** argv) {
   process.service = &service;
   process.role = tandem::v1::INSTANCE_ROLE_PREFILL;
   process.metrics = &metrics;
+  process.tls = *tls;
   process.start = [&](const std::string& advertise) -> absl::StatusOr<std::string> {
     tandem::PrefillNodeOptions o;
     o.model_path = absl::GetFlag(FLAGS_model);

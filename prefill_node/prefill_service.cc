@@ -62,8 +62,12 @@ grpc::Status PrefillServiceImpl::RunPrefill(grpc::ServerContext* ctx, const v1::
                                             v1::PrefillResponse* resp, int64_t* cached_tokens) {
   PrefillNode* node = node_.load();
   if (node == nullptr) return Starting();
-  const std::optional<DrainGate::Pass> pass = drain_gate_.Enter();
-  if (!pass.has_value()) return Draining();
+  // Refused while draining (the router retries elsewhere) or when the queue is full.
+  absl::StatusOr<DrainGate::Pass> pass = drain_gate_.Admit(node->Load().running);
+  if (!pass.ok()) {
+    return pass.status().code() == absl::StatusCode::kUnavailable ? Draining()
+                                                                  : ToGrpcStatus(pass.status());
+  }
   std::vector<int32_t> prompt(req->prompt_ids().begin(), req->prompt_ids().end());
   absl::StatusOr<PrefillOutcome> out =
       node->Prefill(req->request_id(), std::move(prompt), FromProto(req->sampling()),

@@ -468,6 +468,20 @@ grpc::Status RunGenerate(const RouterDeps& deps, const v1::GenerateRequest& requ
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "router is draining (shutting down): no new requests");
   }
+  if (deps.in_flight != nullptr) {
+    const int64_t running = deps.in_flight->fetch_add(1) + 1;
+    absl::Cleanup leave = [&deps] { deps.in_flight->fetch_sub(1); };
+    if (deps.max_in_flight > 0 && running > deps.max_in_flight) {
+      // Counted, not logged: a flood of refusals must not flood the log too.
+      if (deps.metrics != nullptr) deps.metrics->RecordFailure("RESOURCE_EXHAUSTED");
+      return grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("router is at its limit of ", deps.max_in_flight,
+                       " requests in flight (--max_requests_in_flight); retry later"));
+    }
+    Driver driver(deps, client_deadline, canceller, sink);
+    return driver.Run(request);
+  }
   Driver driver(deps, client_deadline, canceller, sink);
   return driver.Run(request);
 }

@@ -25,6 +25,7 @@
 #include "router/router_metrics.h"
 #include "router/router_options.h"
 #include "router/served_model.h"
+#include "serving/api_keys.h"
 #include "tandem/v1/router.pb.h"
 
 namespace tandem {
@@ -46,6 +47,16 @@ struct RouterDeps {
   // Set once the router drains (SIGTERM): RunGenerate refuses new requests with UNAVAILABLE so a
   // client retries another router. nullptr: never draining.
   const std::atomic<bool>* draining = nullptr;
+  // Admission (docs/security.md): requests running in this router, gRPC and HTTP, and the most
+  // allowed (--max_requests_in_flight; 0 = no limit). Beyond it RunGenerate refuses at once with
+  // RESOURCE_EXHAUSTED (HTTP 429). nullptr: not counted.
+  std::atomic<int64_t>* in_flight = nullptr;
+  int64_t max_in_flight = 0;
+  // The public APIs' keys (--api_keys_file); nullptr: no key needed. Checked by the gRPC service
+  // and the HTTP API before a request reaches RunGenerate.
+  const ApiKeys* api_keys = nullptr;
+  // The gRPC server verifies client certificates (--tls_ca): Heartbeat then needs one.
+  bool verifies_client_certs = false;
 };
 
 grpc::Status RunGenerate(const RouterDeps& deps, const v1::GenerateRequest& request,

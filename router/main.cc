@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -20,7 +21,9 @@
 #include "router/router_options.h"
 #include "router/router_server.h"
 #include "router/served_model.h"
+#include "serving/api_keys.h"
 #include "serving/server_runner.h"
+#include "serving/tls_flags.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50050", "gRPC listen address host:port (port 0 = any)");
 ABSL_FLAG(std::string, model, "",
@@ -48,6 +51,17 @@ ABSL_FLAG(int32_t, drain_timeout_s, 30,
           "on SIGTERM: seconds requests in flight may take to finish before they are cancelled");
 ABSL_FLAG(int32_t, http_threads, 1024,
           "HTTP worker threads: the most concurrent HTTP connections (a stream holds one)");
+ABSL_FLAG(std::string, api_keys_file, "",
+          "file of API keys, one per line (# comments): Generate, ClusterStatus and every HTTP "
+          "endpoint but /health then need 'Authorization: Bearer KEY'; empty = no keys");
+ABSL_FLAG(int32_t, max_requests_in_flight, 4096,
+          "requests (gRPC + HTTP) running at once; more are refused with RESOURCE_EXHAUSTED / "
+          "HTTP 429; 0 = no limit");
+ABSL_FLAG(int32_t, max_concurrent_streams, 1024,
+          "gRPC calls one client connection may have open at once (more wait in the client); 0 = "
+          "gRPC default");
+ABSL_FLAG(int32_t, http_max_body_mb, 8,
+          "largest HTTP request body, MiB (1-32); larger ones get 413 before they are read");
 
 namespace {
 
@@ -78,6 +92,31 @@ absl::StatusOr<tandem::RouterOptions> OptionsFromFlags() {
   return o;
 }
 
+// TLS, API keys and limits from the flags; every file is read and checked here, at start-up.
+absl::StatusOr<tandem::RouterAccess> AccessFromFlags() {
+  tandem::RouterAccess access;
+  absl::StatusOr<tandem::TlsConfig> tls =
+      tandem::LoadTlsConfig(tandem::TlsFilesFromFlags(), tandem::TlsRole::kServer);
+  if (!tls.ok()) return tls.status();
+  access.tls = *std::move(tls);
+  if (const std::string file = absl::GetFlag(FLAGS_api_keys_file); !file.empty()) {
+    absl::StatusOr<tandem::ApiKeys> keys = tandem::ApiKeys::Load(file);
+    if (!keys.ok()) return keys.status();
+    access.api_keys = std::make_shared<const tandem::ApiKeys>(*std::move(keys));
+  }
+  for (const auto& [name, value] :
+       {std::pair{"--max_requests_in_flight", absl::GetFlag(FLAGS_max_requests_in_flight)},
+        std::pair{"--max_concurrent_streams", absl::GetFlag(FLAGS_max_concurrent_streams)}}) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be >= 0 (0 = no limit), got ", value));
+    }
+  }
+  access.max_requests_in_flight = absl::GetFlag(FLAGS_max_requests_in_flight);
+  access.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  return access;
+}
+
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "tandem-router: %s\n", status.ToString().c_str());
   return 1;
@@ -105,23 +144,42 @@ int main(int argc, char** argv) {
   auto model =
       tandem::ServedModel::Load(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_model_name));
   if (!model.ok()) return Fail(model.status());
-  auto router = tandem::RouterServer::Start(*options, *std::move(model));
+  absl::StatusOr<tandem::RouterAccess> access = AccessFromFlags();
+  if (!access.ok()) return Fail(access.status());
+  const int32_t max_body_mb = absl::GetFlag(FLAGS_http_max_body_mb);
+  if (max_body_mb < 1 || max_body_mb > 32) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--http_max_body_mb must be in [1, 32], got ", max_body_mb)));
+  }
+  const tandem::TlsConfig tls = access->tls;
+  const bool keys = access->api_keys != nullptr;
+  auto router = tandem::RouterServer::Start(*options, *std::move(model), tandem::LogToStderr,
+                                            *std::move(access));
   if (!router.ok()) return Fail(router.status());
   // The HTTP API is up before the gRPC port file appears: that file means "ready".
   std::unique_ptr<tandem::RouterHttp> http;
   if (const std::string http_listen = absl::GetFlag(FLAGS_http_listen); !http_listen.empty()) {
     const tandem::RouterServer* server = router->get();
+    tandem::HttpServerOptions http_options;
+    http_options.threads = absl::GetFlag(FLAGS_http_threads);
+    http_options.max_body_bytes = static_cast<size_t>(max_body_mb) << 20;
+    http_options.tls_cert_file = tls.files.cert;
+    http_options.tls_key_file = tls.files.key;
     auto started = tandem::RouterHttp::Start(
-        http_listen, absl::GetFlag(FLAGS_http_threads), &server->deps(),
+        http_listen, std::move(http_options), &server->deps(),
         [server] { return tandem::RenderPrometheusText(server->metrics()); });
     if (!started.ok()) return Fail(started.status());
     http = *std::move(started);
-    std::fprintf(stderr, "tandem-router: OpenAI API at http://%s/v1\n",
+    std::fprintf(stderr, "tandem-router: OpenAI API at %s://%s/v1\n", tandem::HttpScheme(tls),
                  tandem::WithPort(http_listen, http->port()).c_str());
     if (const std::string file = absl::GetFlag(FLAGS_http_port_file); !file.empty()) {
       if (absl::Status s = tandem::WritePortFile(file, http->port()); !s.ok()) return Fail(s);
     }
   }
+  std::fprintf(
+      stderr, "tandem-router: gRPC %s%s, API keys %s\n", tls.enabled() ? "TLS" : "plaintext",
+      tls.verifies_peers() ? " (client certificates verified, required for Heartbeat)" : "",
+      keys ? "required" : "not required");
   if (const std::string port_file = absl::GetFlag(FLAGS_port_file); !port_file.empty()) {
     if (absl::Status s = tandem::WritePortFile(port_file, (*router)->port()); !s.ok()) {
       return Fail(s);

@@ -22,6 +22,11 @@ absl::string_view RoleName(v1::InstanceRole role) {
 }
 
 std::shared_ptr<grpc::Channel> DefaultNodeChannel(const std::string& address) {
+  return NodeChannel(address, nullptr);
+}
+
+std::shared_ptr<grpc::Channel> NodeChannel(const std::string& address,
+                                           std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments args;
   // gRPC's default backoff grows to 120 s; a node that restarts should be reachable again
   // within a health interval or two.
@@ -34,7 +39,8 @@ std::shared_ptr<grpc::Channel> DefaultNodeChannel(const std::string& address) {
               static_cast<int>(absl::ToInt64Milliseconds(kKeepaliveTimeout)));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(
+      address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(), args);
 }
 
 NodeLease::NodeLease(std::string address, std::shared_ptr<grpc::Channel> channel,

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
 
 #include <atomic>
 #include <cstdint>
@@ -56,6 +57,10 @@ absl::string_view RoleName(v1::InstanceRole role);  // "prefill" | "decode" | "u
 inline constexpr absl::Duration kKeepaliveTime = absl::Seconds(2);
 inline constexpr absl::Duration kKeepaliveTimeout = absl::Seconds(2);
 std::shared_ptr<grpc::Channel> DefaultNodeChannel(const std::string& address);
+// The same channel with `credentials`: TLS (mutual, with the router's certificate) or nullptr for
+// insecure.
+std::shared_ptr<grpc::Channel> NodeChannel(const std::string& address,
+                                           std::shared_ptr<grpc::ChannelCredentials> credentials);
 
 class NodeLease {
  public:

@@ -12,16 +12,24 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "serving/server_runner.h"
 
 namespace tandem {
 
 absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
-    const RouterOptions& options, std::unique_ptr<ServedModel> model, LogFn log) {
+    const RouterOptions& options, std::unique_ptr<ServedModel> model, LogFn log,
+    RouterAccess access) {
   if (absl::Status s = ValidateRouterOptions(options); !s.ok()) return s;
   std::unique_ptr<RouterServer> r(new RouterServer());
   r->model_ = std::move(model);
+  r->access_ = std::move(access);
+  std::shared_ptr<grpc::ChannelCredentials> node_credentials =
+      GrpcChannelCredentials(r->access_.tls);
   r->pool_ = std::make_unique<NodePool>(r->model_->limits().name, options.prefill_policy,
-                                        options.decode_policy, log);
+                                        options.decode_policy, log,
+                                        [node_credentials](const std::string& address) {
+                                          return NodeChannel(address, node_credentials);
+                                        });
   for (const std::string& address : options.prefill_nodes) {
     if (absl::Status s = r->pool_->AddStatic(address, v1::INSTANCE_ROLE_PREFILL); !s.ok()) {
       return s;
@@ -38,6 +46,10 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   r->deps_ = RouterDeps{r->model_.get(), r->pool_.get(), options, log, &r->request_counter_};
   r->deps_.metrics = &r->metrics_;
   r->deps_.draining = &r->draining_;
+  r->deps_.in_flight = &r->in_flight_;
+  r->deps_.max_in_flight = r->access_.max_requests_in_flight;
+  r->deps_.api_keys = r->access_.api_keys.get();
+  r->deps_.verifies_client_certs = r->access_.tls.verifies_peers();
   // A poll must end before the next one would start, but a loaded node deserves a second.
   const absl::Duration poll_timeout =
       std::min(std::max(options.health_interval, absl::Seconds(1)), options.rpc_timeout);
@@ -48,7 +60,12 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &r->port_);
+  GrpcServerSettings settings;
+  settings.credentials = GrpcServerCredentials(r->access_.tls, ClientCertPolicy::kVerifyIfPresent);
+  settings.max_concurrent_streams = r->access_.max_concurrent_streams;
+  if (absl::Status s = ConfigureGrpcServer(builder, options.listen, settings, &r->port_); !s.ok()) {
+    return s;
+  }
   builder.RegisterService(r->service_.get());
   r->server_ = builder.BuildAndStart();
   if (r->server_ == nullptr || r->port_ == 0) {

@@ -29,14 +29,28 @@
 #include "router/router_options.h"
 #include "router/router_service.h"
 #include "router/served_model.h"
+#include "serving/api_keys.h"
+#include "serving/tls_credentials.h"
 
 namespace tandem {
+
+// Who may use the router and how much (docs/security.md).
+struct RouterAccess {
+  // TLS of the gRPC server and of the channels to the nodes (mutual: the router's certificate is
+  // their client certificate). With a CA the server verifies client certificates presented (not
+  // required: public clients use API keys); Heartbeat then requires one.
+  TlsConfig tls;
+  std::shared_ptr<const ApiKeys> api_keys;  // nullptr: Generate/ClusterStatus need no key
+  int max_concurrent_streams = 0;           // per client connection; 0 = gRPC default
+  int64_t max_requests_in_flight = 0;       // gRPC + HTTP; 0 = no limit
+};
 
 class RouterServer {
  public:
   // INVALID_ARGUMENT for bad options or node lists; UNAVAILABLE when the address cannot be bound.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<RouterServer>> Start(
-      const RouterOptions& options, std::unique_ptr<ServedModel> model, LogFn log = LogToStderr);
+      const RouterOptions& options, std::unique_ptr<ServedModel> model, LogFn log = LogToStderr,
+      RouterAccess access = {});
 
   ~RouterServer();
   RouterServer(const RouterServer&) = delete;
@@ -63,6 +77,8 @@ class RouterServer {
   std::unique_ptr<NodePool> pool_;
   std::atomic<uint64_t> request_counter_{0};
   std::atomic<bool> draining_{false};  // set by Shutdown: new requests are refused
+  std::atomic<int64_t> in_flight_{0};  // requests in RunGenerate (admission limit)
+  RouterAccess access_;
   RouterDeps deps_;
   std::unique_ptr<HealthChecker> health_;
   RequestThreads threads_;

@@ -1,5 +1,7 @@
 #include "serving/drain_gate.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace tandem {
 
 DrainGate::Pass::~Pass() {
@@ -11,6 +13,24 @@ std::optional<DrainGate::Pass> DrainGate::Enter() {
   if (draining_) return std::nullopt;
   ++in_flight_;
   return Pass(this);
+}
+
+absl::StatusOr<DrainGate::Pass> DrainGate::Admit(int64_t running) {
+  absl::MutexLock lock(&mu_);
+  if (draining_) return absl::UnavailableError("instance is draining (shutting down)");
+  const int64_t queued = in_flight_ - running;
+  if (max_queued_ > 0 && queued >= max_queued_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("instance queue is full: ", queued, " requests waiting, limit ", max_queued_,
+                     " (--max_queued_requests); retry later or on another instance"));
+  }
+  ++in_flight_;
+  return Pass(this);
+}
+
+void DrainGate::SetQueueLimit(int64_t max_queued) {
+  absl::MutexLock lock(&mu_);
+  max_queued_ = max_queued;
 }
 
 void DrainGate::StartDrain() {

@@ -3,6 +3,12 @@
 // answers UNAVAILABLE and the router retries on another instance. WaitIdle() blocks until every
 // Pass is returned (bounded), which is how the process knows its in-flight work finished.
 //
+// It also bounds the instance's queue (--max_queued_requests, docs/security.md): Admit() refuses
+// with RESOURCE_EXHAUSTED when the work already admitted minus what the engine is running now
+// has reached the limit, so a flood of calls cannot pile up unbounded waiting threads and
+// requests. The check and the admission are one step under the gate's lock, so concurrent
+// arrivals never overshoot the limit.
+//
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
@@ -10,6 +16,7 @@
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -33,6 +40,11 @@ class DrainGate {
 
   // A pass, or nullopt once the gate is draining.
   std::optional<Pass> Enter();
+  // A pass, or UNAVAILABLE once draining, or RESOURCE_EXHAUSTED when (passes out) - `running`
+  // >= the queue limit. `running`: the requests the engine runs now (they hold passes too).
+  absl::StatusOr<Pass> Admit(int64_t running);
+  // 0 = no limit (the default).
+  void SetQueueLimit(int64_t max_queued);
   // From now on Enter() refuses. Idempotent.
   void StartDrain();
   bool draining() const;
@@ -46,6 +58,7 @@ class DrainGate {
   mutable absl::Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t max_queued_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tandem

@@ -9,8 +9,14 @@
 namespace tandem {
 
 HeartbeatSender::HeartbeatSender(std::string router, std::string address, v1::InstanceRole role,
-                                 absl::Duration ttl)
-    : router_(std::move(router)), address_(std::move(address)), role_(role), ttl_(ttl) {
+                                 absl::Duration ttl,
+                                 std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : router_(std::move(router)),
+      address_(std::move(address)),
+      role_(role),
+      ttl_(ttl),
+      credentials_(credentials != nullptr ? std::move(credentials)
+                                          : grpc::InsecureChannelCredentials()) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -23,7 +29,7 @@ HeartbeatSender::~HeartbeatSender() {
 }
 
 void HeartbeatSender::Loop() {
-  auto stub = v1::Router::NewStub(grpc::CreateChannel(router_, grpc::InsecureChannelCredentials()));
+  auto stub = v1::Router::NewStub(grpc::CreateChannel(router_, credentials_));
   bool last_ok = true;
   while (true) {
     v1::HeartbeatRequest req;

@@ -3,6 +3,9 @@
 // may start later than the node.
 #pragma once
 
+#include <grpcpp/security/credentials.h>
+
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -14,8 +17,11 @@ namespace tandem {
 
 class HeartbeatSender {
  public:
+  // `credentials`: of the channel to the router (nullptr: insecure; TLS:
+  // serving/tls_credentials.h).
   HeartbeatSender(std::string router, std::string address, v1::InstanceRole role,
-                  absl::Duration ttl);
+                  absl::Duration ttl,
+                  std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   ~HeartbeatSender();
   HeartbeatSender(const HeartbeatSender&) = delete;
   HeartbeatSender& operator=(const HeartbeatSender&) = delete;
@@ -25,6 +31,7 @@ class HeartbeatSender {
   const std::string router_, address_;
   const v1::InstanceRole role_;
   const absl::Duration ttl_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

@@ -280,6 +280,15 @@ HttpServer::HttpServer() = default;
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
                                                               int threads,
                                                               std::vector<HttpRoute> routes) {
+  HttpServerOptions options;
+  options.threads = threads;
+  return Start(listen, options, std::move(routes));
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
+                                                              const HttpServerOptions& options,
+                                                              std::vector<HttpRoute> routes) {
+  const int threads = options.threads;
   const size_t colon = listen.rfind(':');
   int32_t port = 0;
   if (colon == std::string::npos || colon == 0 ||
@@ -295,14 +304,44 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
+  if (options.max_body_bytes == 0) {
+    return absl::InvalidArgumentError("HTTP max body size must be > 0");
+  }
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("HTTPS needs both a certificate and a key file");
+  }
   // A client that goes away must not kill the process with SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
   std::unique_ptr<HttpServer> server(new HttpServer());
   server->routes_ = std::move(routes);
-  server->server_ = std::make_unique<httplib::Server>();
+  if (options.tls_cert_file.empty()) {
+    server->server_ = std::make_unique<httplib::Server>();
+  } else {
+    auto https = std::make_unique<httplib::SSLServer>(options.tls_cert_file.c_str(),
+                                                      options.tls_key_file.c_str());
+    if (!https->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrCat("HTTPS: cannot load certificate ",
+                                                     options.tls_cert_file, " with key ",
+                                                     options.tls_key_file));
+    }
+    server->server_ = std::move(https);
+  }
   httplib::Server& svr = *server->server_;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  svr.set_payload_max_length(kMaxBodyBytes);
+  svr.set_payload_max_length(options.max_body_bytes);
+  // cpp-httplib answers a body over the limit with a bare 413 before any route runs; give it a
+  // body that names the limit (the router's is an OpenAI error object).
+  svr.set_error_handler(httplib::Server::HandlerWithResponse(
+      [max = options.max_body_bytes, make = options.body_too_large,
+       type = options.body_too_large_content_type](const httplib::Request&,
+                                                   httplib::Response& res) {
+        if (res.status != 413 || !res.body.empty())
+          return httplib::Server::HandlerResponse::Unhandled;
+        res.set_content(
+            make ? make(max) : absl::StrCat("request body exceeds the limit of ", max, " bytes\n"),
+            make ? type : "text/plain");
+        return httplib::Server::HandlerResponse::Handled;
+      }));
   // Group the routes by path: each path answers its methods, and 405 to GET/POST otherwise.
   std::vector<std::string> paths;
   for (const HttpRoute& route : server->routes_) {

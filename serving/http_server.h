@@ -10,6 +10,12 @@
 // stream, the connection's thread writes the chunks it queues. Meanwhile the connection's thread
 // watches for the client closing the connection (HttpExchange::OnClientGone).
 //
+// HTTP/1.1 carries one request at a time per connection, so the per-connection limit is that
+// one request; a connection serves at most 5 requests (keep-alive) and is closed after 5 s idle.
+// Request bodies over HttpServerOptions::max_body_bytes are refused with 413 before they are
+// read. With a certificate and key the server speaks HTTPS only (no client certificate is
+// requested: docs/security.md).
+//
 // Thread-safety: handlers run concurrently; Stop from one thread. An HttpExchange belongs to the
 // handler call it is given to.
 #pragma once
@@ -43,7 +49,7 @@ class HttpExchange {
   // Value of request header `name` (case-insensitive), nullopt when absent.
   std::optional<std::string> header(const char* name) const;
   // The request body; RESOURCE_EXHAUSTED when longer than `max_bytes` (the server itself
-  // answers 413 to a body over kMaxBodyBytes).
+  // answers 413 to a body over HttpServerOptions::max_body_bytes).
   absl::StatusOr<std::string> ReadBody(size_t max_bytes);
 
   using Headers = std::vector<std::pair<std::string, std::string>>;
@@ -75,6 +81,17 @@ struct HttpRoute {
   HttpHandler handler;
 };
 
+struct HttpServerOptions {
+  int threads = 1024;                 // bounds the concurrent connections
+  size_t max_body_bytes = 64u << 20;  // larger request bodies get 413
+  // The 413 response's body and content type, given the limit (default: plain text naming it).
+  std::function<std::string(size_t max_body_bytes)> body_too_large;
+  std::string body_too_large_content_type = "text/plain";
+  // HTTPS with these PEM files (both or neither; checked first with serving/tls_credentials.h).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+};
+
 class HttpServer {
  public:
   static constexpr size_t kMaxBodyBytes = 64u << 20;
@@ -84,6 +101,9 @@ class HttpServer {
   // route gets 404, a route's path with another method 405; a handler that sends nothing 500.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
       const std::string& listen, int threads, std::vector<HttpRoute> routes);
+  // Also INVALID_ARGUMENT for max_body_bytes == 0 or a certificate that cpp-httplib cannot load.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
+      const std::string& listen, const HttpServerOptions& options, std::vector<HttpRoute> routes);
 
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;

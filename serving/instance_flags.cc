@@ -15,6 +15,12 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:0",
 ABSL_FLAG(std::string, metrics_port_file, "", "write the /metrics port to this file once bound");
 ABSL_FLAG(int32_t, drain_timeout_s, 30,
           "on SIGTERM: seconds in-flight calls and handed-out KV leases may take before exit");
+ABSL_FLAG(int32_t, max_queued_requests, 1024,
+          "Prefill/Decode calls that may wait (admitted, not yet running in the engine) before "
+          "new ones are refused with RESOURCE_EXHAUSTED; 0 = no limit");
+ABSL_FLAG(int32_t, max_concurrent_streams, 4096,
+          "gRPC calls one client connection may have open at once (more wait in the client); "
+          "the router multiplexes all its calls to a node on one connection; 0 = gRPC default");
 ABSL_FLAG(int32_t, tp, 1, "tensor parallel degree");
 ABSL_FLAG(int32_t, pcp, 1, "prefill context parallel degree (prefill instances only)");
 ABSL_FLAG(int32_t, dcp, 1, "decode context parallel degree (KV token sharding)");

@@ -19,6 +19,9 @@
 //   --metrics_listen IP:PORT  HTTP address of GET /metrics (Prometheus text); empty disables
 //   --metrics_port_file PATH  write the bound /metrics port here
 //   --drain_timeout_s S     on SIGTERM, how long in-flight work and handed-out KV may take
+//   --max_queued_requests N  calls waiting beyond this are refused (RESOURCE_EXHAUSTED)
+//   --max_concurrent_streams N  gRPC streams per client connection
+//   (TLS: --tls_cert, --tls_key, --tls_ca in serving/tls_flags.h)
 #pragma once
 
 #include <cstdint>
@@ -39,6 +42,8 @@ ABSL_DECLARE_FLAG(std::string, ucx_tls);
 ABSL_DECLARE_FLAG(std::string, metrics_listen);
 ABSL_DECLARE_FLAG(std::string, metrics_port_file);
 ABSL_DECLARE_FLAG(int32_t, drain_timeout_s);
+ABSL_DECLARE_FLAG(int32_t, max_queued_requests);
+ABSL_DECLARE_FLAG(int32_t, max_concurrent_streams);
 
 namespace tandem {
 

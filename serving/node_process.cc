@@ -19,6 +19,7 @@
 #include "serving/http_server.h"
 #include "serving/instance_flags.h"
 #include "serving/server_runner.h"
+#include "serving/tls_flags.h"
 
 namespace tandem {
 namespace {
@@ -52,12 +53,20 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsServer(const NodeProcess
 
 }  // namespace
 
+absl::StatusOr<TlsConfig> NodeTlsFromFlags() {
+  return LoadTlsConfig(TlsFilesFromFlags(), TlsRole::kServer);
+}
+
 int RunNodeProcess(const NodeProcess& p) {
   auto fail = [&](const absl::Status& s) {
     std::fprintf(stderr, "%s: %s\n", p.program.c_str(), s.ToString().c_str());
     return 1;
   };
-  absl::StatusOr<RunningServer> server = StartGrpcServer(absl::GetFlag(FLAGS_listen), {p.service});
+  GrpcServerSettings settings;
+  settings.credentials = GrpcServerCredentials(p.tls, ClientCertPolicy::kRequire);
+  settings.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  absl::StatusOr<RunningServer> server =
+      StartGrpcServer(absl::GetFlag(FLAGS_listen), {p.service}, settings);
   if (!server.ok()) return fail(server.status());
   absl::StatusOr<std::unique_ptr<HttpServer>> metrics_server = StartMetricsServer(p);
   if (!metrics_server.ok()) return fail(metrics_server.status());
@@ -78,9 +87,12 @@ int RunNodeProcess(const NodeProcess& p) {
   std::unique_ptr<HeartbeatSender> heartbeat;
   if (!absl::GetFlag(FLAGS_router).empty()) {
     heartbeat = std::make_unique<HeartbeatSender>(absl::GetFlag(FLAGS_router), advertise, p.role,
-                                                  absl::Seconds(3));
+                                                  absl::Seconds(3), GrpcChannelCredentials(p.tls));
   }
-  std::fprintf(stderr, "%s: %s\n", p.program.c_str(), serving->c_str());
+  std::fprintf(stderr, "%s: %s%s\n", p.program.c_str(), serving->c_str(),
+               !p.tls.enabled()         ? ""
+               : p.tls.verifies_peers() ? " [gRPC: TLS, client certificates required]"
+                                        : " [gRPC: TLS]");
   const int sig = WaitForShutdownSignal();
   const absl::Duration drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s));
   const absl::Time deadline = absl::Now() + drain_timeout;

@@ -10,7 +10,8 @@
 //
 // With `metrics` set and --metrics_listen non-empty, an HTTP server serves GET /metrics
 // (Prometheus text of `metrics`) from start-up on, and --metrics_port_file gets its port; it is
-// stopped before `stop`, so metric readers that point into the node never outlive it.
+// stopped before `stop`, so metric readers that point into the node never outlive it. /metrics
+// stays plain HTTP under TLS (docs/security.md).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -21,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
+#include "serving/tls_credentials.h"
 #include "tandem/v1/common.pb.h"
 
 namespace tandem {
@@ -40,7 +42,13 @@ struct NodeProcess {
   std::function<bool(absl::Time deadline)> wait_drained;
   // Served at /metrics on --metrics_listen (nullptr: no metrics endpoint).
   const MetricsRegistry* metrics = nullptr;
+  // TLS of the gRPC server (clients must present a certificate signed by tls.ca_pem when it is
+  // set: mutual TLS) and of the heartbeat channel; disabled = plaintext (NodeTlsFromFlags).
+  TlsConfig tls;
 };
+
+// --tls_cert/--tls_key/--tls_ca, loaded and checked (serving/tls_credentials.h).
+absl::StatusOr<TlsConfig> NodeTlsFromFlags();
 
 // Call InstallShutdownSignals() before any thread starts, then this. Returns the exit code.
 int RunNodeProcess(const NodeProcess& process);

@@ -11,18 +11,38 @@
 
 namespace tandem {
 
-absl::StatusOr<RunningServer> StartGrpcServer(const std::string& listen,
-                                              const std::vector<grpc::Service*>& services) {
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  RunningServer out;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &out.port);
+absl::Status ConfigureGrpcServer(grpc::ServerBuilder& builder, const std::string& listen,
+                                 const GrpcServerSettings& settings, int* port) {
+  if (settings.max_concurrent_streams < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_concurrent_streams must be >= 0 (0 = no limit), got ",
+                     settings.max_concurrent_streams));
+  }
+  builder.AddListeningPort(
+      listen,
+      settings.credentials != nullptr ? settings.credentials : grpc::InsecureServerCredentials(),
+      port);
+  if (settings.max_concurrent_streams > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, settings.max_concurrent_streams);
+  }
   // The router pings its node connections every 2 s to find connections a network cut left
   // dead (router/node_pool.h); gRPC's default would answer such pings with GOAWAY.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RunningServer> StartGrpcServer(const std::string& listen,
+                                              const std::vector<grpc::Service*>& services,
+                                              const GrpcServerSettings& settings) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  RunningServer out;
+  if (absl::Status s = ConfigureGrpcServer(builder, listen, settings, &out.port); !s.ok()) {
+    return s;
+  }
   for (grpc::Service* s : services) builder.RegisterService(s);
   out.server = builder.BuildAndStart();
   if (out.server == nullptr || out.port == 0) {

@@ -27,11 +27,14 @@ std::string NextRequestId() {
 
 }  // namespace
 
-DirectBackend::DirectBackend(const std::string& prefill_address, const std::string& decode_address)
-    : prefill_(v1::PrefillService::NewStub(
-          grpc::CreateChannel(prefill_address, grpc::InsecureChannelCredentials()))),
-      decode_(v1::DecodeService::NewStub(
-          grpc::CreateChannel(decode_address, grpc::InsecureChannelCredentials()))) {}
+DirectBackend::DirectBackend(const std::string& prefill_address, const std::string& decode_address,
+                             std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : prefill_(v1::PrefillService::NewStub(grpc::CreateChannel(
+          prefill_address,
+          credentials != nullptr ? credentials : grpc::InsecureChannelCredentials()))),
+      decode_(v1::DecodeService::NewStub(grpc::CreateChannel(
+          decode_address,
+          credentials != nullptr ? credentials : grpc::InsecureChannelCredentials()))) {}
 
 absl::Status DirectBackend::Check(const BenchRequest& request) {
   if (request.prompt_ids.empty()) {

@@ -10,6 +10,8 @@
 // Thread-safety: Send may be called concurrently.
 #pragma once
 
+#include <grpcpp/security/credentials.h>
+
 #include <memory>
 #include <string>
 
@@ -22,7 +24,10 @@ namespace tandem::bench {
 
 class DirectBackend : public Backend {
  public:
-  DirectBackend(const std::string& prefill_address, const std::string& decode_address);
+  // `credentials`: of both channels (TLS with a client certificate for mutual-TLS nodes);
+  // nullptr = insecure.
+  DirectBackend(const std::string& prefill_address, const std::string& decode_address,
+                std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   // kInvalidArgument for prompts that are not token ids.
   static absl::Status Check(const BenchRequest& request);
   RequestRecord Send(const BenchRequest& request, absl::Duration timeout) override;

@@ -33,8 +33,8 @@ v1::GenerateRequest ToProto(const BenchRequest& request, const std::string& mode
 
 }  // namespace
 
-GrpcBackend::GrpcBackend(const std::string& address, std::string model, bool ignore_eos)
-    : stub_(v1::Router::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
+GrpcBackend::GrpcBackend(std::shared_ptr<grpc::Channel> channel, std::string model, bool ignore_eos)
+    : stub_(v1::Router::NewStub(std::move(channel))),
       model_(std::move(model)),
       ignore_eos_(ignore_eos) {}
 

@@ -17,8 +17,9 @@ namespace tandem::bench {
 
 class GrpcBackend : public Backend {
  public:
-  // `address` is host:port of a router (or anything serving tandem.v1.Router).
-  GrpcBackend(const std::string& address, std::string model, bool ignore_eos);
+  // `channel` leads to a router (or anything serving tandem.v1.Router); serving/client_channel.h
+  // makes one with TLS and the API key.
+  GrpcBackend(std::shared_ptr<grpc::Channel> channel, std::string model, bool ignore_eos);
   RequestRecord Send(const BenchRequest& request, absl::Duration timeout) override;
 
  private:

@@ -29,6 +29,8 @@
 #include "bench/serve/report_json.h"
 #include "bench/serve/request_source.h"
 #include "common/flag_dashes.h"
+#include "serving/client_channel.h"
+#include "serving/tls_flags.h"
 
 ABSL_FLAG(std::string, backend, "grpc",
           "grpc (Tandem router), openai (OpenAI-compatible HTTP) or direct (a prefill and a decode "
@@ -40,7 +42,8 @@ ABSL_FLAG(std::string, base_url, "http://127.0.0.1:8080", "openai: server base U
 ABSL_FLAG(std::string, endpoint, "/v1/completions",
           "openai: /v1/completions or /v1/chat/completions");
 ABSL_FLAG(std::string, model, "", "model name sent with each request (empty: server default)");
-ABSL_FLAG(std::string, api_key, "", "openai: bearer token (empty: none)");
+ABSL_FLAG(std::string, api_key, "",
+          "openai, grpc: the router's API key / bearer token (empty: none)");
 ABSL_FLAG(int32_t, concurrency, 0,
           "closed loop: requests kept in flight (used when --request_rate is empty; 0 = 1)");
 ABSL_FLAG(std::string, request_rate, "",
@@ -149,18 +152,25 @@ int Main() {
   absl::StatusOr<RequestSource> source = RequestSource::Create(*std::move(source_options));
   if (!source.ok()) return Fail(source.status());
 
+  // TLS of the grpc/direct channels (--tls_ca, and --tls_cert/--tls_key for mutual-TLS nodes);
+  // openai: --tls_ca verifies an https --base_url.
+  const absl::StatusOr<TlsConfig> tls = LoadTlsConfig(TlsFilesFromFlags(), TlsRole::kClient);
+  if (!tls.ok()) return Fail(tls.status());
   const CurlGlobal curl_global;
   std::unique_ptr<Backend> backend;
   const std::string kind = absl::GetFlag(FLAGS_backend);
   if (kind == "grpc") {
     backend = std::make_unique<GrpcBackend>(
-        absl::GetFlag(FLAGS_address), absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_ignore_eos));
+        CreateClientChannel(absl::GetFlag(FLAGS_address), GrpcChannelCredentials(*tls),
+                            absl::GetFlag(FLAGS_api_key)),
+        absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_ignore_eos));
   } else if (kind == "openai") {
     OpenAiOptions o;
     o.base_url = absl::GetFlag(FLAGS_base_url);
     o.endpoint = absl::GetFlag(FLAGS_endpoint);
     o.model = absl::GetFlag(FLAGS_model);
     o.api_key = absl::GetFlag(FLAGS_api_key);
+    o.ca_file = tls->files.ca;
     o.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
     auto openai = std::make_unique<OpenAiBackend>(o);
     // Every dataset entry (or the first random request) must fit the endpoint.
@@ -176,8 +186,8 @@ int Main() {
       return Fail(absl::InvalidArgumentError("--backend=direct needs --prefill and --decode"));
     }
     if (absl::Status s = DirectBackend::Check(source->Make(0)); !s.ok()) return Fail(s);
-    backend =
-        std::make_unique<DirectBackend>(absl::GetFlag(FLAGS_prefill), absl::GetFlag(FLAGS_decode));
+    backend = std::make_unique<DirectBackend>(
+        absl::GetFlag(FLAGS_prefill), absl::GetFlag(FLAGS_decode), GrpcChannelCredentials(*tls));
   } else {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("--backend must be grpc, openai or direct, got '", kind, "'")));

@@ -166,6 +166,7 @@ RequestRecord OpenAiBackend::Send(const BenchRequest& request, absl::Duration ti
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);  // threads: no SIGALRM-based DNS timeouts
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(absl::ToInt64Milliseconds(timeout)));
   curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+  if (!options_.ca_file.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, options_.ca_file.c_str());
   st.start = absl::Now();
   const CURLcode code = curl_easy_perform(c);
   rec.e2e = absl::Now() - st.start;

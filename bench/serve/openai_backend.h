@@ -24,6 +24,7 @@ struct OpenAiOptions {
   std::string endpoint = "/v1/completions";
   std::string model;       // "model" field; empty = omitted
   std::string api_key;     // Authorization: Bearer; empty = none
+  std::string ca_file;     // https: PEM CA the server's certificate must chain to; empty = system
   bool ignore_eos = true;  // sent as "ignore_eos" (llama-server, vLLM, Tandem)
 };
 

@@ -1,5 +1,6 @@
 #include "router/http/router_http.h"
 
+#include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
 
@@ -8,9 +9,49 @@
 #include "router/http/openai_response.h"
 
 namespace tandem {
+namespace {
+
+constexpr char kJson[] = "application/json";
+
+std::string OpenAiError(const std::string& message, const char* type, nlohmann::json code) {
+  return nlohmann::json{
+      {"error",
+       {{"message", message}, {"type", type}, {"param", nullptr}, {"code", std::move(code)}}}}
+      .dump();
+}
+
+// `route` behind the API keys (none configured: unchanged). The key itself is never logged or
+// echoed.
+HttpHandler WithApiKey(const ApiKeys* keys, HttpHandler route) {
+  if (keys == nullptr) return route;
+  return [keys, route = std::move(route)](HttpExchange& ex) {
+    const std::optional<std::string> authorization = ex.header("Authorization");
+    if (!authorization.has_value() || !keys->Accepts(*authorization)) {
+      ex.Respond(
+          401, kJson,
+          OpenAiError(authorization.has_value() ? "Incorrect API key provided."
+                                                : "You didn't provide an API key. Send it in the "
+                                                  "'Authorization: Bearer KEY' header.",
+                      "invalid_request_error", "invalid_api_key"),
+          {{"WWW-Authenticate", "Bearer"}});
+      return;
+    }
+    route(ex);
+  };
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<RouterHttp>> RouterHttp::Start(
     const std::string& listen, int threads, const RouterDeps* deps,
+    std::function<std::string()> render_metrics) {
+  HttpServerOptions options;
+  options.threads = threads;
+  return Start(listen, std::move(options), deps, std::move(render_metrics));
+}
+
+absl::StatusOr<std::unique_ptr<RouterHttp>> RouterHttp::Start(
+    const std::string& listen, HttpServerOptions options, const RouterDeps* deps,
     std::function<std::string()> render_metrics) {
   std::unique_ptr<RouterHttp> http(new RouterHttp());
   http->deps_ = deps;
@@ -37,8 +78,19 @@ absl::StatusOr<std::unique_ptr<RouterHttp>> RouterHttp::Start(
          ex.Respond(200, "text/plain; version=0.0.4; charset=utf-8", self->render_metrics_());
        }},
   };
+  // /health stays open (load balancers probe it; it tells only whether the fleet can serve).
+  for (HttpRoute& route : routes) {
+    if (route.path != "/health")
+      route.handler = WithApiKey(deps->api_keys, std::move(route.handler));
+  }
+  options.body_too_large = [](size_t max) {
+    return OpenAiError(
+        absl::StrCat("request body exceeds the limit of ", max, " bytes (--http_max_body_mb)"),
+        "invalid_request_error", 413);
+  };
+  options.body_too_large_content_type = kJson;
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
-      HttpServer::Start(listen, threads, std::move(routes));
+      HttpServer::Start(listen, options, std::move(routes));
   if (!server.ok()) return server.status();
   http->server_ = *std::move(server);
   return http;

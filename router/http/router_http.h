@@ -3,6 +3,11 @@
 // (200 only while at least one prefill and one decode node are healthy) and GET /metrics (the
 // router's Prometheus text), next to the gRPC server on the same RouterDeps.
 //
+// With deps->api_keys set, every endpoint but GET /health needs `Authorization: Bearer KEY`:
+// without a valid key the answer is 401 with an OpenAI error object (code "invalid_api_key") and
+// nothing runs. Request bodies over the server's max_body_bytes get 413 with an OpenAI error
+// object naming the limit. HTTPS when the options carry a certificate (docs/security.md).
+//
 // Shutdown lets requests in flight finish for `grace`, then cancels the rest (their node calls
 // are cancelled and KV leases released) and stops the server once every handler returned.
 //
@@ -29,6 +34,11 @@ class RouterHttp {
   // of GET /metrics. Errors: those of HttpServer::Start.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<RouterHttp>> Start(
       const std::string& listen, int threads, const RouterDeps* deps,
+      std::function<std::string()> render_metrics);
+  // With every server option (body limit, HTTPS); its body_too_large is replaced by the OpenAI
+  // error object.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<RouterHttp>> Start(
+      const std::string& listen, HttpServerOptions options, const RouterDeps* deps,
       std::function<std::string()> render_metrics);
 
   ~RouterHttp();

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
+#include "serving/client_channel.h"
 #include "tandem/v1/decode.grpc.pb.h"
 #include "tandem/v1/prefill.grpc.pb.h"
 
@@ -77,8 +78,10 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const ClusterS
   absl::StatusOr<std::string> raddr = c->Spawn("router", TANDEM_ROUTER_BIN, rargs, deadline);
   if (!raddr.ok()) return raddr.status();
   c->router_address_ = *raddr;
-  c->router_ = v1::Router::NewStub(
-      grpc::CreateChannel(c->router_address_, grpc::InsecureChannelCredentials()));
+  c->credentials_ =
+      spec.credentials != nullptr ? spec.credentials : grpc::InsecureChannelCredentials();
+  c->router_ =
+      v1::Router::NewStub(CreateClientChannel(c->router_address_, c->credentials_, spec.api_key));
   if (absl::Status s = c->WaitHealthy(deadline); !s.ok()) return s;
   return c;
 }
@@ -281,7 +284,7 @@ GenerateOutcome LocalCluster::Generate(
 absl::StatusOr<std::vector<InstanceLoadView>> LocalCluster::Loads() {
   std::vector<InstanceLoadView> out;
   auto ask = [&](const std::string& addr, bool prefill) -> absl::Status {
-    auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
+    auto channel = grpc::CreateChannel(addr, credentials_);
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
     v1::InstanceStatus st;

@@ -4,6 +4,7 @@
 // the destructor stops every process it started (SIGTERM, bounded wait, SIGKILL) and reaps it.
 #pragma once
 
+#include <grpcpp/security/credentials.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -28,6 +29,10 @@ struct ClusterSpec {
   std::vector<NodeSpec> prefill;
   std::vector<NodeSpec> decode;
   std::vector<std::string> router_flags;
+  // The test's own channels (to the router and, for Loads, to the nodes): nullptr = insecure;
+  // TLS credentials with a client certificate for a mutual-TLS cluster (tests/security).
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::string api_key;  // sent to the router as 'authorization: Bearer KEY' when non-empty
 };
 
 struct GenerateOutcome {
@@ -97,6 +102,7 @@ class LocalCluster {
   std::vector<Process> processes_;
   std::string router_address_;
   std::vector<std::string> prefill_, decode_;
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
   std::unique_ptr<v1::Router::Stub> router_;
 };
 

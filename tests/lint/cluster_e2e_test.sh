@@ -3,6 +3,8 @@
 # a head merge), a generation through the router with the `tandem` client, status, an idempotent
 # second up, down, and then no process of the cluster may remain. A second config whose prefill
 # layout is invalid must make `up` fail with the node's own error and leave nothing running.
+# A third config with tls=1: cluster.sh makes a throwaway CA, the cluster runs mutual TLS, a
+# client with the CA generates, a plaintext one is refused, status shows https URLs.
 # The cluster is always taken down, even when a check fails.
 #
 #   cluster_e2e_test.sh REPO_ROOT BUILD_DIR TANDEM_MAKE_MODEL
@@ -36,6 +38,7 @@ cluster_processes() {
 cleanup() {
   local rc=$?
   bash "$cluster" down "$tmp/e2e.conf" >/dev/null 2>&1 || true
+  [ ! -f "$tmp/tls.conf" ] || bash "$cluster" down "$tmp/tls.conf" >/dev/null 2>&1 || true
   rm -rf "$tmp"
   exit "$rc"
 }
@@ -104,6 +107,36 @@ grep -q "tp must divide the number of query heads" "$tmp/bad.err" ||
   fail "the node's own error is not shown: $(cat "$tmp/bad.err")"
 left=$(cluster_processes)
 [ -z "$left" ] || fail "processes left after a failed up: $left"
+
+# tls=1: every process with a certificate of a throwaway CA (docs/security.md).
+sed -e 's/prefill  tp=2/prefill  tp=1/' -e 's/^startup_timeout_s=60$/startup_timeout_s=60\ntls=1/' \
+  "$tmp/e2e.conf" >"$tmp/tls.conf"
+tls_dir=$TANDEM_RUN_DIR/tls
+router=$(bash "$cluster" up "$tmp/tls.conf" 2>"$tmp/tls.err" | tail -n 1) ||
+  fail "tls=1 up failed: $(cat "$tmp/tls.err")"
+[ -s "$tls_dir/ca.pem" ] && [ -s "$tls_dir/router.pem" ] && [ -s "$tls_dir/client.key" ] ||
+  fail "tls=1 made no certificates in $tls_dir"
+grep -q -- "--tls_ca=$tls_dir/ca.pem" "$TANDEM_RUN_DIR/prefill-0.cmd" ||
+  fail "prefill-0 was not started with the cluster's CA: $(cat "$TANDEM_RUN_DIR/prefill-0.cmd")"
+rc=0
+"$client" generate --router "$router" --prompt "Hello" --max_tokens 4 --ignore_eos \
+  --tls_ca="$tls_dir/ca.pem" >/dev/null 2>"$tmp/tls_stats" || rc=$?
+[ "$rc" -eq 0 ] || fail "generate over TLS exited $rc: $(cat "$tmp/tls_stats")"
+grep -q "tokens=4 " "$tmp/tls_stats" || fail "TLS generate stats: $(cat "$tmp/tls_stats")"
+rc=0
+"$client" generate --router "$router" --prompt "Hello" --max_tokens 4 --timeout_ms=5000 \
+  >/dev/null 2>"$tmp/plain_err" || rc=$?
+[ "$rc" -eq 1 ] || fail "a plaintext client was not refused by the TLS router (exit $rc)"
+status=$(bash "$cluster" status "$tmp/tls.conf") || fail "tls=1 status exited non-zero: $status"
+grep -Eq "^decode +127\.0\.0\.1:[0-9]+ +yes" <<<"$status" || fail "tls=1 status: $status"
+grep -Eq "^openai api at https://127\.0\.0\.1:[0-9]+/v1$" <<<"$status" ||
+  fail "tls=1 status shows no https API URL: $status"
+url=$(sed -n 's|^openai api at \(https://.*\)$|\1|p' <<<"$status")
+curl -sf --cacert "$tls_dir/ca.pem" "$url/models" | grep -q '"object"' ||
+  fail "GET $url/models over HTTPS with the cluster CA failed"
+bash "$cluster" down "$tmp/tls.conf" 2>/dev/null || fail "tls=1 down failed"
+left=$(cluster_processes)
+[ -z "$left" ] || fail "processes left after the tls=1 down: $left"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed" >&2

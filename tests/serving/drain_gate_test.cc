@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "absl/time/clock.h"
 
@@ -56,6 +57,39 @@ TEST(DrainGateTest, AMovedPassIsReturnedOnce) {
     a.reset();
     EXPECT_EQ(gate.in_flight(), 1);
   }
+  EXPECT_EQ(gate.in_flight(), 0);
+}
+
+TEST(DrainGateTest, AdmitRefusesBeyondTheQueueLimit) {
+  DrainGate gate;
+  gate.SetQueueLimit(2);
+  // One request running in the engine and two waiting fill it: 3 passes, running = 1.
+  absl::StatusOr<DrainGate::Pass> a = gate.Admit(0);
+  absl::StatusOr<DrainGate::Pass> b = gate.Admit(0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  absl::StatusOr<DrainGate::Pass> c = gate.Admit(1);  // `a` started running
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<DrainGate::Pass> d = gate.Admit(1);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(d.status().message().find("2 requests waiting, limit 2 (--max_queued_requests)"),
+            absl::string_view::npos)
+      << d.status();
+  EXPECT_EQ(gate.in_flight(), 3);  // the refused call took nothing
+  // Once one more runs, there is room again.
+  EXPECT_TRUE(gate.Admit(2).ok());
+}
+
+TEST(DrainGateTest, AdmitWithoutALimitOnlyRefusesWhileDraining) {
+  DrainGate gate;
+  std::vector<DrainGate::Pass> passes;
+  for (int i = 0; i < 100; ++i) {
+    absl::StatusOr<DrainGate::Pass> p = gate.Admit(0);
+    ASSERT_TRUE(p.ok());
+    passes.push_back(*std::move(p));
+  }
+  gate.StartDrain();
+  EXPECT_EQ(gate.Admit(0).status().code(), absl::StatusCode::kUnavailable);
+  passes.clear();
   EXPECT_EQ(gate.in_flight(), 0);
 }
 
