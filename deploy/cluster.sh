@@ -313,7 +313,10 @@ make_certificates() {
       hosts+=("$host")
     done
   done
+  local -A seen_hosts=()
   for host in "${hosts[@]}"; do
+    [ -z "${seen_hosts[$host]:-}" ] || continue
+    seen_hosts[$host]=1
     if [[ $host =~ ^[0-9.]+$ || $host == *:* ]]; then san+=",IP:$host"; else san+=",DNS:$host"; fi
   done
   san=${san#,}
