@@ -45,6 +45,7 @@ print(best)
 PY
 }
 
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for round in $(seq 1 "$rounds"); do
   echo "round $round/$rounds: llama-bench" >&2
   "$bin/llama-bench" -m "$model" -p 512 -n 128 -r 3 -t "$threads" -o jsonl \
@@ -68,10 +69,17 @@ t_pp=$(best_line "prefill tokens/s")
 t_b1=$(best_line "decode batch 1  tokens/s")
 t_b16=$(best_line "decode batch 16 tokens/s")
 
-python3 - "$pp" "$tg" "$stg" "$t_pp" "$t_b1" "$t_b16" "$threads" "$rounds" <<'PY'
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+resident=$(awk '/resident weights/ { for (i = 1; i <= NF; ++i) if ($i == "MB,") print $(i - 1) }' \
+  "$logs/model_bench.txt" | head -1)
+
+python3 - "$pp" "$tg" "$stg" "$t_pp" "$t_b1" "$t_b16" "$threads" "$rounds" "$load_before" \
+  "$load_after" "$resident" <<'PY'
 import sys
 pp, tg, stg, t_pp, t_b1, t_b16 = map(float, sys.argv[1:7])
 threads, rounds = sys.argv[7], sys.argv[8]
+print(f"load average before: {sys.argv[9]}, after: {sys.argv[10]}; "
+      f"Tandem resident weights: {sys.argv[11]} MB")
 def ratio(a, b):
     return a / b if b > 0 else float("nan")
 print(f"{threads} threads, best of {rounds} alternated rounds")
