@@ -22,7 +22,7 @@ ABSL_FLAG(int32_t, max_prefill_tokens, 2048,
 ABSL_FLAG(int32_t, queue_timeout_ms, 30000, "how long a prompt may wait for KV capacity");
 ABSL_FLAG(int32_t, lease_ms, 30000, "default KV lease after a prefill");
 ABSL_FLAG(std::string, engine_id, "", "engine id in KV handles (default: prefill-<address>)");
-ABSL_FLAG(bool, prefix_cache, true,
+ABSL_FLAG(bool, prefix_cache, false,
           "keep full KV blocks of finished prompts and reuse them for prompts sharing the prefix");
 ABSL_FLAG(int64_t, prefix_cache_max_blocks, 0,
           "most KV blocks the prefix cache keeps (0 = as many as the pool holds)");

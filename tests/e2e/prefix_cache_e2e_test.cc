@@ -1,8 +1,8 @@
 // The prefill prefix cache through a real cluster (router + prefill + decode processes, KV pulled
 // over UCX): a prompt, then prompts sharing its prefix (a branch off its middle, the prompt plus a
 // tail, the prompt again, an exact multiple of the cache's block), on a plain, a DCP, a PCP, a
-// PCP×DCP and a staged (host-mirrored) prefill layout with the cache on (its default) and on a
-// plain layout with it off. Every output must equal the cold single-rank run, and the prefill
+// PCP×DCP and a staged (host-mirrored) prefill layout with the cache on and on a plain layout
+// with it off (the default). Every output must equal the cold single-rank run, and the prefill
 // node's /metrics must show exactly the cache hits the shared prefixes imply (none with it off).
 #include <curl/curl.h>
 
@@ -150,14 +150,16 @@ TEST_P(PrefixCacheE2eTest, SharedPrefixesAreServedFromCacheWithColdRunTokens) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, PrefixCacheE2eTest,
-    ::testing::Values(Layout{"plain_tp2", {"--tp=2"}, 16},
-                      Layout{"dcp2_interleave1", {"--tp=4", "--dcp=2", "--interleave=1"}, 32},
-                      // Chunked too: the uncached suffix runs in several steps.
-                      Layout{"pcp2_chunked", {"--pcp=2", "--max_prefill_tokens=24"}, 16},
-                      Layout{"pcp2_dcp2", {"--pcp=2", "--dcp=2", "--interleave=4"}, 32},
-                      // Host mirrors, as on GPU instances: only newly computed blocks are staged.
-                      Layout{"staged_tp2", {"--tp=2", "--kv_staging=always"}, 16},
-                      Layout{"plain_tp2_cache_off", {"--tp=2", "--prefix_cache=false"}, 0}),
+    ::testing::Values(
+        Layout{"plain_tp2", {"--tp=2", "--prefix_cache=true"}, 16},
+        Layout{
+            "dcp2_interleave1", {"--tp=4", "--dcp=2", "--interleave=1", "--prefix_cache=true"}, 32},
+        // Chunked too: the uncached suffix runs in several steps.
+        Layout{"pcp2_chunked", {"--pcp=2", "--max_prefill_tokens=24", "--prefix_cache=true"}, 16},
+        Layout{"pcp2_dcp2", {"--pcp=2", "--dcp=2", "--interleave=4", "--prefix_cache=true"}, 32},
+        // Host mirrors, as on GPU instances: only newly computed blocks are staged.
+        Layout{"staged_tp2", {"--tp=2", "--kv_staging=always", "--prefix_cache=true"}, 16},
+        Layout{"plain_tp2_cache_off", {"--tp=2"}, 0}),
     [](const ::testing::TestParamInfo<Layout>& info) { return std::string(info.param.name); });
 
 }  // namespace
