@@ -1,11 +1,16 @@
-// Data-parallel loops on the calling thread's persistent OpenMP team.
+// Data-parallel loops on persistent per-thread workers.
 //
-// Tandem's CPU kernels and oneDNN share one thread runtime (OpenMP, which Debian's oneDNN is
-// built against), so the two never compete with two pools. Each rank thread of an instance
-// chooses how many threads its kernels may use (SetThreadsForThisThread); a rank of a tp=9
-// instance on 2 cores runs its loops inline.
+// Each thread that starts a loop owns its own workers (created on first use, one fewer than the
+// loop's threads; the calling thread runs the first share). Between loops a worker spins for
+// ~50 µs, then yields for a while, then parks on a futex, so the back-to-back loops of a decode
+// step hand off in a cache-line round trip instead of a futex wake each (libgomp's teams slept
+// between them: ~14,000 context switches per second of batch-1 decode and one core idle).
+// oneDNN keeps its own OpenMP team; SetThreadsForThisThread sets both. Each rank thread of an
+// instance chooses how many threads its loops may use; a rank of a tp=9 instance on 2 cores runs
+// its loops inline.
 //
-// Thread-safety: every function may be called from any thread; the setting is per thread.
+// Thread-safety: every function may be called from any thread; the setting and the workers are
+// per thread. A loop started from inside a loop body runs inline on the thread that started it.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +23,7 @@ namespace tandem {
 int HardwareThreads();
 
 // Sets how many threads loops started from the calling thread may use (clamped to >= 1).
-// Also applies to oneDNN primitives executed from this thread.
+// Also applies to oneDNN primitives executed from this thread (OpenMP's thread count).
 void SetThreadsForThisThread(int threads);
 int ThreadsForThisThread();
 
