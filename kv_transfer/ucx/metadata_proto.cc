@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "attention/parallel_layout.h"
-#include "common/status_macros.h"
 #include "common/fnv1a.h"
+#include "common/status_macros.h"
 #include "kv_transfer/ucx/transfer_checks.h"
 #include "proto/convert/kv_layout_proto.h"
 

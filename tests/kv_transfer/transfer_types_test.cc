@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "gtest/gtest.h"
 #include "common/fnv1a.h"
+#include "gtest/gtest.h"
 
 namespace tandem {
 namespace {
