@@ -13,11 +13,18 @@
 #include "bench/serve/openai_backend.h"
 #include "bench/serve/request_source.h"
 #include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "tests/bench/fake_servers.h"
 
 namespace tandem::bench::testing {
 namespace {
+
+// A plaintext channel to a fake router on 127.0.0.1 (tandem-bench builds its own from --tls_*).
+std::shared_ptr<grpc::Channel> Plaintext(const std::string& address) {
+  return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+}
 
 // Measured latencies may exceed the planned ones by scheduling on a busy 2-core machine, never
 // fall short of them (the fakes sleep at least the planned time).
@@ -85,7 +92,7 @@ void ExpectMatchesPlan(const BenchReport& r, const Expected& e, int64_t n) {
 
 TEST(FakeServerBenchTest, GrpcClosedLoopReportsThePlannedLatencies) {
   FakeRouter router;
-  GrpcBackend backend(router.address(), "", /*ignore_eos=*/true);
+  GrpcBackend backend(Plaintext(router.address()), "", /*ignore_eos=*/true);
   const RequestSource source = RandomSource(11);
   LoadOptions load;
   load.concurrency = 4;
@@ -109,7 +116,7 @@ TEST(FakeServerBenchTest, GrpcClosedLoopReportsThePlannedLatencies) {
 
 TEST(FakeServerBenchTest, GrpcOpenLoopSendsOnTheScheduleAndHonoursTheCap) {
   FakeRouter router;
-  GrpcBackend backend(router.address(), "", true);
+  GrpcBackend backend(Plaintext(router.address()), "", true);
   const RequestSource source = RandomSource(12);
   LoadOptions load;
   load.arrivals = *PoissonArrivals({RateStage{40, absl::InfiniteDuration()}}, 30, 5);
@@ -125,7 +132,7 @@ TEST(FakeServerBenchTest, GrpcOpenLoopSendsOnTheScheduleAndHonoursTheCap) {
   }
 
   FakeRouter capped_router;
-  GrpcBackend capped(capped_router.address(), "", true);
+  GrpcBackend capped(Plaintext(capped_router.address()), "", true);
   LoadOptions burst;
   burst.arrivals = *PoissonArrivals({RateStage{2000, absl::InfiniteDuration()}}, 12, 6);
   burst.max_requests = 12;
@@ -137,7 +144,7 @@ TEST(FakeServerBenchTest, GrpcOpenLoopSendsOnTheScheduleAndHonoursTheCap) {
 
 TEST(FakeServerBenchTest, TimeBoundStopsStartingRequestsAndLetsThemFinish) {
   FakeRouter router;
-  GrpcBackend backend(router.address(), "", true);
+  GrpcBackend backend(Plaintext(router.address()), "", true);
   const RequestSource source = RandomSource(13);
   LoadOptions load;
   load.concurrency = 2;
