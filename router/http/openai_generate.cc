@@ -31,6 +31,9 @@ class OpenAiSink : public GenerateSink {
         stop_(request.stop) {}
 
   void Send(v1::GenerateResponse response) override {
+    // Tokens that arrive after a stop string matched (before the cancel reaches the decode node)
+    // are neither sent nor counted: the usage counts what the client was given, up to the stop.
+    if (stop_.stopped()) return;
     if (response.has_token()) {
       ++tokens_;
       Emit(stop_.Push(response.token().text()));

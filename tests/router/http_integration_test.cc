@@ -198,19 +198,42 @@ TEST_F(RouterHttpTest, StopStringEndsTheResponseAndCancelsTheDecodeCall) {
   const std::string expected = text.substr(0, text.find(stop));
   {
     absl::MutexLock lock(&decode_script_->mu);
-    decode_script_->calls.push_back({.hang_after = 5});  // then silent until cancelled
+    // Tokens 4..7 follow the stop at once, racing the cancellation; then silent until cancelled.
+    decode_script_->calls.push_back({.hang_after = 8});
   }
-  const HttpReply reply =
-      Post(http_->port(), "/v1/completions",
-           Json{{"prompt", "hi"}, {"max_tokens", 50}, {"stop", stop}, {"stream", true}}.dump());
+  const HttpReply reply = Post(http_->port(), "/v1/completions",
+                               Json{{"prompt", "hi"},
+                                    {"max_tokens", 50},
+                                    {"stop", stop},
+                                    {"stream", true},
+                                    {"stream_options", {{"include_usage", true}}}}
+                                   .dump());
   ASSERT_EQ(reply.status, 200) << reply.body;
   bool done = false;
   const std::vector<Json> events = Events(reply.body, &done);
   EXPECT_TRUE(done);
   EXPECT_EQ(StreamedText(events), expected);
-  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "stop");
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[events.size() - 2]["choices"][0]["finish_reason"], "stop");
+  // The usage counts the tokens up to the one that completed the stop string (0..3), not those
+  // the decode node produced before the cancellation reached it.
+  EXPECT_EQ(events.back()["usage"]["completion_tokens"], 4) << reply.body;
   // Without the cancellation the hung decode call would last the 30 s idle timeout.
   EXPECT_TRUE(decode_->WaitForCancelled(1, kWait));
+
+  {
+    absl::MutexLock lock(&decode_script_->mu);
+    decode_script_->calls.push_back({.hang_after = 8});
+  }
+  const HttpReply whole =
+      Post(http_->port(), "/v1/completions",
+           Json{{"prompt", "hi"}, {"max_tokens", 50}, {"stop", stop}}.dump());
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const Json body = Json::parse(whole.body);
+  EXPECT_EQ(body["choices"][0]["text"], expected);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(body["usage"]["completion_tokens"], 4) << whole.body;
+  EXPECT_TRUE(decode_->WaitForCancelled(2, kWait));
 }
 
 TEST_F(RouterHttpTest, ClientLeavingWhileNoTokenComesCancelsTheRequest) {
