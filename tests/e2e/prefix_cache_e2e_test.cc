@@ -4,53 +4,21 @@
 // PCP×DCP and a staged (host-mirrored) prefill layout with the cache on and on a plain layout
 // with it off (the default). Every output must equal the cold single-rank run, and the prefill
 // node's /metrics must show exactly the cache hits the shared prefixes imply (none with it off).
-#include <curl/curl.h>
-
 #include <map>
 #include <memory>
-#include <regex>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/local_cluster.h"
+#include "tests/e2e/metrics_scrape.h"
 #include "tests/e2e/reference.h"
 
 namespace tandem::testing {
 namespace {
 
 constexpr int32_t kMaxTokens = 6;
-
-size_t AppendBody(char* data, size_t size, size_t n, void* out) {
-  static_cast<std::string*>(out)->append(data, size * n);
-  return size * n;
-}
-
-// The samples of a Prometheus text exposition, by series name (no labels on the ones read here).
-absl::StatusOr<std::map<std::string, double>> Scrape(const std::string& url) {
-  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
-  if (curl == nullptr) return absl::InternalError("curl_easy_init failed");
-  std::string body;
-  curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS, 30000L);
-  curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, AppendBody);
-  curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &body);
-  if (const CURLcode rc = curl_easy_perform(curl.get()); rc != CURLE_OK) {
-    return absl::UnavailableError(absl::StrCat("GET ", url, ": ", curl_easy_strerror(rc)));
-  }
-  std::map<std::string, double> out;
-  for (absl::string_view line : absl::StrSplit(body, '\n')) {
-    if (line.empty() || line[0] == '#') continue;
-    std::vector<absl::string_view> parts = absl::StrSplit(line, ' ');
-    double v = 0;
-    if (parts.size() == 2 && absl::SimpleAtod(parts[1], &v)) out[std::string(parts[0])] = v;
-  }
-  return out;
-}
 
 struct Layout {
   const char* name;
@@ -113,10 +81,8 @@ TEST_P(PrefixCacheE2eTest, SharedPrefixesAreServedFromCacheWithColdRunTokens) {
   spec.decode = {NodeSpec{{"--tp=1"}}};
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(spec);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  std::smatch m;
-  const std::string log = (*cluster)->Log("prefill", 0);
-  ASSERT_TRUE(std::regex_search(log, m, std::regex("metrics at (http://[^ \n]+/metrics)"))) << log;
-  const std::string metrics_url = m[1];
+  const absl::StatusOr<std::string> metrics_url = MetricsUrlInLog((*cluster)->Log("prefill", 0));
+  ASSERT_TRUE(metrics_url.ok()) << metrics_url.status();
 
   const auto prompts = Prompts();
   ASSERT_EQ(reference_->size(), prompts.size());
@@ -134,7 +100,7 @@ TEST_P(PrefixCacheE2eTest, SharedPrefixesAreServedFromCacheWithColdRunTokens) {
   if (layout.cache_block_tokens > 0) {
     ASSERT_GT(hits, 0);
   }
-  absl::StatusOr<std::map<std::string, double>> metrics = Scrape(metrics_url);
+  absl::StatusOr<std::map<std::string, double>> metrics = ScrapeMetrics(*metrics_url);
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_EQ((*metrics)["tandem_prefix_cache_hits_total"], hits);
   EXPECT_EQ((*metrics)["tandem_prefix_cache_queries_total"],
