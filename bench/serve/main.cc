@@ -59,6 +59,9 @@ ABSL_FLAG(std::string, prompt_len, "fixed:128",
 ABSL_FLAG(std::string, output_len, "fixed:128",
           "tokens to generate, same forms, or 'dataset' (each entry's output_len)");
 ABSL_FLAG(std::string, dataset, "", "JSONL of {\"prompt\":...} or {\"messages\":[...]} entries");
+ABSL_FLAG(int32_t, shared_prefix_len, 0,
+          "random prompts: this many token ids (drawn once from --seed) start every prompt, "
+          "before its own --prompt_len ids (a shared system prompt: prefix caching)");
 ABSL_FLAG(std::string, token_id_range, "100:10000",
           "random prompts: token ids drawn from [LO, HI) (must be valid for the model)");
 ABSL_FLAG(bool, ignore_eos, true, "generate exactly the requested output length");
@@ -108,6 +111,7 @@ absl::StatusOr<RequestSourceOptions> SourceOptions() {
       !absl::SimpleAtoi(range[1], &o.token_id_hi)) {
     return absl::InvalidArgumentError("--token_id_range must be LO:HI");
   }
+  o.shared_prefix_len = absl::GetFlag(FLAGS_shared_prefix_len);
   if (!absl::GetFlag(FLAGS_dataset).empty()) {
     absl::StatusOr<std::vector<BenchRequest>> data = LoadDataset(absl::GetFlag(FLAGS_dataset));
     if (!data.ok()) return data.status();
@@ -135,6 +139,7 @@ nlohmann::json Settings() {
           {"output_len", absl::GetFlag(FLAGS_output_len)},
           {"dataset", absl::GetFlag(FLAGS_dataset)},
           {"token_id_range", absl::GetFlag(FLAGS_token_id_range)},
+          {"shared_prefix_len", absl::GetFlag(FLAGS_shared_prefix_len)},
           {"ignore_eos", absl::GetFlag(FLAGS_ignore_eos)},
           {"seed", absl::GetFlag(FLAGS_seed)},
           {"request_timeout_s", absl::GetFlag(FLAGS_request_timeout_s)}};

@@ -1,5 +1,6 @@
 // Pure parts of tandem-bench: seeded length distributions, Poisson arrival schedules, request
 // generation, percentiles/TPOT/goodput and the SSE parser.
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -146,6 +147,39 @@ TEST(RequestSourceTest, DatasetEntriesWrapAndDatasetOutputLengthsNeedThem) {
   RequestSourceOptions empty_range;
   empty_range.token_id_lo = empty_range.token_id_hi = 4;
   EXPECT_EQ(RequestSource::Create(empty_range).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RequestSourceTest, SharedPrefixStartsEveryRandomPromptThenItsOwnIds) {
+  RequestSourceOptions o;
+  o.seed = 9;
+  o.prompt_len = *LengthDistribution::Parse("uniform:3:12");
+  o.token_id_lo = 100;
+  o.token_id_hi = 10000;
+  const RequestSource plain = *RequestSource::Create(o);
+  o.shared_prefix_len = 50;
+  const RequestSource shared = *RequestSource::Create(o);
+  const std::vector<int32_t> first = shared.Make(0).prompt_ids;
+  const std::vector<int32_t> prefix(first.begin(), first.begin() + 50);
+  for (int64_t i = 0; i < 20; ++i) {
+    const std::vector<int32_t> p = shared.Make(i).prompt_ids;
+    ASSERT_EQ(p.size(), 50 + plain.Make(i).prompt_ids.size()) << i;
+    EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), p.begin())) << i;
+    // The rest is what the same request is without a prefix: the prefix draws from its own stream.
+    EXPECT_TRUE(std::equal(p.begin() + 50, p.end(), plain.Make(i).prompt_ids.begin())) << i;
+    for (int32_t id : p) ASSERT_TRUE(id >= 100 && id < 10000) << id;
+  }
+  // The prefix is not some request's own ids.
+  EXPECT_FALSE(std::equal(prefix.begin(), prefix.begin() + 3, plain.Make(0).prompt_ids.begin()));
+  o.seed = 10;
+  EXPECT_NE(RequestSource::Create(o)->Make(0).prompt_ids[0], prefix[0]);
+
+  o.shared_prefix_len = -1;
+  EXPECT_EQ(RequestSource::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.shared_prefix_len = 5;
+  BenchRequest a;
+  a.text = "a";
+  o.dataset = {a};
+  EXPECT_EQ(RequestSource::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(LatencyReportTest, PercentilesInterpolateLikeNumpy) {
