@@ -23,7 +23,9 @@ constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
 }  // namespace
 
 DecodeNode::DecodeNode(DecodeNodeOptions options) : options_(std::move(options)) {}
-DecodeNode::~DecodeNode() = default;
+DecodeNode::~DecodeNode() {
+  colocated_.reset();  // its prefill callbacks add to engine_ and free into blocks_
+}
 
 absl::StatusOr<std::unique_ptr<DecodeNode>> DecodeNode::Create(DecodeNodeOptions options) {
   options.instance.role = InstanceRole::kDecode;
@@ -56,6 +58,10 @@ absl::StatusOr<std::unique_ptr<DecodeNode>> DecodeNode::Create(DecodeNodeOptions
   node->blocks_ = std::make_unique<BlockManager>(node->instance_->num_blocks());
   node->engine_ =
       std::make_unique<DecodeEngine>(node->instance_.get(), node->blocks_.get(), o.decode);
+  if (o.colocated_prefill) {
+    node->colocated_ = std::make_unique<ColocatedPrefill>(
+        node->instance_.get(), node->blocks_.get(), node->engine_.get(), o.colocated);
+  }
   node->started_ = absl::Now();
   return node;
 }
@@ -66,10 +72,33 @@ KvLayout DecodeNode::layout() const {
 
 int32_t DecodeNode::queued() const {
   absl::MutexLock lock(&mu_);
-  return engine_->queued() + waiting_;
+  const int32_t colocated =
+      colocated_ != nullptr ? colocated_->queued() + colocated_->running() : 0;
+  return engine_->queued() + waiting_ + colocated;
 }
 
-bool DecodeNode::Cancel(const std::string& request_id) { return engine_->Cancel(request_id); }
+bool DecodeNode::Cancel(const std::string& request_id) {
+  if (colocated_ != nullptr && colocated_->Cancel(request_id)) return true;
+  return engine_->Cancel(request_id);
+}
+
+absl::Status DecodeNode::StartColocated(ColocatedCall call, DecodeSink sink) {
+  if (colocated_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this decode instance does not prefill prompts itself (start tandem-decode with "
+        "--colocated_prefill=true, or send it a KV handle from a prefill node)");
+  }
+  TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(call.sampling));
+  if (call.next_step < 1) return absl::InvalidArgumentError("next_step must be >= 1");
+  if (call.resume_token.has_value()) {
+    TANDEM_RETURN_IF_ERROR(CheckTokenId(*call.resume_token, config_.vocab_size, "first token"));
+  }
+  TANDEM_RETURN_IF_ERROR(CheckContextFit(static_cast<int64_t>(call.prompt.size()),
+                                         call.max_new_tokens, "max_new_tokens",
+                                         config_.max_context));
+  return colocated_->Start(std::move(call),
+                           ColocatedSink{std::move(sink.on_token), std::move(sink.on_done)});
+}
 
 absl::StatusOr<std::shared_ptr<const TransferMetadata>> DecodeNode::Metadata(const KvHandle& kv) {
   const auto key = std::make_pair(kv.engine_id, kv.epoch);

@@ -10,6 +10,10 @@
 //   and fail with ABORTED (the router prefills again) → continuous-batched decode, tokens
 //   streamed through DecodeSink.
 //
+// With `colocated_prefill` the node also serves StartColocated: it prefills a prompt itself on
+// the same instance and pools and decodes it, no prefill node and no transfer
+// (decode_node/colocated_prefill.h).
+//
 // Start's errors: INVALID_ARGUMENT (bad call, malformed metadata), FAILED_PRECONDITION
 // (incompatible prefill), RESOURCE_EXHAUSTED (capacity: never enough, or not within
 // queue_timeout), ABORTED (the lease was lost; the prefill restarted), CANCELLED (the caller),
@@ -31,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "decode_node/colocated_prefill.h"
 #include "decode_node/lease_keeper.h"
 #include "decode_node/prefill_client.h"
 #include "engine/block_manager.h"
@@ -53,6 +58,8 @@ struct DecodeNodeOptions {
   int32_t max_in_flight = 1024;  // gets outstanding per rank (64 starves small-row TCP pulls)
   KvPullerFactory pullers;       // required: the transport
   std::shared_ptr<PrefillClient> prefill;  // required: how prefill instances are reached
+  bool colocated_prefill = false;          // also prefill prompts here (StartColocated)
+  PrefillOptions colocated;                // the colocated prefill engine's options
 };
 
 // Where a Decode call's events go. Called from the engine thread; must not block for long.
@@ -89,6 +96,12 @@ class DecodeNode {
   // for capacity and pulling.
   absl::StatusOr<TransferStats> Start(const DecodeCall& call, DecodeSink sink,
                                       const std::function<bool()>& cancelled);
+  // Colocated prefill: prefills call.prompt here, then decodes; the first token goes through
+  // sink.on_token too. On OK `sink.on_done` will be called exactly once; on error nothing will
+  // be called. FAILED_PRECONDITION when the node was built without colocated_prefill;
+  // INVALID_ARGUMENT for a request that can never run.
+  absl::Status StartColocated(ColocatedCall call, DecodeSink sink);
+  bool colocated_prefill() const { return colocated_ != nullptr; }
   bool Cancel(const std::string& request_id);
 
   const std::string& model_name() const { return model_name_; }
@@ -137,7 +150,8 @@ class DecodeNode {
   mutable absl::Mutex mu_;
   std::map<std::pair<std::string, uint64_t>, std::shared_ptr<const TransferMetadata>> metadata_
       ABSL_GUARDED_BY(mu_);
-  int32_t waiting_ ABSL_GUARDED_BY(mu_) = 0;  // calls waiting for capacity or pulling
+  int32_t waiting_ ABSL_GUARDED_BY(mu_) = 0;     // calls waiting for capacity or pulling
+  std::unique_ptr<ColocatedPrefill> colocated_;  // with colocated_prefill; destroyed first
 };
 
 }  // namespace tandem

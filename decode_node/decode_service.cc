@@ -71,7 +71,8 @@ grpc::Status DecodeServiceImpl::Decode(grpc::ServerContext* ctx, const v1::Decod
   DecodeRecord record;
   const grpc::Status status = RunDecode(ctx, req, writer, &record);
   const std::string& peer = req->kv().prefill_address();
-  if (metrics_ != nullptr && record.start_called) {
+  const bool colocated = req->prompt_ids_size() > 0;
+  if (metrics_ != nullptr && record.start_called && !colocated) {
     if (record.transfer.has_value()) {
       metrics_->RecordTransfer(peer, static_cast<double>(record.transfer->bytes),
                                static_cast<double>(record.transfer->micros) * 1e-6,
@@ -90,7 +91,8 @@ grpc::Status DecodeServiceImpl::Decode(grpc::ServerContext* ctx, const v1::Decod
   }
   line.Add("peer", peer).Add("outcome", StatusCodeName(status));
   if (status.ok()) line.Add("finish_reason", std::string(FinishReasonName(record.reason)));
-  line.Add("prompt_tokens", req->kv().num_tokens())
+  if (colocated) line.Add("colocated_prefill", "true");
+  line.Add("prompt_tokens", colocated ? int64_t{req->prompt_ids_size()} : req->kv().num_tokens())
       .Add("generated_tokens", record.generated)
       .AddMillis("queue_ms", record.setup - transfer)
       .AddMillis("transfer_ms", transfer)
@@ -113,12 +115,22 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
     return pass.status().code() == absl::StatusCode::kUnavailable ? Draining()
                                                                   : ToGrpcStatus(pass.status());
   }
+  const bool colocated = req->prompt_ids_size() > 0;
+  if (colocated && req->has_kv()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "a Decode call carries either prompt_ids (colocated prefill) or kv");
+  }
+  if (!colocated && req->resume()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "resume needs prompt_ids");
+  }
   DecodeCall call;
   call.request_id = req->request_id();
   call.first_token = req->first_token();
-  absl::StatusOr<KvHandle> kv = KvHandleFromProto(req->kv());
-  if (!kv.ok()) return ToGrpcStatus(kv.status());
-  call.kv = *std::move(kv);
+  if (!colocated) {
+    absl::StatusOr<KvHandle> kv = KvHandleFromProto(req->kv());
+    if (!kv.ok()) return ToGrpcStatus(kv.status());
+    call.kv = *std::move(kv);
+  }
   call.sampling = FromProto(req->sampling());
   call.max_new_tokens = req->max_new_tokens();
   call.stop_ids.assign(req->stop_ids().begin(), req->stop_ids().end());
@@ -138,8 +150,21 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
     q->generated = generated;
   };
   record->start_called = true;
-  absl::StatusOr<TransferStats> started =
-      node->Start(call, std::move(sink), [ctx] { return ctx->IsCancelled(); });
+  absl::StatusOr<TransferStats> started;
+  if (colocated) {
+    ColocatedCall cc;
+    cc.request_id = call.request_id;
+    cc.prompt.assign(req->prompt_ids().begin(), req->prompt_ids().end());
+    cc.sampling = call.sampling;
+    cc.max_new_tokens = call.max_new_tokens;
+    cc.stop_ids = call.stop_ids;
+    cc.next_step = call.next_step;
+    if (req->resume()) cc.resume_token = call.first_token;
+    const absl::Status s = node->StartColocated(std::move(cc), std::move(sink));
+    started = s.ok() ? absl::StatusOr<TransferStats>(TransferStats{}) : s;
+  } else {
+    started = node->Start(call, std::move(sink), [ctx] { return ctx->IsCancelled(); });
+  }
   record->setup = absl::Now() - record->start;
   if (!started.ok()) return ToGrpcStatus(started.status());
   record->transfer = *started;

@@ -20,6 +20,11 @@ ABSL_FLAG(int32_t, max_batch, 64, "requests decoded together per step (more wait
 ABSL_FLAG(int32_t, queue_timeout_ms, 30000, "how long a request may wait for KV capacity");
 ABSL_FLAG(int32_t, rpc_timeout_ms, 10000, "deadline of calls to prefill instances");
 ABSL_FLAG(int32_t, stall_timeout_ms, 10000, "KV pull without progress for this long fails");
+ABSL_FLAG(bool, colocated_prefill, false,
+          "also prefill prompts on this instance (Decode calls with prompt_ids; the router's "
+          "--colocated=true): one instance serves prefill and decode, no KV transfer");
+ABSL_FLAG(int32_t, max_prefill_tokens, 2048,
+          "colocated prefill: prompt tokens per forward step (chunked prefill)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Tandem decode instance. See docs/configuration.md.");
@@ -64,6 +69,9 @@ int main(int argc, char** argv) {
     o.stall_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_stall_timeout_ms));
     o.pullers = tandem::UcxPullerFactory(tandem::UcxOptionsFromFlags());
     o.prefill = std::make_shared<tandem::GrpcPrefillClient>(tandem::GrpcChannelCredentials(*tls));
+    o.colocated_prefill = absl::GetFlag(FLAGS_colocated_prefill);
+    o.colocated.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
+    o.colocated.queue_timeout = o.queue_timeout;
     std::fprintf(stderr, "tandem-decode: loading %s (%s) on %s\n", o.model_path.c_str(),
                  o.instance.parallel.ToString().c_str(), advertise.c_str());
     absl::StatusOr<std::unique_ptr<tandem::DecodeNode>> created = tandem::DecodeNode::Create(o);
@@ -80,7 +88,8 @@ int main(int argc, char** argv) {
     }
     service.SetNode(node.get());
     return absl::StrCat("serving ", node->model_name(), " on ", advertise, " (",
-                        node->total_blocks(), " blocks per rank)");
+                        node->total_blocks(), " blocks per rank",
+                        node->colocated_prefill() ? ", colocated prefill" : "", ")");
   };
   process.start_drain = [&] { service.drain_gate().StartDrain(); };
   // Decode streams in flight run to their end (the KV they pull is released as usual).

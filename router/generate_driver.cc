@@ -57,6 +57,12 @@ class Driver {
  private:
   void Prefill(RequestState& state);
   void Decode(RequestState& state);
+  // Colocated serving (RouterOptions::colocated): one Decode call with the prompt does the
+  // prefill and the decode on one node. Its first event is the prefill's token (on a resume the
+  // known g[k-1]); a failure before it counts as a prefill failure, after it as a decode failure
+  // (the request resumes with another colocated call). Leaves the phase at kPrefill (retry or
+  // resume), kDone or kFailed.
+  void Colocated(RequestState& state);
   // Handles one decode event; false when the call is over for this request.
   bool OnDecodeEvent(RequestState& state, const v1::DecodeEvent& event);
   void ReleaseKv();
@@ -337,6 +343,109 @@ void Driver::Decode(RequestState& state) {
   }
 }
 
+void Driver::Colocated(RequestState& state) {
+  if (state.phase() != RequestPhase::kPrefill) {
+    state.Fail(absl::InternalError("colocated call outside the prefill phase"));
+    return;
+  }
+  absl::StatusOr<NodeLease> node = PickNode(v1::INSTANCE_ROLE_DECODE, failed_decode_);
+  if (!node.ok()) {
+    state.Fail(node.status());
+    return;
+  }
+  const PrefillPlan plan = state.NextPrefill();
+  if (deps_.metrics != nullptr) {
+    deps_.metrics->prefill_prompt_tokens->Increment(static_cast<double>(plan.prompt_ids.size()));
+  }
+  v1::DecodeRequest request;
+  request.set_request_id(NodeRequestId());
+  request.mutable_prompt_ids()->Add(plan.prompt_ids.begin(), plan.prompt_ids.end());
+  if (plan.resume) {
+    request.set_resume(true);
+    request.set_first_token(state.streamed().back());
+  }
+  *request.mutable_sampling() = ToProto(prepared_.sampling);
+  request.set_max_new_tokens(plan.max_new_tokens);
+  request.mutable_stop_ids()->Add(prepared_.stop_ids.begin(), prepared_.stop_ids.end());
+  request.set_next_step(plan.sample_step + 1);
+  ++node_calls_;
+
+  const absl::Duration idle = deps_.options.decode_idle_timeout;
+  const absl::Time deadline = std::min(
+      client_deadline_, absl::Now() + deps_.options.rpc_timeout + idle * (plan.max_new_tokens + 1));
+  const absl::Time called = absl::Now();
+  absl::Time first_event = absl::InfinitePast();
+  absl::Cleanup timed = [&] {
+    const absl::Time now = absl::Now();
+    if (first_event == absl::InfinitePast()) {
+      prefill_time_ += now - called;
+    } else {
+      prefill_time_ += first_event - called;
+      decode_time_ += now - first_event;
+    }
+  };
+  DecodeStream stream(node->channel(), std::move(request), deadline, request_id_);
+  CallCanceller::Registration registration(canceller_, stream.context());
+  absl::Status failure;
+  while (true) {
+    DecodeStream::ReadResult next = stream.Read(idle);
+    if (next.kind == DecodeStream::ReadResult::Kind::kEvent) {
+      if (first_event == absl::InfinitePast()) {
+        first_event = absl::Now();
+        if (!next.event.has_token()) {
+          failure = absl::InternalError("colocated decode node sent no first token");
+          break;
+        }
+        const int32_t index = static_cast<int32_t>(state.streamed().size());
+        if (const std::optional<int32_t> token = state.OnPrefillOk(next.event.token())) {
+          SendToken(*token, index);
+        }
+        state.OnKvReleased();  // the KV never left the node
+        if (state.phase() == RequestPhase::kDecode) continue;
+        // Done at the first token (a stop id, or max_tokens 1): the node ends the stream with
+        // its finish event; collect it and the status so it sees a clean end.
+        for (int i = 0; i < 2 && stream.Read(idle).kind == DecodeStream::ReadResult::Kind::kEvent;
+             ++i) {
+        }
+        return;
+      }
+      if (OnDecodeEvent(state, next.event)) continue;
+      if (next.event.has_finish()) stream.Read(idle);
+      return;
+    }
+    if (next.kind == DecodeStream::ReadResult::Kind::kIdle) {
+      failure = absl::DeadlineExceededError(absl::StrCat(
+          "no decode event for ", absl::ToInt64Milliseconds(idle), " ms (decode idle timeout)"));
+    } else if (next.status.ok()) {
+      failure = absl::UnknownError("decode stream ended without a finish event");
+    } else {
+      failure = FromGrpcStatus(next.status);
+    }
+    break;
+  }
+  if (canceller_->cancelled()) {
+    state.Fail(absl::CancelledError("request cancelled by the client"));
+    return;
+  }
+  failure = NodeSideCancelAsUnavailable(failure);
+  if (state.phase() == RequestPhase::kPrefill) {
+    const bool retryable = IsRetryablePrefillError(failure.code());
+    if (retryable) failed_decode_.insert(node->address());
+    state.OnPrefillFailed(NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable));
+    if (retryable && state.phase() != RequestPhase::kFailed && deps_.metrics != nullptr) {
+      deps_.metrics->prefill_retries->Increment();
+    }
+    return;
+  }
+  const bool retryable = IsRetryableDecodeError(failure.code());
+  if (retryable) failed_decode_.insert(node->address());
+  state.OnDecodeFailed(NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable));
+  if (retryable && state.phase() != RequestPhase::kFailed) {
+    ++resumes_;
+    if (deps_.metrics != nullptr) deps_.metrics->decode_resumes->Increment();
+  }
+}
+
 void Driver::ReleaseKv() {
   v1::ReleaseKvRequest request;
   request.set_request_id(kv_->handle.request_id());
@@ -421,7 +530,9 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
       state.OnKvReleased();
     }
     const int failures = state.retries();
-    if (state.phase() == RequestPhase::kPrefill) {
+    if (deps_.options.colocated) {
+      Colocated(state);
+    } else if (state.phase() == RequestPhase::kPrefill) {
       Prefill(state);
     } else {
       Decode(state);

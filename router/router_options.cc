@@ -30,6 +30,11 @@ absl::Status ValidateRouterOptions(const RouterOptions& o) {
         "decode_policy kv_aware: decode nodes keep no prefix cache (use round_robin or "
         "least_loaded)");
   }
+  if (o.colocated && !o.prefill_nodes.empty()) {
+    return absl::InvalidArgumentError(
+        "colocated: decode nodes prefill prompts themselves, so no prefill nodes may be listed "
+        "(drop --prefill)");
+  }
   if (o.max_attempts < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_attempts must be >= 1 (got ", o.max_attempts, ")"));

@@ -26,11 +26,15 @@ struct RouterOptions {
   absl::Duration decode_idle_timeout = absl::Seconds(30);  // max gap between decode events
   int max_attempts = 3;  // retryable node failures a request may take (the last is returned)
   RetryPolicy retry;     // backoff between attempts, wait for a healthy node (retry_policy.h)
+  // Colocated serving: every request is one Decode call with the prompt to a decode node started
+  // with --colocated_prefill=true, which prefills and decodes it on one instance (no prefill
+  // nodes, no KV transfer). prefill_nodes must then be empty.
+  bool colocated = false;
 };
 
 // INVALID_ARGUMENT naming the field: empty listen address, non-positive durations,
 // max_attempts < 1, an empty entry in a node list, kv_aware for decode (decode nodes keep no
-// prefix cache).
+// prefix cache), prefill nodes with colocated.
 [[nodiscard]] absl::Status ValidateRouterOptions(const RouterOptions& options);
 
 // "a:1,b:2" -> {"a:1", "b:2"}; surrounding spaces trimmed; "" -> {}. INVALID_ARGUMENT for an

@@ -34,7 +34,7 @@ std::string Tail(const std::string& text, int lines) {
   for (int i = 0; i <= lines && pos != std::string::npos && pos > 0; ++i) {
     pos = text.rfind('\n', pos - 1);
   }
-  return pos == std::string::npos ? text : text.substr(pos + 1);
+  return pos == std::string::npos || text.empty() ? text : text.substr(pos + 1);
 }
 
 // How often readiness is re-checked while waiting for a process (bounded by the deadline).

@@ -158,5 +158,18 @@ TEST(RouterOptionsTest, KvAwareIsThePrefillDefaultAndRejectedForDecode) {
             "least_loaded)");
 }
 
+TEST(RouterOptionsTest, ColocatedRefusesPrefillNodes) {
+  RouterOptions options;
+  options.colocated = true;
+  options.decode_nodes = {"d:1"};
+  EXPECT_TRUE(ValidateRouterOptions(options).ok());
+  options.prefill_nodes = {"p:1"};
+  const absl::Status s = ValidateRouterOptions(options);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "colocated: decode nodes prefill prompts themselves, so no prefill nodes may be listed "
+            "(drop --prefill)");
+}
+
 }  // namespace
 }  // namespace tandem
