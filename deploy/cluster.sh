@@ -185,7 +185,12 @@ parse_config() {
     done
   fi
   [ "$n_router" -eq 1 ] || config_error "$cfg_file: needs exactly one router line (has $n_router)"
-  [ "$n_prefill" -ge 1 ] || config_error "$cfg_file: needs at least one prefill line"
+  # Colocated serving (router colocated=true): decode nodes prefill themselves, no prefill lines.
+  if [[ $router_flags == *"--colocated=true"* ]]; then
+    [ "$n_prefill" -eq 0 ] || config_error "$cfg_file: router colocated=true takes no prefill lines (decode nodes with colocated_prefill=true prefill themselves)"
+  else
+    [ "$n_prefill" -ge 1 ] || config_error "$cfg_file: needs at least one prefill line"
+  fi
   [ "$n_decode" -ge 1 ] || config_error "$cfg_file: needs at least one decode line"
   if [ -n "${TANDEM_BUILD_DIR:-}" ]; then cfg_build_dir=$TANDEM_BUILD_DIR; fi
   [[ $cfg_build_dir == /* ]] || cfg_build_dir="$REPO/$cfg_build_dir"

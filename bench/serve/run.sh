@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Reproduces the "End to end" record of docs/PERFORMANCE.md with tandem-bench on this machine:
-#   (1) Tandem disaggregated (1 prefill + 1 decode instance, 1 thread each) against one combined
-#       (colocated) server with the same 2 threads, at several Poisson request rates: TTFT/TPOT
-#       p50/p99 and goodput. Tandem has no combined serving mode (CombinedEngine is in-process
-#       only: tandem-generate and the tests), so the combined server is llama.cpp's llama-server.
+#   (1) Tandem disaggregated (1 prefill + 1 decode instance, 1 thread each) against Tandem
+#       colocated (one instance that prefills and decodes, tandem-decode --colocated_prefill=true
+#       behind tandem-router --colocated=true, 2 threads: the same total) at the same Poisson
+#       request rates: TTFT/TPOT p50/p99 and goodput. Same engine, same model file, so the
+#       difference is the serving architecture. llama.cpp's llama-server (2 threads) runs the same
+#       rates as an extra row (PART1_LLAMA=0 leaves it out).
 #   (2) Tandem vs llama-server, same model file, same load: concurrency 1, 4, 16; 256-token
 #       prompts, 128-token outputs (ignore_eos): output tok/s and TTFT/TPOT percentiles.
 #       (1) and (2) reach both systems through their OpenAI-compatible HTTP APIs with the same
@@ -18,7 +20,11 @@
 #   TANDEM_BUILD_DIR (default build), BENCH_SCALE (default 1: multiplies request counts and
 #   stage durations; 0.5 halves the run), LLAMA_PORT (default 18181), PARTS (default "1 2 3": which
 #   of the three records to run), CONCURRENCY (default "1 4 16": the concurrencies of (2)),
-#   LLAMA_THREADS (default 2: llama-server's -t/-tb; the record's "same total threads" is 2).
+#   LLAMA_THREADS (default 2: llama-server's -t/-tb; the record's "same total threads" is 2),
+#   RATES (default "0.25 0.5 1": the Poisson rates of (1), req/s), PART1_LLAMA (default 1: the
+#   llama-server rows of (1)).
+# Smoke test of the script (minutes, figures meaningless):
+#   PARTS=1 PART1_LLAMA=0 RATES="1" BENCH_SCALE=0.25 nice -n 10 bash bench/serve/run.sh /tmp/smoke
 # llama-server comes from bench/peer/build_llamacpp.sh (built once into ~/.cache/tandem/llamacpp).
 # Output: OUT_DIR (default /tmp/tandem-bench-record) holds one JSON per run, logs, summary.md.
 set -euo pipefail
@@ -32,7 +38,11 @@ llama_port=${LLAMA_PORT:-18181}
 parts=" ${PARTS:-1 2 3} "
 read -r -a conc <<< "${CONCURRENCY:-1 4 16}"
 llama_threads=${LLAMA_THREADS:-2}
+read -r -a rates <<< "${RATES:-0.25 0.5 1}"
+part1_llama=${PART1_LLAMA:-1}
 want() { [[ $parts == *" $1 "* ]]; }
+# llama-server is needed by (2), and by (1) unless PART1_LLAMA=0.
+need_llama() { want 2 || { want 1 && [ "$part1_llama" = 1 ]; }; }
 out=$(realpath -m "${1:-/tmp/tandem-bench-record}")
 bench="$build/bench/serve/tandem-bench"
 
@@ -45,8 +55,10 @@ for b in "$bench" "$build/router/tandem-router" "$build/prefill_node/tandem-pref
          "$build/decode_node/tandem-decode"; do
   [ -x "$b" ] || die "$b is missing: build it (tbuild tandem-bench tandem-router tandem-prefill tandem-decode)"
 done
-llama_bin=$("$REPO/bench/peer/build_llamacpp.sh") || die "bench/peer/build_llamacpp.sh failed"
-[ -x "$llama_bin/llama-server" ] || die "no llama-server in $llama_bin"
+if need_llama; then
+  llama_bin=$("$REPO/bench/peer/build_llamacpp.sh") || die "bench/peer/build_llamacpp.sh failed"
+  [ -x "$llama_bin/llama-server" ] || die "no llama-server in $llama_bin"
+fi
 mkdir -p "$out"
 rm -f "$out"/*.json "$out"/*.txt "$out"/summary.md
 
@@ -62,10 +74,22 @@ router   listen=127.0.0.1:0
 prefill  tp=1 threads_per_rank=1 kv_budget_mb=384 ucx_tls=sm,self
 decode   tp=1 threads_per_rank=1 kv_budget_mb=384 ucx_tls=sm,self max_batch=64
 CONF
+# ---- Tandem colocated: one instance, prefill and decode, 2 threads (the same total) -----------
+coloc_conf="$out/colocated.conf"
+cat > "$coloc_conf" <<CONF
+# tandem-bench record: one colocated instance (prefill + decode on the same pools), 2 threads.
+model=$model
+build_dir=$build
+name=bench-colocated
+startup_timeout_s=300
+router   listen=127.0.0.1:0 colocated=true
+decode   tp=1 threads_per_rank=2 kv_budget_mb=768 max_batch=64 colocated_prefill=true
+CONF
 export TANDEM_RUN_DIR="$out/cluster"
 llama_pid=""
 cleanup() {
   "$REPO/deploy/cluster.sh" down "$conf" >/dev/null 2>&1 || true
+  TANDEM_RUN_DIR="$out/cluster-colocated" "$REPO/deploy/cluster.sh" down "$coloc_conf" >/dev/null 2>&1 || true
   if [ -n "$llama_pid" ]; then kill "$llama_pid" 2>/dev/null || true; wait "$llama_pid" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
@@ -117,7 +141,6 @@ run() {
 # SLOs for goodput, sized for a 135M model on 2 CPU cores: first token within 2 s, then at least
 # 10 tokens/s per request.
 slo=(--slo_ttft_ms=2000 --slo_tpot_ms=100)
-rates=(0.25 0.5 1)
 rate_load=(--prompt_len=fixed:256 --output_len=fixed:64 --warmup_requests=2 "${slo[@]}")
 # --duration_s bounds a closed-loop run on a machine slower than expected (sent is then lower).
 cmp_load=(--prompt_len=fixed:256 --output_len=fixed:128 --warmup_requests=2 "${slo[@]}"
@@ -165,16 +188,31 @@ if want 1; then  # (1) Poisson rates, disaggregated.
 fi
 stop_tandem
 
-if want 1 || want 2; then
+if want 1; then  # (1) the same Poisson rates, colocated.
+  export TANDEM_RUN_DIR="$out/cluster-colocated"
+  log "starting Tandem colocated (one instance, 2 threads)"
+  coloc_router=$("$REPO/deploy/cluster.sh" up "$coloc_conf" | tail -n 1)
+  log "colocated router $coloc_router"
+  colocated=(--backend=openai --base_url="http://127.0.0.1:$(cat "$TANDEM_RUN_DIR/router.http_port")"
+             --endpoint=/v1/completions)
+  for r in "${rates[@]}"; do
+    run "colocated_rate$r" "${colocated[@]}" "${rate_load[@]}" --request_rate="$r" \
+      --duration_s="$(n 16)" --num_requests=0
+  done
+  "$REPO/deploy/cluster.sh" down "$coloc_conf" >/dev/null
+  export TANDEM_RUN_DIR="$out/cluster"
+fi
+
+if need_llama; then
   start_llama
   if want 2; then
     for c in "${conc[@]}"; do
       run "llamacpp_c$c" "${llama[@]}" "${cmp_load[@]}" --concurrency="$c" --num_requests="$(requests_at "$c")"
     done
   fi
-  if want 1; then
+  if want 1 && [ "$part1_llama" = 1 ]; then
     for r in "${rates[@]}"; do
-      run "combined_rate$r" "${llama[@]}" "${rate_load[@]}" --request_rate="$r" \
+      run "llamacpp_rate$r" "${llama[@]}" "${rate_load[@]}" --request_rate="$r" \
         --duration_s="$(n 16)" --num_requests=0
     done
   fi
@@ -203,16 +241,29 @@ def row(label, name):
         f"({100 * r['good_fraction']:.0f}%) |")
 head = ("| run | ok/sent | req/s | out tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | "
         "TPOT p99 ms | goodput req/s (met) |\n|---|---|---|---|---|---|---|---|---|")
-lines += ["### (1) Disaggregated (Tandem, HTTP) vs combined (llama-server), Poisson arrivals", head]
+lines += ["### (1) Tandem disaggregated (1P+1D, 1 thread each) vs Tandem colocated (1 instance, "
+          "2 threads), Poisson arrivals, HTTP (llama-server, 2 threads, as an extra row)", head]
+results = []
 for r in rates:
     row(f"Tandem 1P+1D, {r} req/s", f"disagg_rate{r}")
-    row(f"llama-server, {r} req/s", f"combined_rate{r}")
-lines += ["", "### (2) Tandem vs llama-server, 256-token prompts, 128-token outputs (HTTP)", head]
+    row(f"Tandem colocated, {r} req/s", f"colocated_rate{r}")
+    row(f"llama-server, {r} req/s", f"llamacpp_rate{r}")
+    d, c = rep(f"disagg_rate{r}"), rep(f"colocated_rate{r}")
+    if d and c:
+        results.append(f"RESULT disagg_minus_colocated_goodput_rps_rate{r}="
+                       f"{d['goodput_rps'] - c['goodput_rps']:.4g}")
+        if c["ttft"]["p99_ms"] > 0:
+            results.append(f"RESULT disagg_vs_colocated_ttft_p99_rate{r}="
+                           f"{d['ttft']['p99_ms'] / c['ttft']['p99_ms']:.4g}")
+        if c["tpot"]["p99_ms"] > 0:
+            results.append(f"RESULT disagg_vs_colocated_tpot_p99_rate{r}="
+                           f"{d['tpot']['p99_ms'] / c['tpot']['p99_ms']:.4g}")
+if any(rep(f"{k}_c{c}") for k in ("tandem", "llamacpp") for c in concs):
+    lines += ["", "### (2) Tandem vs llama-server, 256-token prompts, 128-token outputs (HTTP)", head]
 for c in concs:
     row(f"Tandem c={c}", f"tandem_c{c}")
     row(f"llama-server c={c}", f"llamacpp_c{c}")
 row(f"Tandem c={concs[-1]} over gRPC", f"tandem_grpc_c{concs[-1]}")
-results = []
 top = concs[-1]
 if rep(f"llamacpp_c{top}") and rep(f"tandem_c{top}"):
     llama = rep(f"llamacpp_c{top}")["output_tokens_per_s"]

@@ -64,6 +64,9 @@ expect_config_error router_static_list "$head"$'\nrouter prefill=a:1\nprefill\nd
 expect_config_error two_routers "$head"$'\nrouter\nrouter\nprefill\ndecode' \
   "needs exactly one router line (has 2)"
 expect_config_error no_decode "$head"$'\nrouter\nprefill' "needs at least one decode line"
+expect_config_error no_prefill "$head"$'\nrouter\ndecode' "needs at least one prefill line"
+expect_config_error colocated_with_prefill "$head"$'\nrouter colocated=true\nprefill\ndecode' \
+  "router colocated=true takes no prefill lines"
 expect_config_error shared_port "$head"$'\nrouter\nprefill count=2 listen=127.0.0.1:6000\ndecode' \
   "count=2 instances cannot share listen=127.0.0.1:6000"
 expect_config_error bad_count "$head"$'\nrouter\nprefill count=0\ndecode' \
