@@ -1,5 +1,6 @@
 #include "router/router_metrics.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace tandem {
@@ -57,6 +58,13 @@ absl::StatusOr<RouterMetrics> RouterMetrics::Register(MetricsRegistry& r) {
       r.AddCounter("tandem_router_prefill_expected_cached_tokens_total",
                    "Of the prompt tokens sent to prefill nodes, the leading tokens the chosen "
                    "node's prefix-cache digest said it held when the router picked it."));
+  TANDEM_ASSIGN_OR_RETURN(
+      m.http_requests,
+      r.AddCounterFamily<2>("tandem_http_requests_total",
+                            "HTTP API responses, by endpoint (the route's path, or other) and HTTP "
+                            "status code; refusals before a request runs (401, 404, 405, 413) "
+                            "included.",
+                            {"endpoint", "status"}));
   // Present at 0 from the start, so rate() over them works before the first request ends.
   m.request_success->WithLabels({"stop"});
   m.request_success->WithLabels({"length"});
@@ -65,6 +73,13 @@ absl::StatusOr<RouterMetrics> RouterMetrics::Register(MetricsRegistry& r) {
 
 void RouterMetrics::RecordFailure(const std::string& code) const {
   request_failure->WithLabels({code}).Increment();
+}
+
+void RouterMetrics::RecordHttpResponse(const std::string& route, int status) const {
+  http_requests
+      ->WithLabels({route.empty() ? "other" : route,
+                    status >= 100 && status <= 599 ? absl::StrCat(status) : "other"})
+      .Increment();
 }
 
 }  // namespace tandem

@@ -40,6 +40,8 @@ grpc::Status Unauthenticated(const char* what) {
 grpc::ServerWriteReactor<v1::GenerateResponse>* RouterService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   if (deps_->api_keys != nullptr && !HasValidKey(*context, *deps_->api_keys)) {
+    // Counted like every request that ends with an error (the HTTP API's 401 too).
+    if (deps_->metrics != nullptr) deps_->metrics->RecordFailure("UNAUTHENTICATED");
     return new RefusedStream(
         Unauthenticated("missing or invalid API key: send metadata 'authorization: Bearer <key>'"));
   }

@@ -379,6 +379,14 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
     svr.Get(pattern, handler_for(get));
     svr.Post(pattern, handler_for(post));
   }
+  if (options.on_response) {
+    // cpp-httplib's logger runs after every response is written, whatever answered it.
+    svr.set_logger([paths, observe = options.on_response](const httplib::Request& req,
+                                                          const httplib::Response& res) {
+      const bool routed = std::find(paths.begin(), paths.end(), req.path) != paths.end();
+      observe(routed ? req.path : std::string(), res.status);
+    });
+  }
   // cpp-httplib 0.11 listens with a backlog of 5 and has no setting for it (a burst of
   // connections then stalls: docs/PERFORMANCE.md). The socket-options hook sees the listening
   // socket before bind, and Linux lets listen() raise the backlog of a listening socket.

@@ -87,6 +87,11 @@ struct HttpServerOptions {
   // The 413 response's body and content type, given the limit (default: plain text naming it).
   std::function<std::string(size_t max_body_bytes)> body_too_large;
   std::string body_too_large_content_type = "text/plain";
+  // Called once per answered request, after its response was written (a stream once it ended),
+  // on the connection's thread: the route's path, or "" when the path has no route (404), and
+  // the HTTP status sent — every status, the server's own (404, 405, 413, 500) included. Keep it
+  // short and thread-safe (metrics). Empty: nothing is called.
+  std::function<void(const std::string& route, int status)> on_response;
   // HTTPS with these PEM files (both or neither; checked first with serving/tls_credentials.h).
   std::string tls_cert_file;
   std::string tls_key_file;

@@ -182,7 +182,12 @@ void ServeCompletion(const RouterDeps& deps, OpenAiEndpoint endpoint, ActiveRequ
                      HttpExchange& exchange) {
   const std::string request_id = HttpRequestId(deps, exchange);
   const HttpExchange::Headers headers = {{"x-request-id", request_id}};
+  // Refused before RunGenerate (which counts what it runs): counted here, but a 413 is counted
+  // by RouterHttp with every 413 (most come from the server, before this handler runs).
   auto fail = [&](const absl::Status& status, int http_status) {
+    if (deps.metrics != nullptr && http_status != 413) {
+      deps.metrics->RecordFailure(absl::StatusCodeToString(status.code()));
+    }
     exchange.Respond(http_status, kJson, ErrorBody(status), headers);
   };
   absl::StatusOr<std::string> body = exchange.ReadBody(kMaxBodyBytes);

@@ -20,13 +20,23 @@ std::string OpenAiError(const std::string& message, const char* type, nlohmann::
       .dump();
 }
 
+constexpr char kChatCompletions[] = "/v1/chat/completions";
+constexpr char kCompletions[] = "/v1/completions";
+
+bool IsCompletionRoute(const std::string& path) {
+  return path == kChatCompletions || path == kCompletions;
+}
+
 // `route` behind the API keys (none configured: unchanged). The key itself is never logged or
-// echoed.
-HttpHandler WithApiKey(const ApiKeys* keys, HttpHandler route) {
+// echoed. A refused completion request counts as a failed request (UNAUTHENTICATED), as a
+// refused gRPC Generate does.
+HttpHandler WithApiKey(const ApiKeys* keys, const RouterMetrics* metrics, bool completion,
+                       HttpHandler route) {
   if (keys == nullptr) return route;
-  return [keys, route = std::move(route)](HttpExchange& ex) {
+  return [keys, metrics, completion, route = std::move(route)](HttpExchange& ex) {
     const std::optional<std::string> authorization = ex.header("Authorization");
     if (!authorization.has_value() || !keys->Accepts(*authorization)) {
+      if (completion && metrics != nullptr) metrics->RecordFailure("UNAUTHENTICATED");
       ex.Respond(
           401, kJson,
           OpenAiError(authorization.has_value() ? "Incorrect API key provided."
@@ -59,11 +69,11 @@ absl::StatusOr<std::unique_ptr<RouterHttp>> RouterHttp::Start(
   RouterHttp* self = http.get();
   const int64_t started = absl::ToUnixSeconds(absl::Now());
   std::vector<HttpRoute> routes = {
-      {"POST", "/v1/chat/completions",
+      {"POST", kChatCompletions,
        [self](HttpExchange& ex) {
          ServeCompletion(*self->deps_, OpenAiEndpoint::kChatCompletions, self->active_, ex);
        }},
-      {"POST", "/v1/completions",
+      {"POST", kCompletions,
        [self](HttpExchange& ex) {
          ServeCompletion(*self->deps_, OpenAiEndpoint::kCompletions, self->active_, ex);
        }},
@@ -80,8 +90,20 @@ absl::StatusOr<std::unique_ptr<RouterHttp>> RouterHttp::Start(
   };
   // /health stays open (load balancers probe it; it tells only whether the fleet can serve).
   for (HttpRoute& route : routes) {
-    if (route.path != "/health")
-      route.handler = WithApiKey(deps->api_keys, std::move(route.handler));
+    if (route.path != "/health") {
+      route.handler = WithApiKey(deps->api_keys, deps->metrics, IsCompletionRoute(route.path),
+                                 std::move(route.handler));
+    }
+  }
+  // Every answer is counted by endpoint and status; a completion request the server refuses
+  // before any handler runs (413: body over the limit) also counts as a failed request, with the
+  // code gRPC gives an oversized message (RESOURCE_EXHAUSTED). ServeCompletion counts the other
+  // refusals (malformed body, unknown model) and RunGenerate what runs.
+  if (const RouterMetrics* metrics = deps->metrics; metrics != nullptr) {
+    options.on_response = [metrics](const std::string& route, int status) {
+      metrics->RecordHttpResponse(route, status);
+      if (status == 413 && IsCompletionRoute(route)) metrics->RecordFailure("RESOURCE_EXHAUSTED");
+    };
   }
   options.body_too_large = [](size_t max) {
     return OpenAiError(
@@ -97,6 +119,11 @@ absl::StatusOr<std::unique_ptr<RouterHttp>> RouterHttp::Start(
 }
 
 void RouterHttp::ServeHealth(HttpExchange& exchange) const {
+  if (deps_->draining != nullptr && deps_->draining->load()) {
+    // Shutting down: probes and load balancers take this router out before it stops.
+    exchange.Respond(503, "application/json", R"({"status": "draining"})");
+    return;
+  }
   const v1::ClusterStatusResponse fleet = deps_->pool->Snapshot(absl::Now());
   int prefill = 0, decode = 0;
   for (const v1::NodeStatus& node : fleet.nodes()) {

@@ -1,7 +1,10 @@
 // The router's HTTP server (docs/router.md, "HTTP API"): the OpenAI-compatible endpoints
 // POST /v1/chat/completions and /v1/completions (openai_generate.h), GET /v1/models, GET /health
-// (200 only while at least one prefill and one decode node are healthy) and GET /metrics (the
-// router's Prometheus text), next to the gRPC server on the same RouterDeps.
+// (200 only while at least one prefill and one decode node are healthy and the router is not
+// draining; 503 otherwise) and GET /metrics (the router's Prometheus text), next to the gRPC
+// server on the same RouterDeps. With deps->metrics set, every response is counted in
+// tandem_http_requests_total{endpoint, status}, and every completion request refused before it
+// runs (401, 413, a malformed body, an unknown model) in tandem_request_failure_total{code}.
 //
 // With deps->api_keys set, every endpoint but GET /health needs `Authorization: Bearer KEY`:
 // without a valid key the answer is 401 with an OpenAI error object (code "invalid_api_key") and

@@ -8,15 +8,20 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/prometheus_text.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/http/router_http.h"
 #include "router/router_server.h"
+#include "serving/api_keys.h"
 #include "tests/router/fake_nodes.h"
 #include "tests/router/test_model.h"
 
@@ -24,6 +29,7 @@ namespace tandem::testing_router {
 namespace {
 
 using Json = nlohmann::json;
+using testing::HasSubstr;
 constexpr absl::Duration kWait = absl::Seconds(10);
 
 struct HttpReply {
@@ -33,10 +39,11 @@ struct HttpReply {
   std::string request_id;
 };
 
-// POSTs `json`; `keep_going(body so far)` false makes the client hang up (abort the transfer).
-HttpReply Post(int port, const std::string& path, const std::string& json,
+// POSTs `json` (GETs when `json` is nullopt); `keep_going(body so far)` false makes the client
+// hang up (abort the transfer). `extra_headers`: "Name: value" lines.
+HttpReply Post(int port, const std::string& path, const std::optional<std::string>& json,
                std::function<bool(const std::string&)> keep_going = nullptr,
-               long timeout_ms = 20000) {
+               long timeout_ms = 20000, const std::vector<std::string>& extra_headers = {}) {
   HttpReply reply;
   struct Ctx {
     HttpReply* reply;
@@ -45,9 +52,10 @@ HttpReply Post(int port, const std::string& path, const std::string& json,
   CURL* curl = curl_easy_init();
   const std::string url = absl::StrCat("http://127.0.0.1:", port, path);
   curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
+  for (const std::string& h : extra_headers) headers = curl_slist_append(headers, h.c_str());
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(curl, CURLOPT_POSTFIELDS, json.c_str());
+  if (json.has_value()) curl_easy_setopt(curl, CURLOPT_POSTFIELDS, json->c_str());
   curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &ctx);
   curl_easy_setopt(
@@ -225,9 +233,8 @@ TEST_F(RouterHttpTest, StopStringEndsTheResponseAndCancelsTheDecodeCall) {
     absl::MutexLock lock(&decode_script_->mu);
     decode_script_->calls.push_back({.hang_after = 8});
   }
-  const HttpReply whole =
-      Post(http_->port(), "/v1/completions",
-           Json{{"prompt", "hi"}, {"max_tokens", 50}, {"stop", stop}}.dump());
+  const HttpReply whole = Post(http_->port(), "/v1/completions",
+                               Json{{"prompt", "hi"}, {"max_tokens", 50}, {"stop", stop}}.dump());
   ASSERT_EQ(whole.status, 200) << whole.body;
   const Json body = Json::parse(whole.body);
   EXPECT_EQ(body["choices"][0]["text"], expected);
@@ -270,6 +277,132 @@ TEST_F(RouterHttpTest, NonStreamingClientTimingOutCancelsTheRequest) {
 TEST_F(RouterHttpTest, WrongMethodIs405AndUnknownPathIs404) {
   EXPECT_EQ(Post(http_->port(), "/v1/models", "{}").status, 405);
   EXPECT_EQ(Post(http_->port(), "/v1/nothing", "{}").status, 404);
+}
+
+// Requests refused before they run — no or a wrong API key (401), a body over the limit (413), a
+// malformed body (400), an unknown model (404), an unknown path (404), a wrong method (405) — are
+// each counted in the router's /metrics: tandem_http_requests_total by endpoint and status, and the
+// refused completion requests in tandem_request_failure_total by code, next to a request that ran.
+class RouterHttpMetricsTest : public testing::Test {
+ protected:
+  static constexpr char kKey[] = "sk-metrics-test";
+
+  void SetUp() override {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    prefill_ = std::make_unique<FakePrefill>("p0", prefill_script_);
+    decode_ = std::make_unique<FakeDecode>("d0", decode_script_);
+    RouterOptions options;
+    options.listen = "127.0.0.1:0";
+    options.prefill_nodes = {prefill_->address()};
+    options.decode_nodes = {decode_->address()};
+    options.health_interval = absl::Milliseconds(50);
+    RouterAccess access;
+    absl::StatusOr<ApiKeys> keys = ApiKeys::Parse(kKey, "test keys");
+    ASSERT_TRUE(keys.ok()) << keys.status();
+    access.api_keys = std::make_shared<const ApiKeys>(*std::move(keys));
+    auto router = RouterServer::Start(
+        options, MakeTestModel(256), [](const std::string&) {}, std::move(access));
+    ASSERT_TRUE(router.ok()) << router.status();
+    router_ = *std::move(router);
+    HttpServerOptions http_options;
+    http_options.threads = 16;
+    http_options.max_body_bytes = 1024;
+    const RouterServer* server = router_.get();
+    auto http = RouterHttp::Start("127.0.0.1:0", std::move(http_options), &router_->deps(),
+                                  [server] { return RenderPrometheusText(server->metrics()); });
+    ASSERT_TRUE(http.ok()) << http.status();
+    http_ = *std::move(http);
+    const absl::Time deadline = absl::Now() + kWait;
+    while (GetStatus(http_->port(), "/health") != 200 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));  // polling an observed condition
+    }
+  }
+  void TearDown() override {
+    if (http_ != nullptr) http_->Shutdown(absl::Seconds(2));
+    if (router_ != nullptr) router_->Shutdown(absl::Seconds(2));
+  }
+
+  HttpReply Send(const std::string& path, const std::optional<std::string>& body,
+                 bool with_key = true) {
+    std::vector<std::string> headers;
+    if (with_key) headers.push_back(absl::StrCat("Authorization: Bearer ", kKey));
+    return Post(http_->port(), path, body, nullptr, 20000, headers);
+  }
+
+  // The /metrics text once it has every line of `want` (a response is counted just after it was
+  // written, so the scrape may briefly trail the client); the last scrape otherwise.
+  std::string ScrapeUntil(const std::vector<std::string>& want) {
+    std::string text;
+    const absl::Time deadline = absl::Now() + kWait;
+    while (absl::Now() < deadline) {
+      text = Send("/metrics", std::nullopt).body;
+      bool all = true;
+      for (const std::string& line : want) all = all && text.find(line + "\n") != std::string::npos;
+      if (all) return text;
+      absl::SleepFor(absl::Milliseconds(10));  // polling an observed condition
+    }
+    return text;
+  }
+
+  std::shared_ptr<PrefillScript> prefill_script_ = std::make_shared<PrefillScript>();
+  std::shared_ptr<DecodeScript> decode_script_ = std::make_shared<DecodeScript>();
+  std::unique_ptr<FakePrefill> prefill_;
+  std::unique_ptr<FakeDecode> decode_;
+  std::unique_ptr<RouterServer> router_;
+  std::unique_ptr<RouterHttp> http_;
+};
+
+TEST_F(RouterHttpMetricsTest, EveryRefusedRequestIsCountedByEndpointStatusAndCode) {
+  const std::string ok = R"({"prompt": "hi", "max_tokens": 3})";
+  EXPECT_EQ(Send("/v1/completions", ok, /*with_key=*/false).status, 401);
+  EXPECT_EQ(Send("/v1/models", std::nullopt, /*with_key=*/false).status, 401);
+  EXPECT_EQ(Send("/v1/completions", "{not json").status, 400);
+  EXPECT_EQ(Send("/v1/chat/completions",
+                 R"({"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]})")
+                .status,
+            404);
+  const HttpReply big = Send("/v1/completions", Json{{"prompt", std::string(2048, 'x')}}.dump());
+  EXPECT_EQ(big.status, 413) << big.body;
+  EXPECT_EQ(Send("/v1/nothing", "{}").status, 404);
+  EXPECT_EQ(Send("/v1/models", "{}").status, 405);
+  EXPECT_EQ(Send("/v1/completions", ok).status, 200);
+
+  const std::vector<std::string> want = {
+      R"(tandem_http_requests_total{endpoint="/v1/completions",status="401"} 1)",
+      R"(tandem_http_requests_total{endpoint="/v1/models",status="401"} 1)",
+      R"(tandem_http_requests_total{endpoint="/v1/completions",status="400"} 1)",
+      R"(tandem_http_requests_total{endpoint="/v1/chat/completions",status="404"} 1)",
+      R"(tandem_http_requests_total{endpoint="/v1/completions",status="413"} 1)",
+      R"(tandem_http_requests_total{endpoint="other",status="404"} 1)",
+      R"(tandem_http_requests_total{endpoint="/v1/models",status="405"} 1)",
+      R"(tandem_http_requests_total{endpoint="/v1/completions",status="200"} 1)",
+      // The refused completion requests, by the code gRPC would give them (/v1/models, an
+      // unknown path and a wrong method are not generation requests).
+      R"(tandem_request_failure_total{code="UNAUTHENTICATED"} 1)",
+      R"(tandem_request_failure_total{code="INVALID_ARGUMENT"} 1)",
+      R"(tandem_request_failure_total{code="NOT_FOUND"} 1)",
+      R"(tandem_request_failure_total{code="RESOURCE_EXHAUSTED"} 1)",
+      R"(tandem_request_success_total{finish_reason="length"} 1)",
+  };
+  const std::string text = ScrapeUntil(want);
+  for (const std::string& line : want) EXPECT_THAT(text, HasSubstr(line + "\n"));
+  // Nothing else failed: exactly those four failure series.
+  int failure_series = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    failure_series += absl::StartsWith(line, "tandem_request_failure_total{");
+  }
+  EXPECT_EQ(failure_series, 4) << text;
+}
+
+TEST_F(RouterHttpMetricsTest, HealthIs503WhileTheRouterDrains) {
+  ASSERT_EQ(GetStatus(http_->port(), "/health"), 200);
+  router_->Shutdown(absl::ZeroDuration());
+  const HttpReply health = Post(http_->port(), "/health", std::nullopt);
+  EXPECT_EQ(health.status, 503);
+  EXPECT_EQ(Json::parse(health.body)["status"], "draining") << health.body;
+  // A request is refused as the gRPC API refuses it: UNAVAILABLE, so a client tries another router.
+  const HttpReply refused = Send("/v1/completions", R"({"prompt": "hi", "max_tokens": 3})");
+  EXPECT_EQ(refused.status, 503) << refused.body;
 }
 
 }  // namespace
