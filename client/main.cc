@@ -1,7 +1,10 @@
 // tandem: command-line client of a Tandem router.
-//   tandem generate --router ADDR (--prompt TEXT | --prompt_ids 1,2,3 | --chat MSG [--system S])
-//                   [--max_tokens N --temperature T --top_k K --top_p P --seed S --ignore_eos]
-//   tandem status --router ADDR
+//   tandem generate --router ADDR[,ADDR...] (--prompt TEXT | --prompt_ids 1,2,3 | --chat MSG
+//                   [--system S]) [--max_tokens N --temperature T --top_k K --top_p P --seed S
+//                   --ignore_eos]
+//   tandem status --router ADDR[,ADDR...]
+// Several routers: a router that refuses with UNAVAILABLE before answering (draining, stopped)
+// is passed over for the next (client/router_failover.h).
 // TLS: --tls_ca (verify the router), --tls_cert/--tls_key (a client certificate); API key:
 // --api_key or $TANDEM_API_KEY (docs/security.md).
 // Parses flags and wires; the work is in client/cli_runner.h and client/cli_format.h.
@@ -11,7 +14,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -20,12 +25,15 @@
 #include "absl/time/time.h"
 #include "client/cli_format.h"
 #include "client/cli_runner.h"
+#include "client/router_failover.h"
 #include "common/flag_dashes.h"
 #include "serving/client_channel.h"
 #include "serving/tls_flags.h"
 #include "tandem/v1/router.grpc.pb.h"
 
-ABSL_FLAG(std::string, router, "127.0.0.1:50050", "router address host:port");
+ABSL_FLAG(std::string, router, "127.0.0.1:50050",
+          "router address host:port, or several comma-separated replicas: each call starts at "
+          "the next one in turn and moves on while a router refuses it with UNAVAILABLE");
 ABSL_FLAG(std::string, model, "", "model name (default: the router's)");
 ABSL_FLAG(std::string, prompt, "", "prompt text (special tokens are parsed)");
 ABSL_FLAG(std::string, prompt_ids, "", "prompt as comma-separated token ids");
@@ -43,8 +51,9 @@ ABSL_FLAG(std::string, api_key, "",
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "tandem generate --router ADDR (--prompt TEXT | --prompt_ids 1,2,3 | --chat MSG) ...\n"
-      "tandem status --router ADDR");
+      "tandem generate --router ADDR[,ADDR...] (--prompt TEXT | --prompt_ids 1,2,3 | --chat MSG) "
+      "...\n"
+      "tandem status --router ADDR[,ADDR...]");
   tandem::NormalizeFlagDashes(argc, argv);
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   const std::string command = positional.size() == 2 ? positional[1] : "";
@@ -62,10 +71,22 @@ int main(int argc, char** argv) {
   if (const char* env = std::getenv("TANDEM_API_KEY"); api_key.empty() && env != nullptr) {
     api_key = env;
   }
-  auto stub = tandem::v1::Router::NewStub(tandem::CreateClientChannel(
-      absl::GetFlag(FLAGS_router), tandem::GrpcChannelCredentials(*tls), api_key));
+  const absl::StatusOr<std::vector<std::string>> addresses =
+      tandem::ParseRouterList(absl::GetFlag(FLAGS_router));
+  if (!addresses.ok()) {
+    std::cerr << tandem::FormatErrorLine(addresses.status()) << "\n";
+    return 1;
+  }
+  std::vector<std::unique_ptr<tandem::v1::Router::Stub>> stubs;
+  std::vector<tandem::v1::Router::StubInterface*> routers;
+  for (const std::string& address : *addresses) {
+    stubs.push_back(tandem::v1::Router::NewStub(
+        tandem::CreateClientChannel(address, tandem::GrpcChannelCredentials(*tls), api_key)));
+    routers.push_back(stubs.back().get());
+  }
+  const tandem::RouterFailover failover(std::move(routers));
   const absl::Duration timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
-  if (command == "status") return tandem::RunStatus(*stub, timeout, std::cout, std::cerr);
+  if (command == "status") return tandem::RunStatus(failover, timeout, std::cout, std::cerr);
 
   tandem::GenerateArgs args;
   args.model = absl::GetFlag(FLAGS_model);
@@ -84,5 +105,5 @@ int main(int argc, char** argv) {
     std::cerr << tandem::FormatErrorLine(request.status()) << "\n";
     return 1;
   }
-  return tandem::RunGenerate(*stub, *request, timeout, std::cout, std::cerr);
+  return tandem::RunGenerate(failover, *request, timeout, std::cout, std::cerr);
 }

@@ -81,9 +81,14 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
 void RouterServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
-  // Refuse new requests first (UNAVAILABLE from RunGenerate, on gRPC and HTTP alike) and let the
-  // running ones finish within `grace`; only then stop the gRPC server, so a call that arrives
-  // while the router drains is refused with a clear status, not cancelled by the shutdown.
+  // Report NOT_SERVING on the health service first (load balancers and health probes stop
+  // sending here), then refuse new requests (UNAVAILABLE from RunGenerate, on gRPC and HTTP
+  // alike: a client moves to another router) and let the running ones finish within `grace`;
+  // only then stop the gRPC server, so a call that arrives while the router drains is refused
+  // with a clear status, not cancelled by the shutdown.
+  if (server_ != nullptr && server_->GetHealthCheckService() != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(false);
+  }
   draining_ = true;
   const absl::Time deadline = absl::Now() + grace;
   while (threads_.running() > 0 && absl::Now() < deadline) {

@@ -1,8 +1,9 @@
 // A running router: the served model, the node pool and its health checker, and the gRPC
 // server exposing tandem.v1.Router plus the standard health service and reflection.
 //
-// Start binds options.listen (port 0 = any free port; port() tells which). Shutdown stops
-// accepting requests (new ones get UNAVAILABLE, on gRPC and HTTP), lets in-flight ones finish
+// Start binds options.listen (port 0 = any free port; port() tells which). Shutdown sets the
+// gRPC health service NOT_SERVING, stops accepting requests (new ones get UNAVAILABLE, on gRPC
+// and HTTP, and GET /health answers 503 "draining"), lets in-flight ones finish
 // for `grace`, then stops the gRPC server and cancels what is left (their calls to
 // nodes are cancelled, KV leases released) and waits for their threads; it is idempotent and
 // also run by the destructor.

@@ -1,15 +1,19 @@
-// Orderly operations through real processes: SIGTERM on a prefill node, a decode node or the
-// router while requests stream. The signalled process drains (refuses new work, finishes what it
-// has, --drain_timeout_s bounds it) and exits 0; with a second node of the role present no request
+// Orderly operations through real processes: SIGTERM on a prefill node, a decode node or a router
+// while requests stream. The signalled process drains (refuses new work, finishes what it has,
+// --drain_timeout_s bounds it) and exits 0; with a second process of the role present no request
 // fails, and every answer equals the single-process greedy reference. Two cases pin the drain to
 // the moment work is parked between the roles: a prefill node signalled while decode nodes still
 // hold its KV leases (waiting for decode capacity, then pulling), and a decode node signalled
-// while requests wait in it for KV capacity.
+// while requests wait in it for KV capacity. Two routers in front of the same nodes take the load
+// through Tandem's failover client (client/router_failover.h): one of them drained reports
+// NOT_SERVING first, refuses new requests with UNAVAILABLE, and the client carries on with the
+// other.
 #include <grpcpp/grpcpp.h>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <functional>
 #include <random>
 #include <thread>
@@ -17,6 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/router_failover.h"
 #include "gtest/gtest.h"
 #include "tandem/v1/decode.grpc.pb.h"
 #include "tandem/v1/prefill.grpc.pb.h"
@@ -29,6 +34,8 @@ namespace {
 constexpr int kDrainTimeoutS = 20;
 // The drained process must be gone within its drain timeout (plus process exit).
 constexpr absl::Duration kExitBound = absl::Seconds(kDrainTimeoutS + 5);
+// Deadline of each request of the steady load.
+constexpr absl::Duration kRequestTimeout = absl::Seconds(60);
 
 std::vector<std::vector<int32_t>> Prompts() {
   std::vector<std::vector<int32_t>> prompts;
@@ -36,23 +43,55 @@ std::vector<std::vector<int32_t>> Prompts() {
   return prompts;
 }
 
+// One request of the load as the client saw it: its outcome, the router that answered last and
+// how many routers refused it first (failover client only).
+struct Sent {
+  GenerateOutcome out;
+  int router = 0;
+  int refusals = 0;
+};
+using SendFn = std::function<Sent(const v1::GenerateRequest&)>;
+
+// Through the cluster's (first) router.
+SendFn ThroughRouter(LocalCluster* cluster) {
+  return [cluster](const v1::GenerateRequest& request) {
+    return Sent{cluster->Generate(request, kRequestTimeout)};
+  };
+}
+
+// Through the failover client over every router of the cluster.
+SendFn ThroughFailover(const RouterFailover* routers) {
+  return [routers](const v1::GenerateRequest& request) {
+    Sent sent;
+    const RouterFailover::Outcome outcome =
+        routers->Generate(request, absl::Now() + kRequestTimeout,
+                          [&sent](const v1::GenerateResponse& r, grpc::ClientContext&) {
+                            AddResponse(r, &sent.out);
+                          });
+    sent.out.status = outcome.status;
+    sent.router = outcome.router;
+    sent.refusals = outcome.refusals;
+    return sent;
+  };
+}
+
 // A steady stream of requests: `workers` threads send the prompts round robin until Stop().
 class SteadyLoad {
  public:
   struct Result {
     size_t prompt = 0;
-    GenerateOutcome out;
+    Sent sent;
   };
+  using Results = std::vector<Result>;
 
-  SteadyLoad(LocalCluster* cluster, std::vector<std::vector<int32_t>> prompts, int32_t tokens,
-             int workers)
-      : cluster_(cluster), prompts_(std::move(prompts)), tokens_(tokens), workers_(workers) {
+  SteadyLoad(SendFn send, std::vector<std::vector<int32_t>> prompts, int32_t tokens, int workers)
+      : send_(std::move(send)), prompts_(std::move(prompts)), tokens_(tokens), workers_(workers) {
     for (int w = 0; w < workers; ++w) {
       threads_.emplace_back([this, w] {
         for (size_t i = static_cast<size_t>(w); !stop_.load(); i += static_cast<size_t>(workers_)) {
           Result r;
           r.prompt = i % prompts_.size();
-          r.out = cluster_->Generate(IdsRequest(prompts_[r.prompt], tokens_), absl::Seconds(60));
+          r.sent = send_(IdsRequest(prompts_[r.prompt], tokens_));
           absl::MutexLock lock(&mu_);
           results_.push_back(std::move(r));
         }
@@ -65,13 +104,15 @@ class SteadyLoad {
     absl::MutexLock lock(&mu_);
     return static_cast<int>(results_.size());
   }
+  // True once `done(results so far)` holds; false when `timeout` passed first.
+  bool WaitUntil(const std::function<bool(const Results&)>& done, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    const auto holds = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done(results_); };
+    return mu_.AwaitWithTimeout(absl::Condition(&holds), timeout);
+  }
   // True once at least `n` requests have completed; false when `timeout` passed first.
   bool WaitCompleted(int n, absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    const auto done = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return static_cast<int>(results_.size()) >= n;
-    };
-    return mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
+    return WaitUntil([n](const Results& r) { return static_cast<int>(r.size()) >= n; }, timeout);
   }
   void Stop() {
     stop_.store(true);
@@ -79,33 +120,39 @@ class SteadyLoad {
       if (t.joinable()) t.join();
     }
   }
-  std::vector<Result> results() {
+  Results results() {
     absl::MutexLock lock(&mu_);
     return results_;
   }
 
  private:
-  LocalCluster* cluster_;
+  const SendFn send_;
   const std::vector<std::vector<int32_t>> prompts_;
   const int32_t tokens_;
   const int workers_;
   std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;
   absl::Mutex mu_;
-  std::vector<Result> results_ ABSL_GUARDED_BY(mu_);
+  Results results_ ABSL_GUARDED_BY(mu_);
 };
 
-void ExpectAllSucceeded(const std::vector<SteadyLoad::Result>& results,
-                        const std::vector<std::vector<int32_t>>& reference, int32_t tokens,
-                        LocalCluster& cluster) {
+void ExpectAnswer(const GenerateOutcome& out, const std::vector<int32_t>& reference,
+                  const std::string& what, LocalCluster& cluster) {
+  ASSERT_TRUE(out.status.ok()) << what << " failed: " << out.status.error_code() << " "
+                               << out.status.error_message() << "\n"
+                               << cluster.LogTails(30);
+  ASSERT_EQ(out.indices.size(), reference.size()) << what;
+  for (size_t k = 0; k < reference.size(); ++k) {
+    ASSERT_EQ(out.indices[k], static_cast<int32_t>(k)) << what << ": duplicate or gap";
+  }
+  EXPECT_EQ(out.tokens, reference) << what;
+}
+
+void ExpectAllSucceeded(const SteadyLoad::Results& results,
+                        const std::vector<std::vector<int32_t>>& reference, LocalCluster& cluster) {
   for (size_t i = 0; i < results.size(); ++i) {
-    const SteadyLoad::Result& r = results[i];
-    ASSERT_TRUE(r.out.status.ok()) << "request " << i << " failed: " << r.out.status.error_code()
-                                   << " " << r.out.status.error_message() << "\n"
-                                   << cluster.LogTails(30);
-    ASSERT_EQ(r.out.indices.size(), static_cast<size_t>(tokens)) << "request " << i;
-    for (int32_t k = 0; k < tokens; ++k) ASSERT_EQ(r.out.indices[k], k) << "duplicate or gap";
-    EXPECT_EQ(r.out.tokens, reference[r.prompt]) << "request " << i;
+    ASSERT_NO_FATAL_FAILURE(ExpectAnswer(results[i].sent.out, reference[results[i].prompt],
+                                         absl::StrCat("request ", i), cluster));
   }
 }
 
@@ -122,6 +169,18 @@ void ExpectDrainedExit(LocalCluster& cluster, const std::string& role, int index
   EXPECT_TRUE(absl::StrContains(log, "draining")) << log;
   EXPECT_TRUE(absl::StrContains(log, "drained")) << log;
   EXPECT_FALSE(absl::StrContains(log, "drain timed out")) << log;
+}
+
+// After the drained process exited: the others carry 8 more requests, then the load stops, every
+// answer equals the reference and the nodes end idle (no block or lease left behind).
+void ExpectTheOthersCarryOn(SteadyLoad& load, const std::vector<std::vector<int32_t>>& reference,
+                            LocalCluster& cluster) {
+  const int after_exit = load.completed();
+  ASSERT_TRUE(load.WaitCompleted(after_exit + 8, absl::Seconds(120))) << cluster.LogTails();
+  load.Stop();
+  ASSERT_NO_FATAL_FAILURE(ExpectAllSucceeded(load.results(), reference, cluster));
+  const absl::Status idle = cluster.WaitIdle(absl::Seconds(15));
+  EXPECT_TRUE(idle.ok()) << idle << "\n" << cluster.LogTails();
 }
 
 const std::string kDrainFlag = absl::StrCat("--drain_timeout_s=", kDrainTimeoutS);
@@ -176,126 +235,184 @@ std::unique_ptr<LocalCluster> StartOrDie(const ClusterSpec& spec) {
   return c.ok() ? std::move(c).value() : nullptr;
 }
 
-TEST(DrainTest, SigtermOnAPrefillNodeUnderLoadFailsNoRequest) {
+// A node drained under load, the shape every node case shares: a steady load of `workers`
+// streams of `tokens` tokens through the router until `warm` requests completed; `before_signal`
+// waits (bounded) for the moment the case is about; SIGTERM on node 0 of `role`;
+// `while_draining` watches the drain; the node exits 0, drained, within its bound; `after_exit`
+// reads its log; then the other node carries on (ExpectTheOthersCarryOn).
+struct NodeDrain {
+  ClusterSpec spec;
+  std::string role;  // "prefill" or "decode"
+  int32_t tokens = 48;
+  int workers = 4;
+  int warm = 4;
+  std::function<void(LocalCluster&)> before_signal, while_draining, after_exit;
+};
+
+void RunNodeDrain(const NodeDrain& c) {
   const std::vector<std::vector<int32_t>> prompts = Prompts();
-  const int32_t kTokens = 12;
-  const auto reference = ReferenceGreedy(SyntheticModelPath(), prompts, kTokens);
-  auto cluster = StartOrDie(TwoByTwo());
+  const auto reference = ReferenceGreedy(SyntheticModelPath(), prompts, c.tokens);
+  auto cluster = StartOrDie(c.spec);
   ASSERT_NE(cluster, nullptr);
-  SteadyLoad load(cluster.get(), prompts, kTokens, 4);
-  ASSERT_TRUE(load.WaitCompleted(8, absl::Seconds(120))) << cluster->LogTails();
-  cluster->Terminate("prefill", 0);
-  ExpectDrainedExit(*cluster, "prefill", 0);
-  // The remaining prefill node carries the load.
-  const int after_exit = load.completed();
-  ASSERT_TRUE(load.WaitCompleted(after_exit + 8, absl::Seconds(120))) << cluster->LogTails();
-  load.Stop();
-  ExpectAllSucceeded(load.results(), reference, kTokens, *cluster);
-  const absl::Status idle = cluster->WaitIdle(absl::Seconds(15));
-  EXPECT_TRUE(idle.ok()) << idle << "\n" << cluster->LogTails();
+  SteadyLoad load(ThroughRouter(cluster.get()), prompts, c.tokens, c.workers);
+  ASSERT_TRUE(load.WaitCompleted(c.warm, absl::Seconds(120))) << cluster->LogTails();
+  if (c.before_signal) {
+    ASSERT_NO_FATAL_FAILURE(c.before_signal(*cluster));
+  }
+  cluster->Terminate(c.role, 0);
+  if (c.while_draining) {
+    ASSERT_NO_FATAL_FAILURE(c.while_draining(*cluster));
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectDrainedExit(*cluster, c.role, 0));
+  if (c.after_exit) {
+    ASSERT_NO_FATAL_FAILURE(c.after_exit(*cluster));
+  }
+  ExpectTheOthersCarryOn(load, reference, *cluster);
+}
+
+TEST(DrainTest, SigtermOnAPrefillNodeUnderLoadFailsNoRequest) {
+  RunNodeDrain({.spec = TwoByTwo(), .role = "prefill", .tokens = 12, .warm = 8});
 }
 
 TEST(DrainTest, SigtermOnADecodeNodeLetsItsStreamsFinishAndFailsNoRequest) {
-  const std::vector<std::vector<int32_t>> prompts = Prompts();
-  const int32_t kTokens = 48;
-  const auto reference = ReferenceGreedy(SyntheticModelPath(), prompts, kTokens);
-  auto cluster = StartOrDie(TwoByTwo());
-  ASSERT_NE(cluster, nullptr);
-  SteadyLoad load(cluster.get(), prompts, kTokens, 4);
-  ASSERT_TRUE(load.WaitCompleted(4, absl::Seconds(120))) << cluster->LogTails();
+  NodeDrain c{.spec = TwoByTwo(), .role = "decode"};
   // SIGTERM decode0 while it runs a stream (bounded wait for one to be running there).
-  const std::string target = cluster->decode_addresses()[0];
-  bool running = false;
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (!running && absl::Now() < deadline) {
-    absl::StatusOr<std::vector<InstanceLoadView>> loads = cluster->Loads();
-    ASSERT_TRUE(loads.ok()) << loads.status();
-    for (const InstanceLoadView& v : *loads) {
-      if (v.address == target && v.load.running() > 0) running = true;
+  c.before_signal = [](LocalCluster& cluster) {
+    const std::string target = cluster.decode_addresses()[0];
+    bool running = false;
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (!running && absl::Now() < deadline) {
+      absl::StatusOr<std::vector<InstanceLoadView>> loads = cluster.Loads();
+      ASSERT_TRUE(loads.ok()) << loads.status();
+      for (const InstanceLoadView& v : *loads) {
+        if (v.address == target && v.load.running() > 0) running = true;
+      }
+      if (!running) absl::SleepFor(absl::Milliseconds(10));  // poll interval, bounded above
     }
-    if (!running) absl::SleepFor(absl::Milliseconds(10));  // poll interval, bounded above
-  }
-  ASSERT_TRUE(running) << "decode0 never ran a stream\n" << cluster->LogTails();
-  cluster->Terminate("decode", 0);
-  ExpectDrainedExit(*cluster, "decode", 0);
+    ASSERT_TRUE(running) << "decode0 never ran a stream\n" << cluster.LogTails();
+  };
   // A stream that was running when the signal came completed on the draining node: its log has
   // a successful Decode line after the signal.
-  const std::string log = cluster->Log("decode", 0);
-  const size_t signal_at = log.find("draining");
-  ASSERT_NE(signal_at, std::string::npos);
-  EXPECT_NE(log.find("outcome=OK", signal_at), std::string::npos)
-      << "no stream finished on decode0 during its drain:\n"
-      << log.substr(signal_at);
-  const int after_exit = load.completed();
-  ASSERT_TRUE(load.WaitCompleted(after_exit + 8, absl::Seconds(120))) << cluster->LogTails();
-  load.Stop();
-  ExpectAllSucceeded(load.results(), reference, kTokens, *cluster);
-  const absl::Status idle = cluster->WaitIdle(absl::Seconds(15));
-  EXPECT_TRUE(idle.ok()) << idle << "\n" << cluster->LogTails();
+  c.after_exit = [](LocalCluster& cluster) {
+    const std::string log = cluster.Log("decode", 0);
+    const size_t signal_at = log.find("draining");
+    ASSERT_NE(signal_at, std::string::npos);
+    EXPECT_NE(log.find("outcome=OK", signal_at), std::string::npos)
+        << "no stream finished on decode0 during its drain:\n"
+        << log.substr(signal_at);
+  };
+  RunNodeDrain(c);
 }
 
 TEST(DrainTest, SigtermOnAPrefillNodeWithLeasesOutstandingServesThemAndFailsNoRequest) {
-  const std::vector<std::vector<int32_t>> prompts = Prompts();
-  const int32_t kTokens = 48;
-  const auto reference = ReferenceGreedy(SyntheticModelPath(), prompts, kTokens);
-  auto cluster = StartOrDie(TightDecodeCapacity());
-  ASSERT_NE(cluster, nullptr);
-  const std::string prefill0 = cluster->prefill_addresses()[0];
-  SteadyLoad load(cluster.get(), prompts, kTokens, 6);
-  ASSERT_TRUE(load.WaitCompleted(6, absl::Seconds(120))) << cluster->LogTails();
+  NodeDrain c{.spec = TightDecodeCapacity(), .role = "prefill", .workers = 6, .warm = 6};
   // Signal prefill0 at a moment decode nodes hold at least two of its leases.
-  ASSERT_TRUE(AwaitStatus(prefill0, true, absl::Seconds(60),
-                          [](const v1::InstanceStatus& s) { return s.load().leases() >= 2; }))
-      << "prefill0 never had two leases out\n"
-      << cluster->LogTails();
-  cluster->Terminate("prefill", 0);
+  c.before_signal = [](LocalCluster& cluster) {
+    ASSERT_TRUE(AwaitStatus(cluster.prefill_addresses()[0], true, absl::Seconds(60),
+                            [](const v1::InstanceStatus& s) { return s.load().leases() >= 2; }))
+        << "prefill0 never had two leases out\n"
+        << cluster.LogTails();
+  };
   // While it drains, its leases are still out at first and are then served and released: the
   // node keeps answering Status (draining) until they are gone.
-  int64_t most_leases_while_draining = 0;
-  bool saw_zero = false;
-  const absl::Time deadline = absl::Now() + kExitBound;
-  while (absl::Now() < deadline && !saw_zero) {
-    absl::StatusOr<v1::InstanceStatus> st = NodeStatus(prefill0, true);
-    if (!st.ok()) break;  // the node has stopped serving
-    if (!st->draining()) {
-      absl::SleepFor(absl::Milliseconds(1));  // the signal is on its way; poll, bounded
-      continue;
+  c.while_draining = [](LocalCluster& cluster) {
+    const std::string prefill0 = cluster.prefill_addresses()[0];
+    int64_t most_leases_while_draining = 0;
+    bool saw_zero = false;
+    const absl::Time deadline = absl::Now() + kExitBound;
+    while (absl::Now() < deadline && !saw_zero) {
+      absl::StatusOr<v1::InstanceStatus> st = NodeStatus(prefill0, true);
+      if (!st.ok()) break;  // the node has stopped serving
+      if (!st->draining()) {
+        absl::SleepFor(absl::Milliseconds(1));  // the signal is on its way; poll, bounded
+        continue;
+      }
+      most_leases_while_draining =
+          std::max<int64_t>(most_leases_while_draining, st->load().leases());
+      saw_zero = st->load().leases() == 0;
     }
-    most_leases_while_draining = std::max<int64_t>(most_leases_while_draining, st->load().leases());
-    saw_zero = st->load().leases() == 0;
-  }
-  EXPECT_GT(most_leases_while_draining, 0)
-      << "prefill0 had no lease out when its drain began: the case was not exercised";
-  ExpectDrainedExit(*cluster, "prefill", 0);
-  const int after_exit = load.completed();
-  ASSERT_TRUE(load.WaitCompleted(after_exit + 8, absl::Seconds(120))) << cluster->LogTails();
-  load.Stop();
-  ExpectAllSucceeded(load.results(), reference, kTokens, *cluster);
-  const absl::Status idle = cluster->WaitIdle(absl::Seconds(15));
-  EXPECT_TRUE(idle.ok()) << idle << "\n" << cluster->LogTails();
+    EXPECT_GT(most_leases_while_draining, 0)
+        << "prefill0 had no lease out when its drain began: the case was not exercised";
+  };
+  RunNodeDrain(c);
 }
 
 TEST(DrainTest, SigtermOnADecodeNodeWithRequestsWaitingForCapacityFailsNoRequest) {
-  const std::vector<std::vector<int32_t>> prompts = Prompts();
-  const int32_t kTokens = 48;
-  const auto reference = ReferenceGreedy(SyntheticModelPath(), prompts, kTokens);
-  auto cluster = StartOrDie(TightDecodeCapacity());
-  ASSERT_NE(cluster, nullptr);
-  const std::string decode0 = cluster->decode_addresses()[0];
-  SteadyLoad load(cluster.get(), prompts, kTokens, 6);
-  ASSERT_TRUE(load.WaitCompleted(6, absl::Seconds(120))) << cluster->LogTails();
-  ASSERT_TRUE(AwaitStatus(decode0, false, absl::Seconds(60),
-                          [](const v1::InstanceStatus& s) { return s.load().queued() >= 1; }))
-      << "decode0 never had a request waiting\n"
-      << cluster->LogTails();
-  cluster->Terminate("decode", 0);
-  ExpectDrainedExit(*cluster, "decode", 0);
-  const int after_exit = load.completed();
-  ASSERT_TRUE(load.WaitCompleted(after_exit + 8, absl::Seconds(120))) << cluster->LogTails();
-  load.Stop();
-  ExpectAllSucceeded(load.results(), reference, kTokens, *cluster);
-  const absl::Status idle = cluster->WaitIdle(absl::Seconds(15));
-  EXPECT_TRUE(idle.ok()) << idle << "\n" << cluster->LogTails();
+  NodeDrain c{.spec = TightDecodeCapacity(), .role = "decode", .workers = 6, .warm = 6};
+  c.before_signal = [](LocalCluster& cluster) {
+    ASSERT_TRUE(AwaitStatus(cluster.decode_addresses()[0], false, absl::Seconds(60),
+                            [](const v1::InstanceStatus& s) { return s.load().queued() >= 1; }))
+        << "decode0 never had a request waiting\n"
+        << cluster.LogTails();
+  };
+  RunNodeDrain(c);
+}
+
+// Streams on `router`, each held by its reader after its first token until Release(): so they are
+// in flight (from the client's side) whenever the test signals.
+class HeldStreams {
+ public:
+  HeldStreams(LocalCluster* cluster, const std::vector<std::vector<int32_t>>& prompts,
+              int32_t tokens, int router) {
+    outs_.resize(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      threads_.emplace_back([this, cluster, request = IdsRequest(prompts[i], tokens), router, i] {
+        outs_[i] = cluster->Generate(
+            request, kRequestTimeout,
+            [this](int32_t index, grpc::ClientContext&) {
+              if (index != 0) return;
+              absl::MutexLock lock(&mu_);
+              ++started_;
+              mu_.AwaitWithTimeout(absl::Condition(&released_), kRequestTimeout);
+            },
+            router);
+      });
+    }
+  }
+  ~HeldStreams() { Release(); }
+
+  // True once every stream has its first token; false when `timeout` passed first.
+  bool WaitStarted(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    const auto all = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return started_ == static_cast<int>(outs_.size());
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&all), timeout);
+  }
+  // Lets the streams read on, waits for them and returns what each received.
+  const std::vector<GenerateOutcome>& Release() {
+    {
+      absl::MutexLock lock(&mu_);
+      released_ = true;
+    }
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+    return outs_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int started_ ABSL_GUARDED_BY(mu_) = 0;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<GenerateOutcome> outs_;
+  std::vector<std::thread> threads_;
+};
+
+// New requests straight to the draining router are refused with UNAVAILABLE once it took the
+// signal (one may still be accepted in the moment before; it must then succeed). Bounded: each
+// attempt has a 5 s deadline.
+void ExpectRefused(LocalCluster& cluster, int router, const std::vector<int32_t>& prompt) {
+  bool refused = false;
+  for (int attempt = 0; attempt < 50 && !refused; ++attempt) {
+    const GenerateOutcome fresh =
+        cluster.Generate(IdsRequest(prompt, 4), absl::Seconds(5), nullptr, router);
+    if (fresh.status.ok()) continue;
+    EXPECT_EQ(fresh.status.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << fresh.status.error_message();
+    refused = true;
+  }
+  EXPECT_TRUE(refused) << cluster.LogTails();
 }
 
 TEST(DrainTest, SigtermOnTheRouterFinishesStreamsInFlightAndRefusesNewOnes) {
@@ -309,56 +426,103 @@ TEST(DrainTest, SigtermOnTheRouterFinishesStreamsInFlightAndRefusesNewOnes) {
   spec.router_flags = {kDrainFlag};
   auto cluster = StartOrDie(spec);
   ASSERT_NE(cluster, nullptr);
-  // Four streams, each held by its reader after its first token until the router got SIGTERM:
-  // so all four are in flight (from the client's side) when the signal arrives.
-  constexpr int kStreams = 4;
-  absl::Mutex mu;
-  int started = 0;
-  bool signalled = false;
-  std::vector<GenerateOutcome> outs(kStreams);
-  std::vector<std::thread> streams;
-  for (int i = 0; i < kStreams; ++i) {
-    streams.emplace_back([&, i] {
-      outs[i] =
-          cluster->Generate(IdsRequest(prompts[i], kTokens), absl::Seconds(60),
-                            [&](int32_t index, grpc::ClientContext&) {
-                              if (index != 0) return;
-                              absl::MutexLock lock(&mu);
-                              ++started;
-                              mu.AwaitWithTimeout(absl::Condition(&signalled), absl::Seconds(60));
-                            });
-    });
-  }
-  {
-    absl::MutexLock lock(&mu);
-    const auto all_started = [&]()
-                                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return started == kStreams; };
-    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&all_started), absl::Seconds(60)))
-        << cluster->LogTails();
-  }
+  // Four streams in flight when the signal arrives.
+  const std::vector<std::vector<int32_t>> held_prompts(prompts.begin(), prompts.begin() + 4);
+  HeldStreams held(cluster.get(), held_prompts, kTokens, 0);
+  ASSERT_TRUE(held.WaitStarted(absl::Seconds(60))) << cluster->LogTails();
   cluster->Terminate("router", 0);
-  // New requests are refused once the router took the signal (one may still be accepted in the
-  // moment before; it must then succeed). Bounded: each attempt has a 5 s deadline.
-  bool refused = false;
-  for (int attempt = 0; attempt < 50 && !refused; ++attempt) {
-    const GenerateOutcome fresh = cluster->Generate(IdsRequest(prompts[5], 4), absl::Seconds(5));
-    if (fresh.status.ok()) continue;
-    EXPECT_EQ(fresh.status.error_code(), grpc::StatusCode::UNAVAILABLE)
-        << fresh.status.error_message();
-    refused = true;
-  }
-  EXPECT_TRUE(refused) << cluster->LogTails();
-  {
-    absl::MutexLock lock(&mu);
-    signalled = true;
-  }
-  for (std::thread& t : streams) t.join();
-  for (int i = 0; i < kStreams; ++i) {
-    ASSERT_TRUE(outs[i].status.ok()) << i << ": " << outs[i].status.error_message() << "\n"
-                                     << cluster->LogTails();
-    EXPECT_EQ(outs[i].tokens, reference[i]) << "stream " << i;
+  ExpectRefused(*cluster, 0, prompts[5]);
+  const std::vector<GenerateOutcome>& outs = held.Release();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectAnswer(outs[i], reference[i], absl::StrCat("stream ", i), *cluster));
   }
   ExpectDrainedExit(*cluster, "router", 0);
+}
+
+// Two routers in front of the same nodes, the load spread over both by the failover client.
+// SIGTERM on router A: its health reports NOT_SERVING while its streams are still in flight, it
+// refuses new requests with UNAVAILABLE and the client sends them to router B, its streams
+// complete, it exits 0 within the drain timeout, and no request fails.
+TEST(DrainTest, SigtermOnOneOfTwoRoutersUnderLoadFailsNoRequest) {
+  const std::vector<std::vector<int32_t>> prompts = Prompts();
+  const int32_t kTokens = 24;
+  // A's held streams are long, so A still has work to finish when its health is checked.
+  const int32_t kLongTokens = 256;
+  const std::vector<std::vector<int32_t>> held_prompts(prompts.begin(), prompts.begin() + 2);
+  const auto reference = ReferenceGreedy(SyntheticModelPath(), prompts, kTokens);
+  const auto long_reference = ReferenceGreedy(SyntheticModelPath(), held_prompts, kLongTokens);
+  ClusterSpec spec;
+  spec.model_path = SyntheticModelPath();
+  spec.prefill = {NodeSpec{{kDrainFlag}}};
+  spec.decode = {NodeSpec{{kDrainFlag}}};
+  spec.router_flags = {kDrainFlag};
+  spec.routers = 2;
+  auto cluster = StartOrDie(spec);
+  ASSERT_NE(cluster, nullptr);
+  const std::string router_a = cluster->router_addresses()[0];
+  const RouterFailover routers({cluster->router_stub(0), cluster->router_stub(1)});
+
+  SteadyLoad load(ThroughFailover(&routers), prompts, kTokens, 4);
+  // The load is spread over both routers.
+  ASSERT_TRUE(load.WaitUntil(
+      [](const SteadyLoad::Results& results) {
+        int served[2] = {0, 0};
+        for (const SteadyLoad::Result& r : results) ++served[r.sent.router == 1 ? 1 : 0];
+        return served[0] >= 4 && served[1] >= 4;
+      },
+      absl::Seconds(120)))
+      << cluster->LogTails();
+  const absl::StatusOr<bool> serving = cluster->HealthServing(router_a, absl::Seconds(5));
+  ASSERT_TRUE(serving.ok() && *serving) << serving.status();
+  // Started right before the signal, A's long streams keep it draining for a while.
+  HeldStreams held(cluster.get(), held_prompts, kLongTokens, /*router=*/0);
+  ASSERT_TRUE(held.WaitStarted(absl::Seconds(60))) << cluster->LogTails();
+
+  cluster->Terminate("router", 0);
+  const absl::Time signalled_at = absl::Now();
+  // Health first: NOT_SERVING while A is still up (its streams are in flight). Bounded: A exits
+  // within kExitBound, after which the check fails.
+  bool not_serving = false;
+  const absl::Time deadline = absl::Now() + kExitBound;
+  while (!not_serving && absl::Now() < deadline) {
+    const absl::StatusOr<bool> health = cluster->HealthServing(router_a, absl::Seconds(2));
+    ASSERT_TRUE(health.ok()) << "router A stopped answering before it reported NOT_SERVING: "
+                             << health.status() << "\n"
+                             << cluster->Log("router", 0);
+    not_serving = !*health;  // else the signal is on its way: poll again at once (bounded)
+  }
+  ASSERT_TRUE(not_serving) << cluster->LogTails();
+  ExpectRefused(*cluster, 0, prompts[5]);
+  // The failover client moved on: a request refused by A was served by B.
+  EXPECT_TRUE(load.WaitUntil(
+      [](const SteadyLoad::Results& results) {
+        return std::any_of(results.begin(), results.end(), [](const SteadyLoad::Result& r) {
+          return r.sent.refusals > 0 && r.sent.router == 1 && r.sent.out.status.ok();
+        });
+      },
+      absl::Seconds(60)))
+      << "no request went to router B after router A refused it\n"
+      << cluster->LogTails();
+  const std::vector<GenerateOutcome>& outs = held.Release();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectAnswer(outs[i], long_reference[i], absl::StrCat("held stream ", i), *cluster));
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectDrainedExit(*cluster, "router", 0));
+  const absl::Duration drained_in = absl::Now() - signalled_at;
+  ExpectTheOthersCarryOn(load, reference, *cluster);
+  int served[2] = {0, 0}, failed_over = 0;
+  const SteadyLoad::Results results = load.results();
+  for (const SteadyLoad::Result& r : results) {
+    ++served[r.sent.router == 1 ? 1 : 0];
+    failed_over += r.sent.refusals > 0;
+  }
+  std::printf(
+      "two routers: %zu requests + %zu held streams, all correct; served by A %d, by B %d; "
+      "refused by A and served by B %d; A exited 0 %s after SIGTERM (held streams included)\n",
+      results.size(), outs.size(), served[0], served[1], failed_over,
+      absl::FormatDuration(drained_in).c_str());
 }
 
 }  // namespace

@@ -1,12 +1,14 @@
 #include "tests/e2e/local_cluster.h"
 
 #include <fcntl.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -39,6 +41,13 @@ std::string Tail(const std::string& text, int lines) {
 
 // How often readiness is re-checked while waiting for a process (bounded by the deadline).
 constexpr absl::Duration kPoll = absl::Milliseconds(50);
+
+// Process names: "router" (the first, as before replicas existed), "router1", ...
+std::string RouterName(int index) { return index == 0 ? "router" : absl::StrCat("router", index); }
+std::string ProcessName(const std::string& role, int index) {
+  return role == "router" ? RouterName(index) : absl::StrCat(role, index);
+}
+bool IsRouter(const std::string& name) { return name.rfind("router", 0) == 0; }
 
 }  // namespace
 
@@ -75,13 +84,15 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const ClusterS
                                     "--decode=" + absl::StrJoin(c->decode_, ","),
                                     "--health_interval_ms=100"};
   rargs.insert(rargs.end(), spec.router_flags.begin(), spec.router_flags.end());
-  absl::StatusOr<std::string> raddr = c->Spawn("router", TANDEM_ROUTER_BIN, rargs, deadline);
-  if (!raddr.ok()) return raddr.status();
-  c->router_address_ = *raddr;
   c->credentials_ =
       spec.credentials != nullptr ? spec.credentials : grpc::InsecureChannelCredentials();
-  c->router_ =
-      v1::Router::NewStub(CreateClientChannel(c->router_address_, c->credentials_, spec.api_key));
+  for (int i = 0; i < std::max(spec.routers, 1); ++i) {
+    absl::StatusOr<std::string> raddr = c->Spawn(RouterName(i), TANDEM_ROUTER_BIN, rargs, deadline);
+    if (!raddr.ok()) return raddr.status();
+    c->router_addresses_.push_back(*raddr);
+    c->routers_.push_back(
+        v1::Router::NewStub(CreateClientChannel(*raddr, c->credentials_, spec.api_key)));
+  }
   if (absl::Status s = c->WaitHealthy(deadline); !s.ok()) return s;
   return c;
 }
@@ -134,21 +145,28 @@ absl::StatusOr<std::string> LocalCluster::Spawn(const std::string& name, const s
 absl::Status LocalCluster::WaitHealthy(absl::Time deadline) {
   const size_t want = prefill_.size() + decode_.size();
   std::string last;
-  while (absl::Now() < deadline) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-    v1::ClusterStatusResponse resp;
-    const grpc::Status s = router_->ClusterStatus(&ctx, v1::ClusterStatusRequest(), &resp);
-    size_t healthy = 0;
-    if (s.ok()) {
-      for (const auto& n : resp.nodes()) healthy += n.healthy();
-      if (healthy == want) return absl::OkStatus();
+  for (size_t r = 0; r < routers_.size(); ++r) {
+    bool all = false;
+    while (!all && absl::Now() < deadline) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+      v1::ClusterStatusResponse resp;
+      const grpc::Status s = routers_[r]->ClusterStatus(&ctx, v1::ClusterStatusRequest(), &resp);
+      size_t healthy = 0;
+      if (s.ok()) {
+        for (const auto& n : resp.nodes()) healthy += n.healthy();
+        all = healthy == want;
+      }
+      last = s.ok() ? absl::StrCat(healthy, " of ", want, " nodes healthy") : s.error_message();
+      if (!all) absl::SleepFor(kPoll);
     }
-    last = s.ok() ? absl::StrCat(healthy, " of ", want, " nodes healthy") : s.error_message();
-    absl::SleepFor(kPoll);
+    if (!all) {
+      return absl::DeadlineExceededError(absl::StrCat(RouterName(static_cast<int>(r)),
+                                                      " never saw every node healthy: ", last, "\n",
+                                                      LogTails()));
+    }
   }
-  return absl::DeadlineExceededError(
-      absl::StrCat("router never saw every node healthy: ", last, "\n", LogTails()));
+  return absl::OkStatus();
 }
 
 LocalCluster::~LocalCluster() {
@@ -210,7 +228,7 @@ void LocalCluster::Kill(const std::string& role, int index) {
 }
 
 LocalCluster::Process* LocalCluster::Find(const std::string& role, int index) {
-  const std::string name = role == "router" ? role : absl::StrCat(role, index);
+  const std::string name = ProcessName(role, index);
   for (Process& p : processes_) {
     if (p.name == name) return &p;
   }
@@ -242,7 +260,7 @@ absl::StatusOr<int> LocalCluster::WaitExit(const std::string& role, int index,
 }
 
 std::string LocalCluster::Log(const std::string& role, int index) const {
-  const std::string name = role == "router" ? role : absl::StrCat(role, index);
+  const std::string name = ProcessName(role, index);
   for (const Process& p : processes_) {
     if (p.name == name) return ReadFile(p.log);
   }
@@ -257,28 +275,69 @@ std::string LocalCluster::LogTails(int lines) const {
   return out;
 }
 
+void AddResponse(const v1::GenerateResponse& response, GenerateOutcome* out) {
+  if (response.has_token()) {
+    out->tokens.push_back(response.token().id());
+    out->indices.push_back(response.token().index());
+    out->text += response.token().text();
+  } else if (response.has_final()) {
+    out->final = response.final();
+    out->text += response.final().text_tail();
+  }
+}
+
 GenerateOutcome LocalCluster::Generate(
     const v1::GenerateRequest& request, absl::Duration timeout,
-    const std::function<void(int32_t, grpc::ClientContext&)>& on_token) {
+    const std::function<void(int32_t, grpc::ClientContext&)>& on_token, int router) {
   GenerateOutcome out;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
-      router_->Generate(&ctx, request);
+      routers_[router]->Generate(&ctx, request);
   v1::GenerateResponse resp;
   while (reader->Read(&resp)) {
-    if (resp.has_token()) {
-      out.tokens.push_back(resp.token().id());
-      out.indices.push_back(resp.token().index());
-      out.text += resp.token().text();
-      if (on_token) on_token(resp.token().index(), ctx);
-    } else if (resp.has_final()) {
-      out.final = resp.final();
-      out.text += resp.final().text_tail();
-    }
+    AddResponse(resp, &out);
+    if (resp.has_token() && on_token) on_token(resp.token().index(), ctx);
   }
   out.status = reader->Finish();
   return out;
+}
+
+absl::StatusOr<bool> LocalCluster::HealthServing(const std::string& address,
+                                                 absl::Duration timeout) {
+  // grpc.health.v1.HealthCheckRequest{service: ""} is the empty message; the response is
+  // HealthCheckResponse{status}: 08 01 = SERVING, 08 02 = NOT_SERVING.
+  grpc::GenericStub stub(grpc::CreateChannel(address, credentials_));
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  grpc::Slice empty("");
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
+      stub.PrepareUnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::ByteBuffer(&empty, 1), &cq);
+  call->StartCall();
+  grpc::ByteBuffer reply;
+  grpc::Status status;
+  call->Finish(&reply, &status, nullptr);
+  void* tag = nullptr;
+  bool ok = false;
+  cq.Next(&tag, &ok);  // the call's deadline bounds it
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  if (!status.ok()) {
+    return absl::UnavailableError(absl::StrCat(address, " health: ", status.error_message()));
+  }
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (reply.Dump(&slices).ok()) {
+    for (const grpc::Slice& slice : slices) {
+      bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+  }
+  if (bytes == std::string("\x08\x01", 2)) return true;
+  if (bytes == std::string("\x08\x02", 2)) return false;
+  return absl::InternalError(
+      absl::StrCat(address, " health: unexpected response of ", bytes.size(), " bytes"));
 }
 
 absl::StatusOr<std::vector<InstanceLoadView>> LocalCluster::Loads() {
@@ -296,7 +355,7 @@ absl::StatusOr<std::vector<InstanceLoadView>> LocalCluster::Loads() {
     return absl::OkStatus();
   };
   for (const Process& p : processes_) {
-    if (p.pid <= 0 || p.name == "router") continue;
+    if (p.pid <= 0 || IsRouter(p.name)) continue;
     if (absl::Status s = ask(p.address, p.name.rfind("prefill", 0) == 0); !s.ok()) return s;
   }
   return out;

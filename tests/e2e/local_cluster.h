@@ -1,4 +1,4 @@
-// A real local cluster for end-to-end tests: router + prefill + decode processes on 127.0.0.1,
+// A real local cluster for end-to-end tests: router(s) + prefill + decode processes on 127.0.0.1,
 // started from the built binaries, each listening on port 0 and reporting its port (and
 // readiness) through a port file. Children get SIGKILL if the test process dies (PDEATHSIG), and
 // the destructor stops every process it started (SIGTERM, bounded wait, SIGKILL) and reaps it.
@@ -29,6 +29,7 @@ struct ClusterSpec {
   std::vector<NodeSpec> prefill;
   std::vector<NodeSpec> decode;
   std::vector<std::string> router_flags;
+  int routers = 1;  // router replicas in front of the same nodes, each with router_flags
   // The test's own channels (to the router and, for Loads, to the nodes): nullptr = insecure;
   // TLS credentials with a client certificate for a mutual-TLS cluster (tests/security).
   std::shared_ptr<grpc::ChannelCredentials> credentials;
@@ -57,14 +58,24 @@ class LocalCluster {
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;
 
-  const std::string& router_address() const { return router_address_; }
+  const std::string& router_address() const { return router_addresses_[0]; }
+  const std::vector<std::string>& router_addresses() const { return router_addresses_; }
+  // Router `index`'s stub (valid as long as the cluster).
+  v1::Router::StubInterface* router_stub(int index) const { return routers_[index].get(); }
   const std::vector<std::string>& prefill_addresses() const { return prefill_; }
   const std::vector<std::string>& decode_addresses() const { return decode_; }
 
-  // Streams one request; `on_token` sees each token as it arrives (may cancel `ctx`).
+  // Streams one request through router `router`; `on_token` sees each token as it arrives (may
+  // cancel `ctx`).
   GenerateOutcome Generate(
       const v1::GenerateRequest& request, absl::Duration timeout,
-      const std::function<void(int32_t index, grpc::ClientContext&)>& on_token = nullptr);
+      const std::function<void(int32_t index, grpc::ClientContext&)>& on_token = nullptr,
+      int router = 0);
+
+  // What the standard gRPC health service (grpc.health.v1.Health/Check, service "") of the
+  // process at `address` says: true for SERVING, false for NOT_SERVING; UNAVAILABLE when it does
+  // not answer within `timeout`.
+  absl::StatusOr<bool> HealthServing(const std::string& address, absl::Duration timeout);
 
   // Status of every prefill and decode instance still running (killed ones are skipped). The
   // destructor also asserts that none of them counted a failed BlockManager::Free.
@@ -74,8 +85,8 @@ class LocalCluster {
 
   // SIGKILLs a node process ("prefill" or "decode", index).
   void Kill(const std::string& role, int index);
-  // SIGTERMs a process ("prefill" or "decode" with its index, or "router" with 0) and returns at
-  // once: the process drains (docs/deployment.md).
+  // SIGTERMs a process ("prefill", "decode" or "router" with its index) and returns at once: the
+  // process drains (docs/deployment.md).
   void Terminate(const std::string& role, int index);
   // Waits up to `timeout` for that process to exit and reaps it: its waitpid status, or
   // DEADLINE_EXCEEDED (the process is then left running for the destructor).
@@ -100,11 +111,14 @@ class LocalCluster {
 
   std::string dir_;
   std::vector<Process> processes_;
-  std::string router_address_;
+  std::vector<std::string> router_addresses_;
   std::vector<std::string> prefill_, decode_;
   std::shared_ptr<grpc::ChannelCredentials> credentials_;
-  std::unique_ptr<v1::Router::Stub> router_;
+  std::vector<std::unique_ptr<v1::Router::Stub>> routers_;
 };
+
+// Adds one Generate response (a token or the final) to `out`, as LocalCluster::Generate does.
+void AddResponse(const v1::GenerateResponse& response, GenerateOutcome* out);
 
 // `n` token ids in [3, 253) drawn from `seed` (valid for every synthetic model's vocabulary).
 std::vector<int32_t> RandomPrompt(int n, uint64_t seed);
