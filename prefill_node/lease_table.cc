@@ -17,6 +17,21 @@ std::optional<std::vector<int32_t>> LeaseTable::Release(const std::string& reque
   return blocks;
 }
 
+std::vector<std::vector<int32_t>> LeaseTable::ReleaseRequest(const std::string& request_id) {
+  // A linear scan: the table holds the leases of prompts awaiting their decode, a few hundred at
+  // most, and a release by request id is rare (a Prefill call the router gave up on).
+  std::vector<std::vector<int32_t>> out;
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    if (it->second.request_id == request_id) {
+      out.push_back(std::move(it->second.blocks));
+      it = leases_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
 std::optional<absl::Time> LeaseTable::Renew(const std::string& request_id, uint64_t generation,
                                             absl::Time expiry) {
   auto it = leases_.find(generation);

@@ -26,6 +26,10 @@ class LeaseTable {
   // it expired or never existed.
   std::optional<std::vector<int32_t>> Release(const std::string& request_id, uint64_t generation);
 
+  // Removes every lease of `request_id` (whatever its generation) and returns their blocks;
+  // empty when it holds none. For a release by request id (ReleaseKvRequest.generation 0).
+  std::vector<std::vector<int32_t>> ReleaseRequest(const std::string& request_id);
+
   // New expiry if held, nullopt otherwise.
   std::optional<absl::Time> Renew(const std::string& request_id, uint64_t generation,
                                   absl::Time expiry);

@@ -14,6 +14,12 @@ namespace {
 // How often a waiting handler re-checks its client's cancellation.
 constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
 
+// Request ids released before their lease existed (EarlyReleases): a prefill still running when
+// the router gave up on it finishes within its own deadline, far sooner than this; an id is ~50
+// bytes, so the set stays under a MiB even if a misbehaving client releases ids that never come.
+constexpr size_t kEarlyReleaseCapacity = 8192;
+constexpr absl::Duration kEarlyReleaseTtl = absl::Minutes(2);
+
 // Everything that makes this instance's KV for the same tokens differ from another's: the model's
 // content, the KV byte layout (dims, dtype, protocol version) and the parallel layout (tp, pcp,
 // dcp, block size, interleave) — a cached block is one virtual block in this exact layout.
@@ -33,7 +39,8 @@ uint64_t RandomEpoch() {
 
 }  // namespace
 
-PrefillNode::PrefillNode(PrefillNodeOptions options) : options_(std::move(options)) {}
+PrefillNode::PrefillNode(PrefillNodeOptions options)
+    : options_(std::move(options)), early_releases_(kEarlyReleaseCapacity, kEarlyReleaseTtl) {}
 
 PrefillNode::~PrefillNode() {
   {
@@ -125,6 +132,7 @@ NodeLoad PrefillNode::Load() const {
   l.leases = leases_.size();
   l.leases_expired_total = leases_expired_;
   l.leases_released_total = leases_released_;
+  l.leases_released_early_total = leases_released_early_;
   return l;
 }
 
@@ -163,9 +171,24 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(const std::string& request_i
           out.cached_tokens = r->cached_tokens;
           out.lease_expiry = absl::Now() + lease;
           out.block_table = r->block_table;
-          absl::MutexLock lock(&mu_);
-          out.generation = leases_.Add(request_id, std::move(r->block_table), out.lease_expiry);
-          wait->outcome = std::move(out);
+          bool released_early;
+          {
+            absl::MutexLock lock(&mu_);
+            released_early = early_releases_.Take(request_id, absl::Now());
+            if (released_early) {
+              ++leases_released_early_;
+            } else {
+              out.generation = leases_.Add(request_id, std::move(r->block_table), out.lease_expiry);
+            }
+          }
+          if (released_early) {
+            blocks_->Release(r->block_table);
+            wait->outcome = absl::CancelledError(
+                "prefill finished after its KV was released by request id (the router had given "
+                "up on this call)");
+          } else {
+            wait->outcome = std::move(out);
+          }
         }
         wait->done.Notify();
       }));
@@ -186,6 +209,7 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(const std::string& request_i
 }
 
 bool PrefillNode::ReleaseKv(const std::string& request_id, uint64_t epoch, uint64_t generation) {
+  if (generation == 0 && (epoch == 0 || epoch == epoch_)) return ReleaseRequest(request_id);
   if (epoch != epoch_) return false;
   std::optional<std::vector<int32_t>> blocks;
   {
@@ -196,6 +220,21 @@ bool PrefillNode::ReleaseKv(const std::string& request_id, uint64_t epoch, uint6
   if (!blocks.has_value()) return false;
   blocks_->Release(*blocks);
   return true;
+}
+
+bool PrefillNode::ReleaseRequest(const std::string& request_id) {
+  std::vector<std::vector<int32_t>> released;
+  {
+    absl::MutexLock lock(&mu_);
+    released = leases_.ReleaseRequest(request_id);
+    if (released.empty()) {
+      // Its prefill may still be running (or its answer racing this call): take nothing later.
+      early_releases_.Remember(request_id, absl::Now());
+    }
+    leases_released_ += static_cast<int64_t>(released.size());
+  }
+  for (const std::vector<int32_t>& blocks : released) blocks_->Release(blocks);
+  return !released.empty();
 }
 
 std::optional<absl::Time> PrefillNode::RenewLease(const std::string& request_id,

@@ -26,6 +26,7 @@
 #include "kv_transfer/kv_source.h"
 #include "kv_transfer/transfer_types.h"
 #include "model/format/model_loader.h"
+#include "prefill_node/early_releases.h"
 #include "prefill_node/lease_table.h"
 
 namespace tandem {
@@ -59,6 +60,9 @@ struct NodeLoad {
   int64_t block_free_errors = 0;  // BlockManager::free_errors()
   // Since start: leases that expired unreleased, and leases released while held.
   int64_t leases_expired_total = 0, leases_released_total = 0;
+  // Since start: leases released as they were taken, their request id released before
+  // (ReleaseKv by request id while the prefill ran). Not counted in leases_released_total.
+  int64_t leases_released_early_total = 0;
   // Prefix cache (all 0 when it is off): cumulative prompt tokens looked up / served from the
   // cache / computed, blocks evicted; blocks cached now.
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0, computed_prompt_tokens = 0;
@@ -84,6 +88,11 @@ class PrefillNode {
                                          const std::function<bool()>& cancelled);
 
   // True when the lease was still held (the blocks are freed either way).
+  //
+  // generation 0 releases by request id (epoch 0 or this instance's): every lease of
+  // `request_id`, or, when it holds none yet, the lease its prefill will take — which is then
+  // released as soon as it is taken and that Prefill returns CANCELLED (EarlyReleases). The
+  // router sends it after giving up on a Prefill call whose answer may be on its way.
   bool ReleaseKv(const std::string& request_id, uint64_t epoch, uint64_t generation);
   std::optional<absl::Time> RenewLease(const std::string& request_id, uint64_t generation,
                                        absl::Duration extend);
@@ -110,6 +119,8 @@ class PrefillNode {
  private:
   explicit PrefillNode(PrefillNodeOptions options);
   void ReapLoop();
+  // ReleaseKv with generation 0.
+  bool ReleaseRequest(const std::string& request_id);
 
   PrefillNodeOptions options_;
   std::string engine_id_;
@@ -126,6 +137,8 @@ class PrefillNode {
 
   mutable absl::Mutex mu_;
   LeaseTable leases_ ABSL_GUARDED_BY(mu_);
+  EarlyReleases early_releases_ ABSL_GUARDED_BY(mu_);
+  int64_t leases_released_early_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t leases_expired_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t leases_released_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -198,7 +198,8 @@ void Driver::Prefill(RequestState& state) {
         static_cast<double>(cached_prefix_tokens_));
   }
   v1::PrefillRequest request;
-  request.set_request_id(NodeRequestId());
+  const std::string node_request_id = NodeRequestId();
+  request.set_request_id(node_request_id);
   request.mutable_prompt_ids()->Add(plan.prompt_ids.begin(), plan.prompt_ids.end());
   *request.mutable_sampling() = ToProto(prepared_.sampling);
   request.set_sample_step(plan.sample_step);
@@ -219,6 +220,12 @@ void Driver::Prefill(RequestState& state) {
   }
   prefill_time_ += absl::Now() - called;
   if (!response.ok()) {
+    if (deps_.kv_releaser != nullptr &&
+        PrefillMayHaveLeased(response.status().code(), canceller_->cancelled())) {
+      // The node may have answered as the call ended: its lease would wait for --lease_ms.
+      deps_.kv_releaser->ReleaseRequest(node->channel(), node->address(), node_request_id,
+                                        request_id_);
+    }
     if (canceller_->cancelled()) {
       state.Fail(absl::CancelledError("request cancelled by the client"));
       return;

@@ -8,7 +8,9 @@
 // call in flight. If the request ends while the router still owns a prefill node's KV lease
 // (cancelled or failed between Prefill and Decode, the first token was a stop id, max_tokens
 // was 1, or a Decode call ended before taking the KV), ReleaseKv is sent to that node with its
-// own deadline, independent of the client.
+// own deadline, independent of the client. If a Prefill call ends without the node's answer
+// while a lease may exist (the router cancelled it, or it ended CANCELLED or DEADLINE_EXCEEDED:
+// PrefillMayHaveLeased), the KvReleaser releases it by request id, off the request's thread.
 //
 // Thread-safety: RunGenerate may run on many threads at once; the dependencies are shared.
 #pragma once
@@ -20,6 +22,7 @@
 
 #include "absl/time/time.h"
 #include "router/call_canceller.h"
+#include "router/kv_releaser.h"
 #include "router/node_pool.h"
 #include "router/router_log.h"
 #include "router/router_metrics.h"
@@ -57,6 +60,9 @@ struct RouterDeps {
   const ApiKeys* api_keys = nullptr;
   // The gRPC server verifies client certificates (--tls_ca): Heartbeat then needs one.
   bool verifies_client_certs = false;
+  // Releases the lease an abandoned Prefill call may have left (kv_releaser.h). nullptr: none is
+  // sent, and such a lease expires after the prefill node's --lease_ms.
+  KvReleaser* kv_releaser = nullptr;
 };
 
 grpc::Status RunGenerate(const RouterDeps& deps, const v1::GenerateRequest& request,

@@ -37,4 +37,10 @@ absl::Duration HealthPollDelay(absl::Duration interval, absl::Duration recovery_
   return all_healthy ? interval : std::min(interval, recovery_interval);
 }
 
+bool PrefillMayHaveLeased(absl::StatusCode code, bool router_cancelled) {
+  if (code == absl::StatusCode::kOk) return false;  // the router holds the KvHandle
+  return router_cancelled || code == absl::StatusCode::kCancelled ||
+         code == absl::StatusCode::kDeadlineExceeded;
+}
+
 }  // namespace tandem

@@ -13,6 +13,7 @@
 //     poll or failed call, and healthy at its first successful poll (node_pool.h).
 #pragma once
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
@@ -41,6 +42,14 @@ absl::Time NextAttemptAt(const RetryPolicy& policy, int failures, absl::Time now
 // 3"). The router then blames (and retries away from) the prefill node, not the decode node.
 bool BlamesPrefillSource(absl::string_view decode_error, absl::string_view prefill_address,
                          absl::string_view engine_id);
+
+// True when a Prefill call that ended with `code` (at the router) may have left a lease on the
+// prefill node that nobody holds a KvHandle for, so the router should release it by request id:
+// the router cancelled the call (`router_cancelled`: the client went away, a stop string, a
+// shutdown) or it ended CANCELLED or DEADLINE_EXCEEDED — the node may have finished and answered
+// just as the call ended. Otherwise no: a node that answered with an error took no lease, and
+// one that cannot be reached (UNAVAILABLE) cannot be told either (a lease it holds expires).
+bool PrefillMayHaveLeased(absl::StatusCode code, bool router_cancelled);
 
 // Delay before the health checker's next round.
 absl::Duration HealthPollDelay(absl::Duration interval, absl::Duration recovery_interval,

@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "router/generate_driver.h"
 #include "router/health_checker.h"
+#include "router/kv_releaser.h"
 #include "router/node_pool.h"
 #include "router/request_threads.h"
 #include "router/router_log.h"
@@ -81,6 +82,8 @@ class RouterServer {
   std::atomic<int64_t> in_flight_{0};  // requests in RunGenerate (admission limit)
   RouterAccess access_;
   RouterDeps deps_;
+  // Before threads_: destroyed after every request thread that may use it has been joined.
+  std::unique_ptr<KvReleaser> kv_releaser_;
   std::unique_ptr<HealthChecker> health_;
   RequestThreads threads_;
   std::unique_ptr<RouterService> service_;

@@ -80,5 +80,17 @@ TEST(LeaseTableTest, RenewedLeaseOutlivesItsFirstExpiry) {
   EXPECT_THAT(t.Release("r", g), Optional(ElementsAre(9)));
 }
 
+TEST(LeaseTableTest, ReleaseRequestTakesEveryLeaseOfTheIdAndNoOther) {
+  LeaseTable t;
+  t.Add("r", {1, 2}, kT0 + absl::Seconds(1));
+  const uint64_t other = t.Add("s", {3}, kT0 + absl::Seconds(1));
+  t.Add("r", {4}, kT0 + absl::Seconds(2));
+  EXPECT_THAT(t.ReleaseRequest("r"), UnorderedElementsAre(ElementsAre(1, 2), ElementsAre(4)));
+  EXPECT_EQ(t.size(), 1);
+  EXPECT_THAT(t.ReleaseRequest("r"), IsEmpty());
+  EXPECT_THAT(t.ReleaseRequest("unknown"), IsEmpty());
+  EXPECT_THAT(t.Release("s", other), Optional(ElementsAre(3)));
+}
+
 }  // namespace
 }  // namespace tandem

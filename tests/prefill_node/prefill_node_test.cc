@@ -191,6 +191,46 @@ TEST_F(PrefillNodeTest, CancelledPrefillIsCancelledAndKeepsNoBlocks) {
   EXPECT_EQ(node->Load().leases, 0);
 }
 
+// ReleaseKv by request id (generation 0), as the router sends it after giving up on a Prefill
+// call: frees a lease already taken, whatever its generation.
+TEST_F(PrefillNodeTest, ReleaseByRequestIdFreesTheLeaseItHolds) {
+  std::unique_ptr<PrefillNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  const int32_t total = node->Load().total_blocks;
+  ASSERT_OK(Prefill(*node, "r1"));
+  ASSERT_OK(Prefill(*node, "r2"));
+  EXPECT_EQ(node->Load().leases, 2);
+  EXPECT_FALSE(node->ReleaseKv("r1", node->epoch() + 1, 0));  // another epoch: not this node's
+  EXPECT_EQ(node->Load().leases, 2);
+  EXPECT_TRUE(node->ReleaseKv("r1", 0, 0));
+  EXPECT_EQ(node->Load().leases, 1);
+  EXPECT_TRUE(node->ReleaseKv("r2", node->epoch(), 0));
+  EXPECT_EQ(node->Load().leases, 0);
+  EXPECT_EQ(node->Load().free_blocks, total);
+  EXPECT_EQ(node->Load().leases_released_total, 2);
+  EXPECT_EQ(node->Load().leases_released_early_total, 0);
+}
+
+// The release arrives before the lease exists (the router gave up while the prefill still ran):
+// the node remembers it, and the lease the prefill then takes is released at once.
+TEST_F(PrefillNodeTest, ReleaseByRequestIdBeforeThePrefillFinishesReleasesItsLeaseAtOnce) {
+  std::unique_ptr<PrefillNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  const int32_t total = node->Load().total_blocks;
+  EXPECT_FALSE(node->ReleaseKv("r1", 0, 0));  // nothing held yet
+  EXPECT_THAT(Prefill(*node, "r1"),
+              StatusIs(absl::StatusCode::kCancelled, HasSubstr("released by request id")));
+  EXPECT_EQ(node->Load().leases, 0);
+  EXPECT_EQ(node->Load().free_blocks, total);
+  EXPECT_EQ(node->Load().leases_released_early_total, 1);
+  // One release answers one lease: the next prefill of that id keeps its lease.
+  absl::StatusOr<PrefillOutcome> again = Prefill(*node, "r1");
+  ASSERT_OK(again);
+  EXPECT_EQ(node->Load().leases, 1);
+  EXPECT_TRUE(node->ReleaseKv("r1", node->epoch(), again->generation));
+  EXPECT_EQ(node->Load().free_blocks, total);
+}
+
 // Prefill here (tp 2), decode on tp 1 and on tp 2 pulling through the fake transport: the same
 // greedy tokens.
 TEST_F(PrefillNodeTest, KvPulledIntoTwoDecodeLayoutsDecodesTheSameTokens) {

@@ -63,5 +63,20 @@ TEST(BlamesPrefillSource, MatchesTheSourceByAddressOrEngineId) {
   EXPECT_FALSE(BlamesPrefillSource("anything", "", ""));
 }
 
+TEST(PrefillMayHaveLeased, OnlyWhenTheCallEndedWithoutTheNodesAnswer) {
+  // The router holds the KvHandle of an answered call, cancelled or not.
+  EXPECT_FALSE(PrefillMayHaveLeased(absl::StatusCode::kOk, false));
+  EXPECT_FALSE(PrefillMayHaveLeased(absl::StatusCode::kOk, true));
+  // Cancelled by the router, or ended by a cancellation or the deadline: the answer may be lost.
+  EXPECT_TRUE(PrefillMayHaveLeased(absl::StatusCode::kCancelled, true));
+  EXPECT_TRUE(PrefillMayHaveLeased(absl::StatusCode::kCancelled, false));
+  EXPECT_TRUE(PrefillMayHaveLeased(absl::StatusCode::kDeadlineExceeded, false));
+  EXPECT_TRUE(PrefillMayHaveLeased(absl::StatusCode::kUnavailable, true));
+  // The node's own answer was an error: it took no lease; an unreachable node cannot be told.
+  EXPECT_FALSE(PrefillMayHaveLeased(absl::StatusCode::kResourceExhausted, false));
+  EXPECT_FALSE(PrefillMayHaveLeased(absl::StatusCode::kInvalidArgument, false));
+  EXPECT_FALSE(PrefillMayHaveLeased(absl::StatusCode::kUnavailable, false));
+}
+
 }  // namespace
 }  // namespace tandem
