@@ -57,7 +57,8 @@ class ColocatedPrefill {
   ~ColocatedPrefill();  // fails prefills in flight with UNAVAILABLE (their on_done is called)
 
   // INVALID_ARGUMENT for requests that can never run (empty prompt, bad ids or sampling values,
-  // prompt + max_new_tokens beyond the context or the pool); the sink is then not called.
+  // prompt + max_new_tokens beyond the context), RESOURCE_EXHAUSTED when they never fit the pool,
+  // ALREADY_EXISTS for a request id already prefilling here; the sink is then not called.
   absl::Status Start(ColocatedCall call, ColocatedSink sink);
   // True if the request was still prefilling or waiting to be handed to the decode engine.
   bool Cancel(const std::string& request_id);

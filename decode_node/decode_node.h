@@ -99,7 +99,7 @@ class DecodeNode {
   // Colocated prefill: prefills call.prompt here, then decodes; the first token goes through
   // sink.on_token too. On OK `sink.on_done` will be called exactly once; on error nothing will
   // be called. FAILED_PRECONDITION when the node was built without colocated_prefill;
-  // INVALID_ARGUMENT for a request that can never run.
+  // INVALID_ARGUMENT / RESOURCE_EXHAUSTED for a request that can never run (ColocatedPrefill).
   absl::Status StartColocated(ColocatedCall call, DecodeSink sink);
   bool colocated_prefill() const { return colocated_ != nullptr; }
   bool Cancel(const std::string& request_id);
