@@ -448,7 +448,7 @@ TEST(DrainTest, SigtermOnOneOfTwoRoutersUnderLoadFailsNoRequest) {
   const std::vector<std::vector<int32_t>> prompts = Prompts();
   const int32_t kTokens = 24;
   // A's held streams are long, so A still has work to finish when its health is checked.
-  const int32_t kLongTokens = 256;
+  const int32_t kLongTokens = 128;
   const std::vector<std::vector<int32_t>> held_prompts(prompts.begin(), prompts.begin() + 2);
   const auto reference = ReferenceGreedy(SyntheticModelPath(), prompts, kTokens);
   const auto long_reference = ReferenceGreedy(SyntheticModelPath(), held_prompts, kLongTokens);
