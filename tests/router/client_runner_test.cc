@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "client/cli_format.h"
 #include "client/cli_runner.h"
+#include "client/router_failover.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/router_server.h"
@@ -100,6 +101,28 @@ TEST_F(ClientRunnerTest, StatusPrintsTheFleet) {
   EXPECT_THAT(out.str(), HasSubstr(absl::StrCat("prefill  ", prefill_.address(), "  yes")));
   EXPECT_THAT(out.str(), HasSubstr(absl::StrCat("decode   ", decode_.address(), "  yes")));
   EXPECT_EQ(err.str(), "");
+}
+
+// `tandem --router DOWN,UP`: the command goes on to the router that answers, and prints what a
+// single router would have; a draining router refuses the same way (UNAVAILABLE before any
+// token), tested in client_failover_test and drain_e2e_test.
+TEST_F(ClientRunnerTest, CommandsPassOverARouterThatIsDown) {
+  auto down =
+      v1::Router::NewStub(grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()));
+  const RouterFailover routers({down.get(), stub_.get()});
+  v1::GenerateRequest request;
+  request.set_text("hi");
+  request.set_max_tokens(6);
+  for (int i = 0; i < 2; ++i) {  // the first call starts at the router that is down, the second not
+    std::ostringstream out, err;
+    EXPECT_EQ(RunGenerate(routers, request, absl::Seconds(10), out, err), 0) << err.str();
+    EXPECT_EQ(out.str(), "abcdef\n");
+  }
+  for (int i = 0; i < 2; ++i) {
+    std::ostringstream out, err;
+    EXPECT_EQ(RunStatus(routers, absl::Seconds(5), out, err), 0) << err.str();
+    EXPECT_THAT(out.str(), HasSubstr("model: tiny-test\n"));
+  }
 }
 
 TEST(ClientRunnerNoRouterTest, UnreachableRouterIsAnErrorLine) {
