@@ -5,9 +5,10 @@
 // expires. ReleaseRequest sends ReleaseKv by request id (generation 0; the node also remembers
 // it if the lease is not taken yet: prefill_node/early_releases.h) and returns at once.
 //
-// Best effort: each call has its own deadline (`timeout`, independent of the client); a failure
-// is logged, and the lease then expires as before. The destructor waits for the calls in flight
-// (each bounded by its deadline plus kCallCompletionGrace).
+// Best effort: each call has its own deadline (`timeout`, independent of the client; the router
+// uses min(--rpc_timeout_ms, kMaxTimeout)); a failure is logged, and the lease then expires as
+// before. The destructor cancels the calls in flight and waits for them (bounded by the timeout
+// plus kCallCompletionGrace).
 //
 // Thread-safety: all methods are thread-safe.
 #pragma once
@@ -27,6 +28,10 @@ namespace tandem {
 
 class KvReleaser {
  public:
+  // A release is one small unary call: a node that cannot answer it within this is not helped by
+  // waiting longer, and a router shutting down waits for the releases in flight.
+  static constexpr absl::Duration kMaxTimeout = absl::Seconds(5);
+
   KvReleaser(absl::Duration timeout, LogFn log);
   ~KvReleaser();
   KvReleaser(const KvReleaser&) = delete;
@@ -37,6 +42,7 @@ class KvReleaser {
   void ReleaseRequest(std::shared_ptr<grpc::Channel> channel, const std::string& node,
                       const std::string& node_request_id, const std::string& request_id);
 
+  absl::Duration timeout() const { return timeout_; }
   // Calls sent and not yet completed.
   int in_flight() const;
   // Waits until none is in flight or `deadline` passes; true when none is.

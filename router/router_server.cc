@@ -50,7 +50,8 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   r->deps_.max_in_flight = r->access_.max_requests_in_flight;
   r->deps_.api_keys = r->access_.api_keys.get();
   r->deps_.verifies_client_certs = r->access_.tls.verifies_peers();
-  r->kv_releaser_ = std::make_unique<KvReleaser>(options.rpc_timeout, log);
+  r->kv_releaser_ =
+      std::make_unique<KvReleaser>(std::min(options.rpc_timeout, KvReleaser::kMaxTimeout), log);
   r->deps_.kv_releaser = r->kv_releaser_.get();
   // A poll must end before the next one would start, but a loaded node deserves a second.
   const absl::Duration poll_timeout =
@@ -100,9 +101,9 @@ void RouterServer::Shutdown(absl::Duration grace) {
   // node calls, so every request thread ends and Shutdown returns.
   if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(std::max(deadline, absl::Now())));
   threads_.JoinAll();
-  // The releases the last requests sent (bounded by rpc_timeout each): the nodes free their KV
-  // now rather than at lease expiry.
-  kv_releaser_->WaitIdle(absl::Now() + deps_.options.rpc_timeout);
+  // The releases the last requests sent (each bounded by the releaser's timeout): the nodes free
+  // their KV now rather than at lease expiry.
+  kv_releaser_->WaitIdle(absl::Now() + kv_releaser_->timeout());
   health_.reset();
 }
 
