@@ -59,10 +59,10 @@ KINDS = ("normal", "normal_nostream", "cancelled", "timeout_http", "timeout_grpc
 MIX = {"normal": 45, "normal_nostream": 10, "cancelled": 17, "timeout_http": 8,
        "timeout_grpc": 8, "invalid": 12}
 INVALID_VARIANTS = ("vocab", "max_tokens", "model", "context", "n", "json")
-# Invalid requests the HTTP front end refuses before they reach the router's request path (and
-# its outcome counters): parse errors, and the model name, checked there so the prompt can be
-# tokenised (router/http/openai_prepare.cc).
-NOT_COUNTED_BY_ROUTER = ("n", "json", "model")
+# Invalid requests the router does not count in its outcome counters (tandem_request_*_total):
+# none since 3fa859c — the HTTP front end's own refusals (parse errors, unsupported parameters,
+# an unknown model) count as failures by code there too.
+NOT_COUNTED_BY_ROUTER = ()
 
 
 def log(msg):
