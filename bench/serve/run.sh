@@ -12,14 +12,17 @@
 #       client; Tandem at c=16 is also measured through its gRPC API.
 #   (3) Router overhead per streamed token: the same requests through the router and directly to
 #       the same prefill + decode nodes (tandem-bench --backend=direct), alternated.
+#   (4) The prefix-cache hit path: prompts that share a 2,000-token prefix (a system prompt;
+#       tandem-bench --shared_prefix_len) plus 64 tokens of their own, one at a time, on the same
+#       1 prefill + 1 decode cluster with the prefill prefix cache off and on: TTFT.
 # Every RESULT line is a measurement of this run (ratios of two measurements of this run).
 #
 #   flock /tmp/tandem-build.lock bash bench/serve/run.sh [OUT_DIR]
 #
 # Environment: TANDEM_MODEL (default ~/.cache/tandem/models/SmolLM2-135M-Instruct.Q4_1.gguf),
 #   TANDEM_BUILD_DIR (default build), BENCH_SCALE (default 1: multiplies request counts and
-#   stage durations; 0.5 halves the run), LLAMA_PORT (default 18181), PARTS (default "1 2 3": which
-#   of the three records to run), CONCURRENCY (default "1 4 16": the concurrencies of (2)),
+#   stage durations; 0.5 halves the run), LLAMA_PORT (default 18181), PARTS (default "1 2 3 4":
+#   which of the four records to run), CONCURRENCY (default "1 4 16": the concurrencies of (2)),
 #   LLAMA_THREADS (default 2: llama-server's -t/-tb; the record's "same total threads" is 2),
 #   RATES (default "0.25 0.5 1": the Poisson rates of (1), req/s), PART1_LLAMA (default 1: the
 #   llama-server rows of (1)).
@@ -35,7 +38,7 @@ model=${TANDEM_MODEL:-$HOME/.cache/tandem/models/SmolLM2-135M-Instruct.Q4_1.gguf
 build=$(realpath -m "$REPO/${TANDEM_BUILD_DIR:-build}")
 scale=${BENCH_SCALE:-1}
 llama_port=${LLAMA_PORT:-18181}
-parts=" ${PARTS:-1 2 3} "
+parts=" ${PARTS:-1 2 3 4} "
 read -r -a conc <<< "${CONCURRENCY:-1 4 16}"
 llama_threads=${LLAMA_THREADS:-2}
 read -r -a rates <<< "${RATES:-0.25 0.5 1}"
@@ -74,6 +77,11 @@ router   listen=127.0.0.1:0
 prefill  tp=1 threads_per_rank=1 kv_budget_mb=384 ucx_tls=sm,self
 decode   tp=1 threads_per_rank=1 kv_budget_mb=384 ucx_tls=sm,self max_batch=64
 CONF
+# ---- (4): the same cluster with the prefill prefix cache on ---------------------------------
+cache_conf="$out/prefix-cache.conf"
+sed -e 's/^name=bench-disagg$/name=bench-prefix-cache/' \
+    -e 's/^prefill  tp=1 /prefill  tp=1 prefix_cache=true /' "$conf" > "$cache_conf"
+grep -q 'prefix_cache=true' "$cache_conf" || die "could not derive $cache_conf from $conf"
 # ---- Tandem colocated: one instance, prefill and decode, 2 threads (the same total) -----------
 coloc_conf="$out/colocated.conf"
 cat > "$coloc_conf" <<CONF
@@ -90,6 +98,7 @@ llama_pid=""
 cleanup() {
   "$REPO/deploy/cluster.sh" down "$conf" >/dev/null 2>&1 || true
   TANDEM_RUN_DIR="$out/cluster-colocated" "$REPO/deploy/cluster.sh" down "$coloc_conf" >/dev/null 2>&1 || true
+  TANDEM_RUN_DIR="$out/cluster-prefix-cache" "$REPO/deploy/cluster.sh" down "$cache_conf" >/dev/null 2>&1 || true
   if [ -n "$llama_pid" ]; then kill "$llama_pid" 2>/dev/null || true; wait "$llama_pid" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
@@ -186,7 +195,25 @@ if want 1; then  # (1) Poisson rates, disaggregated.
       --duration_s="$(n 16)" --num_requests=0
   done
 fi
+# (4) one request at a time; the warm-up request puts the shared prefix in the cache (when on).
+prefix_load=(--shared_prefix_len=2000 --prompt_len=fixed:64 --output_len=fixed:16
+             --warmup_requests=1 --concurrency=1 --num_requests="$(n 8)")
+if want 4; then  # (4) prefix cache off: this cluster.
+  run "prefix_cache_off" "${tandem[@]}" "${prefix_load[@]}"
+fi
 stop_tandem
+
+if want 4; then  # (4) prefix cache on: the same cluster with --prefix_cache=true.
+  export TANDEM_RUN_DIR="$out/cluster-prefix-cache"
+  log "starting Tandem 1 prefill (prefix cache on) + 1 decode"
+  "$REPO/deploy/cluster.sh" up "$cache_conf" > /dev/null
+  cached=(--backend=openai --base_url="http://127.0.0.1:$(cat "$TANDEM_RUN_DIR/router.http_port")"
+          --endpoint=/v1/completions)
+  # The same seed as the "off" run: the same prompts.
+  run "prefix_cache_on" "${cached[@]}" "${prefix_load[@]}" --seed="$(cksum <<< prefix_cache_off | cut -d' ' -f1)"
+  "$REPO/deploy/cluster.sh" down "$cache_conf" >/dev/null
+  export TANDEM_RUN_DIR="$out/cluster"
+fi
 
 if want 1; then  # (1) the same Poisson rates, colocated.
   export TANDEM_RUN_DIR="$out/cluster-colocated"
@@ -241,8 +268,9 @@ def row(label, name):
         f"({100 * r['good_fraction']:.0f}%) |")
 head = ("| run | ok/sent | req/s | out tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | "
         "TPOT p99 ms | goodput req/s (met) |\n|---|---|---|---|---|---|---|---|---|")
-lines += ["### (1) Tandem disaggregated (1P+1D, 1 thread each) vs Tandem colocated (1 instance, "
-          "2 threads), Poisson arrivals, HTTP (llama-server, 2 threads, as an extra row)", head]
+if any(rep(f"{k}_rate{r}") for k in ("disagg", "colocated", "llamacpp") for r in rates):
+    lines += ["### (1) Tandem disaggregated (1P+1D, 1 thread each) vs Tandem colocated (1 instance, "
+              "2 threads), Poisson arrivals, HTTP (llama-server, 2 threads, as an extra row)", head]
 results = []
 for r in rates:
     row(f"Tandem 1P+1D, {r} req/s", f"disagg_rate{r}")
@@ -297,6 +325,15 @@ if rep("direct_r1"):
     if cpu_share:
         results.append("RESULT router_cpu_per_token_fraction_of_tpot="
                        f"{sum(cpu_share) / len(cpu_share):.4g}")
+if rep("prefix_cache_off") and rep("prefix_cache_on"):
+    lines += ["", "### (4) Prefix cache: 2,000-token shared prefix + 64 own tokens, 16-token outputs, "
+              "one at a time (HTTP)", head]
+    row("Tandem 1P+1D, prefix cache off", "prefix_cache_off")
+    row("Tandem 1P+1D, prefix cache on", "prefix_cache_on")
+    off, on = rep("prefix_cache_off"), rep("prefix_cache_on")
+    if off["ttft"]["p50_ms"] > 0:
+        results.append(f"RESULT prefix_cache_ttft_p50_on_vs_off="
+                       f"{on['ttft']['p50_ms'] / off['ttft']['p50_ms']:.4g}")
 lines += [""] + results
 lines += ["", "Machine load before each run (load average; busiest processes):", "```"]
 lines += open(os.path.join(out, "load.txt")).read().rstrip("\n").splitlines()
