@@ -583,6 +583,7 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
 grpc::Status RunGenerate(const RouterDeps& deps, const v1::GenerateRequest& request,
                          absl::Time client_deadline, CallCanceller* canceller, GenerateSink* sink) {
   if (deps.draining != nullptr && deps.draining->load()) {
+    if (deps.metrics != nullptr) deps.metrics->RecordFailure("UNAVAILABLE");
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "router is draining (shutting down): no new requests");
   }

@@ -403,6 +403,9 @@ TEST_F(RouterHttpMetricsTest, HealthIs503WhileTheRouterDrains) {
   // A request is refused as the gRPC API refuses it: UNAVAILABLE, so a client tries another router.
   const HttpReply refused = Send("/v1/completions", R"({"prompt": "hi", "max_tokens": 3})");
   EXPECT_EQ(refused.status, 503) << refused.body;
+  // ... and counted as a failure by that code.
+  const std::string line = R"(tandem_request_failure_total{code="UNAVAILABLE"} 1)";
+  EXPECT_THAT(ScrapeUntil({line}), HasSubstr(line + "\n"));
 }
 
 }  // namespace
