@@ -29,12 +29,14 @@ KvReleaser::KvReleaser(absl::Duration timeout, LogFn log)
 }
 
 KvReleaser::~KvReleaser() {
-  {
-    absl::MutexLock lock(&shared_->mu);
-    for (const std::unique_ptr<Call>& call : shared_->running) call->context.TryCancel();
+  // Let the releases in flight land (each is bounded by its deadline); cancel any that did not.
+  if (!WaitIdle(absl::Now() + timeout_)) {
+    {
+      absl::MutexLock lock(&shared_->mu);
+      for (const std::unique_ptr<Call>& call : shared_->running) call->context.TryCancel();
+    }
+    WaitIdle(absl::Now() + kCallCompletionGrace);
   }
-  // gRPC completes every call soon after TryCancel; bounded all the same.
-  WaitIdle(absl::Now() + timeout_ + kCallCompletionGrace);
   FreeCompleted();
 }
 

@@ -7,8 +7,8 @@
 //
 // Best effort: each call has its own deadline (`timeout`, independent of the client; the router
 // uses min(--rpc_timeout_ms, kMaxTimeout)); a failure is logged, and the lease then expires as
-// before. The destructor cancels the calls in flight and waits for them (bounded by the timeout
-// plus kCallCompletionGrace).
+// before. The destructor lets the calls in flight complete (they are bounded by the timeout),
+// then cancels any left and waits kCallCompletionGrace more at most.
 //
 // Thread-safety: all methods are thread-safe.
 #pragma once
