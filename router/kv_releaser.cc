@@ -33,7 +33,7 @@ KvReleaser::~KvReleaser() {
   if (!WaitIdle(absl::Now() + timeout_)) {
     {
       absl::MutexLock lock(&shared_->mu);
-      for (const std::unique_ptr<Call>& call : shared_->running) call->context.TryCancel();
+      for (const std::shared_ptr<Call>& call : shared_->running) call->context.TryCancel();
     }
     WaitIdle(absl::Now() + kCallCompletionGrace);
   }
@@ -43,7 +43,9 @@ KvReleaser::~KvReleaser() {
 void KvReleaser::ReleaseRequest(std::shared_ptr<grpc::Channel> channel, const std::string& node,
                                 const std::string& node_request_id, const std::string& request_id) {
   FreeCompleted();
-  auto owned = std::make_unique<Call>();
+  // Held until the call has been started: its completion (and a FreeCompleted on another thread)
+  // may come before the start returns.
+  const std::shared_ptr<Call> owned = std::make_shared<Call>();
   Call* call = owned.get();
   call->stub = v1::PrefillService::NewStub(channel);
   call->channel = std::move(channel);
@@ -57,7 +59,7 @@ void KvReleaser::ReleaseRequest(std::shared_ptr<grpc::Channel> channel, const st
   {
     absl::MutexLock lock(&shared_->mu);
     ++shared_->in_flight;
-    shared_->running.push_back(std::move(owned));
+    shared_->running.push_back(owned);
   }
   call->stub->async()->ReleaseKv(
       &call->context, &call->request, &call->response,
@@ -76,14 +78,14 @@ void KvReleaser::ReleaseRequest(std::shared_ptr<grpc::Channel> channel, const st
 void KvReleaser::Completed(const std::shared_ptr<Shared>& shared, Call* call) {
   absl::MutexLock lock(&shared->mu);
   auto it = std::find_if(shared->running.begin(), shared->running.end(),
-                         [call](const std::unique_ptr<Call>& c) { return c.get() == call; });
+                         [call](const std::shared_ptr<Call>& c) { return c.get() == call; });
   shared->completed.push_back(std::move(*it));
   shared->running.erase(it);
   --shared->in_flight;
 }
 
 void KvReleaser::FreeCompleted() {
-  std::vector<std::unique_ptr<Call>> done;
+  std::vector<std::shared_ptr<Call>> done;
   absl::MutexLock lock(&shared_->mu);
   done.swap(shared_->completed);
   // `done` is destroyed after the lock is released (declared before it).

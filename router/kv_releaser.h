@@ -56,10 +56,11 @@ class KvReleaser {
     LogFn log;
     mutable absl::Mutex mu;
     int in_flight ABSL_GUARDED_BY(mu) = 0;
-    std::vector<std::unique_ptr<Call>> running ABSL_GUARDED_BY(mu);
+    // Shared with ReleaseRequest while it starts the call (the completion may come first).
+    std::vector<std::shared_ptr<Call>> running ABSL_GUARDED_BY(mu);
     // Freed by the next ReleaseRequest or the destructor, not on gRPC's callback thread (where
     // the last reference to a channel must not be dropped).
-    std::vector<std::unique_ptr<Call>> completed ABSL_GUARDED_BY(mu);
+    std::vector<std::shared_ptr<Call>> completed ABSL_GUARDED_BY(mu);
   };
   static void Completed(const std::shared_ptr<Shared>& shared, Call* call);
   void FreeCompleted();
