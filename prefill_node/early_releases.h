@@ -1,8 +1,9 @@
-// Request ids whose KV was released (ReleaseKv by request id, generation 0) before this prefill
-// instance held a lease for them. The router sends such a release after it gave up on a Prefill
-// call whose answer may still be on its way (client cancel, deadline): if the prefill finishes
-// after that, the lease it would take belongs to nobody, so the instance releases it at once
-// instead of holding the blocks until the lease expires (docs/RELIABILITY.md, "Soak").
+// Request ids whose KV was released (ReleaseKv by request id, generation 0) while their prefill
+// was still running on this prefill instance. The router sends such a release after it gave up on
+// a Prefill call whose answer may still be on its way (client cancel, deadline): the lease that
+// prefill takes when it finishes belongs to nobody, so the instance releases it at once instead
+// of holding the blocks until the lease expires (docs/RELIABILITY.md, "Soak"). The node takes the
+// id out when that prefill ends, whatever its outcome.
 //
 // Bounded: at most `capacity` ids, each forgotten `ttl` after it was remembered, the oldest
 // first when full. Pure; not thread-safe (the node locks it).

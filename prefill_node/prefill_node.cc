@@ -14,9 +14,9 @@ namespace {
 // How often a waiting handler re-checks its client's cancellation.
 constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
 
-// Request ids released before their lease existed (EarlyReleases): a prefill still running when
-// the router gave up on it finishes within its own deadline, far sooner than this; an id is ~50
-// bytes, so the set stays under a MiB even if a misbehaving client releases ids that never come.
+// Request ids released while their prefill ran (EarlyReleases): each is used up when that
+// prefill ends, normally within its own deadline, far sooner than the TTL; the bounds only cap
+// what a flood of releases could hold (an id is ~50 bytes: under a MiB).
 constexpr size_t kEarlyReleaseCapacity = 8192;
 constexpr absl::Duration kEarlyReleaseTtl = absl::Minutes(2);
 
@@ -158,40 +158,52 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(const std::string& request_i
   req.prompt = std::move(prompt);
   req.sampling = sampling;
   req.sample_step = sample_step;
+  {
+    absl::MutexLock lock(&mu_);
+    ++prefilling_[request_id];
+  }
   // The lease is taken inside the engine callback, so the blocks are owned by the lease table
   // from the instant the prefill finishes, whatever the handler does next.
-  TANDEM_RETURN_IF_ERROR(engine_->Submit(
+  const absl::Status submitted = engine_->Submit(
       std::move(req), [this, wait, request_id, lease](absl::StatusOr<PrefillResult> r) {
-        if (!r.ok()) {
-          wait->outcome = r.status();
-        } else {
-          PrefillOutcome out;
-          out.first_token = r->first_token;
-          out.num_tokens = r->num_tokens;
-          out.cached_tokens = r->cached_tokens;
-          out.lease_expiry = absl::Now() + lease;
-          out.block_table = r->block_table;
-          bool released_early;
-          {
-            absl::MutexLock lock(&mu_);
-            released_early = early_releases_.Take(request_id, absl::Now());
+        PrefillOutcome out;
+        bool released_early;
+        {
+          absl::MutexLock lock(&mu_);
+          EndPrefilling(request_id);
+          // A release by request id that came while this prefill ran is used up by it, whatever
+          // its outcome: it must not outlive it.
+          released_early = early_releases_.Take(request_id, absl::Now()) && r.ok();
+          if (r.ok()) {
+            out.first_token = r->first_token;
+            out.num_tokens = r->num_tokens;
+            out.cached_tokens = r->cached_tokens;
+            out.lease_expiry = absl::Now() + lease;
+            out.block_table = r->block_table;
             if (released_early) {
               ++leases_released_early_;
             } else {
               out.generation = leases_.Add(request_id, std::move(r->block_table), out.lease_expiry);
             }
           }
-          if (released_early) {
-            blocks_->Release(r->block_table);
-            wait->outcome = absl::CancelledError(
-                "prefill finished after its KV was released by request id (the router had given "
-                "up on this call)");
-          } else {
-            wait->outcome = std::move(out);
-          }
+        }
+        if (!r.ok()) {
+          wait->outcome = r.status();
+        } else if (released_early) {
+          blocks_->Release(r->block_table);
+          wait->outcome = absl::CancelledError(
+              "prefill finished after its KV was released by request id (the router had given "
+              "up on this call)");
+        } else {
+          wait->outcome = std::move(out);
         }
         wait->done.Notify();
-      }));
+      });
+  if (!submitted.ok()) {
+    absl::MutexLock lock(&mu_);
+    EndPrefilling(request_id);
+    return submitted;
+  }
   bool cancel_sent = false;
   while (!wait->done.WaitForNotificationWithTimeout(kCancelPoll)) {
     if (!cancel_sent && (cancelled() || absl::Now() > deadline)) {
@@ -227,14 +239,19 @@ bool PrefillNode::ReleaseRequest(const std::string& request_id) {
   {
     absl::MutexLock lock(&mu_);
     released = leases_.ReleaseRequest(request_id);
-    if (released.empty()) {
-      // Its prefill may still be running (or its answer racing this call): take nothing later.
+    if (released.empty() && prefilling_.contains(request_id)) {
+      // Its prefill is still running: the lease it takes is released at once.
       early_releases_.Remember(request_id, absl::Now());
     }
     leases_released_ += static_cast<int64_t>(released.size());
   }
   for (const std::vector<int32_t>& blocks : released) blocks_->Release(blocks);
   return !released.empty();
+}
+
+void PrefillNode::EndPrefilling(const std::string& request_id) {
+  const auto it = prefilling_.find(request_id);
+  if (it != prefilling_.end() && --it->second == 0) prefilling_.erase(it);
 }
 
 std::optional<absl::Time> PrefillNode::RenewLease(const std::string& request_id,

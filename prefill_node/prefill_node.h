@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -90,9 +91,11 @@ class PrefillNode {
   // True when the lease was still held (the blocks are freed either way).
   //
   // generation 0 releases by request id (epoch 0 or this instance's): every lease of
-  // `request_id`, or, when it holds none yet, the lease its prefill will take — which is then
-  // released as soon as it is taken and that Prefill returns CANCELLED (EarlyReleases). The
-  // router sends it after giving up on a Prefill call whose answer may be on its way.
+  // `request_id`, or, when it holds none but a prefill of that id is running, the lease that
+  // prefill takes — released as soon as it is taken, and that Prefill returns CANCELLED
+  // (EarlyReleases; remembered only until that prefill ends, so a later request reusing the id
+  // keeps its lease). The router sends it after giving up on a Prefill call whose answer may be
+  // on its way.
   bool ReleaseKv(const std::string& request_id, uint64_t epoch, uint64_t generation);
   std::optional<absl::Time> RenewLease(const std::string& request_id, uint64_t generation,
                                        absl::Duration extend);
@@ -121,6 +124,7 @@ class PrefillNode {
   void ReapLoop();
   // ReleaseKv with generation 0.
   bool ReleaseRequest(const std::string& request_id);
+  void EndPrefilling(const std::string& request_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   PrefillNodeOptions options_;
   std::string engine_id_;
@@ -138,6 +142,8 @@ class PrefillNode {
   mutable absl::Mutex mu_;
   LeaseTable leases_ ABSL_GUARDED_BY(mu_);
   EarlyReleases early_releases_ ABSL_GUARDED_BY(mu_);
+  // Request id -> Prefill calls of that id submitted to the engine and not yet completed.
+  absl::flat_hash_map<std::string, int32_t> prefilling_ ABSL_GUARDED_BY(mu_);
   int64_t leases_released_early_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t leases_expired_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t leases_released_ ABSL_GUARDED_BY(mu_) = 0;

@@ -2,8 +2,9 @@
 // left behind (PrefillMayHaveLeased, router/retry_policy.h): when the router cancels a Prefill
 // call (client cancel, deadline, stop string) while the node's answer is already on its way, the
 // node holds a lease nobody has the KvHandle of, and its blocks would stay held until the lease
-// expires. ReleaseRequest sends ReleaseKv by request id (generation 0; the node also remembers
-// it if the lease is not taken yet: prefill_node/early_releases.h) and returns at once.
+// expires. ReleaseRequest sends ReleaseKv by request id (generation 0; if that prefill is still
+// running, the node remembers the id until it ends: prefill_node/early_releases.h) and returns at
+// once.
 //
 // Best effort: each call has its own deadline (`timeout`, independent of the client; the router
 // uses min(--rpc_timeout_ms, kMaxTimeout)); a failure is logged, and the lease then expires as

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -67,13 +68,14 @@ class PrefillNodeTest : public ::testing::Test {
 
   std::unique_ptr<PrefillNode> NewNode(absl::Duration lease = absl::Seconds(30),
                                        bool prefix_cache = true,
-                                       ParallelConfig parallel = ParallelConfig{2, 1, 1, 16, 16}) {
+                                       ParallelConfig parallel = ParallelConfig{2, 1, 1, 16, 16},
+                                       int64_t kv_bytes_per_rank = 1 << 20) {
     PrefillNodeOptions o;
     o.model_path = *model_path_;
     o.advertised_address = "prefill:1";
     o.instance.parallel = parallel;
     o.instance.threads_per_rank = 1;
-    o.instance.kv_bytes_per_rank = 1 << 20;
+    o.instance.kv_bytes_per_rank = kv_bytes_per_rank;
     o.default_lease = lease;
     o.prefix_cache = prefix_cache;
     o.engine_id = absl::StrCat("p", next_engine_++);
@@ -211,24 +213,47 @@ TEST_F(PrefillNodeTest, ReleaseByRequestIdFreesTheLeaseItHolds) {
   EXPECT_EQ(node->Load().leases_released_early_total, 0);
 }
 
-// The release arrives before the lease exists (the router gave up while the prefill still ran):
-// the node remembers it, and the lease the prefill then takes is released at once.
-TEST_F(PrefillNodeTest, ReleaseByRequestIdBeforeThePrefillFinishesReleasesItsLeaseAtOnce) {
-  std::unique_ptr<PrefillNode> node = NewNode();
+// The release arrives while the prefill still runs (here: queued for blocks), before its lease
+// exists: the node remembers it, and the lease the prefill then takes is released at once.
+TEST_F(PrefillNodeTest, ReleaseByRequestIdWhileThePrefillRunsReleasesItsLeaseAtOnce) {
+  std::unique_ptr<PrefillNode> probe = NewNode(absl::Seconds(30), /*prefix_cache=*/false);
+  ASSERT_NE(probe, nullptr);
+  const int64_t block_bytes = (int64_t{1} << 20) / probe->Load().total_blocks;
+  // Four blocks: a 37-token prompt takes three, so a second one waits for the first's lease.
+  std::unique_ptr<PrefillNode> node = NewNode(absl::Seconds(30), /*prefix_cache=*/false,
+                                              ParallelConfig{2, 1, 1, 16, 16}, 4 * block_bytes);
   ASSERT_NE(node, nullptr);
-  const int32_t total = node->Load().total_blocks;
-  EXPECT_FALSE(node->ReleaseKv("r1", 0, 0));  // nothing held yet
-  EXPECT_THAT(Prefill(*node, "r1"),
-              StatusIs(absl::StatusCode::kCancelled, HasSubstr("released by request id")));
+  ASSERT_EQ(node->Load().total_blocks, 4);
+  absl::StatusOr<PrefillOutcome> first = Prefill(*node, "r1");
+  ASSERT_OK(first);
+  absl::StatusOr<PrefillOutcome> second = absl::UnknownError("not run");
+  std::thread waiting([&] { second = Prefill(*node, "r2"); });
+  ASSERT_TRUE(WaitFor([&] { return node->Load().queued == 1; }));
+  EXPECT_FALSE(node->ReleaseKv("r2", 0, 0));  // no lease yet: remembered while r2 runs
+  EXPECT_TRUE(node->ReleaseKv("r1", node->epoch(), first->generation));  // r2 gets its blocks
+  waiting.join();  // r2's Prefill is bounded by its deadline (kBound)
+  EXPECT_THAT(second, StatusIs(absl::StatusCode::kCancelled, HasSubstr("released by request id")));
   EXPECT_EQ(node->Load().leases, 0);
-  EXPECT_EQ(node->Load().free_blocks, total);
+  EXPECT_EQ(node->Load().free_blocks, 4);
   EXPECT_EQ(node->Load().leases_released_early_total, 1);
-  // One release answers one lease: the next prefill of that id keeps its lease.
-  absl::StatusOr<PrefillOutcome> again = Prefill(*node, "r1");
+  // Used up by that prefill: the next request with the id keeps its lease.
+  absl::StatusOr<PrefillOutcome> again = Prefill(*node, "r2");
   ASSERT_OK(again);
   EXPECT_EQ(node->Load().leases, 1);
-  EXPECT_TRUE(node->ReleaseKv("r1", node->epoch(), again->generation));
-  EXPECT_EQ(node->Load().free_blocks, total);
+  EXPECT_TRUE(node->ReleaseKv("r2", node->epoch(), again->generation));
+}
+
+// With no lease and no prefill of that id running there is nothing to release: nothing is
+// remembered, and a later prefill reusing the id keeps its lease.
+TEST_F(PrefillNodeTest, ReleaseByRequestIdOfNothingRunningIsNotRemembered) {
+  std::unique_ptr<PrefillNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  EXPECT_FALSE(node->ReleaseKv("r1", 0, 0));
+  absl::StatusOr<PrefillOutcome> out = Prefill(*node, "r1");
+  ASSERT_OK(out);
+  EXPECT_EQ(node->Load().leases, 1);
+  EXPECT_EQ(node->Load().leases_released_early_total, 0);
+  EXPECT_TRUE(node->ReleaseKv("r1", node->epoch(), out->generation));
 }
 
 // Prefill here (tp 2), decode on tp 1 and on tp 2 pulling through the fake transport: the same
