@@ -206,7 +206,8 @@ void Driver::Prefill(RequestState& state) {
   request.set_max_new_tokens(plan.max_new_tokens);
   ++node_calls_;
 
-  UnaryCall<v1::PrefillRequest, v1::PrefillResponse> call(std::move(request), UnaryDeadline());
+  const absl::Time call_deadline = UnaryDeadline();
+  UnaryCall<v1::PrefillRequest, v1::PrefillResponse> call(std::move(request), call_deadline);
   SetRequestIdMetadata(call.context(), request_id_);
   const absl::Time called = absl::Now();
   auto stub = v1::PrefillService::NewStub(node->channel());
@@ -220,9 +221,10 @@ void Driver::Prefill(RequestState& state) {
   }
   prefill_time_ += absl::Now() - called;
   if (!response.ok()) {
-    if (deps_.kv_releaser != nullptr &&
+    // The node may have answered as the call ended: its lease would wait for --lease_ms. (A call
+    // started past its deadline — a retry after the client's deadline — never reached the node.)
+    if (deps_.kv_releaser != nullptr && called < call_deadline &&
         PrefillMayHaveLeased(response.status().code(), canceller_->cancelled())) {
-      // The node may have answered as the call ended: its lease would wait for --lease_ms.
       deps_.kv_releaser->ReleaseRequest(node->channel(), node->address(), node_request_id,
                                         request_id_);
     }

@@ -194,7 +194,10 @@ TEST_P(PrefillCancelRaceTest, LeaseOfAnAnswerInFlightIsReleasedLongBeforeItExpir
   EXPECT_EQ(load.leases_released_total + load.leases_released_early_total, 1);
   EXPECT_EQ(load.leases_expired_total, 0);
   const std::vector<v1::ReleaseKvRequest> releases = held_->releases();
-  ASSERT_EQ(releases.size(), 1u);
+  std::string ids;
+  for (const v1::ReleaseKvRequest& r : releases) absl::StrAppend(&ids, " ", r.request_id());
+  // One: a retry the router starts after the client's deadline never reached the node.
+  ASSERT_EQ(releases.size(), 1u) << "released:" << ids;
   EXPECT_EQ(releases[0].request_id(), "race-1");
   EXPECT_EQ(releases[0].generation(), 0u);  // by request id: the router never saw the handle
 }
