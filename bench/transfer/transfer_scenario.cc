@@ -13,6 +13,7 @@
 #include "attention/dcp_layout.h"
 #include "bench/transfer/raw_get_loop.h"
 #include "common/status_macros.h"
+#include "kv_transfer/gather_plan.h"
 #include "kv_transfer/planner.h"
 #include "kv_transfer/ucx/kv_puller.h"
 #include "kv_transfer/ucx/testing/kv_pattern.h"
@@ -80,8 +81,9 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
   const std::vector<TransferCopy>& copies = plan.copies[0];
 
   const UcxOptions ucx{testing::UcxSettings(options.transport)};
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxKvPuller> puller,
-                          UcxKvPuller::Create(UcxKvPullerOptions{ucx}));
+  UcxKvPullerOptions puller_options = options.puller;
+  puller_options.ucx = ucx;
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxKvPuller> puller, UcxKvPuller::Create(puller_options));
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<KvPoolMemory> pool,
                           puller->AllocatePool(testing::PoolBytesForBlocks(sc.dst, dst_blocks)));
   auto* local = static_cast<std::byte*>(pool->base());
@@ -102,6 +104,38 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
     raw_remotes.push_back(std::move(remote));
   }
 
+  // The gathered form of the copy list, for the raw bulk baseline: the direct copies as they are,
+  // each segment read into a scratch ring of staging-slot size (its bytes are not used).
+  const absl::Time gather_start = absl::Now();
+  const GatherPlan gather = PlanGather(copies, puller_options.gather, [](int32_t) { return true; });
+  const absl::Duration gather_time = absl::Now() - gather_start;
+  std::vector<TransferCopy> bulk;
+  for (int64_t i : gather.direct) bulk.push_back(copies[i]);
+  const int64_t ring_slots = 16;
+  std::vector<std::byte> scratch(
+      gather.segments.empty()
+          ? 0
+          : static_cast<size_t>(ring_slots * puller_options.gather.max_segment_bytes));
+  for (size_t i = 0; i < gather.segments.size(); ++i) {
+    const GatherSegment& seg = gather.segments[i];
+    bulk.push_back(
+        TransferCopy{seg.src_rank, seg.src_offset,
+                     static_cast<int64_t>(i % ring_slots) * puller_options.gather.max_segment_bytes,
+                     seg.length});
+  }
+  // RawGetLoop writes at local + dst_offset: direct copies into the pool, segments into scratch.
+  auto raw_bulk_loop = [&]() -> absl::StatusOr<absl::Duration> {
+    const size_t direct = gather.direct.size();
+    TANDEM_ASSIGN_OR_RETURN(
+        absl::Duration a,
+        RawGetLoop(*raw_worker, raw_by_rank, absl::MakeConstSpan(bulk).first(direct), local));
+    if (gather.segments.empty()) return a;
+    TANDEM_ASSIGN_OR_RETURN(absl::Duration b,
+                            RawGetLoop(*raw_worker, raw_by_rank,
+                                       absl::MakeConstSpan(bulk).subspan(direct), scratch.data()));
+    return a + b;
+  };
+
   // Local stand-ins for the source pools, for the memcpy baseline.
   std::vector<std::vector<std::byte>> local_sources;
   std::vector<std::byte*> source_ptrs;
@@ -112,6 +146,9 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
 
   ScenarioResult result;
   result.copies = static_cast<int64_t>(copies.size());
+  result.segments = static_cast<int64_t>(gather.segments.size());
+  result.gather_plan_time = gather_time;
+  result.segment_bytes = gather.segment_bytes();
   result.bytes = plan.total_bytes();
   result.source_ranks = static_cast<int32_t>(metadata.ranks.size());
   PullOptions pull;
@@ -128,21 +165,24 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
       TANDEM_RETURN_IF_ERROR(
           testing::VerifyDestinationPool(sc.dst, 0, dst_blocks, sc.tokens, local_span));
     }
-    TANDEM_RETURN_IF_ERROR(RawGetLoop(*raw_worker, raw_by_rank, copies, local).status());
+    if (options.raw_per_copy) {
+      TANDEM_RETURN_IF_ERROR(RawGetLoop(*raw_worker, raw_by_rank, copies, local).status());
+    }
+    TANDEM_RETURN_IF_ERROR(raw_bulk_loop().status());
     MemcpyLoop(source_ptrs, copies, local);
   }
 
   // Timed passes: planned, raw and memcpy back to back, so the ratios of one pass see the same
   // machine load (this machine is shared and has 2 cores).
-  std::vector<absl::Duration> planned, raw, copy;
-  std::vector<double> vs_raw, vs_memcpy;
+  std::vector<absl::Duration> planned, raw, raw_bulk, copy;
+  std::vector<double> vs_raw, vs_raw_bulk, vs_memcpy;
   result.planned_post_best = absl::InfiniteDuration();
   double cpu_ms = 0;
   for (int32_t rep = 0; rep < options.reps; ++rep) {
     // Whichever reads the source second may find it in cache (it matters for short prompts),
     // so planned and raw take turns going first.
     absl::Duration raw_time;
-    if (rep % 2 == 1) {
+    if (rep % 2 == 1 && options.raw_per_copy) {
       TANDEM_ASSIGN_OR_RETURN(raw_time, RawGetLoop(*raw_worker, raw_by_rank, copies, local));
     }
     PullProgress progress;
@@ -155,23 +195,30 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
     planned.push_back(elapsed);
     result.planned_post_best =
         std::min(result.planned_post_best, absl::Nanoseconds(progress.post_nanos.load()));
-    if (rep % 2 == 0) {
+    if (rep % 2 == 0 && options.raw_per_copy) {
       TANDEM_ASSIGN_OR_RETURN(raw_time, RawGetLoop(*raw_worker, raw_by_rank, copies, local));
     }
     raw.push_back(raw_time);
+    TANDEM_ASSIGN_OR_RETURN(const absl::Duration bulk_time, raw_bulk_loop());
+    raw_bulk.push_back(bulk_time);
     copy.push_back(MemcpyLoop(source_ptrs, copies, local));
     vs_raw.push_back(absl::FDivDuration(raw.back(), elapsed));
+    vs_raw_bulk.push_back(absl::FDivDuration(raw_bulk.back(), elapsed));
     vs_memcpy.push_back(absl::FDivDuration(copy.back(), elapsed));
   }
   std::sort(vs_raw.begin(), vs_raw.end());
   std::sort(vs_memcpy.begin(), vs_memcpy.end());
+  std::sort(vs_raw_bulk.begin(), vs_raw_bulk.end());
   result.planned_vs_raw = vs_raw[vs_raw.size() / 2];
+  result.planned_vs_raw_bulk = vs_raw_bulk[vs_raw_bulk.size() / 2];
   result.planned_vs_memcpy = vs_memcpy[vs_memcpy.size() / 2];
   result.planned_passes = planned;
   result.raw_passes = raw;
+  result.raw_bulk_passes = raw_bulk;
   result.memcpy_passes = copy;
   result.planned = Summarise(planned);
   result.raw = Summarise(raw);
+  result.raw_bulk = Summarise(raw_bulk);
   result.memcpy = Summarise(copy);
   result.source_cpu_ms = cpu_ms;
   raw_remotes.clear();

@@ -3,6 +3,10 @@
 // on the same UCX-allocated memory and transport:
 //   planned  — UcxKvPuller::Execute of the plan (what Tandem does),
 //   raw      — RawGetLoop over the same copy list (simplest ucp_get loop),
+//   raw bulk — RawGetLoop over the gathered form of the copy list (gather_plan.h with the
+//              puller's options): one get per segment into a scratch buffer plus the direct
+//              copies — the same source bytes in the fewest gets, i.e. what the transport
+//              itself achieves for them. Equal to raw when nothing is gathered.
 //   memcpy   — MemcpyLoop over the same copy list between local buffers.
 // After one untimed warm-up pass (which maps the source pools and is verified), each timed pass
 // runs the three back to back; results are best-of and median-of, and the ratios are medians
@@ -17,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kv_transfer/transfer_types.h"
+#include "kv_transfer/ucx/kv_puller.h"
 #include "kv_transfer/ucx/testing/transports.h"
 
 namespace tandem::bench {
@@ -33,7 +38,9 @@ struct ScenarioOptions {
   testing::Transport transport = testing::Transport::kSharedMemory;
   int32_t reps = 7;  // >= 1
   int32_t max_in_flight = 1024;
-  bool verify = true;  // check every byte of the first planned pull
+  bool verify = true;         // check every byte of the first planned pull
+  UcxKvPullerOptions puller;  // its `ucx` is set from `transport`
+  bool raw_per_copy = true;   // false: skip the raw loop over the copy list (raw times are 0)
 };
 
 struct Timing {
@@ -45,14 +52,19 @@ struct ScenarioResult {
   int64_t bytes = 0;   // bytes one destination rank pulls
   int64_t copies = 0;  // planned copies of that rank
   int32_t source_ranks = 0;
+  int64_t segments = 0;       // segment gets of the gathered form (0: nothing gathered)
+  int64_t segment_bytes = 0;  // bytes they read
   Timing planned;
   Timing raw;
+  Timing raw_bulk;
   Timing memcpy;
-  std::vector<absl::Duration> planned_passes, raw_passes, memcpy_passes;  // in pass order
+  std::vector<absl::Duration> planned_passes, raw_passes, raw_bulk_passes, memcpy_passes;
   double planned_vs_raw = 0;         // median over passes of raw time / planned time
+  double planned_vs_raw_bulk = 0;    // median over passes of raw bulk time / planned time
   double planned_vs_memcpy = 0;      // median over passes of memcpy time / planned time
   absl::Duration planned_post_best;  // time inside the posting loop, best planned rep
   absl::Duration first_pull;         // warm-up pull: connection setup and pool mapping included
+  absl::Duration gather_plan_time;   // PlanGather over the copy list (part of every planned pull)
   double source_cpu_ms = 0;          // source peer CPU (all threads) during the planned reps
 };
 

@@ -1,6 +1,9 @@
 #include "kv_transfer/ucx/kv_puller.h"
 
 #include <algorithm>
+#include <cstring>
+#include <deque>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -21,13 +24,19 @@ constexpr absl::Duration kWaitSlice = absl::Milliseconds(10);
 // work between cancel checks (64 block-sized gets ≈ 128 MiB ≈ 20 ms here).
 constexpr int32_t kPostsPerTurn = 64;
 
+// Bytes of gathered pieces scattered per turn before the worker is progressed again.
+constexpr int64_t kScatterBytesPerTurn = 64 * 1024;
+
 // One outstanding get. UCX's completion callback (inside ucp_worker_progress, on Execute's
 // thread) marks it done and queues its index on `done_list`; Execute frees it. The list is
 // reserved for the whole window up front, so the callback never allocates.
 struct GetSlot {
   void* request = nullptr;  // null while the slot is free
   int32_t src_rank = -1;
-  int64_t length = 0;
+  int64_t copies = 0;    // planned copies the get carries (1, or a segment's)
+  int64_t bytes = 0;     // their bytes
+  int64_t segment = -1;  // index into the gather plan's segments, or -1 for a direct get
+  int32_t staging = -1;  // staging slot of a segment get
   bool done = false;
   ucs_status_t status = UCS_OK;
   int32_t index = 0;
@@ -49,10 +58,19 @@ std::string SourceName(const TransferMetadata& m) {
 
 absl::StatusOr<std::unique_ptr<UcxKvPuller>> UcxKvPuller::Create(
     const UcxKvPullerOptions& options) {
+  const GatherOptions& g = options.gather;
+  if (g.min_direct_bytes < 1 || g.max_segment_bytes < g.min_direct_bytes || g.max_gap_bytes < 0 ||
+      options.staging_slots < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("UcxKvPullerOptions: need gather.min_direct_bytes >= 1 (got ",
+                     g.min_direct_bytes, "), gather.max_segment_bytes >= min_direct_bytes (got ",
+                     g.max_segment_bytes, "), gather.max_gap_bytes >= 0 (got ", g.max_gap_bytes,
+                     ") and staging_slots >= 1 (got ", options.staging_slots, ")"));
+  }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxContext> context, UcxContext::Create(options.ucx));
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxWorker> worker,
                           UcxWorker::Create(std::shared_ptr<UcxContext>(std::move(context))));
-  return std::unique_ptr<UcxKvPuller>(new UcxKvPuller(std::move(worker)));
+  return std::unique_ptr<UcxKvPuller>(new UcxKvPuller(options, std::move(worker)));
 }
 
 UcxKvPuller::~UcxKvPuller() = default;
@@ -145,6 +163,39 @@ absl::Status UcxKvPuller::ExecuteOnce(const TransferMetadata& source,
     }
   }
 
+  // Pools UCX mapped into this process are read with memcpy; the rest with gets, small copies
+  // gathered into segment reads (gather_plan.h).
+  std::vector<const std::byte*> mapped(source.ranks.size(), nullptr);
+  bool all_mapped = true;
+  for (size_t rank = 0; rank < remote.size(); ++rank) {
+    if (remote[rank] == nullptr) continue;
+    if (options_.read_mapped_pools) mapped[rank] = remote[rank]->mapped_pool();
+    if (mapped[rank] == nullptr) all_mapped = false;
+  }
+  GatherPlan gather;
+  const bool gathering = options_.gather_small_copies && !all_mapped;
+  if (gathering) {
+    gather =
+        PlanGather(copies, options_.gather, [&](int32_t rank) { return mapped[rank] == nullptr; });
+  }
+  const int64_t num_direct =
+      gathering ? static_cast<int64_t>(gather.direct.size()) : static_cast<int64_t>(copies.size());
+  const int64_t num_segments = static_cast<int64_t>(gather.segments.size());
+  std::vector<int32_t> free_staging;
+  if (num_segments > 0) {
+    const int32_t staging_slots = options_.staging_slots;
+    if (staging_ == nullptr) {
+      staging_ = std::make_unique_for_overwrite<std::byte[]>(
+          static_cast<size_t>(staging_slots) *
+          static_cast<size_t>(options_.gather.max_segment_bytes));
+    }
+    const int32_t usable = static_cast<int32_t>(std::min<int64_t>(staging_slots, num_segments));
+    for (int32_t s = usable - 1; s >= 0; --s) free_staging.push_back(s);
+  }
+  auto staging_slot = [&](int32_t s) {
+    return staging_.get() + static_cast<int64_t>(s) * options_.gather.max_segment_bytes;
+  };
+
   std::vector<GetSlot> slots(options.max_in_flight);
   std::vector<int32_t> free_slots(options.max_in_flight);
   std::vector<int32_t> done_slots;
@@ -155,7 +206,9 @@ absl::Status UcxKvPuller::ExecuteOnce(const TransferMetadata& source,
   param.cb.send = &OnGetDone;
 
   const int64_t n = static_cast<int64_t>(copies.size());
-  int64_t next = 0;
+  int64_t next_direct = 0;   // into copies, or into gather.direct when gathering
+  int64_t next_segment = 0;  // into gather.segments
+  int64_t posted = 0;        // copies handed over (a segment's count when its get is posted)
   int64_t completed = 0;
   int64_t completed_bytes = 0;
   int32_t in_flight = 0;
@@ -164,6 +217,7 @@ absl::Status UcxKvPuller::ExecuteOnce(const TransferMetadata& source,
   absl::Status failure;
   absl::Time last_completion = absl::Now();
   absl::Time abandon_at = absl::InfiniteFuture();
+  absl::Time idle_since = absl::InfiniteFuture();  // since when nothing happened; see the wait
   auto fail = [&failure](absl::Status status) {
     if (failure.ok()) failure = std::move(status);
   };
@@ -176,10 +230,10 @@ absl::Status UcxKvPuller::ExecuteOnce(const TransferMetadata& source,
     return remote[rank] != nullptr ? remote[rank]->label()
                                    : absl::StrCat("source rank ", rank, " of ", SourceName(source));
   };
-  auto finish = [&](int32_t rank, int64_t length, ucs_status_t status) {
+  auto finish = [&](int32_t rank, int64_t num_copies, int64_t bytes, ucs_status_t status) {
     if (status == UCS_OK) {
-      ++completed;
-      completed_bytes += length;
+      completed += num_copies;
+      completed_bytes += bytes;
       return;
     }
     // Gets cancelled by our own force-close land here too; `failure` already says why.
@@ -189,12 +243,90 @@ absl::Status UcxKvPuller::ExecuteOnce(const TransferMetadata& source,
     fail(absl::UnavailableError(
         absl::StrCat("get from ", peer_name(rank), ": ", ToStatus(status, "failed").message())));
   };
+  // Segments whose get finished, scattered into place a bounded amount per turn (so the worker
+  // is progressed between pieces of the work and a TCP stream keeps flowing); a segment's
+  // copies complete, and its staging slot is freed, when its last piece is in place.
+  struct PendingScatter {
+    int64_t segment;
+    int32_t staging;
+    int64_t next_piece;
+  };
+  std::deque<PendingScatter> scatter_queue;
+  auto scatter_some = [&](int64_t budget_bytes) {
+    while (!scatter_queue.empty() && budget_bytes > 0) {
+      PendingScatter& job = scatter_queue.front();
+      const GatherSegment& seg = gather.segments[job.segment];
+      const std::byte* from = staging_slot(job.staging);
+      const int64_t end = seg.first_piece + seg.num_pieces;
+      for (; job.next_piece < end && budget_bytes > 0; ++job.next_piece) {
+        const GatherPiece& piece = gather.pieces[job.next_piece];
+        std::memcpy(local_pool.data() + piece.dst_offset, from + piece.segment_offset,
+                    static_cast<size_t>(piece.length));
+        budget_bytes -= piece.length;
+      }
+      if (job.next_piece < end) return;
+      free_staging.push_back(job.staging);
+      finish(seg.src_rank, seg.copies, seg.copy_bytes, UCS_OK);
+      scatter_queue.pop_front();
+    }
+  };
+  // After a failure or a cancel the pool is discarded: pending scatters are dropped.
+  auto drop_scatters = [&] {
+    for (const PendingScatter& job : scatter_queue) free_staging.push_back(job.staging);
+    scatter_queue.clear();
+  };
+  // A segment get finished with `status`.
+  auto segment_done = [&](int64_t segment, int32_t staging, ucs_status_t status) {
+    if (status == UCS_OK && failure.ok() && !cancelled) {
+      scatter_queue.push_back(
+          PendingScatter{segment, staging, gather.segments[segment].first_piece});
+      return;
+    }
+    free_staging.push_back(staging);
+    const GatherSegment& seg = gather.segments[segment];
+    finish(seg.src_rank, seg.copies, seg.copy_bytes, status);
+  };
+  // Posts one get; a get UCX completes at once is finished here.
+  auto post_get = [&](int32_t rank, std::byte* into, int64_t src_offset, int64_t length,
+                      int64_t num_copies, int64_t bytes, int64_t segment, int32_t staging) {
+    RemoteRank* r = remote[rank];
+    const int32_t s = free_slots.back();
+    param.user_data = &slots[s];
+    ucs_status_ptr_t request =
+        ucp_get_nbx(r->endpoint(), into, static_cast<size_t>(length),
+                    r->pool_base() + static_cast<uint64_t>(src_offset), r->rkey(), &param);
+    posted += num_copies;
+    if (request == nullptr || UCS_PTR_IS_ERR(request)) {
+      const ucs_status_t status = request == nullptr ? UCS_OK : UCS_PTR_STATUS(request);
+      if (segment >= 0) {
+        segment_done(segment, staging, status);
+      } else {
+        finish(rank, num_copies, bytes, status);
+      }
+      return;
+    }
+    free_slots.pop_back();
+    slots[s] =
+        GetSlot{request, rank, num_copies, bytes, segment, staging, false, UCS_OK, s, &done_slots};
+    ++in_flight;
+  };
   // Counters are published once per turn, not per get: tiny copies are common.
   auto publish = [&] {
     if (options.progress == nullptr) return;
-    options.progress->posted.store(next, std::memory_order_relaxed);
+    options.progress->posted.store(posted, std::memory_order_relaxed);
     options.progress->completed.store(completed, std::memory_order_relaxed);
     options.progress->completed_bytes.store(completed_bytes, std::memory_order_relaxed);
+  };
+  auto all_posted = [&] { return next_direct == num_direct && next_segment == num_segments; };
+  // Whether the next piece of work could be started now.
+  auto can_post = [&] {
+    if (!failure.ok() || cancelled || all_posted()) return false;
+    if (next_direct < num_direct) {
+      const int64_t i = gathering ? gather.direct[next_direct] : next_direct;
+      if (mapped[copies[i].src_rank] != nullptr) return true;
+      return in_flight < options.max_in_flight;
+    }
+    return in_flight < options.max_in_flight && !free_staging.empty();
   };
 
   while (true) {
@@ -203,39 +335,47 @@ absl::Status UcxKvPuller::ExecuteOnce(const TransferMetadata& source,
       cancelled = true;
     }
     // Post at most kPostsPerTurn per turn, so the cancel flag and endpoint errors are looked at
-    // regularly even when gets complete at once. On shared memory UCX usually completes a
-    // get inside ucp_get_nbx (a copy out of the mapped pool) and returns no request.
+    // regularly even when copies complete at once (a mapped pool's memcpy; on shared memory UCX
+    // also usually completes a get inside ucp_get_nbx and returns no request).
     const absl::Time post_start = options.progress != nullptr ? absl::Now() : absl::Time();
     const int64_t completed_before = completed;
-    for (int32_t budget = kPostsPerTurn;
-         budget > 0 && failure.ok() && !cancelled && next < n && in_flight < options.max_in_flight;
-         --budget) {
-      const TransferCopy& c = copies[next++];
-      RemoteRank* r = remote[c.src_rank];
-      const int32_t s = free_slots.back();
-      param.user_data = &slots[s];
-      ucs_status_ptr_t request =
-          ucp_get_nbx(r->endpoint(), local_pool.data() + c.dst_offset, c.length,
-                      r->pool_base() + static_cast<uint64_t>(c.src_offset), r->rkey(), &param);
-      if (request == nullptr) {
-        finish(c.src_rank, c.length, UCS_OK);
-      } else if (UCS_PTR_IS_ERR(request)) {
-        finish(c.src_rank, c.length, UCS_PTR_STATUS(request));
-      } else {
-        free_slots.pop_back();
-        slots[s] = GetSlot{request, c.src_rank, c.length, false, UCS_OK, s, &done_slots};
-        ++in_flight;
+    for (int32_t budget = kPostsPerTurn; budget > 0 && can_post(); --budget) {
+      if (next_direct < num_direct) {
+        const int64_t i = gathering ? gather.direct[next_direct] : next_direct;
+        ++next_direct;
+        const TransferCopy& c = copies[i];
+        if (const std::byte* pool = mapped[c.src_rank]; pool != nullptr) {
+          std::memcpy(local_pool.data() + c.dst_offset, pool + c.src_offset,
+                      static_cast<size_t>(c.length));
+          ++posted;
+          finish(c.src_rank, 1, c.length, UCS_OK);
+          continue;
+        }
+        post_get(c.src_rank, local_pool.data() + c.dst_offset, c.src_offset, c.length, 1, c.length,
+                 -1, -1);
+        continue;
       }
+      const GatherSegment& seg = gather.segments[next_segment];
+      const int32_t staging = free_staging.back();
+      free_staging.pop_back();
+      post_get(seg.src_rank, staging_slot(staging), seg.src_offset, seg.length, seg.copies,
+               seg.copy_bytes, next_segment, staging);
+      ++next_segment;
     }
     if (options.progress != nullptr) {
       options.progress->post_nanos.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - post_start),
                                              std::memory_order_relaxed);
     }
-    // Gets that completed inside ucp_get_nbx are progress too: the stall clock restarts.
+    // Copies that completed inside the posting loop are progress too: the stall clock restarts.
     if (completed != completed_before) last_completion = absl::Now();
     publish();
+    if (!failure.ok() || cancelled) drop_scatters();
     if (in_flight == 0) {
-      if (next == n || !failure.ok() || cancelled) break;
+      if (!scatter_queue.empty()) {
+        scatter_some(kScatterBytesPerTurn);
+        continue;
+      }
+      if (all_posted() || !failure.ok() || cancelled) break;
       continue;  // everything posted so far completed at once: nothing to progress or wait for
     }
 
@@ -247,9 +387,14 @@ absl::Status UcxKvPuller::ExecuteOnce(const TransferMetadata& source,
       slot.request = nullptr;
       free_slots.push_back(s);
       --in_flight;
-      finish(slot.src_rank, slot.length, slot.status);
+      if (slot.segment >= 0) {
+        segment_done(slot.segment, slot.staging, slot.status);
+      } else {
+        finish(slot.src_rank, slot.copies, slot.bytes, slot.status);
+      }
     }
     done_slots.clear();
+    scatter_some(kScatterBytesPerTurn);
     // The endpoint error callback runs inside ProgressAll; UCX fails that endpoint's gets too.
     for (size_t rank = 0; rank < remote.size(); ++rank) {
       if (remote[rank] != nullptr && !remote[rank]->error().ok()) {
@@ -293,22 +438,34 @@ absl::Status UcxKvPuller::ExecuteOnce(const TransferMetadata& source,
     if (now >= abandon_at) {
       // UCX did not complete gets on endpoints it force-closed. Hand the requests back (UCX
       // releases them when they finish) rather than hang; the caller discards the pool.
+      bool staging_in_use = false;
       for (GetSlot& slot : slots) {
-        if (slot.request != nullptr) ucp_request_free(slot.request);
+        if (slot.request != nullptr) {
+          ucp_request_free(slot.request);
+          staging_in_use = staging_in_use || slot.segment >= 0;
+        }
         slot.request = nullptr;
       }
+      // Such a get may still write into its staging slot: the buffer is abandoned (leaked on
+      // purpose, never freed under UCX) and the next gathered pull allocates a new one.
+      if (staging_in_use) static_cast<void>(staging_.release());
       done_slots.clear();
       break;
     }
-    const bool can_post =
-        failure.ok() && !cancelled && next < n && in_flight < options.max_in_flight;
-    if (events == 0 && reaped == 0 && !can_post) {
+    const bool idle = events == 0 && reaped == 0 && !can_post() && scatter_queue.empty();
+    if (!idle) {
+      idle_since = absl::InfiniteFuture();
+    } else if (idle_since == absl::InfiniteFuture()) {
+      idle_since = now;
+    }
+    // Poll a little before blocking: data that is already on its way (TCP replies stream in
+    // back to back) is taken without an arm + poll round trip per batch.
+    if (idle && now - idle_since >= options_.spin_before_wait) {
       const absl::Duration until_stall = options.stall_timeout - (now - last_completion);
       worker_->WaitForEvent(std::clamp(until_stall, absl::ZeroDuration(), kWaitSlice))
           .IgnoreError();  // a failed arm only means we poll again sooner
     }
   }
-
   publish();
   if (options.failed_source_ranks != nullptr && !cancelled) {
     options.failed_source_ranks->insert(options.failed_source_ranks->end(), blamed.begin(),

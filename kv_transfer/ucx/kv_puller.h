@@ -3,10 +3,15 @@
 //
 // Owns a UCX context and worker and a cache of connections (endpoint + unpacked rkey) keyed by
 // (source engine id, epoch, source rank). Execute() pulls a planned list of copies from one
-// source instance into this rank's pool with one ucp_get_nbx per copy:
+// source instance into this rank's pool:
 //   * every copy is bounds-checked against the source rank's pool and the local pool before
 //     anything is posted (INVALID_ARGUMENT naming the copy);
-//   * at most `max_in_flight` gets are outstanding;
+//   * a source pool UCX mapped into this process (shared memory, RemoteRank::mapped_pool) is
+//     read with memcpy, copy by copy, on this thread — no UCX call per copy;
+//   * otherwise small copies are gathered (gather_plan.h): contiguous source ranges are read
+//     with one ucp_get_nbx each into a staging slot and scattered locally; the rest are read
+//     with one ucp_get_nbx per copy straight into the pool;
+//   * at most `max_in_flight` gets are outstanding (and at most `staging_slots` segments);
 //   * no completion for `stall_timeout` → DEADLINE_EXCEEDED naming the source ranks still owed
 //     data; their endpoints are force-closed and dropped, so the call returns, never hangs;
 //   * `cancel` set → CANCELLED: posting stops; endpoints with gets still in flight are closed
@@ -19,6 +24,8 @@
 //     and the pull is retried once on fresh endpoints before the error is returned.
 //   * the ranks blamed for a stall or failure go to options.failed_source_ranks.
 // After a non-OK return the local pool may hold part of the data; the caller discards it.
+// PullProgress counts copies: a gathered segment counts as posted when its get is, and its
+// copies as completed once they are scattered.
 //
 // Thread-safety: thread-compatible — one thread at a time (the owning decode rank's thread)
 // calls any method. Connections to an older epoch of an engine are dropped when a newer epoch
@@ -38,6 +45,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "kv_transfer/gather_plan.h"
 #include "kv_transfer/kv_puller.h"
 #include "kv_transfer/transfer_types.h"
 #include "kv_transfer/ucx/remote_rank.h"
@@ -48,6 +56,17 @@ namespace tandem {
 
 struct UcxKvPullerOptions {
   UcxOptions ucx;
+  // Read pools UCX mapped into this process with memcpy (off: one get per copy, as before).
+  bool read_mapped_pools = true;
+  // Gather small copies into segment reads (off: one get per copy).
+  bool gather_small_copies = true;
+  GatherOptions gather;
+  // Staging slots of gather.max_segment_bytes each, allocated on the first gathered pull and
+  // kept: 16 × 1 MiB by default. ≥ 1.
+  int32_t staging_slots = 16;
+  // With gets in flight and nothing to do, progress the worker for this long before blocking
+  // on its event fd.
+  absl::Duration spin_before_wait = absl::Microseconds(100);
 };
 
 class UcxKvPuller final : public KvPuller {
@@ -77,7 +96,8 @@ class UcxKvPuller final : public KvPuller {
  private:
   using Key = std::tuple<std::string, uint64_t, int32_t>;  // engine id, epoch, source rank
 
-  explicit UcxKvPuller(std::unique_ptr<UcxWorker> worker) : worker_(std::move(worker)) {}
+  UcxKvPuller(const UcxKvPullerOptions& options, std::unique_ptr<UcxWorker> worker)
+      : options_(options), worker_(std::move(worker)) {}
   // One pull. *stale: it failed UNAVAILABLE on an endpoint that came from the cache.
   absl::Status ExecuteOnce(const TransferMetadata& source, absl::Span<const TransferCopy> copies,
                            absl::Span<std::byte> local_pool, const PullOptions& options,
@@ -87,7 +107,10 @@ class UcxKvPuller final : public KvPuller {
                                          bool* reused);
   void Drop(const TransferMetadata& source, int32_t rank);
 
+  const UcxKvPullerOptions options_;
   std::unique_ptr<UcxWorker> worker_;
+  // staging_slots × gather.max_segment_bytes, or null until a pull gathers.
+  std::unique_ptr<std::byte[]> staging_;
   // Declared after the worker: connections close (using the worker) before it is destroyed.
   absl::flat_hash_map<Key, std::unique_ptr<RemoteRank>> connections_;
 };

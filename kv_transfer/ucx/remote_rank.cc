@@ -23,6 +23,22 @@ std::vector<char> Padded(absl::string_view bytes) {
   return out;
 }
 
+// The local address of the source pool when UCX mapped it (shared memory), else null. Both ends
+// are translated, so a pool UCX mapped only in part is never read through the pointer.
+const std::byte* MappedPool(ucp_rkey_h rkey, const RankTransferInfo& info) {
+  if (info.pool_bytes <= 0) return nullptr;
+  void* first = nullptr;
+  void* last = nullptr;
+  if (ucp_rkey_ptr(rkey, info.pool_base, &first) != UCS_OK ||
+      ucp_rkey_ptr(rkey, info.pool_base + static_cast<uint64_t>(info.pool_bytes - 1), &last) !=
+          UCS_OK) {
+    return nullptr;
+  }
+  const auto* begin = static_cast<const std::byte*>(first);
+  if (static_cast<const std::byte*>(last) != begin + (info.pool_bytes - 1)) return nullptr;
+  return begin;
+}
+
 }  // namespace
 
 RemoteRank::RemoteRank(UcxWorker* worker, const RankTransferInfo& info, std::string label)
@@ -55,6 +71,7 @@ absl::StatusOr<std::unique_ptr<RemoteRank>> RemoteRank::Connect(UcxWorker* worke
     self->rkey_ = nullptr;
     return status;  // the destructor closes the endpoint
   }
+  self->mapped_pool_ = MappedPool(self->rkey_, info);
   return self;
 }
 

@@ -11,6 +11,13 @@
 // a segment this process has mapped, which stays valid after the source dies (the stall
 // timeout still bounds anything that would wait on the peer).
 //
+// Mapped pools: when the rkey was unpacked through a shared-memory transport, UCX has attached the
+// source's pool segment to this process and ucp_rkey_ptr turns a remote address into a local
+// one. mapped_pool() is then the local address of the whole pool (checked at both ends), and
+// a puller may read it with memcpy instead of a get per copy — what UCX's own shared-memory get
+// does, minus the per-operation overhead. Null over TCP (and whenever UCX cannot map the pool).
+// The mapping lives as long as the rkey, i.e. this object.
+//
 // Ownership: owns the endpoint and the rkey; borrows the worker, which must outlive it.
 // Destruction destroys the rkey and closes the endpoint — forcibly in PEER mode (outstanding
 // operations complete with UCS_ERR_CANCELED, the peer is not waited for), by flushing in NONE
@@ -21,6 +28,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -48,6 +56,8 @@ class RemoteRank {
   ucp_ep_h endpoint() const { return endpoint_; }
   ucp_rkey_h rkey() const { return rkey_; }
   uint64_t pool_base() const { return pool_base_; }
+  // Local address of the source pool's first byte, or null (see "Mapped pools" above).
+  const std::byte* mapped_pool() const { return mapped_pool_; }
   const std::string& label() const { return label_; }
 
   // OK while healthy; UNAVAILABLE naming the peer after UCX reported the endpoint failed (its
@@ -80,6 +90,7 @@ class RemoteRank {
   const std::string label_;
   ucp_ep_h endpoint_ = nullptr;
   ucp_rkey_h rkey_ = nullptr;
+  const std::byte* mapped_pool_ = nullptr;
   bool peer_mode_ = false;
   absl::Status error_;
 };

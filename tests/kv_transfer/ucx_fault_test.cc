@@ -11,6 +11,7 @@
 
 #include "attention/dcp_layout.h"
 #include "gtest/gtest.h"
+#include "kv_transfer/gather_plan.h"
 #include "kv_transfer/planner.h"
 #include "kv_transfer/ucx/kv_puller.h"
 #include "kv_transfer/ucx/metadata_proto.h"
@@ -30,19 +31,22 @@ constexpr ModelDims kDims{/*num_layers=*/2, /*num_q_heads=*/4, /*num_kv_heads=*/
 constexpr int64_t kTokens = 512;
 
 // One source peer (tp=1) and one destination rank (tp=1) whose block tables share no runs, so
-// the plan has one copy per block (32) and several gets are in flight at once.
+// the plan has one copy per block (32) and several gets are in flight at once. Token-granular:
+// the source is DCP 2 with interleave 1 (pcp=2), so the plan is one 256-byte copy per token row
+// and the puller gathers them into one segment get per source block (odd block ids: no two
+// source blocks are adjacent).
 class Transfer {
  public:
-  explicit Transfer(Transport transport) : transport_(transport) {
+  explicit Transfer(Transport transport, bool token_granular = false) : transport_(transport) {
     src_ = KvLayout{ParallelConfig{1, 1, 1, 16, 16}, kDims, KvDType::kF32};
     dst_ = src_;
-    const int64_t used = VirtualBlocksFor(src_.parallel.dcp_geometry(), kTokens);
+    if (token_granular) src_.parallel = ParallelConfig{1, 2, 2, 16, 1};
     config_.engine_id = "prefill-faults";
     config_.compat_hash = CompatibilityHash("test-model", src_);
     config_.layout = src_;
-    config_.blocks = DescendingOddBlocks(used);
+    config_.blocks = DescendingOddBlocks(VirtualBlocksFor(src_.parallel.dcp_geometry(), kTokens));
     config_.num_tokens = kTokens;
-    dst_blocks_ = StridedBlocks(used, 2, 0);
+    dst_blocks_ = StridedBlocks(VirtualBlocksFor(dst_.parallel.dcp_geometry(), kTokens), 2, 0);
   }
 
   absl::Status Start() {
@@ -264,6 +268,55 @@ TEST(UcxFaultTest, CancelMidTransferReturnsPromptlyDropsConnectionsAndAllowsRetr
   EXPECT_EQ(progress.posted.load(), 8);  // nothing posted past the window after the cancel
   EXPECT_TRUE(blamed.empty());           // our own cancel blames no peer
   EXPECT_EQ((*puller)->cached_connections(), 0);
+
+  ASSERT_OK(t.peer().Signal(SIGCONT));
+  std::vector<std::byte> again = t.PoisonedPool();
+  EXPECT_OK((*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(again),
+                               Options(absl::Seconds(20))));
+  EXPECT_OK(t.Verify(again));
+}
+
+TEST(UcxFaultTest, TcpGatheredSegmentGetsStallAndCancelLikeSingleGets) {
+  Transfer t(Transport::kTcp, /*token_granular=*/true);
+  ASSERT_OK(t.Start());
+  const GatherPlan gather = PlanGather(t.copies(), GatherOptions{}, [](int32_t) { return true; });
+  ASSERT_GE(gather.segments.size(), 16u);  // the pull is gathered, in many segments
+  ASSERT_TRUE(gather.direct.empty());
+  auto puller = t.NewPuller();
+  ASSERT_OK(puller);
+
+  // A stopped source stalls the segment gets: both ranks are owed data and blamed.
+  ASSERT_OK(t.peer().Signal(SIGSTOP));
+  std::vector<std::byte> pool = t.PoisonedPool();
+  std::vector<int32_t> blamed;
+  const absl::Time start = absl::Now();
+  EXPECT_THAT((*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool),
+                                 Options(absl::Milliseconds(300), nullptr, nullptr, &blamed)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       AllOf(HasSubstr("stalled"), HasSubstr("source rank(s) 0,1"))));
+  EXPECT_LT(absl::Now() - start,
+            absl::Milliseconds(300) + RemoteRank::kCloseTimeout + absl::Seconds(2));
+  EXPECT_EQ(blamed, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ((*puller)->cached_connections(), 0);
+
+  // Cancelled with a full window of segment gets outstanding: posting stops at the window
+  // (8 segments' copies), nothing is blamed, and the puller works again afterwards.
+  std::atomic<bool> cancel{false};
+  PullProgress progress;
+  absl::Status result;
+  std::thread pull([&] {
+    result = (*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool),
+                                Options(absl::Seconds(60), &progress, &cancel, &blamed));
+  });
+  int64_t window_copies = 0;
+  for (size_t s = 0; s < 8; ++s) window_copies += gather.segments[s].copies;
+  const bool posted = AwaitPosted(progress, window_copies, absl::Seconds(20));
+  cancel.store(true);
+  pull.join();
+  ASSERT_TRUE(posted);
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kCancelled, HasSubstr("cancelled after 0 of")));
+  EXPECT_EQ(progress.posted.load(), window_copies);
+  EXPECT_EQ(blamed, (std::vector<int32_t>{0, 1}));  // unchanged by the cancel
 
   ASSERT_OK(t.peer().Signal(SIGCONT));
   std::vector<std::byte> again = t.PoisonedPool();

@@ -1,9 +1,12 @@
 // Two processes, real UCX: a source peer process fills its pools for one layout and publishes
 // its metadata over a pipe; this process, with a different layout, checks the handshake, plans
 // with the planner, pulls every destination rank's copies with its own UcxKvPuller and verifies
-// every byte — over shared memory and over TCP loopback.
+// every byte — over shared memory and over TCP loopback, with the puller's default read paths
+// and (UcxPullModeTest) with one get per copy or gathered gets on shared memory too.
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -13,8 +16,10 @@
 #include "kv_transfer/planner.h"
 #include "kv_transfer/transfer_types.h"
 #include "kv_transfer/ucx/kv_puller.h"
+#include "kv_transfer/ucx/remote_rank.h"
 #include "kv_transfer/ucx/testing/kv_pattern.h"
 #include "kv_transfer/ucx/transfer_checks.h"
+#include "kv_transfer/ucx/ucx_worker.h"
 #include "tests/kv_transfer/status_matchers.h"
 #include "tests/kv_transfer/ucx_test_env.h"
 
@@ -65,10 +70,35 @@ const std::vector<LayoutPair>& Pairs() {
   return *pairs;
 }
 
-class UcxTransferTest : public ::testing::TestWithParam<std::tuple<Transport, LayoutPair>> {};
+// How the puller reads: its defaults (mapped pools by memcpy, small copies gathered), or with
+// one of those off — each path must deliver the same bytes.
+enum class Mode { kDefault, kGetPerCopy, kGatherWithoutMapping };
 
-TEST_P(UcxTransferTest, PullsEveryByteAcrossProcesses) {
-  const auto& [transport, pair] = GetParam();
+std::string ModeName(Mode m) {
+  switch (m) {
+    case Mode::kDefault:
+      return "Default";
+    case Mode::kGetPerCopy:
+      return "GetPerCopy";
+    case Mode::kGatherWithoutMapping:
+      return "GatherWithoutMapping";
+  }
+  return "?";
+}
+
+UcxKvPullerOptions PullerOptions(Transport transport, Mode mode) {
+  UcxKvPullerOptions o{UcxOptions{UcxSettings(transport)}};
+  o.read_mapped_pools = mode == Mode::kDefault;
+  o.gather_small_copies = mode != Mode::kGetPerCopy;
+  // Small segments and few slots, so a pull of these tiny pools still needs many segments and
+  // reuses every staging slot.
+  o.gather.min_direct_bytes = 256;
+  o.gather.max_segment_bytes = 512;
+  o.staging_slots = 3;
+  return o;
+}
+
+void PullAndVerify(Transport transport, Mode mode, const LayoutPair& pair) {
   const KvLayout src{pair.src, pair.dims, pair.dtype};
   const KvLayout dst{pair.dst, pair.dims, pair.dtype};
   const int64_t src_used = VirtualBlocksFor(pair.src.dcp_geometry(), pair.tokens);
@@ -95,8 +125,9 @@ TEST_P(UcxTransferTest, PullsEveryByteAcrossProcesses) {
 
   for (int32_t d = 0; d < dst.world(); ++d) {
     SCOPED_TRACE(::testing::Message() << "destination rank " << d);
-    absl::StatusOr<std::unique_ptr<UcxKvPuller>> puller =
-        UcxKvPuller::Create(UcxKvPullerOptions{UcxOptions{UcxSettings(transport)}});
+    absl::StatusOr<std::unique_ptr<UcxKvPuller>> puller = UcxKvPuller::Create(
+        mode == Mode::kDefault ? UcxKvPullerOptions{UcxOptions{UcxSettings(transport)}}
+                               : PullerOptions(transport, mode));
     ASSERT_OK(puller);
     absl::StatusOr<std::unique_ptr<KvPoolMemory>> pool =
         (*puller)->AllocatePool(PoolBytesForBlocks(dst, dst_blocks));
@@ -118,6 +149,13 @@ TEST_P(UcxTransferTest, PullsEveryByteAcrossProcesses) {
   EXPECT_TRUE(WIFEXITED(*exit_status) && WEXITSTATUS(*exit_status) == 0) << *exit_status;
 }
 
+class UcxTransferTest : public ::testing::TestWithParam<std::tuple<Transport, LayoutPair>> {};
+
+TEST_P(UcxTransferTest, PullsEveryByteAcrossProcesses) {
+  const auto& [transport, pair] = GetParam();
+  PullAndVerify(transport, Mode::kDefault, pair);
+}
+
 INSTANTIATE_TEST_SUITE_P(LayoutPairs, UcxTransferTest,
                          ::testing::Combine(::testing::Values(Transport::kSharedMemory,
                                                               Transport::kTcp),
@@ -126,6 +164,74 @@ INSTANTIATE_TEST_SUITE_P(LayoutPairs, UcxTransferTest,
                            return TransportName(std::get<0>(info.param)) + "_" +
                                   std::get<1>(info.param).name;
                          });
+
+// Shared memory: UCX maps the source pool into this process and RemoteRank exposes it, holding
+// exactly the bytes a get reads. TCP: no mapping (the puller must use gets).
+TEST(UcxRemoteRankTest, MapsTheSourcePoolOnSharedMemoryOnly) {
+  const LayoutPair& pair = Pairs().front();  // matched, contiguous tables
+  const KvLayout src{pair.src, pair.dims, pair.dtype};
+  for (const Transport transport : {Transport::kSharedMemory, Transport::kTcp}) {
+    SCOPED_TRACE(TransportName(transport));
+    SourcePeerConfig config;
+    config.engine_id = "prefill-mapped";
+    config.compat_hash = CompatibilityHash("test-model", src);
+    config.layout = src;
+    config.blocks = StridedBlocks(VirtualBlocksFor(pair.src.dcp_geometry(), pair.tokens), 1, 0);
+    config.num_tokens = pair.tokens;
+    absl::StatusOr<std::unique_ptr<SourcePeerProcess>> peer = SpawnPeer(transport, config);
+    ASSERT_OK(peer);
+    const RankTransferInfo& info = (*peer)->metadata().ranks[0];
+    absl::StatusOr<std::unique_ptr<UcxContext>> context =
+        UcxContext::Create(UcxOptions{UcxSettings(transport)});
+    ASSERT_OK(context);
+    absl::StatusOr<std::unique_ptr<UcxWorker>> worker =
+        UcxWorker::Create(std::shared_ptr<UcxContext>(*std::move(context)));
+    ASSERT_OK(worker);
+    absl::StatusOr<std::unique_ptr<RemoteRank>> remote =
+        RemoteRank::Connect(worker->get(), info, "source rank 0");
+    ASSERT_OK(remote);
+    if (transport == Transport::kTcp) {
+      EXPECT_EQ((*remote)->mapped_pool(), nullptr);
+    } else {
+      ASSERT_NE((*remote)->mapped_pool(), nullptr);
+      // The same bytes through a get (pulled with one get per copy into a local buffer).
+      absl::StatusOr<std::unique_ptr<UcxKvPuller>> puller =
+          UcxKvPuller::Create(PullerOptions(transport, Mode::kGetPerCopy));
+      ASSERT_OK(puller);
+      std::vector<std::byte> local(static_cast<size_t>(info.pool_bytes));
+      const std::vector<TransferCopy> whole = {TransferCopy{0, 0, 0, info.pool_bytes}};
+      PullOptions options;
+      ASSERT_OK((*puller)->Execute((*peer)->metadata(), whole, absl::MakeSpan(local), options));
+      EXPECT_EQ(std::memcmp(local.data(), (*remote)->mapped_pool(), local.size()), 0);
+    }
+    remote->reset();
+    ASSERT_OK((*peer)->Shutdown(absl::Seconds(20)));
+  }
+}
+
+// The non-default read paths over the layouts where they differ most: token-granular (tiny
+// copies, gathered) and DCP 2 → 1 (row copies from two source ranks).
+class UcxPullModeTest : public ::testing::TestWithParam<std::tuple<Transport, Mode, std::string>> {
+};
+
+TEST_P(UcxPullModeTest, PullsEveryByteAcrossProcesses) {
+  const auto& [transport, mode, name] = GetParam();
+  const auto& pairs = Pairs();
+  const auto it =
+      std::find_if(pairs.begin(), pairs.end(), [&](const LayoutPair& p) { return p.name == name; });
+  ASSERT_NE(it, pairs.end());
+  PullAndVerify(transport, mode, *it);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, UcxPullModeTest,
+    ::testing::Combine(::testing::Values(Transport::kSharedMemory, Transport::kTcp),
+                       ::testing::Values(Mode::kGetPerCopy, Mode::kGatherWithoutMapping),
+                       ::testing::Values("TokenGranular_B16I1ToB4I1", "Dcp2To1")),
+    [](const auto& info) {
+      return TransportName(std::get<0>(info.param)) + "_" + ModeName(std::get<1>(info.param)) +
+             "_" + std::get<2>(info.param);
+    });
 
 }  // namespace
 }  // namespace tandem::testing
