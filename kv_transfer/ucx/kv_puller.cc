@@ -196,10 +196,13 @@ absl::Status UcxKvPuller::ExecuteOnce(const TransferMetadata& source,
     return staging_.get() + static_cast<int64_t>(s) * options_.gather.max_segment_bytes;
   };
 
-  std::vector<GetSlot> slots(options.max_in_flight);
+  // Slots [0, max_in_flight) carry gets; slot max_in_flight + r carries the set-up flush of
+  // source rank r's new endpoint (see the set-up flushes below), outside the get window.
+  const int32_t num_ranks = static_cast<int32_t>(source.ranks.size());
+  std::vector<GetSlot> slots(options.max_in_flight + num_ranks);
   std::vector<int32_t> free_slots(options.max_in_flight);
   std::vector<int32_t> done_slots;
-  done_slots.reserve(options.max_in_flight);
+  done_slots.reserve(slots.size());
   for (int32_t s = 0; s < options.max_in_flight; ++s) free_slots[s] = s;
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -211,7 +214,8 @@ absl::Status UcxKvPuller::ExecuteOnce(const TransferMetadata& source,
   int64_t posted = 0;        // copies handed over (a segment's count when its get is posted)
   int64_t completed = 0;
   int64_t completed_bytes = 0;
-  int32_t in_flight = 0;
+  int32_t in_flight = 0;         // gets
+  int32_t setups_in_flight = 0;  // set-up flushes
   bool cancelled = false;
   bool force_closed = false;
   absl::Status failure;
@@ -241,7 +245,8 @@ absl::Status UcxKvPuller::ExecuteOnce(const TransferMetadata& source,
     // Any other failed get means the endpoint is not to be trusted again.
     if (remote[rank] != nullptr) remote[rank]->MarkFailed(status);
     fail(absl::UnavailableError(
-        absl::StrCat("get from ", peer_name(rank), ": ", ToStatus(status, "failed").message())));
+        absl::StrCat(num_copies == 0 ? "setting up the connection to " : "get from ",
+                     peer_name(rank), ": ", ToStatus(status, "failed").message())));
   };
   // Segments whose get finished, scattered into place a bounded amount per turn (so the worker
   // is progressed between pieces of the work and a TCP stream keeps flowing); a segment's
@@ -329,6 +334,29 @@ absl::Status UcxKvPuller::ExecuteOnce(const TransferMetadata& source,
     return in_flight < options.max_in_flight && !free_staging.empty();
   };
 
+  // A new endpoint in peer-failure mode is set up by a round trip: our wireup request, and the
+  // source's reply over a connection the source opens back to this worker. Nothing but our own
+  // progress completes it, and a pull that only reads mapped pools never waits on the endpoint,
+  // so without this the set-up would stay half done until some later progress call (typically
+  // the close loop at exit, just before this worker disappears). The source then fails to
+  // connect back with its reply still queued, which UCX 1.13 treats as a fatal assertion in the
+  // source process (docs/kv_transfer.md, "A puller's endpoints are wired up before use"). A
+  // flush completes once the set-up has; it is awaited like a get (stall, cancel, failure).
+  for (int32_t rank = 0; rank < num_ranks; ++rank) {
+    if (remote[rank] == nullptr || reused[rank] || !remote[rank]->detects_peer_failure()) {
+      continue;
+    }
+    const int32_t s = options.max_in_flight + rank;
+    param.user_data = &slots[s];
+    ucs_status_ptr_t request = ucp_ep_flush_nbx(remote[rank]->endpoint(), &param);
+    if (request == nullptr || UCS_PTR_IS_ERR(request)) {
+      finish(rank, 0, 0, request == nullptr ? UCS_OK : UCS_PTR_STATUS(request));
+      continue;
+    }
+    slots[s] = GetSlot{request, rank, 0, 0, -1, -1, false, UCS_OK, s, &done_slots};
+    ++setups_in_flight;
+  }
+
   while (true) {
     if (!cancelled && options.cancel != nullptr &&
         options.cancel->load(std::memory_order_relaxed)) {
@@ -370,7 +398,7 @@ absl::Status UcxKvPuller::ExecuteOnce(const TransferMetadata& source,
     if (completed != completed_before) last_completion = absl::Now();
     publish();
     if (!failure.ok() || cancelled) drop_scatters();
-    if (in_flight == 0) {
+    if (in_flight == 0 && setups_in_flight == 0) {
       if (!scatter_queue.empty()) {
         scatter_some(kScatterBytesPerTurn);
         continue;
@@ -385,6 +413,11 @@ absl::Status UcxKvPuller::ExecuteOnce(const TransferMetadata& source,
       GetSlot& slot = slots[s];
       ucp_request_free(slot.request);
       slot.request = nullptr;
+      if (s >= options.max_in_flight) {
+        --setups_in_flight;
+        finish(slot.src_rank, 0, 0, slot.status);
+        continue;
+      }
       free_slots.push_back(s);
       --in_flight;
       if (slot.segment >= 0) {
@@ -404,7 +437,7 @@ absl::Status UcxKvPuller::ExecuteOnce(const TransferMetadata& source,
     }
     const absl::Time now = absl::Now();
     if (reaped > 0) last_completion = now;
-    if (in_flight == 0) continue;
+    if (in_flight == 0 && setups_in_flight == 0) continue;
 
     const bool stalled = now - last_completion >= options.stall_timeout;
     if (!force_closed && (stalled || cancelled)) {
@@ -418,11 +451,13 @@ absl::Status UcxKvPuller::ExecuteOnce(const TransferMetadata& source,
       std::sort(owing.begin(), owing.end());
       if (!cancelled) {
         for (int32_t rank : owing) blame(rank);
-        fail(absl::DeadlineExceededError(
-            absl::StrCat("KV transfer from ", SourceName(source), " stalled: no get completed for ",
-                         absl::FormatDuration(options.stall_timeout), "; ", in_flight,
-                         " gets outstanding to source rank(s) ", absl::StrJoin(owing, ","),
-                         " after ", completed, " of ", n, " copies")));
+        fail(absl::DeadlineExceededError(absl::StrCat(
+            "KV transfer from ", SourceName(source), " stalled: no get completed for ",
+            absl::FormatDuration(options.stall_timeout), "; ", in_flight, " gets",
+            setups_in_flight > 0 ? absl::StrCat(" and ", setups_in_flight, " connection set-up(s)")
+                                 : "",
+            " outstanding to source rank(s) ", absl::StrJoin(owing, ","), " after ", completed,
+            " of ", n, " copies")));
       }
       // Waiting longer is pointless (stalled) or unwanted (cancelled). Closing the endpoints
       // completes their outstanding gets with UCS_ERR_CANCELED (reaped on the next turns), so

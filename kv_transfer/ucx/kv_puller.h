@@ -12,6 +12,10 @@
 //     with one ucp_get_nbx each into a staging slot and scattered locally; the rest are read
 //     with one ucp_get_nbx per copy straight into the pool;
 //   * at most `max_in_flight` gets are outstanding (and at most `staging_slots` segments);
+//   * a new endpoint in peer-failure mode is flushed, and the flush awaited like a get, so its
+//     set-up (a round trip with the source) is complete when Execute returns OK, even when every
+//     copy was read from a mapped pool (docs/kv_transfer.md: UCX 1.13 aborts the source when a
+//     puller vanishes with that set-up half done);
 //   * no completion for `stall_timeout` → DEADLINE_EXCEEDED naming the source ranks still owed
 //     data; their endpoints are force-closed and dropped, so the call returns, never hangs;
 //   * `cancel` set → CANCELLED: posting stops; endpoints with gets still in flight are closed

@@ -2,9 +2,11 @@
 // corrupted metadata and a mismatched compatibility hash. Every case asserts the exact outcome
 // and that the call returns within a bound (never a hang).
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -228,6 +230,42 @@ TEST(UcxFaultTest, SharedMemorySourceKilledAfterConnectStillReadsMappedPoolsOnly
   EXPECT_EQ((*fresh)->cached_connections(), 0);
 }
 
+// One host with UCX's default transports: the pools are mapped (read with memcpy, no get on the
+// endpoint) while TCP carries the endpoint's set-up, since TCP can report a failed peer. A puller
+// that goes away right after such pulls must not take the source down: UCX 1.13 aborts in the
+// source's progress thread when the connection back to a vanished puller fails with the source's
+// wireup reply still queued (docs/kv_transfer.md, "A puller's endpoints are wired up before use").
+TEST(UcxFaultTest, PullersGoneRightAfterMappedPullsLeaveTheSourceServing) {
+  Transfer t(Transport::kSharedMemoryAndTcp);
+  ASSERT_OK(t.Start());
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE(round);
+    auto puller = t.NewPuller();
+    ASSERT_OK(puller);
+    // Two pulls: the second one's first progress call sends the endpoint's wireup request (the
+    // first pull connected after its own), so the source answers a puller about to vanish.
+    for (int pull = 0; pull < 2; ++pull) {
+      std::vector<std::byte> pool = t.PoisonedPool();
+      ASSERT_OK((*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool),
+                                   Options(absl::Seconds(20))));
+      EXPECT_OK(t.Verify(pool));
+    }
+    puller->reset();  // closes its endpoints and destroys its worker at once
+  }
+  auto last = t.NewPuller();
+  ASSERT_OK(last);
+  std::vector<std::byte> pool = t.PoisonedPool();
+  EXPECT_OK(
+      (*last)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool), Options(absl::Seconds(20))));
+  EXPECT_OK(t.Verify(pool));
+  last->reset();
+  absl::StatusOr<int> exit = t.peer().Shutdown(absl::Seconds(20));
+  ASSERT_OK(exit);
+  EXPECT_TRUE(WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0)
+      << "the source died: " << (WIFSIGNALED(*exit) ? strsignal(WTERMSIG(*exit)) : "exit code")
+      << " " << (WIFEXITED(*exit) ? WEXITSTATUS(*exit) : WTERMSIG(*exit));
+}
+
 TEST(UcxFaultTest, CancelledBeforeStartPostsNothing) {
   Transfer t(Transport::kSharedMemory);
   ASSERT_OK(t.Start());
@@ -293,7 +331,9 @@ TEST(UcxFaultTest, TcpGatheredSegmentGetsStallAndCancelLikeSingleGets) {
   EXPECT_THAT((*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool),
                                  Options(absl::Milliseconds(300), nullptr, nullptr, &blamed)),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
-                       AllOf(HasSubstr("stalled"), HasSubstr("source rank(s) 0,1"))));
+                       AllOf(HasSubstr("stalled"), HasSubstr("source rank(s) 0,1"),
+                             // new endpoints: their set-up cannot finish either
+                             HasSubstr("and 2 connection set-up(s) outstanding"))));
   EXPECT_LT(absl::Now() - start,
             absl::Milliseconds(300) + RemoteRank::kCloseTimeout + absl::Seconds(2));
   EXPECT_EQ(blamed, (std::vector<int32_t>{0, 1}));

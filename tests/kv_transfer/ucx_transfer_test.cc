@@ -13,6 +13,7 @@
 
 #include "attention/dcp_layout.h"
 #include "gtest/gtest.h"
+#include "kv_transfer/gather_plan.h"
 #include "kv_transfer/planner.h"
 #include "kv_transfer/transfer_types.h"
 #include "kv_transfer/ucx/kv_puller.h"
@@ -206,6 +207,73 @@ TEST(UcxRemoteRankTest, MapsTheSourcePoolOnSharedMemoryOnly) {
     }
     remote->reset();
     ASSERT_OK((*peer)->Shutdown(absl::Seconds(20)));
+  }
+}
+
+// A prefix-cache hit's table, as one report once saw it decode wrong tokens over TCP: one big
+// direct copy (blocks 0-73 of a 1,200-token prompt) followed by one small gathered segment (8 KiB
+// from elsewhere in the pool, landing right after the big one). Byte for byte against the same
+// bytes read with one plain get, three pulls on the cached connection and one on a fresh one.
+TEST(UcxPullShapeTest, OneBigDirectCopyThenOneSmallGatheredCopyEveryByte) {
+  constexpr ModelDims kDims{/*num_layers=*/2, /*num_q_heads=*/8, /*num_kv_heads=*/2,
+                            /*head_dim=*/64};
+  const KvLayout layout{P(1, 1, 1, 16, 16), kDims, KvDType::kF32};
+  constexpr int64_t kTokens = 1200;
+  constexpr int64_t kSmall = 8 * 1024;
+  for (const Transport transport : {Transport::kTcp, Transport::kSharedMemoryAndTcp}) {
+    SCOPED_TRACE(TransportName(transport));
+    SourcePeerConfig config;
+    config.engine_id = "prefill-prefix-hit";
+    config.compat_hash = CompatibilityHash("test-model", layout);
+    config.layout = layout;
+    config.blocks = StridedBlocks(VirtualBlocksFor(layout.parallel.dcp_geometry(), kTokens), 1, 0);
+    config.num_tokens = kTokens;
+    absl::StatusOr<std::unique_ptr<SourcePeerProcess>> peer = SpawnPeer(transport, config);
+    ASSERT_OK(peer);
+    const TransferMetadata& metadata = (*peer)->metadata();
+    const int64_t pool_bytes = metadata.ranks[0].pool_bytes;
+    const int64_t block_bytes = pool_bytes / static_cast<int64_t>(config.blocks.size());
+    ASSERT_EQ(config.blocks.size(), 75u);
+    const int64_t big = 74 * block_bytes;
+    ASSERT_GE(big, GatherOptions{}.min_direct_bytes);
+    // The small copy is two 4 KiB rows, contiguous on both sides: one 8 KiB segment, one piece.
+    const std::vector<TransferCopy> copies = {
+        TransferCopy{0, 0, 0, big}, TransferCopy{0, pool_bytes - kSmall, big, kSmall / 2},
+        TransferCopy{0, pool_bytes - kSmall / 2, big + kSmall / 2, kSmall / 2}};
+    const GatherPlan gather = PlanGather(copies, GatherOptions{}, [](int32_t) { return true; });
+    ASSERT_EQ(gather.direct, std::vector<int64_t>{0});  // the big copy: one get into the pool
+    ASSERT_EQ(gather.segments.size(), 1u);              // the small ones: gathered and scattered
+    EXPECT_EQ(gather.segments[0].length, kSmall);
+    EXPECT_EQ(gather.pieces.size(), 1u);
+
+    // The whole pool through one plain get per copy: the bytes every pull must deliver.
+    absl::StatusOr<std::unique_ptr<UcxKvPuller>> plain =
+        UcxKvPuller::Create(PullerOptions(transport, Mode::kGetPerCopy));
+    ASSERT_OK(plain);
+    std::vector<std::byte> whole(static_cast<size_t>(pool_bytes));
+    const std::vector<TransferCopy> all = {TransferCopy{0, 0, 0, pool_bytes}};
+    PullOptions options;
+    options.stall_timeout = absl::Seconds(20);
+    ASSERT_OK((*plain)->Execute(metadata, all, absl::MakeSpan(whole), options));
+    std::vector<std::byte> expected(whole.begin(), whole.begin() + big);
+    expected.insert(expected.end(), whole.end() - kSmall, whole.end());
+
+    for (int puller_index = 0; puller_index < 2; ++puller_index) {
+      absl::StatusOr<std::unique_ptr<UcxKvPuller>> puller =
+          UcxKvPuller::Create(UcxKvPullerOptions{UcxOptions{UcxSettings(transport)}});
+      ASSERT_OK(puller);
+      for (int pull = 0; pull < (puller_index == 0 ? 3 : 1); ++pull) {
+        SCOPED_TRACE(::testing::Message() << "puller " << puller_index << " pull " << pull);
+        std::vector<std::byte> local(expected.size());
+        PoisonPool(absl::MakeSpan(local));
+        ASSERT_OK((*puller)->Execute(metadata, copies, absl::MakeSpan(local), options));
+        EXPECT_EQ(std::memcmp(local.data(), expected.data(), expected.size()), 0);
+      }
+    }
+    plain->reset();
+    absl::StatusOr<int> exit_status = (*peer)->Shutdown(absl::Seconds(20));
+    ASSERT_OK(exit_status);
+    EXPECT_TRUE(WIFEXITED(*exit_status) && WEXITSTATUS(*exit_status) == 0) << *exit_status;
   }
 }
 
