@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "serving/on_demand_pool.h"
 
 namespace tandem {
 
@@ -112,6 +113,18 @@ bool HttpExchange::EndStream() {
 }
 
 namespace {
+
+// cpp-httplib's connection threads: started on demand (serving/on_demand_pool.h), so a server
+// allowed `threads` connections holds only as many threads as it has served at once.
+class OnDemandTaskQueue final : public httplib::TaskQueue {
+ public:
+  explicit OnDemandTaskQueue(size_t max_threads) : pool_(max_threads) {}
+  void enqueue(std::function<void()> fn) override { pool_.Enqueue(std::move(fn)); }
+  void shutdown() override { pool_.Shutdown(); }
+
+ private:
+  OnDemandPool pool_;
+};
 
 using State = HttpExchange::State;
 
@@ -327,7 +340,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
     server->server_ = std::move(https);
   }
   httplib::Server& svr = *server->server_;
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  svr.new_task_queue = [threads] { return new OnDemandTaskQueue(static_cast<size_t>(threads)); };
   svr.set_payload_max_length(options.max_body_bytes);
   // cpp-httplib answers a body over the limit with a bare 413 before any route runs; give it a
   // body that names the limit (the router's is an OpenAI error object).

@@ -3,9 +3,11 @@
 // (chosen by bench/http/run.sh, docs/PERFORMANCE.md), with its listen backlog raised to 4096 so
 // a burst of connections is not dropped.
 //
-// Each connection is served by one of `threads` pool threads for as long as it is open (a
-// streaming response holds its thread until it ends), so `threads` bounds the concurrent
-// connections; more wait in the accept queue. A handler runs on its own thread (a normal 8 MiB
+// Each connection is served by one of at most `threads` pool threads for as long as it is open
+// (a streaming response holds its thread until it ends), so `threads` bounds the concurrent
+// connections; more wait in the accept queue. The pool starts a thread only when every started
+// one is busy (serving/on_demand_pool.h): the threads, and their memory, follow the peak
+// concurrency seen, not `threads`. A handler runs on its own thread (a normal 8 MiB
 // stack) and may block: until it responds, the connection's thread waits; once it starts a
 // stream, the connection's thread writes the chunks it queues. Meanwhile the connection's thread
 // watches for the client closing the connection (HttpExchange::OnClientGone).
