@@ -351,7 +351,12 @@ absl::StatusOr<std::vector<InstanceLoadView>> LocalCluster::Loads() {
         prefill ? v1::PrefillService::NewStub(channel)->Status(&ctx, v1::StatusRequest(), &st)
                 : v1::DecodeService::NewStub(channel)->Status(&ctx, v1::StatusRequest(), &st);
     if (!s.ok()) return absl::UnavailableError(absl::StrCat(addr, ": ", s.error_message()));
-    out.push_back({addr, st.load(), st.block_free_errors()});
+    const v1::ParallelConfig& parallel = st.layout().parallel();
+    out.push_back({addr,
+                   st.load(),
+                   st.block_free_errors(),
+                   parallel.tp() * parallel.pcp(),
+                   {st.weight_bytes_per_rank().begin(), st.weight_bytes_per_rank().end()}});
     return absl::OkStatus();
   };
   for (const Process& p : processes_) {

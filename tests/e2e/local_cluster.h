@@ -47,7 +47,9 @@ struct GenerateOutcome {
 struct InstanceLoadView {
   std::string address;
   v1::InstanceLoad load;
-  int64_t block_free_errors = 0;  // InstanceStatus.block_free_errors
+  int64_t block_free_errors = 0;               // InstanceStatus.block_free_errors
+  int32_t ranks = 0;                           // tp × pcp of the instance's layout
+  std::vector<int64_t> weight_bytes_per_rank;  // InstanceStatus.weight_bytes_per_rank
 };
 
 class LocalCluster {

@@ -1,6 +1,9 @@
 // The real model through a real cluster (labels e2e + model): prefill tp=3 → decode tp=1 (head
 // merge) and prefill tp=9/dcp=3 → decode tp=3 (DCP 3 → 1 with a head split), each matching the
-// single-rank combined run's greedy tokens.
+// single-rank combined run's greedy tokens, and each node's Status reporting the resident weight
+// bytes of every rank within the quantised-weights bound (issue 13).
+#include <filesystem>
+
 #include "gtest/gtest.h"
 #include "model/format/model_loader.h"
 #include "model/tokenizer/chat.h"
@@ -46,6 +49,20 @@ TEST_P(RealModelClusterTest, GreedyOutputEqualsSingleRankRun) {
   }
   const absl::Status idle = (*cluster)->WaitIdle(absl::Seconds(20));
   EXPECT_TRUE(idle.ok()) << idle;
+  // Weights stay quantised: no rank holds more than 1.3× the file (a tp=9 rank keeps its w_down
+  // slice as f32 and still fits), and every rank reports its share.
+  const double file_bytes = static_cast<double>(std::filesystem::file_size(ModelPath()));
+  absl::StatusOr<std::vector<InstanceLoadView>> loads = (*cluster)->Loads();
+  ASSERT_TRUE(loads.ok()) << loads.status();
+  ASSERT_EQ(loads->size(), 2u);
+  for (const InstanceLoadView& v : *loads) {
+    ASSERT_GT(v.ranks, 0) << v.address;
+    ASSERT_EQ(static_cast<int32_t>(v.weight_bytes_per_rank.size()), v.ranks) << v.address;
+    for (int64_t bytes : v.weight_bytes_per_rank) {
+      EXPECT_GT(bytes, 0.05 * file_bytes) << v.address;
+      EXPECT_LE(bytes, 1.3 * file_bytes) << v.address;
+    }
+  }
 }
 
 ClusterSpec Spec(std::vector<std::string> prefill, std::vector<std::string> decode) {
