@@ -27,6 +27,17 @@
 namespace tandem {
 namespace {
 
+// Why a decode stream ended before its finish event: nothing within the idle timeout, a clean
+// end without a finish, or the call's error.
+absl::Status StreamEndFailure(const DecodeStream::ReadResult& next, absl::Duration idle) {
+  if (next.kind == DecodeStream::ReadResult::Kind::kIdle) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "no decode event for ", absl::ToInt64Milliseconds(idle), " ms (decode idle timeout)"));
+  }
+  if (next.status.ok()) return absl::UnknownError("decode stream ended without a finish event");
+  return FromGrpcStatus(next.status);
+}
+
 // The KV a prefill node holds for this request, and how to reach that node to release it.
 struct HeldKv {
   v1::KvHandle handle;
@@ -315,14 +326,7 @@ void Driver::Decode(RequestState& state) {
       }
       return;
     }
-    if (next.kind == DecodeStream::ReadResult::Kind::kIdle) {
-      failure = absl::DeadlineExceededError(absl::StrCat(
-          "no decode event for ", absl::ToInt64Milliseconds(idle), " ms (decode idle timeout)"));
-    } else if (next.status.ok()) {
-      failure = absl::UnknownError("decode stream ended without a finish event");
-    } else {
-      failure = FromGrpcStatus(next.status);
-    }
+    failure = StreamEndFailure(next, idle);
     break;
   }
   if (canceller_->cancelled()) {
@@ -422,14 +426,7 @@ void Driver::Colocated(RequestState& state) {
       if (next.event.has_finish()) stream.Read(idle);
       return;
     }
-    if (next.kind == DecodeStream::ReadResult::Kind::kIdle) {
-      failure = absl::DeadlineExceededError(absl::StrCat(
-          "no decode event for ", absl::ToInt64Milliseconds(idle), " ms (decode idle timeout)"));
-    } else if (next.status.ok()) {
-      failure = absl::UnknownError("decode stream ended without a finish event");
-    } else {
-      failure = FromGrpcStatus(next.status);
-    }
+    failure = StreamEndFailure(next, idle);
     break;
   }
   if (canceller_->cancelled()) {
