@@ -58,7 +58,10 @@ RouterFailover::Outcome RouterFailover::Generate(const v1::GenerateRequest& requ
     }
     out.status = reader->Finish();
     out.router = static_cast<int>(index);
-    if (answered || out.status.error_code() != grpc::StatusCode::UNAVAILABLE) return out;
+    const grpc::StatusCode code = out.status.error_code();
+    const bool refused =
+        code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::CANCELLED;
+    if (answered || !refused) return out;
     ++out.refusals;
     if (absl::Now() >= deadline) return out;
   }

@@ -5,11 +5,14 @@
 // Each call starts at the next router in turn (round robin over calls, so the load spreads over
 // the replicas). When the router ends the call with UNAVAILABLE before any response arrived — a
 // draining router ("router is draining"), a stopped one (connection refused), no healthy node
-// behind it — the same request goes to the next router; each router is tried at most once per
-// call, and every attempt shares the call's deadline. A call that already received a response (a
-// token or the final) is never sent again: the client has shown those tokens, and a second
-// generation would repeat them. Every other status (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...)
-// is returned as it is; the last router's UNAVAILABLE is returned when every router refused.
+// behind it — or with CANCELLED before any response (a router whose server shut down while the
+// call was just arriving: the client cannot have cancelled a call it saw nothing of, and its
+// deadline ends calls with DEADLINE_EXCEEDED) — the same request goes to the next router; each
+// router is tried at most once per call, and every attempt shares the call's deadline. A call that
+// already received a response (a token or the final) is never sent again: the client has shown
+// those tokens, and a second generation would repeat them. Every other status (INVALID_ARGUMENT,
+// RESOURCE_EXHAUSTED, ...) is returned as it is; the last router's UNAVAILABLE is returned when
+// every router refused.
 //
 // Thread-safety: Generate and ClusterStatus may run on many threads at once. The stubs are not
 // owned and must outlive the RouterFailover.
