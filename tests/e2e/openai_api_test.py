@@ -273,13 +273,10 @@ class OpenAiApiTest(unittest.TestCase):
             received += 1
             if received == 5:
                 break
-        # While it streams, the request holds KV blocks on the decode node (the router's view is
-        # as fresh as its last health poll).
-        def decode_busy():
-            rows, out = fleet()
-            return any(r["role"] == "decode" and r["free"] < r["total"] for r in rows), out
-        wait_for(decode_busy, 10, "KV blocks in use on the decode node while streaming")
-        stream.close()  # the client goes away
+        # The client goes away at once: decoding 1,900 tokens of the synthetic model takes under
+        # a second now, so waiting here (e.g. for the router's next health poll to show the
+        # decode node's blocks in use) let the request finish before the disconnect.
+        stream.close()
         wait_for(idle, 20, "free KV blocks and no leases after the client disconnected")
         # The router cancelled the request rather than generating all 1900 tokens.
         def logged():
