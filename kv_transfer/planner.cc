@@ -113,12 +113,14 @@ struct HeadSpan {
 class Planner {
  public:
   Planner(const KvLayout& src, absl::Span<const int32_t> src_blocks, const KvLayout& dst,
-          absl::Span<const int32_t> dst_blocks, int64_t num_tokens)
+          absl::Span<const int32_t> dst_blocks, int64_t num_tokens, int64_t begin, int64_t end)
       : src_(src),
         dst_(dst),
         src_blocks_(src_blocks),
         dst_blocks_(dst_blocks),
         num_tokens_(num_tokens),
+        begin_(begin),
+        end_(end),
         gs_(src.parallel.dcp_geometry()),
         gd_(dst.parallel.dcp_geometry()),
         ps_(RankPoolGeometry(src, 0)),
@@ -134,16 +136,25 @@ class Planner {
     ChooseReplicas(place);
     BuildHeadSpans(place);
     const int64_t local_total = LocalLen(gd_, place.dcp_rank, num_tokens_);
-    const int64_t num_blocks = (local_total + gd_.block_size - 1) / gd_.block_size;
+    // The rank's tokens in [begin_, end_) are one range of its dense local sequence (a rank's
+    // local order follows global order): local indices [lo, hi).
+    const int64_t lo = LocalLen(gd_, place.dcp_rank, begin_);
+    const int64_t hi = LocalLen(gd_, place.dcp_rank, end_);
+    if (lo >= hi) return out;
+    const int64_t first_block = lo / gd_.block_size;
+    const int64_t num_blocks = (hi - 1) / gd_.block_size + 1 - first_block;
     // Visiting blocks by ascending id emits copies by ascending dst_offset: no sort of copies.
     std::vector<int64_t> order(num_blocks);
-    std::iota(order.begin(), order.end(), int64_t{0});
+    std::iota(order.begin(), order.end(), first_block);
     std::sort(order.begin(), order.end(),
               [&](int64_t a, int64_t b) { return dst_blocks_[a] < dst_blocks_[b]; });
     for (const int64_t vb : order) {
-      const int32_t count = static_cast<int32_t>(
-          std::min<int64_t>(gd_.block_size, local_total - vb * gd_.block_size));
-      PlanBlock(place.dcp_rank, vb, count, out);
+      const int64_t block_start = vb * gd_.block_size;
+      const int32_t count =
+          static_cast<int32_t>(std::min<int64_t>(gd_.block_size, local_total - block_start));
+      const int32_t slot_lo = static_cast<int32_t>(std::max<int64_t>(lo - block_start, 0));
+      const int32_t slot_hi = static_cast<int32_t>(std::min<int64_t>(hi - block_start, count));
+      PlanBlock(place.dcp_rank, vb, count, slot_lo, slot_hi, out);
     }
     return out;
   }
@@ -180,13 +191,19 @@ class Planner {
     }
   }
 
-  void PlanBlock(int32_t dst_dcp_rank, int64_t vb, int32_t count, std::vector<TransferCopy>& out) {
+  // Copies slots [slot_lo, slot_hi) of the destination's virtual block `vb`, whose first `count`
+  // slots hold prompt tokens.
+  void PlanBlock(int32_t dst_dcp_rank, int64_t vb, int32_t count, int32_t slot_lo, int32_t slot_hi,
+                 std::vector<TransferCopy>& out) {
     const bool same_block_size = gs_.block_size == gd_.block_size;
     // With equal block sizes, look at the whole block (slots past the prompt included) to find
     // out whether it is one source block slot for slot.
     TokenRunsOfBlock(gs_, gd_, dst_dcp_rank, vb, same_block_size ? gd_.block_size : count, &runs_);
     const int64_t dst_block_offset = int64_t{dst_blocks_[vb]} * pd_.block_bytes();
-    if (same_block_size && runs_.size() == 1 && runs_[0].length == gd_.block_size) {
+    // The whole-slab copy only when this range covers every prompt slot of the block: a range
+    // must never read slots of tokens outside it (the prefill may still be writing them).
+    if (same_block_size && runs_.size() == 1 && runs_[0].length == gd_.block_size && slot_lo == 0 &&
+        slot_hi == count) {
       const TokenRun& r = runs_[0];
       const int64_t src_block_offset = int64_t{src_blocks_[r.src_vblock]} * ps_.block_bytes();
       for (const HeadSpan& s : spans_) {
@@ -197,7 +214,7 @@ class Planner {
       }
       return;
     }
-    ClipRuns(count);
+    ClipRuns(slot_lo, slot_hi);
     const int64_t src_row = ps_.row_elems() * ps_.elem_bytes();
     const int64_t dst_row = pd_.row_elems() * pd_.elem_bytes();
     const int32_t rows = 2 * src_.dims.num_layers;  // (layer, K|V) rows of a head slab
@@ -222,12 +239,23 @@ class Planner {
     }
   }
 
-  // Drops the part of runs_ at slots >= count (tokens past the prompt).
-  void ClipRuns(int32_t count) {
-    while (!runs_.empty() && runs_.back().dst_offset >= count) runs_.pop_back();
+  // Keeps the part of runs_ at slots [lo, hi) (drops tokens past the prompt or outside the range).
+  // A run's source slots are consecutive, so trimming its front moves both offsets alike.
+  void ClipRuns(int32_t lo, int32_t hi) {
+    while (!runs_.empty() && runs_.back().dst_offset >= hi) runs_.pop_back();
     if (!runs_.empty()) {
       TokenRun& last = runs_.back();
-      last.length = std::min(last.length, count - last.dst_offset);
+      last.length = std::min(last.length, hi - last.dst_offset);
+    }
+    size_t drop = 0;
+    while (drop < runs_.size() && runs_[drop].dst_offset + runs_[drop].length <= lo) ++drop;
+    runs_.erase(runs_.begin(), runs_.begin() + static_cast<std::ptrdiff_t>(drop));
+    if (!runs_.empty() && runs_.front().dst_offset < lo) {
+      TokenRun& first = runs_.front();
+      const int32_t skip = lo - first.dst_offset;
+      first.dst_offset += skip;
+      first.src_offset += skip;
+      first.length -= skip;
     }
   }
 
@@ -241,6 +269,8 @@ class Planner {
   absl::Span<const int32_t> src_blocks_;
   absl::Span<const int32_t> dst_blocks_;
   int64_t num_tokens_;
+  int64_t begin_;  // tokens [begin_, end_) are planned
+  int64_t end_;
   DcpGeometry gs_;
   DcpGeometry gd_;
   PoolGeometry ps_;
@@ -290,10 +320,22 @@ absl::StatusOr<TransferPlan> PlanKvTransfer(const KvLayout& src,
                                             const KvLayout& dst,
                                             absl::Span<const int32_t> dst_blocks,
                                             int64_t num_tokens) {
+  return PlanKvTransferRange(src, src_blocks, dst, dst_blocks, num_tokens, 0, num_tokens);
+}
+
+absl::StatusOr<TransferPlan> PlanKvTransferRange(const KvLayout& src,
+                                                 absl::Span<const int32_t> src_blocks,
+                                                 const KvLayout& dst,
+                                                 absl::Span<const int32_t> dst_blocks,
+                                                 int64_t num_tokens, int64_t begin, int64_t end) {
   TANDEM_RETURN_IF_ERROR(CheckKvCompatible(src, dst));
   if (num_tokens < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_tokens must be >= 0 (got ", num_tokens, ")"));
+  }
+  if (begin < 0 || begin > end || end > num_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("token range [", begin, ", ", end, ") is not inside [0, ", num_tokens, ")"));
   }
   TANDEM_ASSIGN_OR_RETURN(const int64_t src_block_bytes, CheckedBlockBytes(src, "source"));
   TANDEM_ASSIGN_OR_RETURN(const int64_t dst_block_bytes, CheckedBlockBytes(dst, "destination"));
@@ -301,7 +343,7 @@ absl::StatusOr<TransferPlan> PlanKvTransfer(const KvLayout& src,
                                             num_tokens, src_block_bytes));
   TANDEM_RETURN_IF_ERROR(ValidateBlockTable("destination", dst_blocks, dst.parallel.dcp_geometry(),
                                             num_tokens, dst_block_bytes));
-  Planner planner(src, src_blocks, dst, dst_blocks, num_tokens);
+  Planner planner(src, src_blocks, dst, dst_blocks, num_tokens, begin, end);
   TransferPlan plan;
   plan.copies.reserve(dst.world());
   for (int32_t d = 0; d < dst.world(); ++d) plan.copies.push_back(planner.PlanRank(d));

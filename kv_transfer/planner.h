@@ -53,4 +53,17 @@ namespace tandem {
                                                           absl::Span<const int32_t> dst_blocks,
                                                           int64_t num_tokens);
 
+// Pipelined transfer (docs/kv_transfer.md): the part of PlanKvTransfer(…, num_tokens) that
+// copies tokens [begin, end) of the prompt, for pulling a prompt chunk by chunk while its prefill
+// still writes later chunks. Reads nothing of a token outside [begin, end): a block is copied as
+// a whole slab (above) only when the range holds all of its prompt slots, else per token run —
+// so the slots past the prompt are copied only when the final range holds the last block whole.
+// Ranges that partition [0, num_tokens) together copy every prompt byte of the whole plan once,
+// from the same source rank and offset (replicas are chosen by num_tokens, not by the range).
+// Errors: PlanKvTransfer's (the tables are checked for num_tokens), and INVALID_ARGUMENT unless
+// 0 <= begin <= end <= num_tokens. An empty range gives one empty copy list per rank.
+[[nodiscard]] absl::StatusOr<TransferPlan> PlanKvTransferRange(
+    const KvLayout& src, absl::Span<const int32_t> src_blocks, const KvLayout& dst,
+    absl::Span<const int32_t> dst_blocks, int64_t num_tokens, int64_t begin, int64_t end);
+
 }  // namespace tandem
