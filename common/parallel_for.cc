@@ -17,6 +17,7 @@ namespace {
 thread_local int t_threads = 0;
 // Set while this thread runs its share of a ParallelFor: a nested loop runs inline.
 thread_local bool t_in_loop = false;
+thread_local LoopTeam t_team = LoopTeam::kWorkers;
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -150,6 +151,9 @@ int ThreadsForThisThread() {
   return t_threads > 0 ? t_threads : std::max(1, omp_get_max_threads());
 }
 
+void SetLoopTeamForThisThread(LoopTeam team) { t_team = team; }
+LoopTeam LoopTeamForThisThread() { return t_team; }
+
 void ParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
@@ -159,12 +163,38 @@ void ParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64
     fn(0, n);
     return;
   }
+  if (t_team == LoopTeam::kOpenMp) {
+    OmpParallelFor(n, grain, fn);
+    return;
+  }
   t_in_loop = true;
   PoolFor(threads - 1).Run(threads, [&](int t) {
     const int64_t begin = n * t / threads;
     const int64_t end = n * (t + 1) / threads;
     if (begin < end) fn(begin, end);
   });
+  t_in_loop = false;
+}
+
+void OmpParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  const int64_t max_chunks = (n + grain - 1) / grain;
+  const int threads = static_cast<int>(std::min<int64_t>(ThreadsForThisThread(), max_chunks));
+  if (threads <= 1 || t_in_loop) {
+    fn(0, n);
+    return;
+  }
+  t_in_loop = true;  // a loop started inside runs inline, as with the workers
+#pragma omp parallel num_threads(threads)
+  {
+    t_in_loop = true;
+    const int t = omp_get_thread_num(), team = omp_get_num_threads();
+    const int64_t begin = n * t / team;
+    const int64_t end = n * (t + 1) / team;
+    if (begin < end) fn(begin, end);
+    t_in_loop = false;
+  }
   t_in_loop = false;
 }
 

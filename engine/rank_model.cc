@@ -185,6 +185,7 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
 
   const RopeParams rope{config_.rope_theta, config_.rope_style};
   ComputeBackend& be = *backend_;
+  be.BeginForward(m);
   if (weights_.embedding_rows != nullptr) {
     TANDEM_RETURN_IF_ERROR(be.LinearRows(*weights_.embedding_rows, ids_.data(), m, x));
   } else {

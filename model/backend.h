@@ -64,6 +64,11 @@ class ComputeBackend {
   // Waits for queued work; reports asynchronous errors.
   virtual absl::Status Synchronize() = 0;
 
+  // Called on the rank's own thread before each forward pass with the rows (tokens) this rank
+  // computes in it, so the backend can choose how to run the pass (the CPU backend picks the
+  // threads its loops run on: oneDNN's OpenMP team when the linear layers are GEMMs).
+  virtual void BeginForward(int64_t /*rows*/) {}
+
   // ---- weights ----
   // w: host [n][k] row-major; bias: host [n] or nullptr.
   virtual absl::StatusOr<std::unique_ptr<LinearOp>> PrepareLinear(const float* w, int64_t n,

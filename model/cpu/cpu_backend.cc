@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "attention/cpu/paged_attention.h"
 #include "attention/lse_merge.h"
+#include "common/parallel_for.h"
 #include "model/cpu/cpu_ops.h"
 #include "model/cpu/dnnl_linear.h"
 #include "model/cpu/quant_linear.h"
@@ -74,6 +75,13 @@ class CpuBackend final : public ComputeBackend {
     return absl::OkStatus();
   }
   absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  // Above the GEMV crossover every linear layer is a oneDNN GEMM: the step's other loops run on
+  // the same OpenMP team (common/parallel_for.h, LoopTeam).
+  void BeginForward(int64_t rows) override {
+    SetLoopTeamForThisThread(rows > QuantLinear::SmallBatchLimit() ? LoopTeam::kOpenMp
+                                                                   : LoopTeam::kWorkers);
+  }
 
   absl::StatusOr<std::unique_ptr<LinearOp>> PrepareLinear(const float* w, int64_t n, int64_t k,
                                                           const float* bias) override {

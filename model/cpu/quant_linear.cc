@@ -184,8 +184,9 @@ absl::Status QuantLinear::ForwardTiled(const float* x, int64_t m, float* y,
     const int64_t rows = std::min(rows_per_tile, n_ - t);
     const quant::QuantMatrix w{type_, blocks_, n_, k_, row_bytes_, packed_};
     const auto start = std::chrono::steady_clock::now();
-    ParallelFor(rows, 16,
-                [&](int64_t b, int64_t e) { quant::DequantRows(w, t + b, t + e, tile + b * k_); });
+    OmpParallelFor(rows, 16, [&](int64_t b, int64_t e) {
+      quant::DequantRows(w, t + b, t + e, tile + b * k_);
+    });
     g_dequant_nanos.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                   std::chrono::steady_clock::now() - start)
                                   .count(),
@@ -206,7 +207,7 @@ absl::Status QuantLinear::ForwardTiled(const float* x, int64_t m, float* y,
                                                  DnnlLinear::Epilogue::kStore, nullptr);
     if (!s.ok()) return s;
     const quant::Epilogue e = ToQuant(epilogue);
-    ParallelFor(m, 1, [&](int64_t b, int64_t end) {
+    OmpParallelFor(m, 1, [&](int64_t b, int64_t end) {
       for (int64_t i = b; i < end; ++i) {
         float* yi = y + i * n_ + t;
         const float* oi = out + i * rows;

@@ -1,7 +1,10 @@
 // common/parallel_for.h: every index exactly once for any n, grain and thread count; shares run
 // on more than one thread; nested loops run inline; workers that parked between loops (idle
-// longer than their spin) still pick the next loop up; each thread's setting is its own.
+// longer than their spin) still pick the next loop up; each thread's setting is its own; the
+// OpenMP loop team covers the same ranges on the OpenMP team, per thread.
 #include "common/parallel_for.h"
+
+#include <omp.h>
 
 #include <atomic>
 #include <chrono>
@@ -115,6 +118,59 @@ TEST(ParallelForTest, EachThreadHasItsOwnSettingAndWorkers) {
   ExpectCoveredOnce(999, 1);
   other.join();
   EXPECT_EQ(ThreadsForThisThread(), 2);
+}
+
+TEST(ParallelForTest, OpenMpTeamCoversEveryIndexOnceOnTheTeamAndNestsInline) {
+  SetThreadsForThisThread(2);
+  EXPECT_EQ(LoopTeamForThisThread(), LoopTeam::kWorkers);
+  SetLoopTeamForThisThread(LoopTeam::kOpenMp);
+  for (int threads : {1, 2, 3}) {
+    SetThreadsForThisThread(threads);
+    for (int64_t n : {0, 1, 2, 7, 1000}) {
+      for (int64_t grain : {1, 3, 100}) ExpectCoveredOnce(n, grain);
+    }
+  }
+  SetThreadsForThisThread(2);
+  std::mutex mu;
+  std::set<int> team_ids;
+  std::atomic<int64_t> inner{0};
+  ParallelFor(2, 1, [&](int64_t, int64_t) {
+    EXPECT_TRUE(omp_in_parallel());  // on the OpenMP team, not the workers
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      team_ids.insert(omp_get_thread_num());
+    }
+    const std::thread::id me = std::this_thread::get_id();
+    ParallelFor(100, 1, [&](int64_t b, int64_t e) {
+      EXPECT_EQ(std::this_thread::get_id(), me);  // inline
+      inner.fetch_add(e - b);
+    });
+  });
+  EXPECT_EQ(team_ids, (std::set<int>{0, 1}));
+  EXPECT_EQ(inner.load(), 200);
+
+  // The setting is this thread's: another thread still uses the workers.
+  std::thread other([] {
+    EXPECT_EQ(LoopTeamForThisThread(), LoopTeam::kWorkers);
+    SetThreadsForThisThread(2);
+    ParallelFor(2, 1, [](int64_t, int64_t) { EXPECT_FALSE(omp_in_parallel()); });
+  });
+  other.join();
+  SetLoopTeamForThisThread(LoopTeam::kWorkers);
+  ParallelFor(2, 1, [](int64_t, int64_t) { EXPECT_FALSE(omp_in_parallel()); });
+}
+
+TEST(ParallelForTest, OmpParallelForRunsOnTheTeamWhateverTheSetting) {
+  SetThreadsForThisThread(2);
+  SetLoopTeamForThisThread(LoopTeam::kWorkers);
+  std::atomic<int> on_team{0};
+  std::vector<std::atomic<int>> hits(500);
+  OmpParallelFor(500, 1, [&](int64_t b, int64_t e) {
+    if (omp_in_parallel()) on_team.fetch_add(1);
+    for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+  });
+  EXPECT_EQ(on_team.load(), 2);
+  for (const auto& h : hits) ASSERT_EQ(h.load(), 1);
 }
 
 }  // namespace
