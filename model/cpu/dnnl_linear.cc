@@ -1,16 +1,19 @@
 #include "model/cpu/dnnl_linear.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <compare>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/lru_map.h"
 
 namespace tandem {
 namespace {
@@ -29,7 +32,12 @@ absl::Status ToStatus(const dnnl::error& e, const char* what) {
 std::atomic<int64_t> g_total_nanos{0};
 
 const dnnl::engine& CpuEngine() {
-  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine* engine = [] {
+    // oneDNN keeps its own cache of every primitive created (1,024 by default) besides ours
+    // (PlainPrimitives): bounded like ours, so together they hold at most twice our capacity.
+    dnnl::set_primitive_cache_capacity(static_cast<int>(DnnlLinear::kPrimitiveCacheCapacity));
+    return new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return *engine;
 }
 
@@ -77,126 +85,6 @@ dnnl::primitive_attr EpilogueAttr(DnnlLinear::Epilogue epilogue, int64_t m, int6
   return attr;
 }
 
-}  // namespace
-
-struct DnnlLinear::Impl {
-  int64_t n = 0;
-  int64_t k = 0;
-  const dnnl::engine& engine = CpuEngine();
-  memory::desc weights_desc;  // packed layout
-  memory weights;
-  memory bias;
-  bool has_bias = false;
-
-  mutable absl::Mutex mu;
-  struct Prepared {
-    dnnl::matmul primitive;
-    memory::desc scratchpad;
-  };
-  mutable std::map<std::pair<int64_t, Epilogue>, Prepared> primitives ABSL_GUARDED_BY(mu);
-
-  absl::StatusOr<Prepared> PrimitiveFor(int64_t m, Epilogue epilogue) const {
-    absl::MutexLock lock(&mu);
-    auto it = primitives.find({m, epilogue});
-    if (it != primitives.end()) return it->second;
-    try {
-      const memory::desc src({m, k}, DType::f32, Tag::ab);
-      const memory::desc dst({m, n}, DType::f32, Tag::ab);
-      const memory::desc b = has_bias ? memory::desc({1, n}, DType::f32, Tag::ab) : memory::desc();
-      const dnnl::matmul::desc d = has_bias ? dnnl::matmul::desc(src, weights_desc, b, dst)
-                                            : dnnl::matmul::desc(src, weights_desc, dst);
-      const dnnl::matmul::primitive_desc pd(d, EpilogueAttr(epilogue, m, n, n), engine);
-      Prepared prepared{dnnl::matmul(pd), pd.scratchpad_desc()};
-      primitives.emplace(std::make_pair(m, epilogue), prepared);
-      return prepared;
-    } catch (const dnnl::error& e) {
-      return ToStatus(e, "matmul creation");
-    }
-  }
-};
-
-DnnlLinear::DnnlLinear(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-DnnlLinear::~DnnlLinear() = default;
-int64_t DnnlLinear::n() const { return impl_->n; }
-int64_t DnnlLinear::k() const { return impl_->k; }
-
-absl::StatusOr<std::unique_ptr<DnnlLinear>> DnnlLinear::Create(const float* w, int64_t n, int64_t k,
-                                                               const float* bias) {
-  if (n <= 0 || k <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("linear: bad shape [", n, "][", k, "]"));
-  }
-  auto impl = std::make_unique<Impl>();
-  impl->n = n;
-  impl->k = k;
-  impl->has_bias = bias != nullptr;
-  try {
-    // Ask oneDNN for its preferred weight layout (independent of m on this CPU family; m = 64 is
-    // representative), then reorder the row-major [n][k] matrix — oneDNN's "ba" view of a
-    // [k][n] weights tensor — into it once.
-    const memory::desc src({64, k}, DType::f32, Tag::ab);
-    const memory::desc dst({64, n}, DType::f32, Tag::ab);
-    const memory::desc any({k, n}, DType::f32, Tag::any);
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, any, dst), UserScratchpad(),
-                                          impl->engine);
-    impl->weights_desc = pd.weights_desc();
-    impl->weights = memory(impl->weights_desc, impl->engine);
-    memory plain({{k, n}, DType::f32, Tag::ba}, impl->engine, const_cast<float*>(w));
-    dnnl::stream& stream = ThreadStream();
-    const dnnl::reorder::primitive_desc rpd(plain, impl->weights, UserScratchpad());
-    memory scratch(rpd.scratchpad_desc(), impl->engine,
-                   ThreadScratchpad(rpd.scratchpad_desc().get_size()));
-    dnnl::reorder(rpd).execute(
-        stream,
-        {{DNNL_ARG_FROM, plain}, {DNNL_ARG_TO, impl->weights}, {DNNL_ARG_SCRATCHPAD, scratch}});
-    if (bias != nullptr) {
-      impl->bias = memory({{1, n}, DType::f32, Tag::ab}, impl->engine);
-      std::copy(bias, bias + n, static_cast<float*>(impl->bias.get_data_handle()));
-    }
-    stream.wait();
-  } catch (const dnnl::error& e) {
-    return ToStatus(e, "weight packing");
-  }
-  return std::unique_ptr<DnnlLinear>(new DnnlLinear(std::move(impl)));
-}
-
-absl::Status DnnlLinear::Forward(const float* x, int64_t m, float* y, Epilogue epilogue,
-                                 const float* aux) const {
-  if (m <= 0) return absl::OkStatus();
-  if (epilogue == Epilogue::kSiluMul && (aux == nullptr || aux == y)) {
-    return absl::InvalidArgumentError(
-        "linear: the SiLU-multiply epilogue needs aux, distinct from y");
-  }
-  absl::StatusOr<Impl::Prepared> prim = impl_->PrimitiveFor(m, epilogue);
-  if (!prim.ok()) return prim.status();
-  const auto start = std::chrono::steady_clock::now();
-  try {
-    dnnl::stream& stream = ThreadStream();
-    memory src({{m, impl_->k}, DType::f32, Tag::ab}, impl_->engine, const_cast<float*>(x));
-    memory dst({{m, impl_->n}, DType::f32, Tag::ab}, impl_->engine, y);
-    std::unordered_map<int, memory> args = {
-        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, impl_->weights}, {DNNL_ARG_DST, dst}};
-    if (impl_->has_bias) args.emplace(DNNL_ARG_BIAS, impl_->bias);
-    if (epilogue == Epilogue::kSiluMul) {
-      args.emplace(
-          DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1,
-          memory({{m, impl_->n}, DType::f32, Tag::ab}, impl_->engine, const_cast<float*>(aux)));
-    }
-    memory scratch(prim->scratchpad, impl_->engine, ThreadScratchpad(prim->scratchpad.get_size()));
-    args.emplace(DNNL_ARG_SCRATCHPAD, scratch);
-    prim->primitive.execute(stream, args);
-    stream.wait();
-  } catch (const dnnl::error& e) {
-    return ToStatus(e, "matmul");
-  }
-  g_total_nanos.fetch_add(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-          .count(),
-      std::memory_order_relaxed);
-  return absl::OkStatus();
-}
-
-namespace {
-
 // A transient weight is reordered into oneDNN's packed layout before each GEMM: the brgemm
 // kernels on packed weights run several times faster than on a plain [n][k] matrix, and the
 // reorder is O(n·k) against the GEMM's O(m·n·k).
@@ -224,8 +112,12 @@ std::map<std::pair<int64_t, int64_t>, Packing>& Packings()
   static auto* cache = new std::map<std::pair<int64_t, int64_t>, Packing>();
   return *cache;
 }
-std::map<PlainKey, PlainPrimitive>& PlainPrimitives() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_plain_mu) {
-  static auto* cache = new std::map<PlainKey, PlainPrimitive>();
+// One primitive per distinct shape — for prefill, per distinct number of rows in a step, which
+// is unbounded over a node's life (each primitive holds ~25 KB of malloc and ~40 KB of RSS; the
+// 30-minute soak's prefill nodes grew ~0.5 MiB a minute with an unbounded map). Shared by every
+// weight of that shape, least recently used dropped first.
+LruMap<PlainKey, PlainPrimitive>& PlainPrimitives() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_plain_mu) {
+  static auto* cache = new LruMap<PlainKey, PlainPrimitive>(DnnlLinear::kPrimitiveCacheCapacity);
   return *cache;
 }
 
@@ -255,8 +147,7 @@ absl::StatusOr<Packing> PackingFor(int64_t k, int64_t n) {
 absl::StatusOr<PlainPrimitive> PlainPrimitiveFor(const PlainKey& key, const memory::desc& packed) {
   absl::MutexLock lock(&g_plain_mu);
   auto& cache = PlainPrimitives();
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
+  if (std::optional<PlainPrimitive> p = cache.Find(key)) return *std::move(p);
   try {
     const memory::desc src({key.m, key.k}, DType::f32, Tag::ab);
     const memory::desc dst({key.m, key.n}, DType::f32, memory::dims{key.ldy, 1});
@@ -267,7 +158,7 @@ absl::StatusOr<PlainPrimitive> PlainPrimitiveFor(const PlainKey& key, const memo
     const dnnl::matmul::primitive_desc pd(d, EpilogueAttr(key.epilogue, key.m, key.n, key.ldy),
                                           CpuEngine());
     PlainPrimitive p{dnnl::matmul(pd), pd.scratchpad_desc()};
-    cache.emplace(key, p);
+    cache.Insert(key, p);
     return p;
   } catch (const dnnl::error& e) {
     return ToStatus(e, "plain matmul creation");
@@ -283,6 +174,92 @@ void* ThreadPackedWeights(size_t bytes) {
 }
 
 }  // namespace
+
+struct DnnlLinear::Impl {
+  int64_t n = 0;
+  int64_t k = 0;
+  const dnnl::engine& engine = CpuEngine();
+  memory::desc weights_desc;  // packed layout
+  memory weights;
+  memory bias;
+  bool has_bias = false;
+};
+
+DnnlLinear::DnnlLinear(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DnnlLinear::~DnnlLinear() = default;
+int64_t DnnlLinear::n() const { return impl_->n; }
+int64_t DnnlLinear::k() const { return impl_->k; }
+
+absl::StatusOr<std::unique_ptr<DnnlLinear>> DnnlLinear::Create(const float* w, int64_t n, int64_t k,
+                                                               const float* bias) {
+  if (n <= 0 || k <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("linear: bad shape [", n, "][", k, "]"));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->n = n;
+  impl->k = k;
+  impl->has_bias = bias != nullptr;
+  try {
+    // oneDNN's preferred weight layout (PackingFor), shared with PlainGemm so both find the
+    // same primitives.
+    absl::StatusOr<Packing> packing = PackingFor(k, n);
+    if (!packing.ok()) return packing.status();
+    impl->weights_desc = packing->packed;
+    impl->weights = memory(impl->weights_desc, impl->engine);
+    memory plain({{k, n}, DType::f32, Tag::ba}, impl->engine, const_cast<float*>(w));
+    dnnl::stream& stream = ThreadStream();
+    memory scratch(packing->reorder_scratchpad, impl->engine,
+                   ThreadScratchpad(packing->reorder_scratchpad.get_size()));
+    packing->reorder.execute(
+        stream,
+        {{DNNL_ARG_FROM, plain}, {DNNL_ARG_TO, impl->weights}, {DNNL_ARG_SCRATCHPAD, scratch}});
+    if (bias != nullptr) {
+      impl->bias = memory({{1, n}, DType::f32, Tag::ab}, impl->engine);
+      std::copy(bias, bias + n, static_cast<float*>(impl->bias.get_data_handle()));
+    }
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    return ToStatus(e, "weight packing");
+  }
+  return std::unique_ptr<DnnlLinear>(new DnnlLinear(std::move(impl)));
+}
+
+absl::Status DnnlLinear::Forward(const float* x, int64_t m, float* y, Epilogue epilogue,
+                                 const float* aux) const {
+  if (m <= 0) return absl::OkStatus();
+  if (epilogue == Epilogue::kSiluMul && (aux == nullptr || aux == y)) {
+    return absl::InvalidArgumentError(
+        "linear: the SiLU-multiply epilogue needs aux, distinct from y");
+  }
+  absl::StatusOr<PlainPrimitive> prim = PlainPrimitiveFor(
+      PlainKey{m, impl_->k, impl_->n, impl_->n, epilogue, impl_->has_bias}, impl_->weights_desc);
+  if (!prim.ok()) return prim.status();
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    dnnl::stream& stream = ThreadStream();
+    memory src({{m, impl_->k}, DType::f32, Tag::ab}, impl_->engine, const_cast<float*>(x));
+    memory dst({{m, impl_->n}, DType::f32, Tag::ab}, impl_->engine, y);
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, impl_->weights}, {DNNL_ARG_DST, dst}};
+    if (impl_->has_bias) args.emplace(DNNL_ARG_BIAS, impl_->bias);
+    if (epilogue == Epilogue::kSiluMul) {
+      args.emplace(
+          DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1,
+          memory({{m, impl_->n}, DType::f32, Tag::ab}, impl_->engine, const_cast<float*>(aux)));
+    }
+    memory scratch(prim->scratchpad, impl_->engine, ThreadScratchpad(prim->scratchpad.get_size()));
+    args.emplace(DNNL_ARG_SCRATCHPAD, scratch);
+    prim->primitive.execute(stream, args);
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    return ToStatus(e, "matmul");
+  }
+  g_total_nanos.fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count(),
+      std::memory_order_relaxed);
+  return absl::OkStatus();
+}
 
 absl::Status DnnlLinear::PlainGemm(const float* x, int64_t m, int64_t k, const float* w, int64_t n,
                                    const float* bias, float* y, int64_t ldy, Epilogue epilogue,
@@ -333,6 +310,16 @@ absl::Status DnnlLinear::PlainGemm(const float* x, int64_t m, int64_t k, const f
           .count(),
       std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+int64_t DnnlLinear::CachedPrimitives() {
+  absl::MutexLock lock(&g_plain_mu);
+  return static_cast<int64_t>(PlainPrimitives().size());
+}
+
+void DnnlLinear::SetPrimitiveCacheCapacity(int64_t capacity) {
+  absl::MutexLock lock(&g_plain_mu);
+  PlainPrimitives().set_capacity(static_cast<size_t>(std::max<int64_t>(0, capacity)));
 }
 
 double DnnlLinear::TotalSeconds() { return g_total_nanos.load() * 1e-9; }

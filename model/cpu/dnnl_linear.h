@@ -3,8 +3,11 @@
 //
 // W is reordered once, at construction, into the blocked layout oneDNN's brgemm kernels want;
 // that layout does not depend on m, so one packed copy serves every batch size. Primitives are
-// created per distinct m and cached (creation is the expensive part; execution of a cached
-// primitive streams the packed weights at close to memory bandwidth for small m).
+// created per distinct shape (m, k, n, epilogue) and cached process-wide, shared by all weights
+// of that shape, the least recently used dropped beyond kPrimitiveCacheCapacity (creation is the
+// expensive part; execution of a cached primitive streams the packed weights at close to memory
+// bandwidth for small m; an unbounded cache grew a prefill node's memory with every new
+// number of rows in a step).
 //
 // Thread-safety: Forward may be called concurrently (ranks sharing weights); the primitive cache
 // is guarded. oneDNN uses the calling thread's OpenMP thread count (common/parallel_for.h).
@@ -44,6 +47,12 @@ class DnnlLinear final : public LinearOp {
   // Seconds spent inside oneDNN by all Forward calls since the last reset (for the benchmark's
   // "share of time inside the GEMM library"). Process-wide.
   static double TotalSeconds();
+
+  // The process-wide primitive cache: its capacity (entries; each ~25 KB) and how many it holds.
+  // 256 covers ~40 distinct row counts of a model's ~6 GEMM shapes. Tests shrink it.
+  static constexpr int64_t kPrimitiveCacheCapacity = 256;
+  static int64_t CachedPrimitives();
+  static void SetPrimitiveCacheCapacity(int64_t capacity);
   static void ResetTotalSeconds();
 
   // y[m][n] (rows ldy floats apart) = epilogue(x[m][k]·wᵀ + b) for a plain row-major w [n][k]

@@ -103,5 +103,33 @@ TEST(DnnlLinearTest, SiluMulNeedsItsOwnAuxInput) {
   EXPECT_EQ(y, std::vector<float>(2 * 4, 3.f)) << "a rejected call must leave y untouched";
 }
 
+// The primitive cache is bounded: many distinct row counts (a prefill node sees a new one with
+// almost every step) keep it at its capacity, two weights of one shape share entries, and a shape
+// whose primitive was evicted computes the same bits again when it comes back.
+TEST(DnnlLinearTest, PrimitiveCacheStaysWithinItsCapacityAndEvictedShapesStillCompute) {
+  DnnlLinear::SetPrimitiveCacheCapacity(8);
+  const int64_t n = 24, k = 40;
+  const std::vector<float> w1 = Random(n * k, 1, 0.1f), w2 = Random(n * k, 2, 0.1f);
+  const std::vector<float> x = Random(64 * k, 3);
+  absl::StatusOr<std::unique_ptr<DnnlLinear>> a = DnnlLinear::Create(w1.data(), n, k, nullptr);
+  absl::StatusOr<std::unique_ptr<DnnlLinear>> b = DnnlLinear::Create(w2.data(), n, k, nullptr);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<float> first(5 * n), again(5 * n), other(5 * n);
+  ASSERT_TRUE((*a)->Forward(x.data(), 5, first.data()).ok());
+  for (int64_t m = 6; m < 40; ++m) {  // 34 new shapes through a cache of 8
+    std::vector<float> y(m * n);
+    ASSERT_TRUE((*a)->Forward(x.data(), m, y.data()).ok());
+    ASSERT_LE(DnnlLinear::CachedPrimitives(), 8);
+  }
+  EXPECT_EQ(DnnlLinear::CachedPrimitives(), 8);
+  ASSERT_TRUE((*a)->Forward(x.data(), 5, again.data()).ok());  // m = 5 was evicted
+  EXPECT_EQ(first, again);
+  const int64_t before = DnnlLinear::CachedPrimitives();
+  ASSERT_TRUE((*b)->Forward(x.data(), 5, other.data()).ok());  // same shape: same entry
+  EXPECT_EQ(DnnlLinear::CachedPrimitives(), before);
+  EXPECT_NE(first, other);  // ...with b's own weights
+  DnnlLinear::SetPrimitiveCacheCapacity(DnnlLinear::kPrimitiveCacheCapacity);
+}
+
 }  // namespace
 }  // namespace tandem
