@@ -4,13 +4,17 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/prometheus_text.h"
@@ -76,12 +80,41 @@ int RunNodeProcess(const NodeProcess& p) {
       AdvertisedAddress(absl::GetFlag(FLAGS_listen), server->port, absl::GetFlag(FLAGS_advertise));
   if (!advertised.ok()) return fail(advertised.status());
   const std::string& advertise = *advertised;
+  // The shutdown signals are blocked (InstallShutdownSignals) and taken by this watcher from
+  // here on: one that arrives while the model loads — which can take minutes for a large model —
+  // ends the process at once (nothing is served or leased yet), instead of waiting for the load.
+  absl::Mutex start_mu;
+  bool started = false;
+  std::promise<int> signal_seen;
+  std::future<int> signal_future = signal_seen.get_future();
+  std::thread watcher([&] {
+    const int sig = WaitForShutdownSignal();
+    absl::MutexLock lock(&start_mu);
+    if (!started) {
+      std::fprintf(stderr, "%s: signal %d while starting (before serving anything), exiting\n",
+                   p.program.c_str(), sig);
+      std::fflush(stderr);
+      std::_Exit(0);
+    }
+    signal_seen.set_value(sig);
+  });
   absl::StatusOr<std::string> serving = p.start(advertise);
-  if (!serving.ok()) return fail(serving.status());
+  // From here a start-up failure leaves the watcher waiting for a signal: exit without
+  // unwinding it (nothing has been served).
+  auto fail_now = [&](const absl::Status& s) {
+    const int rc = fail(s);
+    std::fflush(stderr);
+    std::_Exit(rc);
+  };
+  if (!serving.ok()) fail_now(serving.status());
+  {
+    absl::MutexLock lock(&start_mu);
+    started = true;
+  }
   if (health != nullptr) health->SetServingStatus(true);
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     if (absl::Status s = WritePortFile(absl::GetFlag(FLAGS_port_file), server->port); !s.ok()) {
-      return fail(s);
+      fail_now(s);
     }
   }
   std::unique_ptr<HeartbeatSender> heartbeat;
@@ -93,7 +126,8 @@ int RunNodeProcess(const NodeProcess& p) {
                !p.tls.enabled()         ? ""
                : p.tls.verifies_peers() ? " [gRPC: TLS, client certificates required]"
                                         : " [gRPC: TLS]");
-  const int sig = WaitForShutdownSignal();
+  const int sig = signal_future.get();
+  watcher.join();
   const absl::Duration drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s));
   const absl::Time deadline = absl::Now() + drain_timeout;
   std::fprintf(stderr, "%s: signal %d, draining (at most %s)\n", p.program.c_str(), sig,
