@@ -192,11 +192,70 @@ absl::Status DecodeNode::Pull(const TransferMetadata& source, const TransferPlan
   return first_cancel;
 }
 
+absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvHandle& kv,
+                                       const std::vector<int32_t>& blocks,
+                                       const std::function<bool()>& cancelled,
+                                       std::atomic<bool>* cancel, int32_t* first_token,
+                                       TransferStats* stats) {
+  // The prefill runs for as long as its prompt takes; every wait below is bounded on its own
+  // (stall_timeout between progress messages), this only caps a stream that keeps repeating.
+  constexpr absl::Duration kWatchCap = absl::Hours(1);
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<KvWatch> watch,
+                          options_.prefill->WatchKv(kv, absl::Now() + kWatchCap));
+  const KvLayout dst = layout();
+  int64_t landed = 0;  // prompt tokens pulled
+  absl::Time last_message = absl::Now();
+  absl::Time first_pull = absl::InfinitePast();
+  while (true) {
+    if (cancelled()) return absl::CancelledError("decode cancelled while pulling a pipelined KV");
+    if (cancel->load()) {
+      return absl::AbortedError("the prefill's KV lease was lost during the pipelined transfer");
+    }
+    TANDEM_ASSIGN_OR_RETURN(std::optional<KvProgressEvent> next, watch->Next(kCancelPoll));
+    if (!next.has_value()) {
+      if (absl::Now() - last_message > options_.stall_timeout) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("no KV progress from prefill ", kv.prefill_address, " for ",
+                         absl::FormatDuration(options_.stall_timeout), " (", landed, " of ",
+                         kv.num_tokens, " prompt tokens pulled)"));
+      }
+      continue;
+    }
+    last_message = absl::Now();
+    if (next->tokens_ready > kv.num_tokens || (next->done && next->tokens_ready != kv.num_tokens)) {
+      return absl::InternalError(absl::StrCat("prefill ", kv.prefill_address, " reported ",
+                                              next->tokens_ready, " tokens ready of a ",
+                                              kv.num_tokens, "-token prompt"));
+    }
+    if (next->tokens_ready > landed) {
+      TANDEM_ASSIGN_OR_RETURN(TransferPlan plan,
+                              PlanKvTransferRange(source.layout, kv.block_table, dst, blocks,
+                                                  kv.num_tokens, landed, next->tokens_ready));
+      if (first_pull == absl::InfinitePast()) first_pull = absl::Now();
+      TANDEM_RETURN_IF_ERROR(Pull(source, plan, cancelled, cancel));
+      stats->bytes += plan.total_bytes();
+      stats->copies += plan.total_copies();
+      ++stats->chunks;
+      if (!next->done) ++stats->chunks_before_prefill_done;
+      landed = next->tokens_ready;
+    }
+    if (next->done) {
+      *first_token = next->first_token;
+      stats->micros = first_pull == absl::InfinitePast()
+                          ? 0
+                          : absl::ToInt64Microseconds(absl::Now() - first_pull);
+      return absl::OkStatus();
+    }
+  }
+}
+
 absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSink sink,
                                                 const std::function<bool()>& cancelled) {
   const KvHandle& kv = call.kv;
   TANDEM_RETURN_IF_ERROR(CheckTokenBudget(call.max_new_tokens, "max_new_tokens"));
-  TANDEM_RETURN_IF_ERROR(CheckTokenId(call.first_token, config_.vocab_size, "first token"));
+  if (!call.pipelined) {
+    TANDEM_RETURN_IF_ERROR(CheckTokenId(call.first_token, config_.vocab_size, "first token"));
+  }
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(call.sampling));
   if (kv.num_tokens < 1) return absl::InvalidArgumentError("KV handle covers no tokens");
   TANDEM_RETURN_IF_ERROR(
@@ -234,10 +293,20 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   absl::Cleanup free_blocks = [&] {
     if (blocks_owned) blocks_->Release(blocks);
   };
-  TANDEM_ASSIGN_OR_RETURN(TransferPlan plan,
-                          PlanKvTransfer(meta->layout, kv.block_table, dst, blocks, kv.num_tokens));
+  TransferStats stats;
+  int32_t first_token = call.first_token;
   const absl::Time t0 = absl::Now();
-  const absl::Status pulled = Pull(*meta, plan, cancelled, &cancel_pull);
+  absl::Status pulled;
+  if (call.pipelined) {
+    pulled = PullPipelined(*meta, kv, blocks, cancelled, &cancel_pull, &first_token, &stats);
+  } else {
+    TANDEM_ASSIGN_OR_RETURN(TransferPlan plan, PlanKvTransfer(meta->layout, kv.block_table, dst,
+                                                              blocks, kv.num_tokens));
+    pulled = Pull(*meta, plan, cancelled, &cancel_pull);
+    stats.bytes = plan.total_bytes();
+    stats.copies = plan.total_copies();
+    stats.micros = absl::ToInt64Microseconds(absl::Now() - t0);
+  }
   lease.Stop();
   if (lease.lost()) {
     return absl::AbortedError(absl::StrCat("the prefill's KV lease expired during the transfer (",
@@ -245,10 +314,9 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
                                            "); prefill again"));
   }
   TANDEM_RETURN_IF_ERROR(pulled);
-  TransferStats stats;
-  stats.micros = absl::ToInt64Microseconds(absl::Now() - t0);
-  stats.bytes = plan.total_bytes();
-  stats.copies = plan.total_copies();
+  if (call.pipelined) {
+    TANDEM_RETURN_IF_ERROR(CheckTokenId(first_token, config_.vocab_size, "prefill's first token"));
+  }
 
   released = true;
   absl::StatusOr<bool> held = ReleaseKv(kv);
@@ -269,15 +337,19 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   DecodeRequest req;
   req.id = call.request_id;
   req.prompt_len = kv.num_tokens;
-  req.first_token = call.first_token;
+  req.first_token = first_token;
   req.block_table = blocks;
   req.sampling = call.sampling;
   req.max_new_tokens = call.max_new_tokens;
   req.stop_ids = call.stop_ids;
   req.next_step = call.next_step;
+  // Pipelined: the prefill's first token goes to the sink before any token the engine generates
+  // (the service writes what the sink got only once Start has returned OK).
+  std::function<void(int32_t)> on_token = std::move(sink.on_token);
   DecodeCallbacks cb;
-  cb.on_token = std::move(sink.on_token);
+  cb.on_token = on_token;
   cb.on_done = std::move(sink.on_done);
+  if (call.pipelined) on_token(first_token);
   TANDEM_RETURN_IF_ERROR(engine_->Add(std::move(req), std::move(cb)));
   blocks_owned = false;  // the engine frees them when the request ends
   return stats;

@@ -76,12 +76,18 @@ struct DecodeCall {
   int32_t max_new_tokens = 1;
   std::vector<int32_t> stop_ids;
   uint64_t next_step = 1;
+  // Pipelined transfer: kv is an early handle of a prefill still running; first_token is
+  // ignored (the prefill's, learnt from its progress stream, goes to sink.on_token first).
+  bool pipelined = false;
 };
 
 struct TransferStats {
-  int64_t micros = 0;
+  int64_t micros = 0;  // pipelined: from the first chunk's pull to the last one's end
   int64_t bytes = 0;
   int64_t copies = 0;
+  // Pipelined: pulls (one per progress step), and those done while the prefill still ran.
+  int32_t chunks = 0;
+  int32_t chunks_before_prefill_done = 0;
 };
 
 class DecodeNode {
@@ -93,7 +99,9 @@ class DecodeNode {
 
   // Pulls the KV and starts decoding. On OK the request is running and `sink.on_done` will be
   // called exactly once; on error nothing will be called. `cancelled` is polled while waiting
-  // for capacity and pulling.
+  // for capacity and pulling. With call.pipelined the KV is pulled as the prefill computes it
+  // (PullPipelined) and, on OK, the prefill's first token has gone to sink.on_token before Start
+  // returns; errors of the progress stream name the prefill ("prefill <address>").
   absl::StatusOr<TransferStats> Start(const DecodeCall& call, DecodeSink sink,
                                       const std::function<bool()>& cancelled);
   // Colocated prefill: prefills call.prompt here, then decodes; the first token goes through
@@ -131,6 +139,14 @@ class DecodeNode {
   // `cancel` is also set by the lease keeper when the lease is lost.
   absl::Status Pull(const TransferMetadata& source, const TransferPlan& plan,
                     const std::function<bool()>& cancelled, std::atomic<bool>* cancel);
+  // Pipelined transfer: pulls kv's prompt part by part as its prefill reports progress (each
+  // range planned with PlanKvTransferRange), until the prefill is done; its first token in
+  // *first_token. Each wait for progress is bounded by stall_timeout (the prefill node repeats
+  // its progress every kWatchHeartbeat); `cancelled` and *cancel (lease lost) are checked between.
+  absl::Status PullPipelined(const TransferMetadata& source, const KvHandle& kv,
+                             const std::vector<int32_t>& blocks,
+                             const std::function<bool()>& cancelled, std::atomic<bool>* cancel,
+                             int32_t* first_token, TransferStats* stats);
   // Best effort: the prefill frees the KV; returns whether its lease held.
   absl::StatusOr<bool> ReleaseKv(const KvHandle& kv);
 

@@ -77,6 +77,11 @@ grpc::Status DecodeServiceImpl::Decode(grpc::ServerContext* ctx, const v1::Decod
       metrics_->RecordTransfer(peer, static_cast<double>(record.transfer->bytes),
                                static_cast<double>(record.transfer->micros) * 1e-6,
                                static_cast<double>(record.transfer->copies));
+      if (req->pipelined()) {
+        metrics_->pipelined_transfers->Increment();
+        metrics_->pipelined_chunks_before_prefill_done->Increment(
+            static_cast<double>(record.transfer->chunks_before_prefill_done));
+      }
     } else if (IsTransferFailure(status.error_code())) {
       metrics_->transfer_failures->WithLabels({peer}).Increment();
     }
@@ -92,6 +97,13 @@ grpc::Status DecodeServiceImpl::Decode(grpc::ServerContext* ctx, const v1::Decod
   line.Add("peer", peer).Add("outcome", StatusCodeName(status));
   if (status.ok()) line.Add("finish_reason", std::string(FinishReasonName(record.reason)));
   if (colocated) line.Add("colocated_prefill", "true");
+  if (req->pipelined()) {
+    const TransferStats none;
+    const TransferStats& t = record.transfer.has_value() ? *record.transfer : none;
+    line.Add("pipelined", "true")
+        .Add("chunks", t.chunks)
+        .Add("chunks_before_prefill_done", t.chunks_before_prefill_done);
+  }
   line.Add("prompt_tokens", colocated ? int64_t{req->prompt_ids_size()} : req->kv().num_tokens())
       .Add("generated_tokens", record.generated)
       .AddMillis("queue_ms", record.setup - transfer)
@@ -123,6 +135,10 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
   if (!colocated && req->resume()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "resume needs prompt_ids");
   }
+  if (colocated && req->pipelined()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "pipelined needs kv (an early handle), not prompt_ids");
+  }
   DecodeCall call;
   call.request_id = req->request_id();
   call.first_token = req->first_token();
@@ -135,6 +151,7 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
   call.max_new_tokens = req->max_new_tokens();
   call.stop_ids.assign(req->stop_ids().begin(), req->stop_ids().end());
   call.next_step = req->next_step();
+  call.pipelined = req->pipelined();
   auto q = std::make_shared<EventQueue>();
   DecodeSink sink;
   sink.on_token = [q, metrics = metrics_](int32_t t) {

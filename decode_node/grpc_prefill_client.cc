@@ -2,11 +2,80 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "kv_transfer/ucx/metadata_proto.h"
 #include "serving/grpc_status.h"
 
 namespace tandem {
+namespace {
+
+// Reads a WatchKv stream on its own thread; Next() waits on what it has read.
+class GrpcKvWatch final : public KvWatch {
+ public:
+  GrpcKvWatch(v1::PrefillService::Stub* stub, const KvHandle& kv, absl::Time deadline)
+      : address_(kv.prefill_address) {
+    ctx_.set_deadline(absl::ToChronoTime(deadline));
+    v1::WatchKvRequest req;
+    req.set_request_id(kv.request_id);
+    req.set_generation(kv.generation);
+    reader_ = stub->WatchKv(&ctx_, req);
+    thread_ = std::thread([this] { Read(); });
+  }
+  ~GrpcKvWatch() override {
+    ctx_.TryCancel();
+    thread_.join();
+  }
+
+  absl::StatusOr<std::optional<KvProgressEvent>> Next(absl::Duration timeout) override {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return fresh_ || ended_; };
+    mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+    if (fresh_) {
+      fresh_ = false;
+      return std::optional<KvProgressEvent>(latest_);
+    }
+    if (latest_.done) return std::optional<KvProgressEvent>(latest_);
+    if (!ended_) return std::optional<KvProgressEvent>();
+    if (end_.ok()) {
+      return absl::UnknownError(absl::StrCat("KV progress stream from prefill ", address_,
+                                             " ended before the prefill finished"));
+    }
+    return absl::Status(end_.code(), absl::StrCat("KV progress stream from prefill ", address_,
+                                                  ": ", end_.message()));
+  }
+
+ private:
+  void Read() {
+    v1::KvProgress msg;
+    while (reader_->Read(&msg)) {
+      absl::MutexLock lock(&mu_);
+      if (latest_.done) continue;
+      latest_.tokens_ready = std::max(latest_.tokens_ready, msg.tokens_ready());
+      latest_.done = msg.done();
+      latest_.first_token = msg.first_token();
+      fresh_ = true;
+    }
+    const absl::Status end = FromGrpcStatus(reader_->Finish());
+    absl::MutexLock lock(&mu_);
+    end_ = end;
+    ended_ = true;
+  }
+
+  const std::string address_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReader<v1::KvProgress>> reader_;
+  absl::Mutex mu_;
+  KvProgressEvent latest_ ABSL_GUARDED_BY(mu_);
+  bool fresh_ ABSL_GUARDED_BY(mu_) = false;  // latest_ not returned by Next yet
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status end_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;  // last: starts after every member above is initialised
+};
+
+}  // namespace
 
 GrpcPrefillClient::GrpcPrefillClient(std::shared_ptr<grpc::ChannelCredentials> credentials)
     : credentials_(credentials != nullptr ? std::move(credentials)
@@ -60,6 +129,11 @@ absl::StatusOr<bool> GrpcPrefillClient::ReleaseKv(const KvHandle& kv, absl::Time
   const grpc::Status s = Stub(kv.prefill_address)->ReleaseKv(&ctx, req, &resp);
   if (!s.ok()) return FromGrpcStatus(s);
   return resp.lease_held();
+}
+
+absl::StatusOr<std::unique_ptr<KvWatch>> GrpcPrefillClient::WatchKv(const KvHandle& kv,
+                                                                    absl::Time deadline) {
+  return std::unique_ptr<KvWatch>(new GrpcKvWatch(Stub(kv.prefill_address), kv, deadline));
 }
 
 }  // namespace tandem

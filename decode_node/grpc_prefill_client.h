@@ -28,6 +28,9 @@ class GrpcPrefillClient final : public PrefillClient {
   absl::StatusOr<std::optional<absl::Time>> RenewLease(const KvHandle& kv,
                                                        absl::Time deadline) override;
   absl::StatusOr<bool> ReleaseKv(const KvHandle& kv, absl::Time deadline) override;
+  // A thread per watch reads the stream; errors name the prefill ("prefill <address>").
+  absl::StatusOr<std::unique_ptr<KvWatch>> WatchKv(const KvHandle& kv,
+                                                   absl::Time deadline) override;
 
  private:
   v1::PrefillService::Stub* Stub(const std::string& address);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +32,26 @@ struct KvHandle {
   std::string prefill_address;  // where the metadata, renewals and releases are served
 };
 
+// One message of a pipelined prefill's progress (PrefillService.WatchKv).
+struct KvProgressEvent {
+  int64_t tokens_ready = 0;  // the prompt's first tokens_ready tokens have their KV complete
+  bool done = false;         // the prefill finished; first_token is its sampled token
+  int32_t first_token = 0;
+};
+
+// A pipelined prefill's progress stream. Destroying it cancels the stream (bounded: it waits
+// only for the stream to notice).
+class KvWatch {
+ public:
+  virtual ~KvWatch() = default;
+  // The newest progress received since the last call (messages in between are skipped: each
+  // says at least as much as the one before), nullopt when none arrived within `timeout`, or the
+  // stream's error (a clean end without a done message is UNKNOWN). After an error or a done
+  // message, further calls return that again.
+  [[nodiscard]] virtual absl::StatusOr<std::optional<KvProgressEvent>> Next(
+      absl::Duration timeout) = 0;
+};
+
 class PrefillClient {
  public:
   virtual ~PrefillClient() = default;
@@ -48,6 +69,12 @@ class PrefillClient {
   // The prefill frees kv's blocks. Whether the lease was still held when it did (false: the KV
   // may have been overwritten; whatever was pulled must be discarded). Errors: the call failed.
   [[nodiscard]] virtual absl::StatusOr<bool> ReleaseKv(const KvHandle& kv, absl::Time deadline) = 0;
+
+  // Pipelined transfer: watches the progress of the prefill still computing kv (an early
+  // handle). The stream ends by `deadline` at the latest. Errors of the call itself (the node
+  // unreachable, no such pipelined prefill) may come from here or from the first Next().
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<KvWatch>> WatchKv(const KvHandle& kv,
+                                                                         absl::Time deadline) = 0;
 };
 
 }  // namespace tandem

@@ -118,7 +118,8 @@ absl::StatusOr<std::vector<int32_t>> PrefillEngine::AllocateFor(Pending& p, int6
   return table;
 }
 
-void PrefillEngine::Admit(std::vector<std::pair<std::shared_ptr<Pending>, absl::Status>>* failed) {
+void PrefillEngine::Admit(std::vector<std::pair<std::shared_ptr<Pending>, absl::Status>>* failed,
+                          std::vector<std::shared_ptr<Pending>>* admitted) {
   const DcpGeometry geom = instance_->options().parallel.dcp_geometry();
   const absl::Time now = absl::Now();
   for (auto it = queue_.begin(); it != queue_.end();) {
@@ -151,6 +152,8 @@ void PrefillEngine::Admit(std::vector<std::pair<std::shared_ptr<Pending>, absl::
     }
     p->blocks = std::move(got).value();
     p->computed = p->cached_tokens;
+    p->staged = p->cached_tokens;
+    if (p->request.on_progress) admitted->push_back(p);
     queue_.pop_front();
     active_.push_back(std::move(p));
   }
@@ -161,6 +164,7 @@ void PrefillEngine::Loop() {
   while (true) {
     std::vector<std::pair<std::shared_ptr<Pending>, absl::Status>> failed;
     std::vector<std::shared_ptr<Pending>> in_step;
+    std::vector<std::shared_ptr<Pending>> admitted;
     StepInput step;
     {
       absl::MutexLock lock(&mu_);
@@ -169,16 +173,19 @@ void PrefillEngine::Loop() {
       };
       mu_.Await(absl::Condition(&has_work));
       if (stopping_) return;
-      Admit(&failed);
+      Admit(&failed, &admitted);
       // Drop cancelled active requests.
       for (auto it = active_.begin(); it != active_.end();) {
         if ((*it)->cancelled) {
-          failed.emplace_back(*it, absl::CancelledError("prefill cancelled"));
+          failed.emplace_back(*it, (*it)->failure.ok() ? absl::CancelledError("prefill cancelled")
+                                                       : (*it)->failure);
           it = active_.erase(it);
         } else {
           ++it;
         }
       }
+      // A request cancelled as it was admitted is failed above: no progress after its `done`.
+      std::erase_if(admitted, [](const std::shared_ptr<Pending>& p) { return p->cancelled; });
       int64_t budget = options_.max_prefill_tokens;
       for (auto& p : active_) {
         if (budget <= 0) break;
@@ -199,6 +206,7 @@ void PrefillEngine::Loop() {
       if (!p->blocks.empty()) blocks_->Release(p->blocks);
       p->done(status);
     }
+    for (const auto& p : admitted) p->request.on_progress(p->blocks, p->cached_tokens);
     if (in_step.empty()) {
       // Waiting for capacity only: re-check after a short, bounded pause.
       absl::MutexLock lock(&mu_);
@@ -207,6 +215,7 @@ void PrefillEngine::Loop() {
     }
     absl::StatusOr<std::vector<float>> logits = instance_->Run(step);
     std::vector<std::pair<std::shared_ptr<Pending>, absl::StatusOr<PrefillResult>>> finished;
+    std::vector<std::shared_ptr<Pending>> progressed;  // unfinished, with on_progress
     {
       absl::MutexLock lock(&mu_);
       int64_t logit_row = 0;
@@ -219,7 +228,10 @@ void PrefillEngine::Loop() {
         }
         p.computed += static_cast<int64_t>(step.requests[i].tokens.size());
         computed_tokens_ += static_cast<int64_t>(step.requests[i].tokens.size());
-        if (!last) continue;
+        if (!last) {
+          if (p.request.on_progress) progressed.push_back(in_step[i]);
+          continue;
+        }
         absl::Span<const float> row(logits->data() + logit_row * vocab, vocab);
         ++logit_row;
         PrefillResult r;
@@ -236,19 +248,36 @@ void PrefillEngine::Loop() {
     }
     // A staged instance (device pools) serves KV from host mirrors: copy the finished
     // requests' blocks there before anyone is told the KV is ready. Cached blocks are already
-    // there (and may be being read by a transfer): only the blocks computed here are copied.
+    // there (and may be being read by a transfer): only the blocks computed here are copied —
+    // from the block of the first token not staged yet (a pipelined request's earlier chunks
+    // were staged after their step; the block they ended in is copied again, whole).
+    const int64_t block_tokens = VirtualBlockTokens(instance_->options().parallel.dcp_geometry());
     std::vector<int32_t> staged;
     for (auto& [p, r] : finished) {
       if (!r.ok()) continue;
-      const int64_t cached_blocks =
-          prefix_cache_ == nullptr ? 0 : p->cached_tokens / prefix_cache_->block_tokens();
-      staged.insert(staged.end(), p->blocks.begin() + cached_blocks, p->blocks.end());
+      staged.insert(staged.end(), p->blocks.begin() + p->staged / block_tokens, p->blocks.end());
     }
     if (const absl::Status s = instance_->StageOut(staged); !s.ok()) {
       for (auto& [p, r] : finished) {
         if (r.ok())
           r = absl::Status(s.code(), absl::StrCat("staging the KV to host memory: ", s.message()));
       }
+    }
+    // Pipelined requests still running: stage the chunk just computed, then report it.
+    for (const auto& p : progressed) {
+      const int64_t end_block = (p->computed + block_tokens - 1) / block_tokens;
+      const std::vector<int32_t> chunk(p->blocks.begin() + p->staged / block_tokens,
+                                       p->blocks.begin() + end_block);
+      if (const absl::Status s = instance_->StageOut(chunk); !s.ok()) {
+        // The request cannot be served from this instance: fail it at the next step.
+        absl::MutexLock lock(&mu_);
+        p->cancelled = true;
+        p->failure = absl::Status(
+            s.code(), absl::StrCat("staging a prefill chunk to host memory: ", s.message()));
+        continue;
+      }
+      p->staged = p->computed;
+      p->request.on_progress(p->blocks, p->computed);
     }
     for (auto& [p, r] : finished) {
       if (!r.ok()) {

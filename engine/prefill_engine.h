@@ -50,6 +50,12 @@ struct PrefillRequest {
   int64_t reserve_tokens = 0;  // capacity to allocate beyond the prompt (combined mode)
   uint64_t sample_step = 0;    // sampling draw number of the token sampled here
   bool return_logits = false;  // copy the last position's logits into the result
+  // Pipelined transfer (docs/kv_transfer.md): called on the scheduler thread once when the
+  // request is admitted (its block table, tokens_ready = the cached prefix) and after every chunk
+  // step that leaves the prompt unfinished (tokens_ready = prompt tokens whose KV is complete in
+  // the blocks — staged to host memory on a staged instance). Never after `done`. Must not block
+  // for long; must not call into the engine.
+  std::function<void(const std::vector<int32_t>& blocks, int64_t tokens_ready)> on_progress;
 };
 
 struct PrefillResult {
@@ -96,12 +102,15 @@ class PrefillEngine {
     std::vector<uint64_t> chain;  // prefix hash chain of the prompt (with a prefix cache)
     int64_t cached_tokens = 0;    // prompt tokens whose KV came from the prefix cache
     int64_t computed = 0;         // prompt tokens already run (or cached)
+    int64_t staged = 0;           // prompt tokens staged out after a chunk (with on_progress)
     bool cancelled = false;
+    absl::Status failure;  // why a cancelled request failed, when not a Cancel() (OK: Cancel)
   };
   void Loop();
-  // Moves queued requests into `active_` while blocks allow; fails those past their timeout.
-  void Admit(std::vector<std::pair<std::shared_ptr<Pending>, absl::Status>>* failed)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves queued requests into `active_` while blocks allow (appending those with on_progress to
+  // *admitted); fails those past their timeout.
+  void Admit(std::vector<std::pair<std::shared_ptr<Pending>, absl::Status>>* failed,
+             std::vector<std::shared_ptr<Pending>>* admitted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The blocks of `p`: its cached prefix (setting cached_tokens) and newly allocated ones.
   absl::StatusOr<std::vector<int32_t>> AllocateFor(Pending& p, int64_t total_blocks);
 

@@ -37,6 +37,9 @@ class LeaseTable {
   // Removes and returns the blocks of every lease with expiry <= now.
   std::vector<std::vector<int32_t>> TakeExpired(absl::Time now);
 
+  // Whether the lease of `generation` is held.
+  bool Holds(uint64_t generation) const { return leases_.contains(generation); }
+
   // Earliest expiry, or InfiniteFuture when empty.
   absl::Time NextExpiry() const;
   int32_t size() const { return static_cast<int32_t>(leases_.size()); }

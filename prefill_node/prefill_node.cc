@@ -220,15 +220,168 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(const std::string& request_i
   return std::move(wait->outcome);
 }
 
+absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
+    const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& sampling,
+    uint64_t sample_step, int32_t max_new_tokens, absl::Duration lease, absl::Time deadline,
+    const std::function<bool()>& cancelled) {
+  TANDEM_RETURN_IF_ERROR(CheckTokenBudget(max_new_tokens, "max_new_tokens", 0));
+  TANDEM_RETURN_IF_ERROR(CheckContextFit(static_cast<int64_t>(prompt.size()), max_new_tokens,
+                                         "max_new_tokens", config_.max_context));
+  lease =
+      lease <= absl::ZeroDuration() ? options_.default_lease : std::min(lease, options_.max_lease);
+  // `answered`, `generation` and `outcome` are written only by the engine's callbacks (its
+  // scheduler thread), and read by this handler after `done`.
+  struct Wait {
+    absl::Notification done;
+    bool answered = false;
+    uint64_t generation = 0;  // 0: no lease was taken
+    absl::StatusOr<PrefillOutcome> outcome = absl::UnknownError("pending");
+  };
+  auto wait = std::make_shared<Wait>();
+  auto progress = std::make_shared<KvProgress>();
+  const int64_t num_tokens = static_cast<int64_t>(prompt.size());
+  PrefillRequest req;
+  req.id = request_id;
+  req.prompt = std::move(prompt);
+  req.sampling = sampling;
+  req.sample_step = sample_step;
+  req.on_progress = [this, wait, progress, request_id, lease, num_tokens](
+                        const std::vector<int32_t>& blocks, int64_t tokens_ready) {
+    progress->Advance(tokens_ready);
+    if (wait->answered) return;
+    // Admitted: the lease takes its own reference on the blocks, so releasing it while the
+    // prefill still writes them frees nothing under the engine.
+    wait->answered = true;
+    if (const absl::Status s = blocks_->AddRef(blocks); !s.ok()) {
+      wait->outcome = absl::InternalError(
+          absl::StrCat("cannot lease the KV blocks of a pipelined prefill: ", s.message()));
+      wait->done.Notify();
+      return;
+    }
+    PrefillOutcome out;
+    out.block_table = blocks;
+    out.num_tokens = num_tokens;
+    out.cached_tokens = tokens_ready;
+    out.lease_expiry = absl::Now() + lease;
+    {
+      absl::MutexLock lock(&mu_);
+      out.generation = leases_.Add(request_id, blocks, out.lease_expiry);
+      pipelines_[out.generation] = Pipeline{request_id, progress};
+    }
+    wait->generation = out.generation;
+    wait->outcome = std::move(out);
+    wait->done.Notify();
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    ++prefilling_[request_id];
+  }
+  const absl::Status submitted = engine_->Submit(
+      std::move(req), [this, wait, progress, request_id, lease](absl::StatusOr<PrefillResult> r) {
+        // The engine's reference (a successful result's table): the lease holds its own.
+        if (r.ok()) blocks_->Release(r->block_table);
+        const uint64_t gen = wait->generation;
+        absl::Status failure = r.status();
+        std::optional<std::vector<int32_t>> lease_blocks;
+        {
+          absl::MutexLock lock(&mu_);
+          EndPrefilling(request_id);
+          if (early_releases_.Take(request_id, absl::Now()) && failure.ok()) {
+            failure = absl::CancelledError(
+                "prefill finished after its KV was released by request id (the router had "
+                "given up on this call)");
+            if (gen != 0 && leases_.Holds(gen)) ++leases_released_early_;
+          }
+          if (gen != 0) {
+            if (!failure.ok()) {
+              lease_blocks = leases_.Release(request_id, gen);
+            } else if (!leases_.Renew(request_id, gen, absl::Now() + lease).has_value()) {
+              failure = absl::AbortedError(
+                  "the KV lease of this pipelined prefill was released or expired before it "
+                  "finished");
+            }
+            if (!failure.ok()) pipelines_.erase(gen);
+          }
+        }
+        if (lease_blocks.has_value()) blocks_->Release(*lease_blocks);
+        if (failure.ok()) {
+          progress->Finish(r->num_tokens, r->first_token);
+        } else {
+          progress->Fail(failure);
+        }
+        if (!wait->answered) {  // failed before it had blocks
+          wait->answered = true;
+          wait->outcome =
+              failure.ok() ? absl::InternalError("prefill finished unadmitted") : failure;
+          wait->done.Notify();
+        }
+      });
+  if (!submitted.ok()) {
+    absl::MutexLock lock(&mu_);
+    EndPrefilling(request_id);
+    return submitted;
+  }
+  bool cancel_sent = false;
+  while (!wait->done.WaitForNotificationWithTimeout(kCancelPoll)) {
+    if (!cancel_sent && (cancelled() || absl::Now() > deadline)) {
+      engine_->Cancel(request_id);
+      cancel_sent = true;
+    }
+  }
+  if (wait->outcome.ok() && (cancelled() || absl::Now() > deadline)) {
+    // Admitted, but nobody will take the KV: release the lease, which cancels the prefill.
+    ReleaseKv(request_id, epoch_, wait->generation);
+    return cancelled() ? absl::CancelledError("prefill cancelled by the client")
+                       : absl::DeadlineExceededError("prefill admitted after the deadline");
+  }
+  return std::move(wait->outcome);
+}
+
+absl::StatusOr<std::shared_ptr<const KvProgress>> PrefillNode::WatchKv(
+    const std::string& request_id, uint64_t generation) const {
+  absl::MutexLock lock(&mu_);
+  const auto it = pipelines_.find(generation);
+  if (it == pipelines_.end() || it->second.request_id != request_id) {
+    return absl::AbortedError(absl::StrCat(
+        "no pipelined prefill of request ", request_id, " with lease generation ", generation,
+        " on this instance (it failed, or its KV lease was released or expired)"));
+  }
+  return std::shared_ptr<const KvProgress>(it->second.progress);
+}
+
+std::vector<std::string> PrefillNode::DropPipelinesWithoutLease(const absl::Status& why) {
+  std::vector<std::string> running;
+  for (auto it = pipelines_.begin(); it != pipelines_.end();) {
+    if (leases_.Holds(it->first)) {
+      ++it;
+      continue;
+    }
+    if (!it->second.progress->Get().final()) {
+      it->second.progress->Fail(why);
+      running.push_back(it->second.request_id);
+    }
+    pipelines_.erase(it++);
+  }
+  return running;
+}
+
+void PrefillNode::CancelPrefills(const std::vector<std::string>& request_ids) {
+  for (const std::string& id : request_ids) engine_->Cancel(id);
+}
+
 bool PrefillNode::ReleaseKv(const std::string& request_id, uint64_t epoch, uint64_t generation) {
   if (generation == 0 && (epoch == 0 || epoch == epoch_)) return ReleaseRequest(request_id);
   if (epoch != epoch_) return false;
   std::optional<std::vector<int32_t>> blocks;
+  std::vector<std::string> cancel;
   {
     absl::MutexLock lock(&mu_);
     blocks = leases_.Release(request_id, generation);
     if (blocks.has_value()) ++leases_released_;
+    cancel = DropPipelinesWithoutLease(
+        absl::CancelledError("the KV lease was released while the prefill ran"));
   }
+  CancelPrefills(cancel);
   if (!blocks.has_value()) return false;
   blocks_->Release(*blocks);
   return true;
@@ -236,6 +389,7 @@ bool PrefillNode::ReleaseKv(const std::string& request_id, uint64_t epoch, uint6
 
 bool PrefillNode::ReleaseRequest(const std::string& request_id) {
   std::vector<std::vector<int32_t>> released;
+  std::vector<std::string> cancel;
   {
     absl::MutexLock lock(&mu_);
     released = leases_.ReleaseRequest(request_id);
@@ -244,7 +398,10 @@ bool PrefillNode::ReleaseRequest(const std::string& request_id) {
       early_releases_.Remember(request_id, absl::Now());
     }
     leases_released_ += static_cast<int64_t>(released.size());
+    cancel = DropPipelinesWithoutLease(
+        absl::CancelledError("the KV lease was released while the prefill ran"));
   }
+  CancelPrefills(cancel);
   for (const std::vector<int32_t>& blocks : released) blocks_->Release(blocks);
   return !released.empty();
 }
@@ -272,6 +429,10 @@ void PrefillNode::ReapLoop() {
     std::vector<std::vector<int32_t>> expired = leases_.TakeExpired(absl::Now());
     leases_expired_ += static_cast<int64_t>(expired.size());
     for (const auto& blocks : expired) blocks_->Release(blocks);
+    if (expired.empty()) continue;
+    // Under mu_: the engine never calls into this node while holding its own lock.
+    CancelPrefills(DropPipelinesWithoutLease(
+        absl::AbortedError("the KV lease expired while the prefill ran")));
   }
 }
 

@@ -28,6 +28,7 @@
 #include "kv_transfer/transfer_types.h"
 #include "model/format/model_loader.h"
 #include "prefill_node/early_releases.h"
+#include "prefill_node/kv_progress.h"
 #include "prefill_node/lease_table.h"
 
 namespace tandem {
@@ -88,6 +89,22 @@ class PrefillNode {
                                          absl::Time deadline,
                                          const std::function<bool()>& cancelled);
 
+  // Pipelined transfer (docs/kv_transfer.md): like Prefill, but answers as soon as the prompt
+  // has its KV blocks, with a lease on them taken now (first_token unset, num_tokens = the prompt
+  // length); the prefill goes on without the caller and WatchKv reports its progress. Waiting for
+  // blocks is bounded and cancelled like Prefill. Releasing the lease (or its expiry) while the
+  // prefill runs cancels it; the lease's blocks stay allocated until the prefill has stopped.
+  absl::StatusOr<PrefillOutcome> StartPipelined(const std::string& request_id,
+                                                std::vector<int32_t> prompt,
+                                                const SamplingParams& sampling,
+                                                uint64_t sample_step, int32_t max_new_tokens,
+                                                absl::Duration lease, absl::Time deadline,
+                                                const std::function<bool()>& cancelled);
+  // The progress of the pipelined prefill holding lease `generation` of `request_id`, kept until
+  // its lease ends; ABORTED when there is none (unknown, failed, released or expired).
+  absl::StatusOr<std::shared_ptr<const KvProgress>> WatchKv(const std::string& request_id,
+                                                            uint64_t generation) const;
+
   // True when the lease was still held (the blocks are freed either way).
   //
   // generation 0 releases by request id (epoch 0 or this instance's): every lease of
@@ -125,6 +142,17 @@ class PrefillNode {
   // ReleaseKv with generation 0.
   bool ReleaseRequest(const std::string& request_id);
   void EndPrefilling(const std::string& request_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pipelined prefills whose lease is no longer held: removed from pipelines_, their progress
+  // failed with `why` (when not final) and their prefill cancelled. Returns them for the caller to
+  // cancel outside mu_.
+  std::vector<std::string> DropPipelinesWithoutLease(const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CancelPrefills(const std::vector<std::string>& request_ids);
+
+  struct Pipeline {
+    std::string request_id;
+    std::shared_ptr<KvProgress> progress;
+  };
 
   PrefillNodeOptions options_;
   std::string engine_id_;
@@ -144,6 +172,8 @@ class PrefillNode {
   EarlyReleases early_releases_ ABSL_GUARDED_BY(mu_);
   // Request id -> Prefill calls of that id submitted to the engine and not yet completed.
   absl::flat_hash_map<std::string, int32_t> prefilling_ ABSL_GUARDED_BY(mu_);
+  // Lease generation -> pipelined prefill holding it (StartPipelined), until the lease ends.
+  absl::flat_hash_map<uint64_t, Pipeline> pipelines_ ABSL_GUARDED_BY(mu_);
   int64_t leases_released_early_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t leases_expired_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t leases_released_ ABSL_GUARDED_BY(mu_) = 0;

@@ -48,8 +48,10 @@ grpc::Status PrefillServiceImpl::Prefill(grpc::ServerContext* ctx, const v1::Pre
   if (req->request_id() != request_id) line.Add("node_request_id", req->request_id());
   line.Add("outcome", absl::StatusCodeToString(FromGrpcStatus(status).code()))
       .Add("prompt_tokens", req->prompt_ids_size())
-      .Add("generated_tokens", status.ok() ? 1 : 0)
+      .Add("generated_tokens", status.ok() && !req->early_handle() ? 1 : 0)
       .AddMillis("prefill_ms", took);  // queue + compute: the engine does not split them
+  // Pipelined: the call ended at admission; WatchKv's line tells the rest.
+  if (req->early_handle()) line.Add("early_handle", "true");
   if (status.ok()) {
     line.Add("kv_blocks", resp->kv().block_table_size()).Add("cached_tokens", cached_tokens);
   }
@@ -69,13 +71,22 @@ grpc::Status PrefillServiceImpl::RunPrefill(grpc::ServerContext* ctx, const v1::
                                                                   : ToGrpcStatus(pass.status());
   }
   std::vector<int32_t> prompt(req->prompt_ids().begin(), req->prompt_ids().end());
+  const auto cancelled = [ctx] { return ctx->IsCancelled(); };
   absl::StatusOr<PrefillOutcome> out =
-      node->Prefill(req->request_id(), std::move(prompt), FromProto(req->sampling()),
-                    req->sample_step(), req->max_new_tokens(), absl::Milliseconds(req->lease_ms()),
-                    DeadlineOf(ctx), [ctx] { return ctx->IsCancelled(); });
+      req->early_handle()
+          ? node->StartPipelined(req->request_id(), std::move(prompt), FromProto(req->sampling()),
+                                 req->sample_step(), req->max_new_tokens(),
+                                 absl::Milliseconds(req->lease_ms()), DeadlineOf(ctx), cancelled)
+          : node->Prefill(req->request_id(), std::move(prompt), FromProto(req->sampling()),
+                          req->sample_step(), req->max_new_tokens(),
+                          absl::Milliseconds(req->lease_ms()), DeadlineOf(ctx), cancelled);
   if (!out.ok()) return ToGrpcStatus(out.status());
   *cached_tokens = out->cached_tokens;
-  resp->set_first_token(out->first_token);
+  if (req->early_handle()) {
+    resp->set_kv_pending(true);
+  } else {
+    resp->set_first_token(out->first_token);
+  }
   v1::KvHandle* kv = resp->mutable_kv();
   kv->set_engine_id(node->engine_id());
   kv->set_epoch(node->epoch());
@@ -87,6 +98,56 @@ grpc::Status PrefillServiceImpl::RunPrefill(grpc::ServerContext* ctx, const v1::
   kv->set_generation(out->generation);
   kv->set_prefill_address(node->advertised_address());
   return grpc::Status::OK;
+}
+
+grpc::Status PrefillServiceImpl::WatchKv(grpc::ServerContext* ctx, const v1::WatchKvRequest* req,
+                                         grpc::ServerWriter<v1::KvProgress>* writer) {
+  const absl::Time start = absl::Now();
+  KvProgressSnapshot seen{.tokens_ready = -1};
+  int64_t messages = 0;
+  auto run = [&]() -> grpc::Status {
+    PrefillNode* node = node_.load();
+    if (node == nullptr) return Starting();
+    absl::StatusOr<std::shared_ptr<const KvProgress>> progress =
+        node->WatchKv(req->request_id(), req->generation());
+    if (!progress.ok()) return ToGrpcStatus(progress.status());
+    const absl::Time deadline = DeadlineOf(ctx);
+    absl::Time last_write = absl::InfinitePast();
+    while (true) {
+      const KvProgressSnapshot now = (*progress)->Await(seen, kWatchHeartbeat);
+      if (!now.status.ok()) return ToGrpcStatus(now.status);
+      if (!(now == seen) || absl::Now() - last_write >= kWatchHeartbeat) {
+        v1::KvProgress msg;
+        msg.set_tokens_ready(now.tokens_ready);
+        msg.set_done(now.done);
+        if (now.done) msg.set_first_token(now.first_token);
+        if (!writer->Write(msg)) {
+          return grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away");
+        }
+        ++messages;
+        last_write = absl::Now();
+      }
+      seen = now;
+      if (now.done) return grpc::Status::OK;
+      if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled");
+      if (absl::Now() > deadline) {
+        return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                            "the watch's deadline passed before the prefill finished");
+      }
+    }
+  };
+  const grpc::Status status = run();
+  RequestLogLine line;
+  line.Add("request_id", RequestIdFromMetadata(*ctx, req->request_id()))
+      .Add("watch_kv", "true")
+      .Add("generation", req->generation())
+      .Add("outcome", absl::StatusCodeToString(FromGrpcStatus(status).code()))
+      .Add("tokens_ready", std::max<int64_t>(seen.tokens_ready, 0))
+      .Add("messages", messages)
+      .AddMillis("watch_ms", absl::Now() - start);
+  if (!status.ok()) line.Add("error", status.error_message());
+  WriteLogLine("tandem-prefill", line.str());
+  return status;
 }
 
 grpc::Status PrefillServiceImpl::ReleaseKv(grpc::ServerContext*, const v1::ReleaseKvRequest* req,

@@ -5,12 +5,17 @@
 
 #include <atomic>
 
+#include "absl/time/time.h"
 #include "prefill_node/prefill_node.h"
 #include "serving/drain_gate.h"
 #include "serving/node_metrics.h"
 #include "tandem/v1/prefill.grpc.pb.h"
 
 namespace tandem {
+
+// A WatchKv stream repeats the current progress this often while nothing changes, so the
+// watcher can bound its wait for the next message (a stuck or vanished prefill node).
+inline constexpr absl::Duration kWatchHeartbeat = absl::Milliseconds(500);
 
 // Until SetNode() is called (the model is still loading) every RPC returns UNAVAILABLE.
 class PrefillServiceImpl final : public v1::PrefillService::Service {
@@ -24,6 +29,11 @@ class PrefillServiceImpl final : public v1::PrefillService::Service {
 
   grpc::Status Prefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
                        v1::PrefillResponse* resp) override;
+  // Pipelined transfer: streams a KvProgress (prefill.proto) whenever more of the prompt is
+  // computed, and every kWatchHeartbeat while nothing changes, until the prefill ends, the
+  // caller cancels or the call's deadline passes. One log line per call.
+  grpc::Status WatchKv(grpc::ServerContext* ctx, const v1::WatchKvRequest* req,
+                       grpc::ServerWriter<v1::KvProgress>* writer) override;
   grpc::Status ReleaseKv(grpc::ServerContext* ctx, const v1::ReleaseKvRequest* req,
                          v1::ReleaseKvResponse* resp) override;
   grpc::Status RenewLease(grpc::ServerContext* ctx, const v1::RenewLeaseRequest* req,

@@ -66,8 +66,16 @@ class Driver {
   grpc::Status Run(const v1::GenerateRequest& request);
 
  private:
-  void Prefill(RequestState& state);
+  // `pipelined` (RouterOptions::pipelined_transfer, not on a resume): the Prefill call asks for an
+  // early handle and, when the node gives one, PipelinedDecode takes over at once.
+  void Prefill(RequestState& state, bool pipelined);
   void Decode(RequestState& state);
+  // Pipelined transfer: a Decode call with the early handle kv_, sent while the prefill runs. Its
+  // first event is the prefill's first token; a failure before it counts as a prefill failure
+  // (kv_ released — which cancels the prefill if it still runs — and the request prefilled again,
+  // avoiding the node blamed), after it as a decode failure (resume). Leaves the phase at
+  // kPrefill (retry or resume), kDone or kFailed.
+  void PipelinedDecode(RequestState& state);
   // Colocated serving (RouterOptions::colocated): one Decode call with the prompt does the
   // prefill and the decode on one node. Its first event is the prefill's token (on a resume the
   // known g[k-1]); a failure before it counts as a prefill failure, after it as a decode failure
@@ -121,6 +129,7 @@ class Driver {
   absl::Duration decode_time_;
   absl::Duration transfer_time_;  // as the decode nodes report it (DecodeFinish.transfer_us)
   int resumes_ = 0;
+  int pipelined_ = 0;  // pipelined Decode calls made
 };
 
 std::string Driver::NodeRequestId() const {
@@ -193,7 +202,7 @@ bool Driver::Backoff(int failures) {
   return !canceller_->cancelled();
 }
 
-void Driver::Prefill(RequestState& state) {
+void Driver::Prefill(RequestState& state, bool pipelined) {
   // Scored by the original prompt: a resumed prefill's extra (generated) tokens are in no cache.
   absl::StatusOr<NodeLease> node =
       PickNode(v1::INSTANCE_ROLE_PREFILL, failed_prefill_, &*prompt_hashes_);
@@ -215,6 +224,7 @@ void Driver::Prefill(RequestState& state) {
   *request.mutable_sampling() = ToProto(prepared_.sampling);
   request.set_sample_step(plan.sample_step);
   request.set_max_new_tokens(plan.max_new_tokens);
+  request.set_early_handle(pipelined);
   ++node_calls_;
 
   const absl::Time call_deadline = UnaryDeadline();
@@ -254,6 +264,10 @@ void Driver::Prefill(RequestState& state) {
   }
   deps_.pool->NotePrefilled(node->address(), *prompt_hashes_, absl::Now());
   kv_ = HeldKv{std::move(*response->mutable_kv()), node->address(), node->channel()};
+  if (response->kv_pending()) {
+    PipelinedDecode(state);
+    return;
+  }
   const int32_t index = static_cast<int32_t>(state.streamed().size());
   if (const std::optional<int32_t> token = state.OnPrefillOk(response->first_token())) {
     SendToken(*token, index);
@@ -350,6 +364,122 @@ void Driver::Decode(RequestState& state) {
     if (retryable) failed_decode_.insert(node->address());
     state.OnDecodeFailed(NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable));
   }
+  if (retryable && state.phase() != RequestPhase::kFailed) {
+    ++resumes_;
+    if (deps_.metrics != nullptr) deps_.metrics->decode_resumes->Increment();
+  }
+}
+
+void Driver::PipelinedDecode(RequestState& state) {
+  ++pipelined_;
+  if (deps_.metrics != nullptr) deps_.metrics->pipelined_requests->Increment();
+  absl::StatusOr<NodeLease> node = PickNode(v1::INSTANCE_ROLE_DECODE, failed_decode_);
+  if (!node.ok()) {
+    ReleaseKv();
+    state.Fail(node.status());
+    return;
+  }
+  const PrefillPlan plan = state.NextPrefill();
+  v1::DecodeRequest request;
+  request.set_request_id(kv_->handle.request_id());
+  request.set_pipelined(true);
+  *request.mutable_kv() = kv_->handle;
+  *request.mutable_sampling() = ToProto(prepared_.sampling);
+  request.set_max_new_tokens(plan.max_new_tokens);
+  request.mutable_stop_ids()->Add(prepared_.stop_ids.begin(), prepared_.stop_ids.end());
+  request.set_next_step(plan.sample_step + 1);
+
+  // The wait for the first event includes the prompt's prefill: bounded like a colocated call.
+  const absl::Duration idle = deps_.options.decode_idle_timeout;
+  const absl::Time deadline = std::min(
+      client_deadline_, absl::Now() + deps_.options.rpc_timeout + idle * (plan.max_new_tokens + 1));
+  const absl::Time called = absl::Now();
+  absl::Time first_event = absl::InfinitePast();
+  absl::Cleanup timed = [&] {
+    const absl::Time now = absl::Now();
+    if (first_event == absl::InfinitePast()) {
+      prefill_time_ += now - called;
+    } else {
+      prefill_time_ += first_event - called;
+      decode_time_ += now - first_event;
+    }
+  };
+  DecodeStream stream(node->channel(), std::move(request), deadline, request_id_);
+  CallCanceller::Registration registration(canceller_, stream.context());
+  absl::Status failure;
+  while (true) {
+    DecodeStream::ReadResult next =
+        stream.Read(first_event == absl::InfinitePast() ? deps_.options.rpc_timeout + idle : idle);
+    if (next.kind == DecodeStream::ReadResult::Kind::kEvent) {
+      if (next.event.has_finish()) {
+        transfer_time_ += absl::Microseconds(next.event.finish().transfer_us());
+      }
+      if (first_event == absl::InfinitePast()) {
+        first_event = absl::Now();
+        if (!next.event.has_token()) {
+          failure = absl::InternalError("pipelined decode node sent no first token");
+          break;
+        }
+        const int32_t index = static_cast<int32_t>(state.streamed().size());
+        if (const std::optional<int32_t> token = state.OnPrefillOk(next.event.token())) {
+          SendToken(*token, index);
+        }
+        // The decode node had pulled the whole prompt and released the lease before this event.
+        state.OnKvReleased();
+        kv_.reset();
+        if (state.phase() == RequestPhase::kDecode) continue;
+        // Done at the first token (a stop id, or max_tokens 1): collect the finish event and the
+        // status so the node sees a clean end.
+        for (int i = 0; i < 2 && stream.Read(idle).kind == DecodeStream::ReadResult::Kind::kEvent;
+             ++i) {
+        }
+        return;
+      }
+      if (OnDecodeEvent(state, next.event)) continue;
+      if (next.event.has_finish()) stream.Read(idle);
+      return;
+    }
+    failure = StreamEndFailure(next, idle);
+    break;
+  }
+  if (canceller_->cancelled()) {
+    if (kv_.has_value()) ReleaseKv();
+    state.Fail(absl::CancelledError("request cancelled by the client"));
+    return;
+  }
+  failure = NodeSideCancelAsUnavailable(failure);
+  const bool retryable = IsRetryableDecodeError(failure.code());
+  if (first_event == absl::InfinitePast()) {
+    const std::string prefill_node = kv_->node;
+    const bool blames_prefill = BlamesPrefillSource(
+        failure.message(), kv_->handle.prefill_address(), kv_->handle.engine_id());
+    ReleaseKv();  // cancels the prefill if it still runs
+    absl::Status error;
+    if (retryable && blames_prefill) {
+      failed_prefill_.insert(prefill_node);
+      if (failure.code() == absl::StatusCode::kUnavailable) {
+        deps_.pool->ReportFailure(prefill_node, v1::INSTANCE_ROLE_PREFILL, failure);
+      }
+      error = absl::Status(failure.code(),
+                           absl::StrCat("prefill node ", prefill_node, " (as decode node ",
+                                        node->address(), " reports): ", failure.message()));
+    } else {
+      if (retryable) failed_decode_.insert(node->address());
+      error = NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable);
+    }
+    // Before the first token the request is prefilled again whatever broke (a decode-side stream
+    // error included), as an unpipelined request whose prefill failed.
+    if (retryable && !IsRetryablePrefillError(error.code())) {
+      error = absl::UnavailableError(error.message());
+    }
+    state.OnPrefillFailed(error);
+    if (retryable && state.phase() != RequestPhase::kFailed && deps_.metrics != nullptr) {
+      deps_.metrics->prefill_retries->Increment();
+    }
+    return;
+  }
+  if (retryable) failed_decode_.insert(node->address());
+  state.OnDecodeFailed(NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable));
   if (retryable && state.phase() != RequestPhase::kFailed) {
     ++resumes_;
     if (deps_.metrics != nullptr) deps_.metrics->decode_resumes->Increment();
@@ -494,6 +624,7 @@ void Driver::LogEnd(const RequestState* state, const absl::Status& status) {
       .Add("retries", state != nullptr ? state->retries() : 0)
       .Add("resumes", resumes_)
       .Add("cached_prefix_tokens", cached_prefix_tokens_);
+  if (pipelined_ > 0) line.Add("pipelined_calls", pipelined_);
   if (!status.ok()) line.Add("error", status.message());
   deps_.log(line.str());
   if (deps_.metrics == nullptr) return;
@@ -539,7 +670,9 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
     if (deps_.options.colocated) {
       Colocated(state);
     } else if (state.phase() == RequestPhase::kPrefill) {
-      Prefill(state);
+      // A resume prefills the prompt and the tokens streamed so far: unpipelined, as its
+      // sampled token is ignored (request_state.h).
+      Prefill(state, deps_.options.pipelined_transfer && state.streamed().empty());
     } else {
       Decode(state);
     }

@@ -39,6 +39,10 @@ ABSL_FLAG(std::string, decode_policy, "least_loaded", "round_robin | least_loade
 ABSL_FLAG(int32_t, health_interval_ms, 1000, "period of node Status polls");
 ABSL_FLAG(int32_t, rpc_timeout_ms, 60000, "deadline of each unary call to a node");
 ABSL_FLAG(int32_t, decode_idle_timeout_ms, 30000, "max gap between two decode stream events");
+ABSL_FLAG(bool, pipelined_transfer, false,
+          "pipelined KV transfer: send each request's Decode call as soon as its prefill node has "
+          "the prompt's KV blocks, so the decode node pulls the KV chunk by chunk "
+          "(--max_prefill_tokens) while the prefill runs (docs/kv_transfer.md)");
 ABSL_FLAG(bool, colocated, false,
           "colocated serving: send each request to a decode node started with "
           "--colocated_prefill=true, which prefills and decodes it (no --prefill nodes)");
@@ -88,6 +92,7 @@ absl::StatusOr<tandem::RouterOptions> OptionsFromFlags() {
   o.decode_idle_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_decode_idle_timeout_ms));
   o.max_attempts = absl::GetFlag(FLAGS_max_attempts);
   o.colocated = absl::GetFlag(FLAGS_colocated);
+  o.pipelined_transfer = absl::GetFlag(FLAGS_pipelined_transfer);
   if (absl::GetFlag(FLAGS_unhealthy_wait_ms) < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--unhealthy_wait_ms must be >= 0, got ",
                                                    absl::GetFlag(FLAGS_unhealthy_wait_ms)));

@@ -47,6 +47,11 @@ absl::StatusOr<RouterMetrics> RouterMetrics::Register(MetricsRegistry& r) {
                    "Decode streams that failed retryably and were resumed (prefill of the prompt "
                    "and the tokens so far, then decode on another node)."));
   TANDEM_ASSIGN_OR_RETURN(
+      m.pipelined_requests,
+      r.AddCounter("tandem_router_pipelined_requests_total",
+                   "Decode calls sent with an early KV handle while the prefill ran "
+                   "(--pipelined_transfer), retries included."));
+  TANDEM_ASSIGN_OR_RETURN(
       m.requests_running,
       r.AddGauge("tandem_num_requests_running", "Generate requests in flight in the router."));
   TANDEM_ASSIGN_OR_RETURN(

@@ -23,8 +23,9 @@ struct RouterMetrics {
   Family<Counter, 1>* request_success = nullptr;  // {finish_reason}: stop | length
   Family<Counter, 1>* request_failure = nullptr;  // {code}: absl status code name
   Counter* prefill_retries = nullptr;             // failed prefill calls retried on another node
-  Counter* decode_resumes = nullptr;  // failed decode streams resumed (prefill again + decode)
-  Gauge* requests_running = nullptr;  // Generate requests in flight
+  Counter* decode_resumes = nullptr;      // failed decode streams resumed (prefill again + decode)
+  Counter* pipelined_requests = nullptr;  // Decode calls sent with an early handle (pipelined)
+  Gauge* requests_running = nullptr;      // Generate requests in flight
   // Prompt tokens sent to prefill nodes (every attempt), and of those the leading tokens the
   // chosen node's prefix-cache digest said it held: their ratio is the hit rate routing expected.
   Counter* prefill_prompt_tokens = nullptr;

@@ -35,6 +35,11 @@ absl::Status ValidateRouterOptions(const RouterOptions& o) {
         "colocated: decode nodes prefill prompts themselves, so no prefill nodes may be listed "
         "(drop --prefill)");
   }
+  if (o.colocated && o.pipelined_transfer) {
+    return absl::InvalidArgumentError(
+        "pipelined_transfer: colocated serving moves no KV between nodes (drop one of "
+        "--colocated, --pipelined_transfer)");
+  }
   if (o.max_attempts < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_attempts must be >= 1 (got ", o.max_attempts, ")"));

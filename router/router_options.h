@@ -30,11 +30,16 @@ struct RouterOptions {
   // with --colocated_prefill=true, which prefills and decodes it on one instance (no prefill
   // nodes, no KV transfer). prefill_nodes must then be empty.
   bool colocated = false;
+  // Pipelined transfer (docs/kv_transfer.md): a request's first Prefill call asks for an early
+  // handle and the Decode call goes out at once, so the decode node pulls the KV chunk by chunk
+  // while the prefill runs; resumes stay unpipelined. Needs nodes that support it (older prefill
+  // nodes answer as usual and the request runs unpipelined). Not with colocated.
+  bool pipelined_transfer = false;
 };
 
 // INVALID_ARGUMENT naming the field: empty listen address, non-positive durations,
 // max_attempts < 1, an empty entry in a node list, kv_aware for decode (decode nodes keep no
-// prefix cache), prefill nodes with colocated.
+// prefix cache), prefill nodes or pipelined_transfer with colocated.
 [[nodiscard]] absl::Status ValidateRouterOptions(const RouterOptions& options);
 
 // "a:1,b:2" -> {"a:1", "b:2"}; surrounding spaces trimmed; "" -> {}. INVALID_ARGUMENT for an

@@ -92,6 +92,16 @@ absl::StatusOr<DecodeMetrics> DecodeMetrics::Register(MetricsRegistry& r) {
                             "Decode calls whose KV handshake, pull or lease confirmation with the "
                             "prefill peer failed, by prefill peer.",
                             {"peer"}));
+  TANDEM_ASSIGN_OR_RETURN(
+      m.pipelined_transfers,
+      r.AddCounter("tandem_kv_pipelined_transfers_total",
+                   "Decode calls whose KV was pulled while its prefill ran (pipelined transfer), "
+                   "successful ones."));
+  TANDEM_ASSIGN_OR_RETURN(
+      m.pipelined_chunks_before_prefill_done,
+      r.AddCounter("tandem_kv_pipelined_chunks_before_prefill_done_total",
+                   "Pulls of pipelined transfers done while the prefill was still computing the "
+                   "prompt (each covers the tokens computed since the previous pull)."));
   return m;
 }
 

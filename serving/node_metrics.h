@@ -63,6 +63,10 @@ struct DecodeMetrics {
   Family<Counter, 1>* transfer_seconds = nullptr;   // {peer}: time spent pulling
   Family<Counter, 1>* transfer_copies = nullptr;    // {peer}: one-sided copies issued
   Family<Counter, 1>* transfer_failures = nullptr;  // {peer}: KV handshakes/pulls that failed
+  // Pipelined transfers (docs/kv_transfer.md): Decode calls that pulled an early handle, and
+  // their pulls done while the prefill was still computing the prompt.
+  Counter* pipelined_transfers = nullptr;
+  Counter* pipelined_chunks_before_prefill_done = nullptr;
 
   static absl::StatusOr<DecodeMetrics> Register(MetricsRegistry& registry);
 

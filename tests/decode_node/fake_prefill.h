@@ -43,6 +43,11 @@ class FakePrefill final : public PrefillClient {
   absl::StatusOr<std::optional<absl::Time>> RenewLease(const KvHandle& kv,
                                                        absl::Time deadline) override;
   absl::StatusOr<bool> ReleaseKv(const KvHandle& kv, absl::Time deadline) override;
+  // Pipelined prefills are not faked here (prefill_node_test drives them with a real node):
+  // UNIMPLEMENTED.
+  absl::StatusOr<std::unique_ptr<KvWatch>> WatchKv(const KvHandle&, absl::Time) override {
+    return absl::UnimplementedError("FakePrefill has no pipelined prefills");
+  }
 
  private:
   void Reap() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

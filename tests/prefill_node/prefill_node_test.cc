@@ -49,8 +49,32 @@ class InProcessPrefill final : public PrefillClient {
   absl::StatusOr<bool> ReleaseKv(const KvHandle& kv, absl::Time) override {
     return node_->ReleaseKv(kv.request_id, kv.epoch, kv.generation);
   }
+  // Reads the node's KvProgress directly; every distinct state is one message.
+  absl::StatusOr<std::unique_ptr<KvWatch>> WatchKv(const KvHandle& kv, absl::Time) override {
+    absl::StatusOr<std::shared_ptr<const KvProgress>> progress =
+        node_->WatchKv(kv.request_id, kv.generation);
+    if (!progress.ok()) return progress.status();
+    return std::unique_ptr<KvWatch>(new Watch(*std::move(progress)));
+  }
 
  private:
+  class Watch final : public KvWatch {
+   public:
+    explicit Watch(std::shared_ptr<const KvProgress> p) : p_(std::move(p)) {}
+    absl::StatusOr<std::optional<KvProgressEvent>> Next(absl::Duration timeout) override {
+      const KvProgressSnapshot now = p_->Await(seen_, timeout);
+      if (!now.status.ok()) return now.status;
+      if (now == seen_ && !now.done) return std::optional<KvProgressEvent>();
+      seen_ = now;
+      return std::optional<KvProgressEvent>(
+          KvProgressEvent{now.tokens_ready, now.done, now.first_token});
+    }
+
+   private:
+    std::shared_ptr<const KvProgress> p_;
+    KvProgressSnapshot seen_{.tokens_ready = -1};
+  };
+
   PrefillNode* node_;
 };
 
@@ -315,6 +339,133 @@ TEST_F(PrefillNodeTest, KvPulledIntoTwoDecodeLayoutsDecodesTheSameTokens) {
   EXPECT_GE(streams[0].size(), 2u);
   EXPECT_EQ(streams[0], streams[1]);
   EXPECT_EQ(prefill->Load().free_blocks, prefill->Load().total_blocks);
+}
+
+// Pipelined transfer: an early handle (StartPipelined) pulled chunk by chunk while the prefill
+// runs, with max_prefill_tokens aligned with neither side's block size, on a TP and a PCP x DCP
+// prefill layout into two decode layouts, decodes the same tokens as the unpipelined path; the
+// lease is released after the pull and every block comes back on both sides.
+TEST_F(PrefillNodeTest, PipelinedPullDecodesLikeTheUnpipelinedPath) {
+  for (const ParallelConfig& pl :
+       {ParallelConfig{2, 1, 1, 16, 16}, ParallelConfig{1, 2, 2, 8, 1}}) {
+    SCOPED_TRACE(pl.ToString());
+    PrefillNodeOptions po;
+    po.model_path = *model_path_;
+    po.advertised_address = "prefill:1";
+    po.instance.parallel = pl;
+    po.instance.threads_per_rank = 1;
+    po.instance.kv_bytes_per_rank = 1 << 20;
+    po.prefill.max_prefill_tokens = 7;
+    po.engine_id = absl::StrCat("p", next_engine_++);
+    po.sources = fake::FakeSourceFactory(&net_);
+    absl::StatusOr<std::unique_ptr<PrefillNode>> prefill = PrefillNode::Create(po);
+    ASSERT_OK(prefill);
+    auto client = std::make_shared<InProcessPrefill>(prefill->get());
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < 61; ++i) prompt.push_back(10 + (i * 7) % 250);
+    for (int32_t tp : {1, 2}) {
+      SCOPED_TRACE(absl::StrCat("decode tp ", tp));
+      DecodeNodeOptions o;
+      o.model_path = *model_path_;
+      o.advertised_address = absl::StrCat("decode-tp", tp);
+      o.instance.parallel = ParallelConfig{tp, 1, 1, 8, 1};
+      o.instance.threads_per_rank = 1;
+      o.instance.kv_bytes_per_rank = 1 << 20;
+      o.pullers = fake::FakePullerFactory(&net_);
+      o.prefill = client;
+      absl::StatusOr<std::unique_ptr<DecodeNode>> decode = DecodeNode::Create(o);
+      ASSERT_OK(decode);
+      const int32_t free_before = (*decode)->free_blocks();
+      std::vector<std::vector<int32_t>> streams;
+      for (const bool pipelined : {false, true}) {
+        const std::string id = absl::StrCat("r", tp, pipelined);
+        absl::StatusOr<PrefillOutcome> out =
+            pipelined
+                ? (*prefill)->StartPipelined(id, prompt, SamplingParams{}, 0, 8,
+                                             absl::ZeroDuration(), absl::Now() + kBound,
+                                             [] { return false; })
+                : (*prefill)->Prefill(id, prompt, SamplingParams{}, 0, 8, absl::ZeroDuration(),
+                                      absl::Now() + kBound, [] { return false; });
+        ASSERT_OK(out);
+        EXPECT_EQ(out->num_tokens, 61);
+        DecodeCall call;
+        call.request_id = id;
+        call.first_token = pipelined ? -1 : out->first_token;  // ignored when pipelined
+        call.pipelined = pipelined;
+        call.kv.engine_id = (*prefill)->engine_id();
+        call.kv.epoch = (*prefill)->epoch();
+        call.kv.request_id = id;
+        call.kv.block_table = out->block_table;
+        call.kv.num_tokens = out->num_tokens;
+        call.kv.layout = (*prefill)->layout();
+        call.kv.lease_expiry = out->lease_expiry;
+        call.kv.generation = out->generation;
+        call.kv.prefill_address = "prefill:1";
+        call.max_new_tokens = 8;
+        auto tokens = std::make_shared<std::vector<int32_t>>();
+        if (!pipelined) tokens->push_back(out->first_token);
+        auto done = std::make_shared<absl::Notification>();
+        auto status = std::make_shared<absl::Status>();
+        DecodeSink sink;
+        sink.on_token = [tokens](int32_t t) { tokens->push_back(t); };
+        sink.on_done = [done, status](absl::Status s, FinishReason, int32_t) {
+          *status = std::move(s);
+          done->Notify();
+        };
+        absl::StatusOr<TransferStats> started =
+            (*decode)->Start(call, std::move(sink), [] { return false; });
+        ASSERT_OK(started);
+        if (pipelined) {
+          EXPECT_GE(started->chunks, 1);
+        }
+        ASSERT_TRUE(done->WaitForNotificationWithTimeout(kBound));
+        ASSERT_OK(*status);
+        EXPECT_EQ((*prefill)->Load().leases, 0);  // released after the pull
+        EXPECT_THAT((*prefill)->WatchKv(id, out->generation),
+                    StatusIs(absl::StatusCode::kAborted, HasSubstr("no pipelined prefill")));
+        EXPECT_TRUE(WaitFor([&] { return (*decode)->free_blocks() == free_before; }));
+        streams.push_back(*tokens);
+      }
+      ASSERT_EQ(streams.size(), 2u);
+      EXPECT_EQ(streams[0].size(), 8u);
+      EXPECT_EQ(streams[0], streams[1]);
+    }
+    EXPECT_EQ((*prefill)->Load().free_blocks, (*prefill)->Load().total_blocks);
+  }
+}
+
+// Releasing an early handle's lease while its prefill runs cancels the prefill, ends its
+// progress with CANCELLED, and every block comes back once the prefill has stopped.
+TEST_F(PrefillNodeTest, ReleasingAPipelinedLeaseCancelsThePrefill) {
+  PrefillNodeOptions po;
+  po.model_path = *model_path_;
+  po.advertised_address = "prefill:1";
+  po.instance.parallel = ParallelConfig{1, 1, 1, 16, 16};
+  po.instance.threads_per_rank = 1;
+  po.instance.kv_bytes_per_rank = 1 << 20;
+  po.prefill.max_prefill_tokens = 1;  // one token per step: the prefill is still running
+  po.engine_id = absl::StrCat("p", next_engine_++);
+  po.sources = fake::FakeSourceFactory(&net_);
+  absl::StatusOr<std::unique_ptr<PrefillNode>> node = PrefillNode::Create(po);
+  ASSERT_OK(node);
+  const int32_t total = (*node)->Load().total_blocks;
+  std::vector<int32_t> prompt(200, 42);
+  absl::StatusOr<PrefillOutcome> out =
+      (*node)->StartPipelined("r", prompt, SamplingParams{}, 0, 8, absl::ZeroDuration(),
+                              absl::Now() + kBound, [] { return false; });
+  ASSERT_OK(out);
+  absl::StatusOr<std::shared_ptr<const KvProgress>> progress =
+      (*node)->WatchKv("r", out->generation);
+  ASSERT_OK(progress);
+  EXPECT_EQ((*node)->Load().leases, 1);
+  EXPECT_TRUE((*node)->ReleaseKv("r", (*node)->epoch(), out->generation));
+  const KvProgressSnapshot end = (*progress)->Get();
+  if (!end.done) {  // it may, rarely, have finished already
+    EXPECT_EQ(end.status.code(), absl::StatusCode::kCancelled) << end.status;
+    EXPECT_LT(end.tokens_ready, 200);
+  }
+  EXPECT_TRUE(WaitFor([&] { return (*node)->Load().free_blocks == total; }));
+  EXPECT_EQ((*node)->Load().leases, 0);
 }
 
 // A prompt sharing a cached prefix (its own prefix and another prompt's) reuses the cached

@@ -171,5 +171,20 @@ TEST(RouterOptionsTest, ColocatedRefusesPrefillNodes) {
             "(drop --prefill)");
 }
 
+TEST(RouterOptionsTest, PipelinedTransferIsOffByDefaultAndRefusedWhenColocated) {
+  RouterOptions options;
+  EXPECT_FALSE(options.pipelined_transfer);
+  options.pipelined_transfer = true;
+  options.prefill_nodes = {"p:1"};
+  EXPECT_TRUE(ValidateRouterOptions(options).ok());
+  options.prefill_nodes.clear();
+  options.colocated = true;
+  const absl::Status s = ValidateRouterOptions(options);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "pipelined_transfer: colocated serving moves no KV between nodes (drop one of "
+            "--colocated, --pipelined_transfer)");
+}
+
 }  // namespace
 }  // namespace tandem

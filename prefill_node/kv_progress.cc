@@ -1,0 +1,41 @@
+#include "prefill_node/kv_progress.h"
+
+#include <utility>
+
+namespace tandem {
+
+void KvProgress::Advance(int64_t tokens_ready) {
+  absl::MutexLock lock(&mu_);
+  if (state_.final() || tokens_ready <= state_.tokens_ready) return;
+  state_.tokens_ready = tokens_ready;
+}
+
+void KvProgress::Finish(int64_t num_tokens, int32_t first_token) {
+  absl::MutexLock lock(&mu_);
+  if (state_.final()) return;
+  state_.tokens_ready = num_tokens;
+  state_.first_token = first_token;
+  state_.done = true;
+}
+
+void KvProgress::Fail(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  if (state_.final() || status.ok()) return;
+  state_.status = std::move(status);
+}
+
+KvProgressSnapshot KvProgress::Get() const {
+  absl::MutexLock lock(&mu_);
+  return state_;
+}
+
+KvProgressSnapshot KvProgress::Await(const KvProgressSnapshot& seen, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return state_.final() || !(state_ == seen);
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
+  return state_;
+}
+
+}  // namespace tandem
