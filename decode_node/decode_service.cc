@@ -1,6 +1,8 @@
 #include "decode_node/decode_service.h"
 
+#include <atomic>
 #include <deque>
+#include <memory>
 
 #include "absl/synchronization/mutex.h"
 #include "common/request_log.h"
@@ -154,8 +156,10 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
   call.pipelined = req->pipelined();
   auto q = std::make_shared<EventQueue>();
   DecodeSink sink;
-  sink.on_token = [q, metrics = metrics_](int32_t t) {
-    if (metrics != nullptr) metrics->generation_tokens->Increment();
+  // A pipelined call's first token was sampled by the prefill node: not counted as generated here.
+  sink.on_token = [q, metrics = metrics_,
+                   uncounted = std::make_shared<std::atomic<bool>>(req->pipelined())](int32_t t) {
+    if (metrics != nullptr && !uncounted->exchange(false)) metrics->generation_tokens->Increment();
     absl::MutexLock lock(&q->mu);
     q->tokens.push_back(t);
   };
