@@ -205,7 +205,6 @@ absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvH
   const KvLayout dst = layout();
   int64_t landed = 0;  // prompt tokens pulled
   absl::Time last_message = absl::Now();
-  absl::Time first_pull = absl::InfinitePast();
   while (true) {
     if (cancelled()) return absl::CancelledError("decode cancelled while pulling a pipelined KV");
     if (cancel->load()) {
@@ -231,8 +230,9 @@ absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvH
       TANDEM_ASSIGN_OR_RETURN(TransferPlan plan,
                               PlanKvTransferRange(source.layout, kv.block_table, dst, blocks,
                                                   kv.num_tokens, landed, next->tokens_ready));
-      if (first_pull == absl::InfinitePast()) first_pull = absl::Now();
+      const absl::Time pull_start = absl::Now();
       TANDEM_RETURN_IF_ERROR(Pull(source, plan, cancelled, cancel));
+      stats->micros += absl::ToInt64Microseconds(absl::Now() - pull_start);
       stats->bytes += plan.total_bytes();
       stats->copies += plan.total_copies();
       ++stats->chunks;
@@ -241,9 +241,6 @@ absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvH
     }
     if (next->done) {
       *first_token = next->first_token;
-      stats->micros = first_pull == absl::InfinitePast()
-                          ? 0
-                          : absl::ToInt64Microseconds(absl::Now() - first_pull);
       return absl::OkStatus();
     }
   }

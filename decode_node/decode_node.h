@@ -82,7 +82,7 @@ struct DecodeCall {
 };
 
 struct TransferStats {
-  int64_t micros = 0;  // pipelined: from the first chunk's pull to the last one's end
+  int64_t micros = 0;  // time spent pulling (pipelined: the pulls' sum, not the prefill's wait)
   int64_t bytes = 0;
   int64_t copies = 0;
   // Pipelined: pulls (one per progress step), and those done while the prefill still ran.

@@ -15,6 +15,7 @@
 #include "proto/convert/finish_reason_proto.h"
 #include "proto/convert/sampling_proto.h"
 #include "router/decode_stream.h"
+#include "router/kv_watch_stream.h"
 #include "router/prefix_match.h"
 #include "router/request_prep.h"
 #include "router/request_state.h"
@@ -70,11 +71,13 @@ class Driver {
   // early handle and, when the node gives one, PipelinedDecode takes over at once.
   void Prefill(RequestState& state, bool pipelined);
   void Decode(RequestState& state);
-  // Pipelined transfer: a Decode call with the early handle kv_, sent while the prefill runs. Its
-  // first event is the prefill's first token; a failure before it counts as a prefill failure
-  // (kv_ released — which cancels the prefill if it still runs — and the request prefilled again,
-  // avoiding the node blamed), after it as a decode failure (resume). Leaves the phase at
-  // kPrefill (retry or resume), kDone or kFailed.
+  // Pipelined transfer: a Decode call with the early handle kv_, sent while the prefill runs, and a
+  // WatchKv call to the prefill node, so the first token is streamed the moment the prefill
+  // samples it (else from the decode's first event, which repeats it once the last chunk has
+  // landed). A failure before the first token counts as a prefill failure (kv_ released — which
+  // cancels the prefill if it still runs — and the request prefilled again, avoiding the node
+  // blamed), after it as a decode failure (resume). Leaves the phase at kPrefill (retry or
+  // resume), kDone or kFailed.
   void PipelinedDecode(RequestState& state);
   // Colocated serving (RouterOptions::colocated): one Decode call with the prompt does the
   // prefill and the decode on one node. Its first event is the prefill's token (on a resume the
@@ -165,6 +168,9 @@ void Driver::SendToken(int32_t id, int32_t index) {
 
 // Longest uninterrupted wait: bounds how late a client's cancellation is noticed.
 constexpr absl::Duration kWaitSlice = absl::Milliseconds(100);
+// How often a pipelined request's thread looks at the prefill's progress while it waits for the
+// decode node's first event.
+constexpr absl::Duration kWatchPoll = absl::Milliseconds(2);
 
 absl::StatusOr<NodeLease> Driver::PickNode(v1::InstanceRole role,
                                            const absl::flat_hash_set<std::string>& excluded,
@@ -406,27 +412,89 @@ void Driver::PipelinedDecode(RequestState& state) {
   };
   DecodeStream stream(node->channel(), std::move(request), deadline, request_id_);
   CallCanceller::Registration registration(canceller_, stream.context());
+  // The first token comes from the prefill: watched here too, it reaches the client as soon as the
+  // prefill samples it, not after the decode node has pulled the last chunk. A watch that fails
+  // only loses that head start: the decode node's first event carries the same token.
+  std::optional<KvWatchStream> watch;
+  {
+    v1::WatchKvRequest w;
+    w.set_request_id(kv_->handle.request_id());
+    w.set_generation(kv_->handle.generation());
+    watch.emplace(kv_->channel, std::move(w), deadline, request_id_);
+  }
+  std::optional<int32_t> prefill_token;  // the first token, once the watch has it
+  bool decode_took_kv = false;           // the decode node's first event arrived
+  // The decode node's first event waits for the whole prefill and the last pull.
+  const absl::Time first_by = std::min(deadline, called + deps_.options.rpc_timeout + idle);
   absl::Status failure;
   while (true) {
-    DecodeStream::ReadResult next =
-        stream.Read(first_event == absl::InfinitePast() ? deps_.options.rpc_timeout + idle : idle);
+    while (watch.has_value() && !prefill_token.has_value()) {
+      KvWatchStream::ReadResult w = watch->Read(absl::ZeroDuration());
+      if (w.kind == KvWatchStream::ReadResult::Kind::kIdle) break;
+      if (w.kind == KvWatchStream::ReadResult::Kind::kEnd) {
+        watch.reset();
+        break;
+      }
+      if (!w.message.done()) continue;
+      prefill_token = w.message.first_token();
+      watch.reset();
+      first_event = absl::Now();
+      const int32_t index = static_cast<int32_t>(state.streamed().size());
+      if (const std::optional<int32_t> token = state.OnPrefillOk(*prefill_token)) {
+        SendToken(*token, index);
+      }
+      if (state.phase() != RequestPhase::kDecode) {
+        // Done at the first token (a stop id, or max_tokens 1): stop the decode call (the decode
+        // node then releases the KV) and release it here too, in case it had not taken it yet.
+        stream.context()->TryCancel();
+        state.OnKvReleased();
+        ReleaseKv();
+        return;
+      }
+    }
+    absl::Duration wait = idle;
+    if (!decode_took_kv) {
+      const absl::Duration left = first_by - absl::Now();
+      if (left <= absl::ZeroDuration()) {
+        failure = absl::DeadlineExceededError(
+            absl::StrCat("pipelined decode node sent no first event within ",
+                         absl::ToInt64Milliseconds(deps_.options.rpc_timeout + idle),
+                         " ms (rpc timeout + decode idle timeout)"));
+        break;
+      }
+      wait = watch.has_value() ? std::min(kWatchPoll, left) : left;
+    }
+    DecodeStream::ReadResult next = stream.Read(wait);
+    if (next.kind == DecodeStream::ReadResult::Kind::kIdle && !decode_took_kv) continue;
     if (next.kind == DecodeStream::ReadResult::Kind::kEvent) {
       if (next.event.has_finish()) {
         transfer_time_ += absl::Microseconds(next.event.finish().transfer_us());
       }
-      if (first_event == absl::InfinitePast()) {
-        first_event = absl::Now();
+      if (!decode_took_kv) {
+        // The decode node's first event: it has pulled the whole prompt and released the lease.
         if (!next.event.has_token()) {
           failure = absl::InternalError("pipelined decode node sent no first token");
           break;
         }
+        decode_took_kv = true;
+        kv_.reset();
+        watch.reset();
+        if (prefill_token.has_value()) {
+          state.OnKvReleased();
+          if (next.event.token() != *prefill_token) {
+            failure = absl::InternalError(
+                absl::StrCat("pipelined decode node's first token ", next.event.token(),
+                             " differs from the prefill's ", *prefill_token));
+            break;
+          }
+          continue;
+        }
+        first_event = absl::Now();
         const int32_t index = static_cast<int32_t>(state.streamed().size());
         if (const std::optional<int32_t> token = state.OnPrefillOk(next.event.token())) {
           SendToken(*token, index);
         }
-        // The decode node had pulled the whole prompt and released the lease before this event.
         state.OnKvReleased();
-        kv_.reset();
         if (state.phase() == RequestPhase::kDecode) continue;
         // Done at the first token (a stop id, or max_tokens 1): collect the finish event and the
         // status so the node sees a clean end.
@@ -444,31 +512,33 @@ void Driver::PipelinedDecode(RequestState& state) {
   }
   if (canceller_->cancelled()) {
     if (kv_.has_value()) ReleaseKv();
+    state.OnKvReleased();
     state.Fail(absl::CancelledError("request cancelled by the client"));
     return;
   }
   failure = NodeSideCancelAsUnavailable(failure);
   const bool retryable = IsRetryableDecodeError(failure.code());
-  if (first_event == absl::InfinitePast()) {
-    const std::string prefill_node = kv_->node;
-    const bool blames_prefill = BlamesPrefillSource(
-        failure.message(), kv_->handle.prefill_address(), kv_->handle.engine_id());
-    ReleaseKv();  // cancels the prefill if it still runs
-    absl::Status error;
-    if (retryable && blames_prefill) {
-      failed_prefill_.insert(prefill_node);
-      if (failure.code() == absl::StatusCode::kUnavailable) {
-        deps_.pool->ReportFailure(prefill_node, v1::INSTANCE_ROLE_PREFILL, failure);
-      }
-      error = absl::Status(failure.code(),
-                           absl::StrCat("prefill node ", prefill_node, " (as decode node ",
-                                        node->address(), " reports): ", failure.message()));
-    } else {
-      if (retryable) failed_decode_.insert(node->address());
-      error = NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable);
+  const bool blames_prefill = retryable && kv_.has_value() &&
+                              BlamesPrefillSource(failure.message(), kv_->handle.prefill_address(),
+                                                  kv_->handle.engine_id());
+  absl::Status error;
+  if (blames_prefill) {
+    // The decode node could not get the KV from the prefill node: that one is to avoid.
+    failed_prefill_.insert(kv_->node);
+    if (failure.code() == absl::StatusCode::kUnavailable) {
+      deps_.pool->ReportFailure(kv_->node, v1::INSTANCE_ROLE_PREFILL, failure);
     }
+    error = absl::Status(failure.code(),
+                         absl::StrCat("prefill node ", kv_->node, " (as decode node ",
+                                      node->address(), " reports): ", failure.message()));
+  } else {
+    if (retryable) failed_decode_.insert(node->address());
+    error = NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable);
+  }
+  if (state.phase() == RequestPhase::kPrefill) {
     // Before the first token the request is prefilled again whatever broke (a decode-side stream
     // error included), as an unpipelined request whose prefill failed.
+    ReleaseKv();  // cancels the prefill if it still runs
     if (retryable && !IsRetryablePrefillError(error.code())) {
       error = absl::UnavailableError(error.message());
     }
@@ -478,8 +548,9 @@ void Driver::PipelinedDecode(RequestState& state) {
     }
     return;
   }
-  if (retryable) failed_decode_.insert(node->address());
-  state.OnDecodeFailed(NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable));
+  // After the first token (from the watch or the decode's first event): a decode failure,
+  // resumed; the run loop releases the KV if the decode node never took it.
+  state.OnDecodeFailed(error);
   if (retryable && state.phase() != RequestPhase::kFailed) {
     ++resumes_;
     if (deps_.metrics != nullptr) deps_.metrics->decode_resumes->Increment();

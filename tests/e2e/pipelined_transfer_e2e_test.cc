@@ -126,6 +126,29 @@ INSTANTIATE_TEST_SUITE_P(
             "staged_decode_tp1_to_dcp2", {"--tp=1"}, {"--tp=4", "--dcp=2", "--kv_staging=always"}}),
     [](const ::testing::TestParamInfo<Pair>& info) { return std::string(info.param.name); });
 
+// max_tokens 1: the request ends with the prefill's token (streamed from the router's watch);
+// the decode call is stopped and the cluster ends idle — every lease and block given back.
+TEST(PipelinedTransferTest, OneTokenRequestEndsAtThePrefillsToken) {
+  const std::string model = SyntheticModelPath();
+  const std::vector<int32_t> prompt = RandomPrompt(150, 9);
+  const std::vector<int32_t> reference = ReferenceGreedy(model, {prompt}, 1)[0];
+  ClusterSpec spec;
+  spec.model_path = model;
+  spec.prefill = {NodeSpec{{"--max_prefill_tokens=13"}}};
+  spec.decode = {NodeSpec{{"--tp=1"}}};
+  spec.router_flags = {"--pipelined_transfer=true"};
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(spec);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  for (int i = 0; i < 3; ++i) {
+    const GenerateOutcome out = (*cluster)->Generate(IdsRequest(prompt, 1), absl::Seconds(60));
+    ASSERT_TRUE(out.status.ok()) << out.status.error_message() << "\n" << (*cluster)->LogTails();
+    EXPECT_EQ(out.tokens, reference);
+    EXPECT_EQ(out.final.finish_reason(), "length");
+  }
+  const absl::Status idle = (*cluster)->WaitIdle(absl::Seconds(15));
+  EXPECT_TRUE(idle.ok()) << idle << "\n" << (*cluster)->LogTails();
+}
+
 // A model whose prefill of a long prompt in small chunks takes long enough to watch: pulls
 // overlap it, and a prefill node can be killed while it runs.
 class SlowPrefillTest : public ::testing::Test {
@@ -168,6 +191,16 @@ TEST_F(SlowPrefillTest, PullsOverlapThePrefill) {
   // 47 chunks of 32 tokens: the decode node must have pulled some before the prefill ended.
   EXPECT_GT(DecodeCounter(**cluster, 0, "tandem_kv_pipelined_chunks_before_prefill_done_total"), 0)
       << (*cluster)->Log("decode", 0);
+  // Two watchers of the prefill's progress, both to the end: the decode node (to pull) and the
+  // router (to stream the first token as soon as the prefill samples it).
+  const std::string prefill_log = (*cluster)->Log("prefill", 0);
+  int watches_ok = 0;
+  for (size_t at = prefill_log.find("watch_kv=true"); at != std::string::npos;
+       at = prefill_log.find("watch_kv=true", at + 1)) {
+    const size_t eol = prefill_log.find('\n', at);
+    if (absl::StrContains(prefill_log.substr(at, eol - at), "outcome=OK")) ++watches_ok;
+  }
+  EXPECT_EQ(watches_ok, 2) << prefill_log;
   const absl::Status idle = (*cluster)->WaitIdle(absl::Seconds(10));
   EXPECT_TRUE(idle.ok()) << idle;
 }
