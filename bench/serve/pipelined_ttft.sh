@@ -14,7 +14,9 @@
 #   (default 16).
 # Output: OUT_DIR (default /tmp/tandem-pipelined-ttft): one JSON per run, logs, summary.md with
 #   `RESULT pipelined_ttft_p50_vs_unpipelined=<median of the pipelined runs' p50 / the same of the
-#   unpipelined runs>` and the decode node's pipelined counters (pulls made while a prefill ran).
+#   unpipelined runs>`, `RESULT pipelined_itl_max_vs_unpipelined` (the longest inter-token gap,
+#   which is the first one: decode call + pull + first step) and the decode node's pipelined
+#   counters (pulls made while a prefill ran).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -38,7 +40,7 @@ for b in "$bench" "$build/router/tandem-router" "$build/prefill_node/tandem-pref
   [ -x "$b" ] || die "$b is missing: build it (tbuild tandem-bench tandem-router tandem-prefill tandem-decode)"
 done
 mkdir -p "$out"
-rm -f "$out"/*.json "$out"/*.txt "$out"/summary.md
+rm -f "$out"/*.json "$out"/*.txt "$out"/summary.md "$out"/piped-router.port
 
 conf="$out/pipelined.conf"
 cat > "$conf" <<CONF
@@ -108,20 +110,28 @@ def rep(name):
     with open(os.path.join(out, name + ".json")) as f:
         return json.load(f)["report"]
 lines = [f"prompt {prompt_len} tokens, --max_prefill_tokens={chunk}, one request at a time", "",
-         "| run | ok/sent | TTFT p50 ms | TTFT max ms | TPOT p50 ms |", "|---|---|---|---|---|"]
+         "| run | ok/sent | TTFT p50 ms | TTFT max ms | ITL max ms | TPOT p50 ms | e2e p50 ms |",
+         "|---|---|---|---|---|---|---|"]
 p50 = {"unpipelined": [], "pipelined": []}
+itl_max = {"unpipelined": [], "pipelined": []}
 for r in range(1, rounds + 1):
     for mode in ("unpipelined", "pipelined"):
         x = rep(f"{mode}_r{r}")
         p50[mode].append(x["ttft"]["p50_ms"])
+        itl_max[mode].append(x["itl"]["max_ms"])
         lines.append(f"| {mode}_r{r} | {x['requests_ok']}/{x['requests_sent']} | "
-                     f"{x['ttft']['p50_ms']:.0f} | {x['ttft']['max_ms']:.0f} | {x['tpot']['p50_ms']:.1f} |")
+                     f"{x['ttft']['p50_ms']:.0f} | {x['ttft']['max_ms']:.0f} | {x['itl']['max_ms']:.1f} | "
+                     f"{x['tpot']['p50_ms']:.1f} | {x['e2e']['p50_ms']:.0f} |")
 u, p = statistics.median(p50["unpipelined"]), statistics.median(p50["pipelined"])
 with open(os.path.join(out, "decode-pipelined-metrics.txt")) as f:
     lines += ["", "decode node: " + "; ".join(l.strip() for l in f if l.strip())]
 lines += ["", f"median of the runs' TTFT p50: unpipelined {u:.0f} ms, pipelined {p:.0f} ms",
           f"RESULT pipelined_ttft_p50_ms={p:.1f}", f"RESULT unpipelined_ttft_p50_ms={u:.1f}",
-          f"RESULT pipelined_ttft_p50_vs_unpipelined={p / u:.3f}"]
+          f"RESULT pipelined_ttft_p50_vs_unpipelined={p / u:.3f}",
+          # The longest gap between two tokens is the first one (decode call, pull, first step):
+          # what pipelining shortens once the first token comes straight from the prefill.
+          f"RESULT pipelined_itl_max_vs_unpipelined="
+          f"{statistics.median(itl_max['pipelined']) / statistics.median(itl_max['unpipelined']):.3f}"]
 text = "\n".join(lines) + "\n"
 with open(os.path.join(out, "summary.md"), "w") as f:
     f.write(text)
