@@ -253,6 +253,100 @@ TEST_F(DecodeNodeTest, StalledPullFailsWithinTheStallTimeoutAndReleasesTheLease)
   ExpectAllBlocksFree(*node);
 }
 
+// Pipelined transfer: Start with an early handle follows the prefill's progress.
+class PipelinedDecodeTest : public DecodeNodeTest {
+ protected:
+  struct Pipelined {
+    Outcome out;
+    std::vector<int32_t> tokens;
+  };
+  Pipelined Run(DecodeNode& node, const KvHandle& kv) {
+    auto tokens = std::make_shared<std::vector<int32_t>>();
+    auto done = std::make_shared<absl::Notification>();
+    auto status = std::make_shared<absl::Status>();
+    DecodeCall call;
+    call.request_id = kv.request_id;
+    call.first_token = -1;  // ignored
+    call.pipelined = true;
+    call.kv = kv;
+    call.max_new_tokens = 3;
+    DecodeSink sink;
+    sink.on_token = [tokens](int32_t t) { tokens->push_back(t); };
+    sink.on_done = [done, status](absl::Status s, FinishReason, int32_t) {
+      *status = std::move(s);
+      done->Notify();
+    };
+    Pipelined p;
+    p.out.started = node.Start(call, std::move(sink), [] { return false; });
+    if (p.out.started.ok()) {
+      EXPECT_TRUE(done->WaitForNotificationWithTimeout(kBound));
+      p.out.done = *status;
+    }
+    p.tokens = *tokens;
+    return p;
+  }
+};
+
+TEST_F(PipelinedDecodeTest, PullsEachRangeAsItIsReadyAndStreamsThePrefillsFirstToken) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  prefill_->ScriptWatch({KvProgressEvent{0, false, 0}, KvProgressEvent{13, false, 0},
+                         KvProgressEvent{13, false, 0}, KvProgressEvent{29, false, 0},
+                         KvProgressEvent{40, true, 9}});
+  const Pipelined p = Run(*node, prefill_->Lease(kFast, "r1", 40));
+  ASSERT_OK(p.out.started);
+  EXPECT_OK(p.out.done);
+  EXPECT_EQ(p.out.started->chunks, 3);  // [0,13) [13,29) [29,40)
+  EXPECT_EQ(p.out.started->chunks_before_prefill_done, 2);
+  EXPECT_GT(p.out.started->bytes, 0);
+  ASSERT_EQ(p.tokens.size(), 3u);
+  EXPECT_EQ(p.tokens[0], 9);  // the prefill's, before the decode's
+  EXPECT_EQ(prefill_->watches(), 1);
+  EXPECT_EQ(prefill_->releases_held(), 1);
+  EXPECT_EQ(prefill_->leases(), 0);
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(PipelinedDecodeTest, BrokenProgressStreamFailsWithItsErrorAndReleasesTheLease) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  prefill_->ScriptWatch(
+      {KvProgressEvent{16, false, 0},
+       absl::UnavailableError("KV progress stream from prefill prefill-fast:1: socket closed")});
+  const Pipelined p = Run(*node, prefill_->Lease(kFast, "r1", 40));
+  EXPECT_THAT(p.out.started, StatusIs(absl::StatusCode::kUnavailable,
+                                      HasSubstr("KV progress stream from prefill prefill-fast:1")));
+  EXPECT_TRUE(p.tokens.empty());
+  EXPECT_EQ(prefill_->leases(), 0);
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(PipelinedDecodeTest, SilentPrefillFailsWithinTheStallTimeout) {
+  std::unique_ptr<DecodeNode> node = NewNode(absl::Seconds(20), absl::Milliseconds(300));
+  ASSERT_NE(node, nullptr);
+  prefill_->ScriptWatch({KvProgressEvent{16, false, 0}});  // then nothing
+  const absl::Time t0 = absl::Now();
+  const Pipelined p = Run(*node, prefill_->Lease(kFast, "r1", 40));
+  EXPECT_THAT(
+      p.out.started,
+      StatusIs(absl::StatusCode::kDeadlineExceeded,
+               HasSubstr("no KV progress from prefill prefill-fast:1 for 300ms (16 of 40")));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  EXPECT_EQ(prefill_->leases(), 0);
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(PipelinedDecodeTest, ProgressBeyondThePromptIsInternal) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  prefill_->ScriptWatch({KvProgressEvent{41, false, 0}});
+  const Pipelined p = Run(*node, prefill_->Lease(kFast, "r1", 40));
+  EXPECT_THAT(p.out.started,
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("41 tokens ready of a 40-token")));
+  EXPECT_EQ(prefill_->leases(), 0);
+  ExpectAllBlocksFree(*node);
+}
+
 TEST_F(DecodeNodeTest, ShortTransferIsDataLoss) {
   std::unique_ptr<DecodeNode> node = NewNode();
   ASSERT_NE(node, nullptr);

@@ -3,6 +3,47 @@
 #include "absl/strings/str_cat.h"
 
 namespace tandem::testing {
+namespace {
+
+// Replays a script; silent afterwards (Next waits out its timeout: a stuck prefill node).
+class ScriptedWatch final : public KvWatch {
+ public:
+  explicit ScriptedWatch(std::vector<FakePrefill::WatchStep> script) : script_(std::move(script)) {}
+  absl::StatusOr<std::optional<KvProgressEvent>> Next(absl::Duration timeout) override {
+    if (next_ < script_.size()) {
+      const FakePrefill::WatchStep& step = script_[next_++];
+      if (!step.ok()) return step.status();
+      return std::optional<KvProgressEvent>(*step);
+    }
+    absl::SleepFor(timeout);
+    return std::optional<KvProgressEvent>();
+  }
+
+ private:
+  std::vector<FakePrefill::WatchStep> script_;
+  size_t next_ = 0;
+};
+
+}  // namespace
+
+void FakePrefill::ScriptWatch(std::vector<WatchStep> script) {
+  absl::MutexLock lock(&mu_);
+  script_ = std::move(script);
+}
+
+int32_t FakePrefill::watches() {
+  absl::MutexLock lock(&mu_);
+  return watches_;
+}
+
+absl::StatusOr<std::unique_ptr<KvWatch>> FakePrefill::WatchKv(const KvHandle&, absl::Time) {
+  absl::MutexLock lock(&mu_);
+  if (!script_.has_value()) {
+    return absl::UnimplementedError("FakePrefill has no scripted pipelined prefill");
+  }
+  ++watches_;
+  return std::unique_ptr<KvWatch>(new ScriptedWatch(*std::move(script_)));
+}
 
 void FakePrefill::AddInstance(const std::string& address, const fake::FakeKvSource* source) {
   absl::MutexLock lock(&mu_);

@@ -7,7 +7,9 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -43,11 +45,15 @@ class FakePrefill final : public PrefillClient {
   absl::StatusOr<std::optional<absl::Time>> RenewLease(const KvHandle& kv,
                                                        absl::Time deadline) override;
   absl::StatusOr<bool> ReleaseKv(const KvHandle& kv, absl::Time deadline) override;
-  // Pipelined prefills are not faked here (prefill_node_test drives them with a real node):
-  // UNIMPLEMENTED.
-  absl::StatusOr<std::unique_ptr<KvWatch>> WatchKv(const KvHandle&, absl::Time) override {
-    return absl::UnimplementedError("FakePrefill has no pipelined prefills");
-  }
+  // Pipelined prefills: the next WatchKv call's stream replays `script` in order — progress
+  // messages and, optionally, an error that ends it; once the script is spent the stream stays
+  // silent (a stuck prefill node). Without a script WatchKv is UNIMPLEMENTED (prefill_node_test
+  // drives real pipelined prefills in process).
+  using WatchStep = absl::StatusOr<KvProgressEvent>;
+  void ScriptWatch(std::vector<WatchStep> script);
+  int32_t watches();  // WatchKv calls answered
+  absl::StatusOr<std::unique_ptr<KvWatch>> WatchKv(const KvHandle& kv,
+                                                   absl::Time deadline) override;
 
  private:
   void Reap() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -62,6 +68,8 @@ class FakePrefill final : public PrefillClient {
   int32_t renew_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t releases_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t releases_held_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<std::vector<WatchStep>> script_ ABSL_GUARDED_BY(mu_);
+  int32_t watches_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tandem::testing

@@ -1,0 +1,55 @@
+// KvProgress (pipelined transfer): monotonic, final once done or failed, and Await wakes on a
+// change and otherwise returns after its timeout.
+#include "prefill_node/kv_progress.h"
+
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace tandem {
+namespace {
+
+TEST(KvProgressTest, GrowsOnlyAndStopsOnceFinal) {
+  KvProgress p;
+  p.Advance(10);
+  p.Advance(5);  // never shrinks
+  EXPECT_EQ(p.Get().tokens_ready, 10);
+  EXPECT_FALSE(p.Get().final());
+  p.Finish(40, 7);
+  p.Advance(50);
+  p.Fail(absl::CancelledError("late"));
+  const KvProgressSnapshot s = p.Get();
+  EXPECT_TRUE(s.done);
+  EXPECT_EQ(s.tokens_ready, 40);
+  EXPECT_EQ(s.first_token, 7);
+  EXPECT_TRUE(s.status.ok());
+}
+
+TEST(KvProgressTest, FailureIsFinal) {
+  KvProgress p;
+  p.Advance(3);
+  p.Fail(absl::AbortedError("lease expired"));
+  p.Finish(40, 7);
+  const KvProgressSnapshot s = p.Get();
+  EXPECT_FALSE(s.done);
+  EXPECT_EQ(s.tokens_ready, 3);
+  EXPECT_EQ(s.status.code(), absl::StatusCode::kAborted);
+}
+
+TEST(KvProgressTest, AwaitWakesOnAChangeAndOtherwiseTimesOut) {
+  KvProgress p;
+  const KvProgressSnapshot start = p.Get();
+  absl::Time t0 = absl::Now();
+  EXPECT_EQ(p.Await(start, absl::Milliseconds(50)), start);
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(45));
+  std::thread t([&p] { p.Advance(16); });
+  t0 = absl::Now();
+  // Bounded: returns at the change, or after 20 s at the latest (then the checks below fail).
+  const KvProgressSnapshot now = p.Await(start, absl::Seconds(20));
+  t.join();
+  EXPECT_EQ(now.tokens_ready, 16);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+}
+
+}  // namespace
+}  // namespace tandem
