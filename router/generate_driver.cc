@@ -389,6 +389,9 @@ void Driver::PipelinedDecode(RequestState& state) {
   v1::DecodeRequest request;
   request.set_request_id(kv_->handle.request_id());
   request.set_pipelined(true);
+  // Not a token: a decode node that predates pipelining (and ignores `pipelined`) refuses the
+  // call (INVALID_ARGUMENT) instead of pulling KV that is still being computed.
+  request.set_first_token(-1);
   *request.mutable_kv() = kv_->handle;
   *request.mutable_sampling() = ToProto(prepared_.sampling);
   request.set_max_new_tokens(plan.max_new_tokens);
