@@ -48,6 +48,12 @@ PrefillNode::~PrefillNode() {
     stopping_ = true;
   }
   if (reaper_.joinable()) reaper_.join();
+  // The engine's scheduler runs this node's completion callbacks (they lock mu_, end leases and
+  // free blocks), and its destructor fails what is still queued or running through them — a
+  // pipelined prefill keeps running after its StartPipelined call returned. Stop it while the
+  // members those callbacks use are alive (members are destroyed after this body, engine_
+  // among the first).
+  engine_.reset();
 }
 
 absl::StatusOr<std::unique_ptr<PrefillNode>> PrefillNode::Create(PrefillNodeOptions options) {

@@ -468,6 +468,37 @@ TEST_F(PrefillNodeTest, ReleasingAPipelinedLeaseCancelsThePrefill) {
   EXPECT_EQ((*node)->Load().leases, 0);
 }
 
+// A node destroyed while a pipelined prefill still runs (its StartPipelined call returned at
+// admission): the engine fails it through the node's callbacks, which must find the node's
+// members alive (they once ran after them: use after destruction, visible under ASan/TSan).
+TEST_F(PrefillNodeTest, DestroyedWhileAPipelinedPrefillRunsFailsItCleanly) {
+  PrefillNodeOptions po;
+  po.model_path = *model_path_;
+  po.advertised_address = "prefill:1";
+  po.instance.parallel = ParallelConfig{1, 1, 1, 16, 16};
+  po.instance.threads_per_rank = 1;
+  po.instance.kv_bytes_per_rank = 1 << 20;
+  po.prefill.max_prefill_tokens = 1;  // one token per step: still running when destroyed
+  po.engine_id = absl::StrCat("p", next_engine_++);
+  po.sources = fake::FakeSourceFactory(&net_);
+  absl::StatusOr<std::unique_ptr<PrefillNode>> node = PrefillNode::Create(po);
+  ASSERT_OK(node);
+  absl::StatusOr<PrefillOutcome> out =
+      (*node)->StartPipelined("r", std::vector<int32_t>(200, 42), SamplingParams{}, 0, 8,
+                              absl::ZeroDuration(), absl::Now() + kBound, [] { return false; });
+  ASSERT_OK(out);
+  absl::StatusOr<std::shared_ptr<const KvProgress>> progress =
+      (*node)->WatchKv("r", out->generation);
+  ASSERT_OK(progress);
+  const std::shared_ptr<const KvProgress> watched = *progress;  // outlives the node
+  node->reset();
+  const KvProgressSnapshot end = watched->Get();
+  EXPECT_TRUE(end.final());
+  if (!end.done) {  // it may, rarely, have finished first
+    EXPECT_EQ(end.status.code(), absl::StatusCode::kUnavailable) << end.status;
+  }
+}
+
 // A prompt sharing a cached prefix (its own prefix and another prompt's) reuses the cached
 // blocks and computes only the suffix, on a plain, a DCP and a PCP layout; decoded through the
 // fake transport (into another layout), its tokens equal those of a node without the cache.
