@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <utility>
 
@@ -27,6 +28,15 @@
 
 namespace tandem {
 namespace {
+
+// Random per router process: node request ids from two routers never coincide.
+uint32_t RouterNonce() {
+  static const uint32_t nonce = [] {
+    std::random_device rd;
+    return static_cast<uint32_t>(rd());
+  }();
+  return nonce;
+}
 
 // Why a decode stream ended before its finish event: nothing within the idle timeout, a clean
 // end without a finish, or the call's error.
@@ -125,6 +135,9 @@ class Driver {
   absl::flat_hash_set<std::string> failed_prefill_;
   absl::flat_hash_set<std::string> failed_decode_;
   int node_calls_ = 0;
+  // The id nodes see (NodeRequestId): unique within this router even when clients reuse a
+  // request id, so a release by request id never frees another request's lease.
+  std::string node_request_id_;
   absl::Time first_token_at_ = absl::InfinitePast();
   absl::Time last_token_at_ = absl::InfinitePast();
   // Time spent in node calls, for the log line.
@@ -137,7 +150,7 @@ class Driver {
 
 std::string Driver::NodeRequestId() const {
   // A resumed request must not collide with a lease its earlier attempt may still hold.
-  return node_calls_ == 0 ? request_id_ : absl::StrCat(request_id_, "/", node_calls_);
+  return node_calls_ == 0 ? node_request_id_ : absl::StrCat(node_request_id_, "/", node_calls_);
 }
 
 absl::Status Driver::NodeError(v1::InstanceRole role, const std::string& node,
@@ -719,6 +732,13 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
   if (request_id_.empty()) {
     request_id_ = absl::StrCat("req-", absl::Hex(absl::ToUnixMicros(start_)), "-",
                                deps_.request_counter->fetch_add(1));
+    node_request_id_ = request_id_;
+  } else {
+    // A client's id may repeat (two concurrent requests, or two routers given the same id): the
+    // nodes get it with this router's nonce and a sequence number; logs keep the client's id
+    // (x-request-id metadata).
+    node_request_id_ = absl::StrCat(request_id_, "#", absl::Hex(RouterNonce()), "-",
+                                    deps_.request_counter->fetch_add(1));
   }
   absl::StatusOr<PreparedRequest> prepared = PrepareRequest(*deps_.model, request);
   if (!prepared.ok()) {

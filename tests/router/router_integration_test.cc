@@ -154,6 +154,31 @@ class RouterIntegrationTest : public testing::Test {
   std::vector<std::string> log_ ABSL_GUARDED_BY(log_mu_);
 };
 
+// Clients may reuse a request id (two at once, or a retry of their own): the ids the nodes get
+// differ, so a release by request id (router/kv_releaser) can only free that request's lease.
+TEST_F(RouterIntegrationTest, RequestsReusingAClientIdReachTheNodesUnderDistinctIds) {
+  FakePrefill prefill("p0", prefill_script_);
+  FakeDecode decode("d0", decode_script_);
+  StartRouter({&prefill}, {&decode});
+  ASSERT_TRUE(WaitAllHealthy(2));
+  for (int i = 0; i < 2; ++i) {
+    v1::GenerateRequest request = TextRequest("hi", 2);
+    request.set_request_id("same-id");
+    const Reply reply = Generate(request);
+    ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+    ASSERT_TRUE(reply.final.has_value());
+    EXPECT_EQ(reply.final->request_id(), "same-id");  // the client sees its own id
+  }
+  const std::vector<v1::PrefillRequest> prefills = prefill.prefills();
+  ASSERT_EQ(prefills.size(), 2u);
+  EXPECT_THAT(prefills[0].request_id(), testing::StartsWith("same-id#"));
+  EXPECT_THAT(prefills[1].request_id(), testing::StartsWith("same-id#"));
+  EXPECT_NE(prefills[0].request_id(), prefills[1].request_id());
+  const std::vector<v1::DecodeRequest> decodes = decode.requests();
+  ASSERT_EQ(decodes.size(), 2u);
+  EXPECT_NE(decodes[0].request_id(), decodes[1].request_id());
+}
+
 TEST_F(RouterIntegrationTest, HappyPathStreamsEveryTokenInOrderWithText) {
   FakePrefill prefill("p0", prefill_script_);
   FakeDecode decode("d0", decode_script_);
@@ -186,7 +211,8 @@ TEST_F(RouterIntegrationTest, HappyPathStreamsEveryTokenInOrderWithText) {
   // What the nodes were asked.
   const std::vector<v1::PrefillRequest> prefills = prefill.prefills();
   ASSERT_EQ(prefills.size(), 1u);
-  EXPECT_EQ(prefills[0].request_id(), "happy-1");
+  // The client's id with this router's nonce and sequence (unique though clients reuse ids).
+  EXPECT_THAT(prefills[0].request_id(), testing::StartsWith("happy-1#"));
   EXPECT_THAT(prefills[0].prompt_ids(), ElementsAre(ByteToken('h'), ByteToken('i')));
   EXPECT_EQ(prefills[0].sample_step(), 0u);
   EXPECT_EQ(prefills[0].max_new_tokens(), 5);
