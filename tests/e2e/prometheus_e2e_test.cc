@@ -44,6 +44,7 @@
 namespace tandem::testing {
 namespace {
 
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 
 // Bound of every wait on Prometheus (start-up, scrapes landing in query results).
@@ -472,7 +473,11 @@ TEST_F(PrometheusE2eTest, PrometheusScrapesEveryProcessAndTheCountersMove) {
   for (int i = 0; i < kRequests; ++i) {
     const std::string id = absl::StrCat("request_id=prom-", i, " ");
     EXPECT_THAT(logs, HasSubstr(absl::StrCat("tandem-router: request ", id, "outcome=OK")));
-    EXPECT_THAT(logs, HasSubstr(absl::StrCat("tandem-prefill: request ", id, "outcome=OK")));
+    // Nodes also log the id they were called with: the client's id with the router's nonce and
+    // sequence number (router/generate_driver.cc NodeRequestId).
+    EXPECT_THAT(
+        logs, ContainsRegex(absl::StrCat("tandem-prefill: request ", id, "node_request_id=prom-", i,
+                                         "#[0-9a-f]+-[0-9]+ outcome=OK")));
     EXPECT_THAT(logs, HasSubstr(absl::StrCat("tandem-decode: request ", id)));
   }
   EXPECT_THAT(logs, HasSubstr("tandem-decode: request request_id=stale-lease peer=" + peer +
