@@ -16,7 +16,7 @@
 #include "proto/convert/finish_reason_proto.h"
 #include "proto/convert/sampling_proto.h"
 #include "router/decode_stream.h"
-#include "router/kv_watch_stream.h"
+#include "router/generate_driver_internal.h"
 #include "router/prefix_match.h"
 #include "router/request_prep.h"
 #include "router/request_state.h"
@@ -38,6 +38,10 @@ uint32_t RouterNonce() {
   return nonce;
 }
 
+}  // namespace
+
+namespace generate_internal {
+
 // Why a decode stream ended before its finish event: nothing within the idle timeout, a clean
 // end without a finish, or the call's error.
 absl::Status StreamEndFailure(const DecodeStream::ReadResult& next, absl::Duration idle) {
@@ -49,13 +53,6 @@ absl::Status StreamEndFailure(const DecodeStream::ReadResult& next, absl::Durati
   return FromGrpcStatus(next.status);
 }
 
-// The KV a prefill node holds for this request, and how to reach that node to release it.
-struct HeldKv {
-  v1::KvHandle handle;
-  std::string node;
-  std::shared_ptr<grpc::Channel> channel;
-};
-
 // A node call that ends CANCELLED while the client has not cancelled was cancelled by the node
 // (its server shutting down as it drains, or its process going away): the node is unavailable,
 // which the retry policy treats as such, rather than a cancellation to hand to the client.
@@ -63,90 +60,6 @@ absl::Status NodeSideCancelAsUnavailable(const absl::Status& status) {
   if (status.code() != absl::StatusCode::kCancelled) return status;
   return absl::UnavailableError(absl::StrCat("node cancelled the call: ", status.message()));
 }
-
-class Driver {
- public:
-  Driver(const RouterDeps& deps, absl::Time client_deadline, CallCanceller* canceller,
-         GenerateSink* sink)
-      : deps_(deps),
-        client_deadline_(client_deadline),
-        canceller_(canceller),
-        sink_(sink),
-        start_(absl::Now()) {}
-
-  grpc::Status Run(const v1::GenerateRequest& request);
-
- private:
-  // `pipelined` (RouterOptions::pipelined_transfer, not on a resume): the Prefill call asks for an
-  // early handle and, when the node gives one, PipelinedDecode takes over at once.
-  void Prefill(RequestState& state, bool pipelined);
-  void Decode(RequestState& state);
-  // Pipelined transfer: a Decode call with the early handle kv_, sent while the prefill runs, and a
-  // WatchKv call to the prefill node, so the first token is streamed the moment the prefill
-  // samples it (else from the decode's first event, which repeats it once the last chunk has
-  // landed). A failure before the first token counts as a prefill failure (kv_ released — which
-  // cancels the prefill if it still runs — and the request prefilled again, avoiding the node
-  // blamed), after it as a decode failure (resume). Leaves the phase at kPrefill (retry or
-  // resume), kDone or kFailed.
-  void PipelinedDecode(RequestState& state);
-  // Colocated serving (RouterOptions::colocated): one Decode call with the prompt does the
-  // prefill and the decode on one node. Its first event is the prefill's token (on a resume the
-  // known g[k-1]); a failure before it counts as a prefill failure, after it as a decode failure
-  // (the request resumes with another colocated call). Leaves the phase at kPrefill (retry or
-  // resume), kDone or kFailed.
-  void Colocated(RequestState& state);
-  // Handles one decode event; false when the call is over for this request.
-  bool OnDecodeEvent(RequestState& state, const v1::DecodeEvent& event);
-  void ReleaseKv();
-  // A healthy node of `role`; when none is, waits for one (bounded by the client's deadline and
-  // the retry policy's wait budget, interrupted by cancellation) instead of failing at once.
-  absl::StatusOr<NodeLease> PickNode(v1::InstanceRole role,
-                                     const absl::flat_hash_set<std::string>& excluded,
-                                     PromptPrefixHashes* prompt = nullptr);
-  // Sleeps the backoff after the `failures`-th retryable failure; false when the client
-  // cancelled meanwhile.
-  bool Backoff(int failures);
-  void SendToken(int32_t id, int32_t index);
-  // Status of a failed node call as the request sees it: a retryable failure names the node,
-  // anything else reaches the client exactly as the node sent it.
-  absl::Status NodeError(v1::InstanceRole role, const std::string& node, const absl::Status& s,
-                         bool retryable);
-  std::string NodeRequestId() const;
-  absl::Time UnaryDeadline() const {
-    return std::min(absl::Now() + deps_.options.rpc_timeout, client_deadline_);
-  }
-  // The request's log line and its end-of-request metrics.
-  void LogEnd(const RequestState* state, const absl::Status& status);
-
-  const RouterDeps& deps_;
-  const absl::Time client_deadline_;
-  CallCanceller* const canceller_;
-  GenerateSink* const sink_;
-  const absl::Time start_;
-
-  std::string request_id_;
-  PreparedRequest prepared_;
-  // The prompt's prefix-cache hash chains, for kv_aware prefill picks (over prepared_.prompt).
-  std::optional<PromptPrefixHashes> prompt_hashes_;
-  // Prompt tokens the last prefill node picked was expected to hold (its digest), for the log.
-  int64_t cached_prefix_tokens_ = 0;
-  std::optional<StreamingDecoder> detokenizer_;
-  std::optional<HeldKv> kv_;
-  absl::flat_hash_set<std::string> failed_prefill_;
-  absl::flat_hash_set<std::string> failed_decode_;
-  int node_calls_ = 0;
-  // The id nodes see (NodeRequestId): unique within this router even when clients reuse a
-  // request id, so a release by request id never frees another request's lease.
-  std::string node_request_id_;
-  absl::Time first_token_at_ = absl::InfinitePast();
-  absl::Time last_token_at_ = absl::InfinitePast();
-  // Time spent in node calls, for the log line.
-  absl::Duration prefill_time_;
-  absl::Duration decode_time_;
-  absl::Duration transfer_time_;  // as the decode nodes report it (DecodeFinish.transfer_us)
-  int resumes_ = 0;
-  int pipelined_ = 0;  // pipelined Decode calls made
-};
 
 std::string Driver::NodeRequestId() const {
   // A resumed request must not collide with a lease its earlier attempt may still hold.
@@ -178,12 +91,6 @@ void Driver::SendToken(int32_t id, int32_t index) {
   last_token_at_ = now;
   sink_->Send(std::move(response));
 }
-
-// Longest uninterrupted wait: bounds how late a client's cancellation is noticed.
-constexpr absl::Duration kWaitSlice = absl::Milliseconds(100);
-// How often a pipelined request's thread looks at the prefill's progress while it waits for the
-// decode node's first event.
-constexpr absl::Duration kWatchPoll = absl::Milliseconds(2);
 
 absl::StatusOr<NodeLease> Driver::PickNode(v1::InstanceRole role,
                                            const absl::flat_hash_set<std::string>& excluded,
@@ -383,190 +290,6 @@ void Driver::Decode(RequestState& state) {
     if (retryable) failed_decode_.insert(node->address());
     state.OnDecodeFailed(NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable));
   }
-  if (retryable && state.phase() != RequestPhase::kFailed) {
-    ++resumes_;
-    if (deps_.metrics != nullptr) deps_.metrics->decode_resumes->Increment();
-  }
-}
-
-void Driver::PipelinedDecode(RequestState& state) {
-  ++pipelined_;
-  if (deps_.metrics != nullptr) deps_.metrics->pipelined_requests->Increment();
-  absl::StatusOr<NodeLease> node = PickNode(v1::INSTANCE_ROLE_DECODE, failed_decode_);
-  if (!node.ok()) {
-    ReleaseKv();
-    state.Fail(node.status());
-    return;
-  }
-  const PrefillPlan plan = state.NextPrefill();
-  v1::DecodeRequest request;
-  request.set_request_id(kv_->handle.request_id());
-  request.set_pipelined(true);
-  // Not a token: a decode node that predates pipelining (and ignores `pipelined`) refuses the
-  // call (INVALID_ARGUMENT) instead of pulling KV that is still being computed.
-  request.set_first_token(-1);
-  *request.mutable_kv() = kv_->handle;
-  *request.mutable_sampling() = ToProto(prepared_.sampling);
-  request.set_max_new_tokens(plan.max_new_tokens);
-  request.mutable_stop_ids()->Add(prepared_.stop_ids.begin(), prepared_.stop_ids.end());
-  request.set_next_step(plan.sample_step + 1);
-
-  // The wait for the first event includes the prompt's prefill: bounded like a colocated call.
-  const absl::Duration idle = deps_.options.decode_idle_timeout;
-  const absl::Time deadline = std::min(
-      client_deadline_, absl::Now() + deps_.options.rpc_timeout + idle * (plan.max_new_tokens + 1));
-  const absl::Time called = absl::Now();
-  absl::Time first_event = absl::InfinitePast();
-  absl::Cleanup timed = [&] {
-    const absl::Time now = absl::Now();
-    if (first_event == absl::InfinitePast()) {
-      prefill_time_ += now - called;
-    } else {
-      prefill_time_ += first_event - called;
-      decode_time_ += now - first_event;
-    }
-  };
-  DecodeStream stream(node->channel(), std::move(request), deadline, request_id_);
-  CallCanceller::Registration registration(canceller_, stream.context());
-  // The first token comes from the prefill: watched here too, it reaches the client as soon as the
-  // prefill samples it, not after the decode node has pulled the last chunk. A watch that fails
-  // only loses that head start: the decode node's first event carries the same token.
-  std::optional<KvWatchStream> watch;
-  {
-    v1::WatchKvRequest w;
-    w.set_request_id(kv_->handle.request_id());
-    w.set_generation(kv_->handle.generation());
-    watch.emplace(kv_->channel, std::move(w), deadline, request_id_);
-  }
-  std::optional<int32_t> prefill_token;  // the first token, once the watch has it
-  bool decode_took_kv = false;           // the decode node's first event arrived
-  // The decode node's first event waits for the whole prefill and the last pull.
-  const absl::Time first_by = std::min(deadline, called + deps_.options.rpc_timeout + idle);
-  absl::Status failure;
-  while (true) {
-    while (watch.has_value() && !prefill_token.has_value()) {
-      KvWatchStream::ReadResult w = watch->Read(absl::ZeroDuration());
-      if (w.kind == KvWatchStream::ReadResult::Kind::kIdle) break;
-      if (w.kind == KvWatchStream::ReadResult::Kind::kEnd) {
-        watch.reset();
-        break;
-      }
-      if (!w.message.done()) continue;
-      prefill_token = w.message.first_token();
-      watch.reset();
-      first_event = absl::Now();
-      const int32_t index = static_cast<int32_t>(state.streamed().size());
-      if (const std::optional<int32_t> token = state.OnPrefillOk(*prefill_token)) {
-        SendToken(*token, index);
-      }
-      if (state.phase() != RequestPhase::kDecode) {
-        // Done at the first token (a stop id, or max_tokens 1): stop the decode call (the decode
-        // node then releases the KV) and release it here too, in case it had not taken it yet.
-        stream.context()->TryCancel();
-        state.OnKvReleased();
-        ReleaseKv();
-        return;
-      }
-    }
-    absl::Duration wait = idle;
-    if (!decode_took_kv) {
-      const absl::Duration left = first_by - absl::Now();
-      if (left <= absl::ZeroDuration()) {
-        failure = absl::DeadlineExceededError(
-            absl::StrCat("pipelined decode node sent no first event within ",
-                         absl::ToInt64Milliseconds(deps_.options.rpc_timeout + idle),
-                         " ms (rpc timeout + decode idle timeout)"));
-        break;
-      }
-      wait = watch.has_value() ? std::min(kWatchPoll, left) : left;
-    }
-    DecodeStream::ReadResult next = stream.Read(wait);
-    if (next.kind == DecodeStream::ReadResult::Kind::kIdle && !decode_took_kv) continue;
-    if (next.kind == DecodeStream::ReadResult::Kind::kEvent) {
-      if (next.event.has_finish()) {
-        transfer_time_ += absl::Microseconds(next.event.finish().transfer_us());
-      }
-      if (!decode_took_kv) {
-        // The decode node's first event: it has pulled the whole prompt and released the lease.
-        if (!next.event.has_token()) {
-          failure = absl::InternalError("pipelined decode node sent no first token");
-          break;
-        }
-        decode_took_kv = true;
-        kv_.reset();
-        watch.reset();
-        if (prefill_token.has_value()) {
-          state.OnKvReleased();
-          if (next.event.token() != *prefill_token) {
-            failure = absl::InternalError(
-                absl::StrCat("pipelined decode node's first token ", next.event.token(),
-                             " differs from the prefill's ", *prefill_token));
-            break;
-          }
-          continue;
-        }
-        first_event = absl::Now();
-        const int32_t index = static_cast<int32_t>(state.streamed().size());
-        if (const std::optional<int32_t> token = state.OnPrefillOk(next.event.token())) {
-          SendToken(*token, index);
-        }
-        state.OnKvReleased();
-        if (state.phase() == RequestPhase::kDecode) continue;
-        // Done at the first token (a stop id, or max_tokens 1): collect the finish event and the
-        // status so the node sees a clean end.
-        for (int i = 0; i < 2 && stream.Read(idle).kind == DecodeStream::ReadResult::Kind::kEvent;
-             ++i) {
-        }
-        return;
-      }
-      if (OnDecodeEvent(state, next.event)) continue;
-      if (next.event.has_finish()) stream.Read(idle);
-      return;
-    }
-    failure = StreamEndFailure(next, idle);
-    break;
-  }
-  if (canceller_->cancelled()) {
-    if (kv_.has_value()) ReleaseKv();
-    state.OnKvReleased();
-    state.Fail(absl::CancelledError("request cancelled by the client"));
-    return;
-  }
-  failure = NodeSideCancelAsUnavailable(failure);
-  const bool retryable = IsRetryableDecodeError(failure.code());
-  const bool blames_prefill = retryable && kv_.has_value() &&
-                              BlamesPrefillSource(failure.message(), kv_->handle.prefill_address(),
-                                                  kv_->handle.engine_id());
-  absl::Status error;
-  if (blames_prefill) {
-    // The decode node could not get the KV from the prefill node: that one is to avoid.
-    failed_prefill_.insert(kv_->node);
-    if (failure.code() == absl::StatusCode::kUnavailable) {
-      deps_.pool->ReportFailure(kv_->node, v1::INSTANCE_ROLE_PREFILL, failure);
-    }
-    error = absl::Status(failure.code(),
-                         absl::StrCat("prefill node ", kv_->node, " (as decode node ",
-                                      node->address(), " reports): ", failure.message()));
-  } else {
-    if (retryable) failed_decode_.insert(node->address());
-    error = NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable);
-  }
-  if (state.phase() == RequestPhase::kPrefill) {
-    // Before the first token the request is prefilled again whatever broke (a decode-side stream
-    // error included), as an unpipelined request whose prefill failed.
-    ReleaseKv();  // cancels the prefill if it still runs
-    if (retryable && !IsRetryablePrefillError(error.code())) {
-      error = absl::UnavailableError(error.message());
-    }
-    state.OnPrefillFailed(error);
-    if (retryable && state.phase() != RequestPhase::kFailed && deps_.metrics != nullptr) {
-      deps_.metrics->prefill_retries->Increment();
-    }
-    return;
-  }
-  // After the first token (from the watch or the decode's first event): a decode failure,
-  // resumed; the run loop releases the KV if the decode node never took it.
-  state.OnDecodeFailed(error);
   if (retryable && state.phase() != RequestPhase::kFailed) {
     ++resumes_;
     if (deps_.metrics != nullptr) deps_.metrics->decode_resumes->Increment();
@@ -804,7 +527,7 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
   return grpc::Status::OK;
 }
 
-}  // namespace
+}  // namespace generate_internal
 
 grpc::Status RunGenerate(const RouterDeps& deps, const v1::GenerateRequest& request,
                          absl::Time client_deadline, CallCanceller* canceller, GenerateSink* sink) {
@@ -824,10 +547,10 @@ grpc::Status RunGenerate(const RouterDeps& deps, const v1::GenerateRequest& requ
           absl::StrCat("router is at its limit of ", deps.max_in_flight,
                        " requests in flight (--max_requests_in_flight); retry later"));
     }
-    Driver driver(deps, client_deadline, canceller, sink);
+    generate_internal::Driver driver(deps, client_deadline, canceller, sink);
     return driver.Run(request);
   }
-  Driver driver(deps, client_deadline, canceller, sink);
+  generate_internal::Driver driver(deps, client_deadline, canceller, sink);
   return driver.Run(request);
 }
 

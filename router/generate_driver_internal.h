@@ -1,0 +1,129 @@
+// The per-request driver behind RunGenerate (generate_driver.h): private to the router, shared
+// by generate_driver.cc (prefill, decode, colocated serving, the run loop) and
+// generate_driver_pipelined.cc (pipelined transfer). Not for use outside those files.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "model/tokenizer/streaming_decoder.h"
+#include "router/decode_stream.h"
+#include "router/generate_driver.h"
+#include "router/prefix_match.h"
+#include "router/request_prep.h"
+#include "router/request_state.h"
+#include "tandem/v1/prefill.grpc.pb.h"
+
+namespace tandem::generate_internal {
+
+// Why a decode stream ended before its finish event: nothing within the idle timeout, a clean
+// end without a finish, or the call's error.
+absl::Status StreamEndFailure(const DecodeStream::ReadResult& next, absl::Duration idle);
+
+// The KV a prefill node holds for this request, and how to reach that node to release it.
+struct HeldKv {
+  v1::KvHandle handle;
+  std::string node;
+  std::shared_ptr<grpc::Channel> channel;
+};
+
+// A node call that ends CANCELLED while the client has not cancelled was cancelled by the node
+// (its server shutting down as it drains, or its process going away): the node is unavailable,
+// which the retry policy treats as such, rather than a cancellation to hand to the client.
+absl::Status NodeSideCancelAsUnavailable(const absl::Status& status);
+
+// Longest uninterrupted wait: bounds how late a client's cancellation is noticed.
+constexpr absl::Duration kWaitSlice = absl::Milliseconds(100);
+// How often a pipelined request's thread looks at the prefill's progress while it waits for the
+// decode node's first event.
+constexpr absl::Duration kWatchPoll = absl::Milliseconds(2);
+
+class Driver {
+ public:
+  Driver(const RouterDeps& deps, absl::Time client_deadline, CallCanceller* canceller,
+         GenerateSink* sink)
+      : deps_(deps),
+        client_deadline_(client_deadline),
+        canceller_(canceller),
+        sink_(sink),
+        start_(absl::Now()) {}
+
+  grpc::Status Run(const v1::GenerateRequest& request);
+
+ private:
+  // `pipelined` (RouterOptions::pipelined_transfer, not on a resume): the Prefill call asks for an
+  // early handle and, when the node gives one, PipelinedDecode takes over at once.
+  void Prefill(RequestState& state, bool pipelined);
+  void Decode(RequestState& state);
+  // Pipelined transfer: a Decode call with the early handle kv_, sent while the prefill runs, and a
+  // WatchKv call to the prefill node, so the first token is streamed the moment the prefill
+  // samples it (else from the decode's first event, which repeats it once the last chunk has
+  // landed). A failure before the first token counts as a prefill failure (kv_ released — which
+  // cancels the prefill if it still runs — and the request prefilled again, avoiding the node
+  // blamed), after it as a decode failure (resume). Leaves the phase at kPrefill (retry or
+  // resume), kDone or kFailed.
+  void PipelinedDecode(RequestState& state);
+  // Colocated serving (RouterOptions::colocated): one Decode call with the prompt does the
+  // prefill and the decode on one node. Its first event is the prefill's token (on a resume the
+  // known g[k-1]); a failure before it counts as a prefill failure, after it as a decode failure
+  // (the request resumes with another colocated call). Leaves the phase at kPrefill (retry or
+  // resume), kDone or kFailed.
+  void Colocated(RequestState& state);
+  // Handles one decode event; false when the call is over for this request.
+  bool OnDecodeEvent(RequestState& state, const v1::DecodeEvent& event);
+  void ReleaseKv();
+  // A healthy node of `role`; when none is, waits for one (bounded by the client's deadline and
+  // the retry policy's wait budget, interrupted by cancellation) instead of failing at once.
+  absl::StatusOr<NodeLease> PickNode(v1::InstanceRole role,
+                                     const absl::flat_hash_set<std::string>& excluded,
+                                     PromptPrefixHashes* prompt = nullptr);
+  // Sleeps the backoff after the `failures`-th retryable failure; false when the client
+  // cancelled meanwhile.
+  bool Backoff(int failures);
+  void SendToken(int32_t id, int32_t index);
+  // Status of a failed node call as the request sees it: a retryable failure names the node,
+  // anything else reaches the client exactly as the node sent it.
+  absl::Status NodeError(v1::InstanceRole role, const std::string& node, const absl::Status& s,
+                         bool retryable);
+  std::string NodeRequestId() const;
+  absl::Time UnaryDeadline() const {
+    return std::min(absl::Now() + deps_.options.rpc_timeout, client_deadline_);
+  }
+  // The request's log line and its end-of-request metrics.
+  void LogEnd(const RequestState* state, const absl::Status& status);
+
+  const RouterDeps& deps_;
+  const absl::Time client_deadline_;
+  CallCanceller* const canceller_;
+  GenerateSink* const sink_;
+  const absl::Time start_;
+
+  std::string request_id_;
+  PreparedRequest prepared_;
+  // The prompt's prefix-cache hash chains, for kv_aware prefill picks (over prepared_.prompt).
+  std::optional<PromptPrefixHashes> prompt_hashes_;
+  // Prompt tokens the last prefill node picked was expected to hold (its digest), for the log.
+  int64_t cached_prefix_tokens_ = 0;
+  std::optional<StreamingDecoder> detokenizer_;
+  std::optional<HeldKv> kv_;
+  absl::flat_hash_set<std::string> failed_prefill_;
+  absl::flat_hash_set<std::string> failed_decode_;
+  int node_calls_ = 0;
+  // The id nodes see (NodeRequestId): unique within this router even when clients reuse a
+  // request id, so a release by request id never frees another request's lease.
+  std::string node_request_id_;
+  absl::Time first_token_at_ = absl::InfinitePast();
+  absl::Time last_token_at_ = absl::InfinitePast();
+  // Time spent in node calls, for the log line.
+  absl::Duration prefill_time_;
+  absl::Duration decode_time_;
+  absl::Duration transfer_time_;  // as the decode nodes report it (DecodeFinish.transfer_us)
+  int resumes_ = 0;
+  int pipelined_ = 0;  // pipelined Decode calls made
+};
+
+}  // namespace tandem::generate_internal
