@@ -205,18 +205,7 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(const std::string& request_i
         }
         wait->done.Notify();
       });
-  if (!submitted.ok()) {
-    absl::MutexLock lock(&mu_);
-    EndPrefilling(request_id);
-    return submitted;
-  }
-  bool cancel_sent = false;
-  while (!wait->done.WaitForNotificationWithTimeout(kCancelPoll)) {
-    if (!cancel_sent && (cancelled() || absl::Now() > deadline)) {
-      engine_->Cancel(request_id);
-      cancel_sent = true;
-    }
-  }
+  TANDEM_RETURN_IF_ERROR(AwaitSubmitted(submitted, wait->done, request_id, deadline, cancelled));
   if (wait->outcome.ok() && (cancelled() || absl::Now() > deadline)) {
     // Finished, but nobody will take the KV: free it now rather than at lease expiry.
     ReleaseKv(request_id, epoch_, wait->outcome->generation);
@@ -224,6 +213,24 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(const std::string& request_i
                        : absl::DeadlineExceededError("prefill finished after the deadline");
   }
   return std::move(wait->outcome);
+}
+
+absl::Status PrefillNode::AwaitSubmitted(const absl::Status& submitted, absl::Notification& done,
+                                         const std::string& request_id, absl::Time deadline,
+                                         const std::function<bool()>& cancelled) {
+  if (!submitted.ok()) {
+    absl::MutexLock lock(&mu_);
+    EndPrefilling(request_id);
+    return submitted;
+  }
+  bool cancel_sent = false;
+  while (!done.WaitForNotificationWithTimeout(kCancelPoll)) {
+    if (!cancel_sent && (cancelled() || absl::Now() > deadline)) {
+      engine_->Cancel(request_id);
+      cancel_sent = true;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
@@ -322,18 +329,7 @@ absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
           wait->done.Notify();
         }
       });
-  if (!submitted.ok()) {
-    absl::MutexLock lock(&mu_);
-    EndPrefilling(request_id);
-    return submitted;
-  }
-  bool cancel_sent = false;
-  while (!wait->done.WaitForNotificationWithTimeout(kCancelPoll)) {
-    if (!cancel_sent && (cancelled() || absl::Now() > deadline)) {
-      engine_->Cancel(request_id);
-      cancel_sent = true;
-    }
-  }
+  TANDEM_RETURN_IF_ERROR(AwaitSubmitted(submitted, wait->done, request_id, deadline, cancelled));
   if (wait->outcome.ok() && (cancelled() || absl::Now() > deadline)) {
     // Admitted, but nobody will take the KV: release the lease, which cancels the prefill.
     ReleaseKv(request_id, epoch_, wait->generation);

@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "engine/block_manager.h"
 #include "engine/instance.h"
@@ -142,6 +143,12 @@ class PrefillNode {
   // ReleaseKv with generation 0.
   bool ReleaseRequest(const std::string& request_id);
   void EndPrefilling(const std::string& request_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After engine_->Submit: a refused submission ends the request's prefilling count and is
+  // returned; else waits for `done`, asking the engine to cancel once when the client cancels or
+  // the deadline passes (the engine still answers, so the wait ends).
+  absl::Status AwaitSubmitted(const absl::Status& submitted, absl::Notification& done,
+                              const std::string& request_id, absl::Time deadline,
+                              const std::function<bool()>& cancelled);
   // Pipelined prefills whose lease is no longer held: removed from pipelines_, their progress
   // failed with `why` (when not final) and their prefill cancelled. Returns them for the caller to
   // cancel outside mu_.
