@@ -85,6 +85,9 @@ if [ "$with_model" -eq 1 ]; then
 else
   ctest_args=(-LE model "${ctest_args[@]}")
 fi
+# llama.cpp's reference vocabularies and chat templates (tokenizer and template oracles).
+TANDEM_LLAMACPP_DATA=$(bash deploy/fetch-llamacpp-data.sh | tail -n 1)
+export TANDEM_LLAMACPP_DATA
 
 build=build
 cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DTANDEM_WERROR=${TANDEM_WERROR:-OFF}")
