@@ -1,0 +1,284 @@
+#include "kv_transfer/kv_digest.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "attention/dcp_layout.h"
+#include "attention/parallel_layout.h"
+#include "attention/pool_layout.h"
+#include "kv_transfer/crc32c.h"
+
+namespace tandem {
+namespace {
+
+int64_t HeadsPerRank(const KvLayout& layout) { return RankPoolGeometry(layout, 0).num_kv_heads; }
+
+// Slots of rank `dcp_rank`'s physical block for virtual block `vblock` that hold prompt tokens:
+// its owned tokens are packed from slot 0 in order (dcp_layout.h LocalOffset).
+int32_t UsedSlots(const DcpGeometry& g, int32_t dcp_rank, int64_t vblock, int64_t num_tokens) {
+  const int64_t v = VirtualBlockTokens(g);
+  const int64_t begin = vblock * v;
+  const int64_t end = std::min(num_tokens, begin + v);
+  if (end - begin == v) return g.block_size;
+  int32_t used = 0;
+  for (int64_t pos = begin; pos < end; ++pos) used += OwnerRank(g, pos) == dcp_rank ? 1 : 0;
+  return used;
+}
+
+void PutLe(std::string* out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+// The binding every unit's CRC starts from.
+uint32_t Seed(const KvDigestBinding& b, int32_t rank, int64_t table_index, int32_t head) {
+  std::string s;
+  s.reserve(b.request_id.size() + 40);
+  PutLe(&s, b.request_id.size(), 4);
+  s.append(b.request_id.data(), b.request_id.size());
+  PutLe(&s, b.lease_generation, 8);
+  PutLe(&s, static_cast<uint32_t>(rank), 4);
+  PutLe(&s, static_cast<uint32_t>(b.block_table[table_index]), 4);
+  PutLe(&s, b.block_generations[table_index], 4);
+  PutLe(&s, static_cast<uint32_t>(head), 4);
+  return Crc32c(0, s.data(), s.size());
+}
+
+absl::Status CheckBinding(const KvLayout& src, int64_t num_tokens, const KvDigestBinding& b) {
+  if (num_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("KV digests: num_tokens ", num_tokens, " < 0"));
+  }
+  const int64_t needed = VirtualBlocksFor(src.parallel.dcp_geometry(), num_tokens);
+  if (static_cast<int64_t>(b.block_table.size()) < needed ||
+      b.block_generations.size() != b.block_table.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV digests: the prompt needs ", needed, " blocks; the binding has a block table of ",
+        b.block_table.size(), " and ", b.block_generations.size(), " block generations"));
+  }
+  return absl::OkStatus();
+}
+
+struct Piece {
+  int64_t unit = 0;
+  int64_t slab_offset = 0;  // inside the unit's head slab
+  int64_t length = 0;
+  int32_t dst_rank = 0;
+  int64_t dst_offset = 0;
+};
+
+}  // namespace
+
+int64_t KvDigestCount(const KvLayout& src, int64_t num_tokens) {
+  return src.world() * VirtualBlocksFor(src.parallel.dcp_geometry(), num_tokens) *
+         HeadsPerRank(src);
+}
+
+int64_t KvDigestIndex(const KvLayout& src, int64_t num_tokens, int32_t rank, int64_t table_index,
+                      int32_t head) {
+  const int64_t blocks = VirtualBlocksFor(src.parallel.dcp_geometry(), num_tokens);
+  return (rank * blocks + table_index) * HeadsPerRank(src) + head;
+}
+
+absl::StatusOr<std::vector<uint32_t>> ComputeKvDigests(
+    const KvLayout& src, absl::Span<const absl::Span<const std::byte>> pools, int64_t num_tokens,
+    const KvDigestBinding& binding) {
+  if (absl::Status s = CheckBinding(src, num_tokens, binding); !s.ok()) return s;
+  if (static_cast<int32_t>(pools.size()) != src.world()) {
+    return absl::InvalidArgumentError(absl::StrCat("KV digests: ", pools.size(),
+                                                   " pools for a world of ", src.world()));
+  }
+  const DcpGeometry dcp = src.parallel.dcp_geometry();
+  const int64_t blocks = VirtualBlocksFor(dcp, num_tokens);
+  std::vector<uint32_t> out;
+  out.reserve(static_cast<size_t>(KvDigestCount(src, num_tokens)));
+  for (int32_t r = 0; r < src.world(); ++r) {
+    const PoolGeometry g = RankPoolGeometry(src, r);
+    const int32_t dcp_rank = PlaceRank(src.parallel, src.dims, r).dcp_rank;
+    const int64_t row_bytes = g.row_elems() * g.elem_bytes();
+    for (int64_t i = 0; i < blocks; ++i) {
+      const int32_t block = binding.block_table[i];
+      if (block < 0 || (block + int64_t{1}) * g.block_bytes() > static_cast<int64_t>(pools[r].size())) {
+        return absl::InvalidArgumentError(absl::StrCat("KV digests: block ", block,
+                                                       " lies outside rank ", r, "'s pool"));
+      }
+      const int64_t used_bytes =
+          int64_t{UsedSlots(dcp, dcp_rank, i, num_tokens)} * g.head_dim * g.elem_bytes();
+      for (int32_t h = 0; h < g.num_kv_heads; ++h) {
+        const std::byte* slab = pools[r].data() + HeadsOfBlock(g, block, h, h + 1).offset;
+        uint32_t crc = Seed(binding, r, i, h);
+        if (used_bytes == row_bytes) {
+          crc = Crc32c(crc, slab, static_cast<size_t>(g.head_slab_bytes()));
+        } else {
+          for (int32_t row = 0; row < 2 * g.num_layers; ++row) {
+            crc = Crc32c(crc, slab + row * row_bytes, static_cast<size_t>(used_bytes));
+          }
+        }
+        out.push_back(crc);
+      }
+    }
+  }
+  return out;
+}
+
+absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst, const TransferPlan& plan,
+                             int64_t num_tokens, const KvDigestBinding& binding,
+                             absl::Span<const uint32_t> digests,
+                             absl::Span<const absl::Span<const std::byte>> dst_pools,
+                             std::vector<KvDigestMismatch>* mismatches) {
+  if (absl::Status s = CheckBinding(src, num_tokens, binding); !s.ok()) return s;
+  const int64_t count = KvDigestCount(src, num_tokens);
+  if (static_cast<int64_t>(digests.size()) != count) {
+    return absl::InvalidArgumentError(absl::StrCat("KV digests: got ", digests.size(),
+                                                   " digests, the prompt has ", count, " units"));
+  }
+  if (dst_pools.size() != plan.copies.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("KV digests: ", dst_pools.size(),
+                                                   " destination pools for a plan of ",
+                                                   plan.copies.size(), " ranks"));
+  }
+  const DcpGeometry dcp = src.parallel.dcp_geometry();
+  const int64_t blocks = VirtualBlocksFor(dcp, num_tokens);
+  const int64_t heads = HeadsPerRank(src);
+  // All source ranks share one geometry (every rank of a valid layout holds as many heads).
+  const PoolGeometry g = RankPoolGeometry(src, 0);
+  const int64_t slab_bytes = g.head_slab_bytes();
+  const int64_t row_bytes = g.row_elems() * g.elem_bytes();
+  absl::flat_hash_map<int32_t, int64_t> index_of_block;
+  for (int64_t i = 0; i < blocks; ++i) index_of_block[binding.block_table[i]] = i;
+
+  // Destination DCP groups: the ranks that together hold every prompt token of their heads.
+  std::map<std::pair<int32_t, int32_t>, std::vector<int32_t>> groups;
+  for (int32_t d = 0; d < static_cast<int32_t>(plan.copies.size()); ++d) {
+    const RankPlacement p = PlaceRank(dst.parallel, dst.dims, d);
+    groups[{p.pcp_rank, p.dcp_group}].push_back(d);
+  }
+
+  std::map<int64_t, KvDigestMismatch> bad;  // by unit
+  std::vector<Piece> pieces;
+  for (const auto& [key, ranks] : groups) {
+    // The prompt bytes this group needs: its heads, every prompt token, each once.
+    int64_t needed = 0;
+    const DcpGeometry dst_dcp = dst.parallel.dcp_geometry();
+    for (int32_t d : ranks) {
+      const PoolGeometry dg = RankPoolGeometry(dst, d);
+      const int32_t dcp_rank = PlaceRank(dst.parallel, dst.dims, d).dcp_rank;
+      int64_t owned = 0;
+      for (int64_t pos = 0; pos < num_tokens; ++pos) owned += OwnerRank(dst_dcp, pos) == dcp_rank;
+      needed += owned * dg.num_kv_heads * 2 * dg.num_layers * dg.head_dim * dg.elem_bytes();
+    }
+    int64_t verified = 0;
+    pieces.clear();
+    for (int32_t d : ranks) {
+      for (const TransferCopy& c : plan.copies[d]) {
+        // Split the copy at head-slab boundaries of the source pool.
+        int64_t off = c.src_offset;
+        const int64_t end = c.src_offset + c.length;
+        while (off < end) {
+          const int64_t block = off / g.block_bytes();
+          const int32_t head = static_cast<int32_t>((off % g.block_bytes()) / slab_bytes);
+          const int64_t slab_begin = block * g.block_bytes() + head * slab_bytes;
+          const int64_t piece_end = std::min(end, slab_begin + slab_bytes);
+          const auto it = index_of_block.find(static_cast<int32_t>(block));
+          if (it == index_of_block.end()) {
+            return absl::InternalError(absl::StrCat(
+                "KV digests: destination rank ", d, " read source block ", block,
+                " of rank ", c.src_rank, ", which is not in the prompt's block table"));
+          }
+          pieces.push_back(Piece{KvDigestIndex(src, num_tokens, c.src_rank, it->second, head),
+                                 off - slab_begin, piece_end - off, d,
+                                 c.dst_offset + (off - c.src_offset)});
+          off = piece_end;
+        }
+      }
+    }
+    std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
+      return std::tie(a.unit, a.slab_offset) < std::tie(b.unit, b.slab_offset);
+    });
+    for (size_t p = 0; p < pieces.size();) {
+      const int64_t unit = pieces[p].unit;
+      const int32_t rank = static_cast<int32_t>(unit / (blocks * heads));
+      const int64_t table_index = (unit / heads) % blocks;
+      const int32_t head = static_cast<int32_t>(unit % heads);
+      const int64_t used_bytes =
+          int64_t{UsedSlots(dcp, PlaceRank(src.parallel, src.dims, rank).dcp_rank, table_index,
+                            num_tokens)} *
+          g.head_dim * g.elem_bytes();
+      const int64_t total = used_bytes * 2 * g.num_layers;
+      uint32_t crc = Seed(binding, rank, table_index, head);
+      int64_t expected = 0;  // prompt bytes of the unit consumed, in source order
+      std::vector<int32_t> readers;
+      for (; p < pieces.size() && pieces[p].unit == unit; ++p) {
+        const Piece& piece = pieces[p];
+        if (std::find(readers.begin(), readers.end(), piece.dst_rank) == readers.end()) {
+          readers.push_back(piece.dst_rank);
+        }
+        const std::byte* dst_base = dst_pools[piece.dst_rank].data();
+        // The piece's intersection with each row's prompt part, in order.
+        int64_t off = piece.slab_offset;
+        const int64_t end = piece.slab_offset + piece.length;
+        while (off < end) {
+          const int64_t row = off / row_bytes;
+          const int64_t in_row = off % row_bytes;
+          const int64_t row_end = std::min(end, (row + 1) * row_bytes);
+          if (in_row < used_bytes) {
+            const int64_t take = std::min(row_end, row * row_bytes + used_bytes) - off;
+            const int64_t stream_pos = row * used_bytes + in_row;
+            if (stream_pos != expected) {
+              return absl::InternalError(absl::StrCat(
+                  "KV digests: destination DCP group of rank ", piece.dst_rank,
+                  " covers source rank ", rank, " block ", binding.block_table[table_index],
+                  " head ", head, " out of order (prompt byte ", stream_pos, ", expected ",
+                  expected, ")"));
+            }
+            const int64_t at = piece.dst_offset + (off - piece.slab_offset);
+            if (at < 0 || at + take > static_cast<int64_t>(dst_pools[piece.dst_rank].size())) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "KV digests: a copy to destination rank ", piece.dst_rank,
+                  " lies outside its pool"));
+            }
+            crc = Crc32c(crc, dst_base + at, static_cast<size_t>(take));
+            expected += take;
+          }
+          off = row_end;
+        }
+      }
+      if (expected != total) {
+        return absl::InternalError(absl::StrCat(
+            "KV digests: the destination DCP group of rank ", readers.front(), " read ", expected,
+            " of the ", total, " prompt bytes of source rank ", rank, " block ",
+            binding.block_table[table_index], " head ", head));
+      }
+      verified += total;
+      if (crc != digests[unit]) {
+        KvDigestMismatch& m = bad[unit];
+        m.src_rank = rank;
+        m.table_index = table_index;
+        m.block = binding.block_table[table_index];
+        m.block_generation = binding.block_generations[table_index];
+        m.head = head;
+        m.dst_ranks.insert(m.dst_ranks.end(), readers.begin(), readers.end());
+      }
+    }
+    if (verified != needed) {
+      return absl::InternalError(absl::StrCat(
+          "KV digests: the destination DCP group of rank ", ranks.front(), " read ", verified,
+          " of the ", needed, " prompt bytes it needs (a truncated plan?)"));
+    }
+  }
+  if (bad.empty()) return absl::OkStatus();
+  const KvDigestMismatch& first = bad.begin()->second;
+  if (mismatches != nullptr) {
+    for (auto& [unit, m] : bad) mismatches->push_back(m);
+  }
+  return absl::DataLossError(absl::StrCat(
+      "KV digest mismatch in ", bad.size(), " of ", count, " units; first: source rank ",
+      first.src_rank, " block ", first.block, " (table index ", first.table_index,
+      ", generation ", first.block_generation, ") head ", first.head,
+      " as read by destination rank(s) ", absl::StrJoin(first.dst_ranks, ",")));
+}
+
+}  // namespace tandem

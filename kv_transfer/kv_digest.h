@@ -1,0 +1,86 @@
+// KV digests (docs/kv_transfer.md "Provable KV"): what lets a decode instance prove that the
+// KV it pulled is the KV the prefill wrote, for this request, under this lease. Pure: std +
+// abseil + kv_transfer_core.
+//
+// Unit. One digest per (source rank r, block table index i, local KV head h): the head slab of
+// virtual block i in rank r's pool, restricted to its *prompt bytes* — in each (layer, K|V) row
+// the first `used` slots, where `used` is how many of the prompt's tokens rank r's DCP rank
+// owns in that virtual block (B for a full block). Why this unit: whatever the two layouts (TP,
+// PCP, DCP, block size, interleave), the planner reads each source head slab of a block from
+// one source replica per destination DCP group and splits it only by token (DCP) or head
+// range, so the copies of one destination DCP group always cover a unit's prompt bytes
+// completely or not at all; slots past the prompt (read only when a last block is copied as a
+// whole slab) never reach a decode step and are left out on both sides.
+//
+// Value. CRC32C (crc32c.h) seeded with the binding — request id, lease generation, source
+// rank, block id, the block's generation, head — then over the unit's prompt bytes in source
+// byte order. A digest of one lease's blocks therefore never verifies another lease's, nor the
+// same block after it was freed and reused (its generation moved).
+//
+// Verification (VerifyKvDigests) runs on the decode side after the whole plan has landed: per
+// destination DCP group, the pieces of that group's copies inside each unit are put back in
+// source order and their bytes read from the destination pools, so every destination copy of a
+// prompt byte is checked (replicas included). Thread-safe (no shared state).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "kv_transfer/transfer_types.h"
+
+namespace tandem {
+
+// What a set of digests is bound to: one lease of one request on the prefill instance.
+struct KvDigestBinding {
+  absl::string_view request_id;
+  uint64_t lease_generation = 0;
+  absl::Span<const int32_t> block_table;         // the prefill's virtual block ids
+  absl::Span<const uint32_t> block_generations;  // parallel to block_table
+};
+
+// Units for a prompt of num_tokens under `src`: world · VirtualBlocksFor(num_tokens) · heads per
+// rank. Unit (r, i, h) is element KvDigestIndex(...) of a digest vector.
+int64_t KvDigestCount(const KvLayout& src, int64_t num_tokens);
+int64_t KvDigestIndex(const KvLayout& src, int64_t num_tokens, int32_t rank, int64_t table_index,
+                      int32_t head);
+
+// The prefill side: digests of every unit, read from `pools` (pools[r] = rank r's pool, from
+// its base). INVALID_ARGUMENT for pools.size() != world, a binding whose tables are shorter than
+// the prompt needs or of different lengths, or a block whose bytes lie outside its pool.
+[[nodiscard]] absl::StatusOr<std::vector<uint32_t>> ComputeKvDigests(
+    const KvLayout& src, absl::Span<const absl::Span<const std::byte>> pools, int64_t num_tokens,
+    const KvDigestBinding& binding);
+
+// One unit whose pulled bytes did not match.
+struct KvDigestMismatch {
+  int32_t src_rank = 0;
+  int64_t table_index = 0;
+  int32_t block = 0;  // source block id
+  uint32_t block_generation = 0;
+  int32_t head = 0;                // local head on the source rank
+  std::vector<int32_t> dst_ranks;  // the destination ranks holding the bad bytes
+};
+
+// The decode side: checks the bytes `plan` (PlanKvTransfer of the whole prompt, src → dst) put
+// into `dst_pools` (dst_pools[d] = destination rank d's pool) against `digests`. OK when every
+// unit read matches. Errors: INVALID_ARGUMENT when digests.size() != KvDigestCount, the binding
+// is malformed (as ComputeKvDigests), or dst_pools.size() != plan.copies.size(); INTERNAL when
+// a destination DCP group's copies cover a unit's prompt bytes partly or twice (a planner the
+// unit definition above does not fit) or fewer prompt bytes than the group holds (a truncated
+// plan: every prompt byte a destination will read is checked, or the call fails); DATA_LOSS naming the first bad unit (source rank, block,
+// generation, head, destination ranks) and how many were bad. Every bad unit is appended to
+// *mismatches when given.
+[[nodiscard]] absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst,
+                                           const TransferPlan& plan, int64_t num_tokens,
+                                           const KvDigestBinding& binding,
+                                           absl::Span<const uint32_t> digests,
+                                           absl::Span<const absl::Span<const std::byte>> dst_pools,
+                                           std::vector<KvDigestMismatch>* mismatches = nullptr);
+
+}  // namespace tandem

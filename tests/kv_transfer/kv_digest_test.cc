@@ -1,0 +1,214 @@
+// KV digests (kv_transfer/kv_digest.h, crc32c.h): the CRC against its standard check value and
+// the portable table; digests computed on a source and verified on a destination over layout
+// pairs with different TP, PCP, DCP, block size and interleave (replicas on either side), for
+// prompt lengths that end inside blocks; a flipped byte anywhere a destination reads, a digest
+// of another lease or of a reused block, and malformed input each give their specific error.
+#include "kv_transfer/kv_digest.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "attention/dcp_layout.h"
+#include "attention/pool_layout.h"
+#include "gtest/gtest.h"
+#include "kv_transfer/crc32c.h"
+#include "kv_transfer/planner.h"
+#include "tests/kv_transfer/plan_simulator.h"
+
+namespace tandem {
+namespace {
+
+using ::tandem::testing::Rng;
+
+TEST(Crc32cTest, StandardCheckValueAndChaining) {
+  const std::string s = "123456789";
+  EXPECT_EQ(Crc32c(0, s.data(), s.size()), 0xE3069283u);
+  EXPECT_EQ(Crc32cPortable(0, s.data(), s.size()), 0xE3069283u);
+  EXPECT_EQ(Crc32c(0, nullptr, 0), 0u);
+  EXPECT_EQ(Crc32c(Crc32c(0, s.data(), 4), s.data() + 4, 5), 0xE3069283u);
+}
+
+TEST(Crc32cTest, HardwareMatchesPortableAtEveryLengthAndAlignment) {
+  Rng rng(7);
+  std::vector<unsigned char> buf(3 * 8192 * 2 + 100);
+  for (unsigned char& b : buf) b = static_cast<unsigned char>(rng.Next());
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{4095},
+                   size_t{3 * 8192 - 1}, size_t{3 * 8192}, size_t{3 * 8192 + 13},
+                   size_t{6 * 8192 + 50}}) {
+    for (size_t align : {size_t{0}, size_t{1}, size_t{5}}) {
+      ASSERT_LE(align + n, buf.size());
+      EXPECT_EQ(Crc32c(0x1234u, buf.data() + align, n),
+                Crc32cPortable(0x1234u, buf.data() + align, n))
+          << "n=" << n << " align=" << align << " hardware=" << Crc32cIsHardware();
+    }
+  }
+}
+
+KvLayout Layout(ParallelConfig p, int32_t hkv) {
+  return KvLayout{p, ModelDims{2, 8 * hkv, hkv, 4}, KvDType::kF32};
+}
+
+// Scattered, partly consecutive block ids.
+std::vector<int32_t> Table(const KvLayout& l, int64_t num_tokens, int32_t salt) {
+  const int64_t n = VirtualBlocksFor(l.parallel.dcp_geometry(), num_tokens);
+  std::vector<int32_t> t;
+  for (int64_t i = 0; i < n; ++i) {
+    t.push_back(static_cast<int32_t>((i % 3 == 2 ? 40 : 3) + i * 2 + salt));
+  }
+  return t;
+}
+
+struct Pools {
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<absl::Span<const std::byte>> Views() const {
+    std::vector<absl::Span<const std::byte>> v;
+    for (const auto& b : bytes) v.emplace_back(b.data(), b.size());
+    return v;
+  }
+};
+
+Pools MakePools(const KvLayout& l, int32_t blocks, Rng& rng) {
+  Pools p;
+  for (int32_t r = 0; r < l.world(); ++r) {
+    p.bytes.emplace_back(static_cast<size_t>(PoolBytes(RankPoolGeometry(l, r), blocks)));
+    for (std::byte& b : p.bytes.back()) b = static_cast<std::byte>(rng.Next());
+  }
+  return p;
+}
+
+void Execute(const TransferPlan& plan, const Pools& src, Pools* dst) {
+  for (size_t d = 0; d < plan.copies.size(); ++d) {
+    for (const TransferCopy& c : plan.copies[d]) {
+      std::memcpy(dst->bytes[d].data() + c.dst_offset, src.bytes[c.src_rank].data() + c.src_offset,
+                  static_cast<size_t>(c.length));
+    }
+  }
+}
+
+struct Case {
+  ParallelConfig src, dst;
+  int32_t hkv;
+};
+
+const std::vector<Case>& Cases() {
+  static const std::vector<Case> cases = {
+      {{1, 1, 1, 16, 16}, {1, 1, 1, 16, 16}, 4},  // identical, whole slabs
+      {{1, 1, 1, 16, 1}, {1, 1, 1, 4, 1}, 4},     // B16 -> B4 (token runs)
+      {{2, 1, 1, 8, 8}, {1, 1, 1, 16, 16}, 4},    // TP2 -> TP1, different B
+      {{1, 1, 1, 16, 16}, {4, 1, 1, 16, 16}, 4},  // TP1 -> TP4: heads split
+      {{1, 1, 1, 8, 8}, {4, 1, 1, 8, 8}, 2},      // destination replicas
+      {{4, 1, 1, 8, 8}, {2, 1, 1, 16, 16}, 2},    // source replicas
+      {{1, 1, 1, 4, 4}, {2, 1, 2, 8, 1}, 1},      // DCP2 interleave 1 on the destination
+      {{2, 1, 2, 8, 4}, {2, 1, 2, 8, 2}, 1},      // DCP on both, different interleave
+      {{1, 2, 1, 8, 8}, {2, 1, 1, 8, 8}, 4},      // PCP2 source -> TP2
+      {{2, 2, 4, 4, 1}, {1, 1, 1, 16, 16}, 1},    // PCP2 x TP2 with DCP4 -> TP1
+      {{2, 2, 2, 8, 2}, {4, 1, 4, 4, 2}, 1},      // PCP x DCP -> TP4 DCP4
+      {{4, 1, 1, 8, 8}, {1, 1, 1, 8, 8}, 1},      // more source replicas than destinations
+  };
+  return cases;
+}
+
+constexpr int32_t kPoolBlocks = 96;
+
+TEST(KvDigestTest, VerifiesAcrossLayoutsAndCatchesEveryFlippedByte) {
+  Rng rng(11);
+  int verified = 0, flips = 0;
+  for (const Case& k : Cases()) {
+    const KvLayout src = Layout(k.src, k.hkv);
+    const KvLayout dst = Layout(k.dst, k.hkv);
+    for (const int64_t n : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{61},
+                            int64_t{100}}) {
+      SCOPED_TRACE(absl::StrCat(src.parallel.ToString(), " -> ", dst.parallel.ToString(),
+                                " hkv=", k.hkv, " n=", n));
+      const std::vector<int32_t> sb = Table(src, n, 0);
+      const std::vector<int32_t> db = Table(dst, n, 1);
+      std::vector<uint32_t> gens(sb.size());
+      for (uint32_t& g : gens) g = static_cast<uint32_t>(rng.Below(5));
+      const KvDigestBinding binding{"req-1", 7, sb, gens};
+      const Pools sp = MakePools(src, kPoolBlocks, rng);
+      absl::StatusOr<std::vector<uint32_t>> digests =
+          ComputeKvDigests(src, sp.Views(), n, binding);
+      ASSERT_TRUE(digests.ok()) << digests.status();
+      ASSERT_EQ(std::ssize(*digests), KvDigestCount(src, n));
+      absl::StatusOr<TransferPlan> plan = PlanKvTransfer(src, sb, dst, db, n);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      Pools dp = MakePools(dst, kPoolBlocks, rng);
+      Execute(*plan, sp, &dp);
+      ASSERT_TRUE(VerifyKvDigests(src, dst, *plan, n, binding, *digests, dp.Views()).ok())
+          << VerifyKvDigests(src, dst, *plan, n, binding, *digests, dp.Views());
+      ++verified;
+
+      // Another lease of the same request, or the same block after a reuse: refused.
+      const KvDigestBinding other_lease{"req-1", 8, sb, gens};
+      EXPECT_EQ(VerifyKvDigests(src, dst, *plan, n, other_lease, *digests, dp.Views()).code(),
+                absl::StatusCode::kDataLoss);
+      std::vector<uint32_t> bumped = gens;
+      ++bumped[sb.size() - 1];
+      const KvDigestBinding reused{"req-1", 7, sb, bumped};
+      EXPECT_EQ(VerifyKvDigests(src, dst, *plan, n, reused, *digests, dp.Views()).code(),
+                absl::StatusCode::kDataLoss);
+
+      // A flipped byte at the start of a copy (always a prompt byte) of a random rank.
+      int32_t d = static_cast<int32_t>(rng.Below(dst.world()));
+      while (plan->copies[d].empty()) d = (d + 1) % dst.world();
+      const TransferCopy& c = plan->copies[d][rng.Below(std::ssize(plan->copies[d]))];
+      dp.bytes[d][c.dst_offset] ^= std::byte{0x10};
+      std::vector<KvDigestMismatch> bad;
+      const absl::Status s =
+          VerifyKvDigests(src, dst, *plan, n, binding, *digests, dp.Views(), &bad);
+      EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+      ASSERT_EQ(bad.size(), 1u) << s;
+      EXPECT_EQ(bad[0].src_rank, c.src_rank);
+      EXPECT_NE(std::find(bad[0].dst_ranks.begin(), bad[0].dst_ranks.end(), d),
+                bad[0].dst_ranks.end());
+      EXPECT_NE(std::string(s.message()).find(absl::StrCat("source rank ", c.src_rank)),
+                std::string::npos)
+          << s;
+      ++flips;
+    }
+  }
+  EXPECT_EQ(verified, 6 * std::ssize(Cases()));
+  EXPECT_EQ(flips, verified);
+}
+
+TEST(KvDigestTest, MalformedInputIsRefusedPrecisely) {
+  Rng rng(3);
+  const KvLayout l = Layout({1, 1, 1, 16, 16}, 2);
+  const std::vector<int32_t> table = {4, 5};
+  const std::vector<uint32_t> gens = {1, 1};
+  const Pools pools = MakePools(l, 8, rng);
+  const KvDigestBinding ok{"r", 1, table, gens};
+  absl::StatusOr<std::vector<uint32_t>> digests = ComputeKvDigests(l, pools.Views(), 20, ok);
+  ASSERT_TRUE(digests.ok()) << digests.status();
+
+  const std::vector<uint32_t> short_gens = {1};
+  EXPECT_EQ(ComputeKvDigests(l, pools.Views(), 20, {"r", 1, table, short_gens}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ComputeKvDigests(l, pools.Views(), 40, ok).status().code(),
+            absl::StatusCode::kInvalidArgument);  // needs 3 blocks
+  const std::vector<int32_t> outside = {4, 8};
+  EXPECT_EQ(ComputeKvDigests(l, pools.Views(), 20, {"r", 1, outside, gens}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  absl::StatusOr<TransferPlan> plan = PlanKvTransfer(l, table, l, {0, 1}, 20);
+  ASSERT_TRUE(plan.ok());
+  Pools dst = MakePools(l, 8, rng);
+  Execute(*plan, pools, &dst);
+  const std::vector<uint32_t> fewer(digests->begin(), digests->end() - 1);
+  EXPECT_EQ(VerifyKvDigests(l, l, *plan, 20, ok, fewer, dst.Views()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(VerifyKvDigests(l, l, *plan, 20, ok, *digests, dst.Views()).ok());
+  // A plan that reads less than a unit's prompt bytes (a truncated pull).
+  TransferPlan truncated = *plan;
+  truncated.copies[0].back().length /= 2;
+  EXPECT_EQ(VerifyKvDigests(l, l, truncated, 20, ok, *digests, dst.Views()).code(),
+            absl::StatusCode::kInternal);
+}
+
+}  // namespace
+}  // namespace tandem
