@@ -8,7 +8,8 @@
 
 namespace tandem {
 
-BlockManager::BlockManager(int32_t num_blocks) : num_blocks_(num_blocks), refcount_(num_blocks, 0) {
+BlockManager::BlockManager(int32_t num_blocks)
+    : num_blocks_(num_blocks), refcount_(num_blocks, 0), generation_(num_blocks, 0) {
   for (int32_t b = 0; b < num_blocks; ++b) free_.insert(free_.end(), b);
 }
 
@@ -65,7 +66,47 @@ absl::Status BlockManager::Free(absl::Span<const int32_t> blocks) {
     return s;
   }
   for (int32_t b : blocks) {
-    if (--refcount_[b] == 0) free_.insert(b);
+    if (--refcount_[b] == 0) {
+      ++generation_[b];
+      free_.insert(b);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint32_t>> BlockManager::Generations(
+    absl::Span<const int32_t> blocks) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint32_t> out;
+  out.reserve(blocks.size());
+  for (int32_t b : blocks) {
+    if (b < 0 || b >= num_blocks_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("block id ", b, " outside [0, ", num_blocks_, ")"));
+    }
+    out.push_back(generation_[b]);
+  }
+  return out;
+}
+
+absl::Status BlockManager::CheckGenerations(absl::Span<const int32_t> blocks,
+                                            absl::Span<const uint32_t> generations) const {
+  if (blocks.size() != generations.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(blocks.size(), " blocks but ",
+                                                   generations.size(), " generations"));
+  }
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const int32_t b = blocks[i];
+    if (b < 0 || b >= num_blocks_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("block id ", b, " outside [0, ", num_blocks_, ")"));
+    }
+    if (generation_[b] != generations[i] || refcount_[b] == 0) {
+      return absl::AbortedError(absl::StrCat(
+          "block ", b, " was freed since generation ", generations[i], " (now generation ",
+          generation_[b], refcount_[b] == 0 ? ", free" : ", reallocated", ")"));
+    }
   }
   return absl::OkStatus();
 }

@@ -6,6 +6,12 @@
 // Allocation hands out the lowest free ids first, which keeps a request's blocks in long runs of
 // consecutive ids — the KV transfer coalesces such runs into single copies.
 //
+// Generation fencing (docs/kv_transfer.md "Provable KV"): every block carries a generation that
+// bumps each time its last reference is dropped (it starts at 0 and wraps at 2^32). A holder
+// that recorded Generations(blocks) can later ask CheckGenerations whether any of them was freed
+// in between — even if the bookkeeping that should have kept them allocated was wrong — since a
+// block can be reused (and overwritten) only after a free, and every free bumps it.
+//
 // Thread-safe.
 #pragma once
 
@@ -36,6 +42,15 @@ class BlockManager {
   void Release(absl::Span<const int32_t> blocks);
   absl::Status AddRef(absl::Span<const int32_t> blocks);
 
+  // The current generation of each block (allocated or not); INVALID_ARGUMENT for an id out of
+  // range.
+  absl::StatusOr<std::vector<uint32_t>> Generations(absl::Span<const int32_t> blocks) const;
+  // OK iff every block is allocated now and still at the generation recorded in
+  // `generations` (parallel to `blocks`): none was freed since. ABORTED naming the first block
+  // that was; INVALID_ARGUMENT for lists of different lengths or an id out of range.
+  absl::Status CheckGenerations(absl::Span<const int32_t> blocks,
+                                absl::Span<const uint32_t> generations) const;
+
   int32_t total_blocks() const { return num_blocks_; }
   int32_t free_blocks() const;
   // References held on `block` now (0: free or out of range).
@@ -54,6 +69,7 @@ class BlockManager {
   mutable absl::Mutex mu_;
   std::set<int32_t> free_ ABSL_GUARDED_BY(mu_);
   std::vector<int32_t> refcount_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> generation_ ABSL_GUARDED_BY(mu_);
   int64_t free_errors_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
