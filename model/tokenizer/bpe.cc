@@ -11,8 +11,15 @@ namespace tandem {
 
 absl::StatusOr<BpeMerger> BpeMerger::Create(
     const absl::flat_hash_map<std::string, int32_t>& vocab,
-    absl::Span<const std::pair<std::string, std::string>> merges) {
+    absl::Span<const std::pair<std::string, std::string>> merges, bool ignore_merges) {
   BpeMerger m;
+  if (ignore_merges) {
+    m.whole_.reserve(vocab.size());
+    std::string bytes;
+    for (const auto& [text, id] : vocab) {
+      if (ByteLevelToBytes(text, &bytes)) m.whole_.try_emplace(bytes, id);
+    }
+  }
   for (int b = 0; b < 256; ++b) {
     std::string text;
     AppendUtf8(ByteToUnicode(static_cast<uint8_t>(b)), &text);
@@ -34,6 +41,12 @@ absl::StatusOr<BpeMerger> BpeMerger::Create(
 }
 
 void BpeMerger::Encode(absl::string_view piece, std::vector<int32_t>* out) const {
+  if (!whole_.empty()) {
+    if (const auto it = whole_.find(piece); it != whole_.end()) {
+      out->push_back(it->second);
+      return;
+    }
+  }
   struct Symbol {
     int32_t id;
     int prev, next;  // -1 at the ends

@@ -2,6 +2,9 @@
 // adjacent pair with the lowest merge rank is merged repeatedly (leftmost first among equal
 // ranks) until no mergeable pair remains — the algorithm of GPT-2 and HF's BPE model.
 //
+// With ignore_merges (HF's BPE option, set for Llama 3), a piece that is itself a vocabulary
+// token is emitted as that token without merging.
+//
 // O(n log n) per piece (linked symbols + a min-heap with lazy invalidation), so long runs of
 // whitespace or punctuation stay cheap. Immutable after Create; thread-safe.
 #pragma once
@@ -27,7 +30,7 @@ class BpeMerger {
   // must be in vocab (InvalidArgument naming the merge).
   static absl::StatusOr<BpeMerger> Create(
       const absl::flat_hash_map<std::string, int32_t>& vocab,
-      absl::Span<const std::pair<std::string, std::string>> merges);
+      absl::Span<const std::pair<std::string, std::string>> merges, bool ignore_merges = false);
 
   // Appends the ids of one piece (raw bytes) to out.
   void Encode(absl::string_view piece, std::vector<int32_t>* out) const;
@@ -47,6 +50,8 @@ class BpeMerger {
 
   std::array<int32_t, 256> byte_tokens_{};
   absl::flat_hash_map<uint64_t, Merge> merges_;
+  // ignore_merges only: raw bytes of every byte-level token -> id.
+  absl::flat_hash_map<std::string, int32_t> whole_;
 };
 
 }  // namespace tandem

@@ -93,7 +93,8 @@ class Matcher {
     return i + 1;  // unreachable: every character is a letter, number, space or other
   }
 
-  size_t Llama3(size_t i) const {
+  // kLlama3 (max_digits 3) and kQwen2 (max_digits 1).
+  size_t Llama3(size_t i, size_t max_digits) const {
     if (size_t e = Contraction(i, true); e != i) return e;
     if (i < end_ && !Has(i, kLetter | kNumber) && !IsNewline(i) && Has(i + 1, kLetter)) {
       return Skip(i + 1, kLetter);
@@ -101,7 +102,7 @@ class Matcher {
     if (Has(i, kLetter)) return Skip(i, kLetter);
     if (Has(i, kNumber)) {
       size_t e = i;
-      while (e - i < 3 && Has(e, kNumber)) ++e;
+      while (e - i < max_digits && Has(e, kNumber)) ++e;
       return e;
     }
     if (size_t j = Is(i, ' ') ? i + 1 : i; Other(j)) {
@@ -128,7 +129,9 @@ void SplitRange(PreTokenizerKind kind, const Chars& c, size_t begin, size_t end,
                 absl::string_view text, std::vector<absl::string_view>* out) {
   const Matcher m(c, end);
   for (size_t i = begin; i < end;) {
-    const size_t e = kind == PreTokenizerKind::kLlama3 ? m.Llama3(i) : m.Gpt2(i);
+    const size_t e = kind == PreTokenizerKind::kLlama3  ? m.Llama3(i, 3)
+                     : kind == PreTokenizerKind::kQwen2 ? m.Llama3(i, 1)
+                                                        : m.Gpt2(i);
     out->push_back(text.substr(c.offset[i], c.offset[e] - c.offset[i]));
     i = e;
   }
@@ -137,11 +140,15 @@ void SplitRange(PreTokenizerKind kind, const Chars& c, size_t begin, size_t end,
 }  // namespace
 
 std::optional<PreTokenizerKind> PreTokenizerForGgufPre(absl::string_view pre) {
-  if (pre == "default" || pre == "gpt-2" || pre == "gpt2") return PreTokenizerKind::kGpt2;
-  if (pre == "smollm" || pre == "starcoder" || pre == "refact") {
+  // Names llama.cpp gives the same regexes (and that differ in nothing Tandem implements).
+  if (pre == "default" || pre == "gpt-2" || pre == "gpt2" || pre == "mpt") {
+    return PreTokenizerKind::kGpt2;
+  }
+  if (pre == "smollm" || pre == "starcoder" || pre == "refact" || pre == "command-r") {
     return PreTokenizerKind::kDigitsGpt2;
   }
-  if (pre == "llama-bpe" || pre == "llama3") return PreTokenizerKind::kLlama3;
+  if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") return PreTokenizerKind::kLlama3;
+  if (pre == "qwen2" || pre == "deepseek-r1-qwen") return PreTokenizerKind::kQwen2;
   return std::nullopt;
 }
 

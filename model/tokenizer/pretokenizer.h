@@ -10,6 +10,7 @@
 //                "starcoder", "refact")
 //   kLlama3      (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 //                 ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+   (GGUF pre "llama-bpe")
+//   kQwen2       kLlama3 with \p{N} instead of \p{N}{1,3} (one digit per piece; GGUF pre "qwen2")
 //
 // Text is UTF-8; an ill-formed byte sequence counts as one character of none of the classes.
 // Pure functions; thread-safe.
@@ -22,7 +23,7 @@
 
 namespace tandem {
 
-enum class PreTokenizerKind { kGpt2, kDigitsGpt2, kLlama3 };
+enum class PreTokenizerKind { kGpt2, kDigitsGpt2, kLlama3, kQwen2 };
 
 // The kind for a GGUF `tokenizer.ggml.pre` value; nullopt when unknown.
 std::optional<PreTokenizerKind> PreTokenizerForGgufPre(absl::string_view pre);

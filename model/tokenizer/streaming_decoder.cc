@@ -1,18 +1,23 @@
 #include "model/tokenizer/streaming_decoder.h"
 
+#include "absl/strings/strip.h"
 #include "model/tokenizer/utf8.h"
 
 namespace tandem {
 
 std::string StreamingDecoder::Push(int32_t id) {
+  const bool first = first_;
+  first_ = false;
   if (id < 0 || id >= tokenizer_.vocab_size()) {
     // Same rendering as Decode: the held bytes are cut off by the bad id.
-    std::string out = Flush();
+    std::string out = SanitizeUtf8(pending_);
+    pending_.clear();
     out.append(kReplacementUtf8);
     return out;
   }
-  if (skip_special_ && tokenizer_.Kind(id) == TokenKind::kControl) return {};
-  const absl::string_view bytes = tokenizer_.TokenBytes(id);
+  if (skip_special_ && tokenizer_.IsSkippable(id)) return {};
+  absl::string_view bytes = tokenizer_.TokenBytes(id);
+  if (first && tokenizer_.StripsFirstSpace(id, skip_special_)) absl::ConsumePrefix(&bytes, " ");
   pending_.append(bytes.data(), bytes.size());
   std::string out;
   absl::string_view rest(pending_);
@@ -33,6 +38,7 @@ std::string StreamingDecoder::Push(int32_t id) {
 std::string StreamingDecoder::Flush() {
   std::string out = SanitizeUtf8(pending_);
   pending_.clear();
+  first_ = true;
   return out;
 }
 

@@ -24,7 +24,7 @@ class StreamingDecoder {
   // Well-formed UTF-8 (possibly empty) completed by this token.
   std::string Push(int32_t id);
   // Whatever is still held, with an incomplete tail replaced by U+FFFD. The decoder is then
-  // empty and may be reused.
+  // empty and may be reused for a new sequence.
   std::string Flush();
 
   // Bytes held back waiting for the rest of a character.
@@ -34,6 +34,7 @@ class StreamingDecoder {
   const Tokenizer& tokenizer_;
   bool skip_special_;
   std::string pending_;
+  bool first_ = true;  // the next Push is the sequence's first token (see Decode's first space)
 };
 
 }  // namespace tandem

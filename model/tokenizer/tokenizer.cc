@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "model/tokenizer/byte_level.h"
@@ -29,6 +30,16 @@ std::string ByteTokenBytes(const std::string& text) {
   return text;
 }
 
+// A normal SentencePiece token's text with "▁" (U+2581) back to spaces.
+std::string UnescapeSpaces(absl::string_view text) {
+  return absl::StrReplaceAll(text, {{"\xE2\x96\x81", " "}});
+}
+
+// The whitespace llama.cpp's RSTRIP removes (C isspace).
+bool IsAsciiSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerSpec spec) {
@@ -42,14 +53,24 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerSpec spec)
     return absl::InvalidArgumentError(
         absl::StrCat("tokenizer has ", n, " tokens but ", spec.kinds.size(), " token types"));
   }
-  for (const auto& [name, id] : {std::pair{"bos", spec.bos_id}, std::pair{"eos", spec.eos_id},
-                                 std::pair{"padding", spec.pad_id}}) {
+  for (const auto& [name, id] :
+       {std::pair{"bos", spec.bos_id}, std::pair{"eos", spec.eos_id},
+        std::pair{"padding", spec.pad_id}, std::pair{"unknown", spec.unk_id}}) {
     if (id < -1 || id >= static_cast<int64_t>(n)) {
       return absl::InvalidArgumentError(
           absl::StrCat("tokenizer ", name, " id ", id, " is outside the vocabulary [0, ", n, ")"));
     }
   }
+  const bool spm = spec.model == TokenizerModel::kSentencePiece;
   std::unique_ptr<Tokenizer> t(new Tokenizer());
+  t->rstrip_.assign(n, false);
+  for (const int32_t id : spec.rstrip_ids) {
+    if (id < 0 || id >= static_cast<int64_t>(n)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tokenizer rstrip id ", id, " is outside the vocabulary [0, ", n, ")"));
+    }
+    t->rstrip_[id] = true;
+  }
   absl::flat_hash_map<std::string, int32_t> vocab;
   vocab.reserve(n);
   t->bytes_.resize(n);
@@ -60,6 +81,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerSpec spec)
     switch (spec.kinds[i]) {
       case TokenKind::kControl:
       case TokenKind::kUserDefined:
+      case TokenKind::kUnknown:
         t->bytes_[i] = text;
         if (t->special_ids_.try_emplace(text, id).second && !text.empty()) {
           t->specials_.emplace_back(text, id);
@@ -70,20 +92,35 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerSpec spec)
         t->bytes_[i] = ByteTokenBytes(text);
         break;
       default:
-        // A token outside the byte-level alphabet (rare; e.g. a padding entry) is its text.
-        if (!ByteLevelToBytes(text, &t->bytes_[i])) t->bytes_[i] = text;
+        if (spm) {
+          t->bytes_[i] = UnescapeSpaces(text);
+        } else if (!ByteLevelToBytes(text, &t->bytes_[i])) {
+          // A token outside the byte-level alphabet (rare; e.g. a padding entry) is its text.
+          t->bytes_[i] = text;
+        }
     }
   }
   std::stable_sort(t->specials_.begin(), t->specials_.end(),
                    [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
-  TANDEM_ASSIGN_OR_RETURN(BpeMerger bpe, BpeMerger::Create(vocab, spec.merges));
-  t->bpe_.emplace(std::move(bpe));
+  if (spm) {
+    if (spec.scores.empty()) spec.scores.assign(n, 0.0f);
+    TANDEM_ASSIGN_OR_RETURN(SpmMerger merger,
+                            SpmMerger::Create(spec.tokens, spec.scores, spec.unk_id));
+    t->spm_.emplace(std::move(merger));
+  } else {
+    TANDEM_ASSIGN_OR_RETURN(BpeMerger bpe,
+                            BpeMerger::Create(vocab, spec.merges, spec.ignore_merges));
+    t->bpe_.emplace(std::move(bpe));
+  }
+  t->model_ = spec.model;
+  t->add_space_prefix_ = spm && spec.add_space_prefix;
   t->tokens_ = std::move(spec.tokens);
   t->kinds_ = std::move(spec.kinds);
   t->pre_ = spec.pre;
   t->bos_id_ = spec.bos_id;
   t->eos_id_ = spec.eos_id;
   t->spec_add_bos_ = spec.add_bos && spec.bos_id >= 0;
+  t->spec_add_eos_ = spec.add_eos && spec.eos_id >= 0;
   if (spec.eos_id >= 0) t->stop_ids_.push_back(spec.eos_id);
   for (const absl::string_view stop : kStopTexts) {
     const auto it = t->special_ids_.find(stop);
@@ -96,6 +133,15 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerSpec spec)
 }
 
 void Tokenizer::EncodePlain(absl::string_view text, std::vector<int32_t>* out) const {
+  if (text.empty()) return;
+  if (spm_.has_value()) {
+    // Plain spans alternate with special tokens, so every span starts the input or follows a
+    // special token: each gets the prefix space (llama.cpp's is_prev_special rule).
+    std::string escaped = add_space_prefix_ ? "\xE2\x96\x81" : "";
+    escaped.append(absl::StrReplaceAll(text, {{" ", "\xE2\x96\x81"}}));
+    spm_->Encode(escaped, out);
+    return;
+  }
   for (const absl::string_view piece : PreTokenize(pre_, text)) bpe_->Encode(piece, out);
 }
 
@@ -111,7 +157,7 @@ std::vector<int32_t> Tokenizer::Encode(absl::string_view text, bool parse_specia
     }
     const std::pair<std::string, int32_t>* match = nullptr;
     for (const auto& special : specials_) {
-      if (!parse_special && kinds_[special.second] == TokenKind::kControl) continue;
+      if (!parse_special && kinds_[special.second] != TokenKind::kUserDefined) continue;
       if (absl::StartsWith(text.substr(p), special.first)) {
         match = &special;
         break;
@@ -124,24 +170,42 @@ std::vector<int32_t> Tokenizer::Encode(absl::string_view text, bool parse_specia
     EncodePlain(text.substr(plain_begin, p - plain_begin), &out);
     out.push_back(match->second);
     p += match->first.size();
+    if (rstrip_[match->second]) {
+      while (p < text.size() && IsAsciiSpace(text[p])) ++p;
+    }
     plain_begin = p;
   }
   EncodePlain(text.substr(plain_begin), &out);
+  if (spec_add_eos_ && with_bos) out.push_back(eos_id_);
   return out;
 }
 
 std::string Tokenizer::Decode(absl::Span<const int32_t> ids, bool skip_special) const {
   std::string bytes;
-  for (const int32_t id : ids) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
     if (id < 0 || id >= vocab_size()) {
       // Keep ill-formed input visible without letting it merge with neighbouring bytes.
       bytes.append(kReplacementUtf8);
       continue;
     }
-    if (skip_special && kinds_[id] == TokenKind::kControl) continue;
-    bytes.append(bytes_[id]);
+    if (skip_special && IsSkippable(id)) continue;
+    absl::string_view piece = bytes_[id];
+    if (i == 0 && StripsFirstSpace(id, skip_special)) absl::ConsumePrefix(&piece, " ");
+    bytes.append(piece.data(), piece.size());
   }
   return SanitizeUtf8(bytes);
+}
+
+bool Tokenizer::IsSkippable(int32_t id) const {
+  const TokenKind k = Kind(id);
+  return k == TokenKind::kControl || k == TokenKind::kUnknown;
+}
+
+bool Tokenizer::StripsFirstSpace(int32_t first_id, bool skip_special) const {
+  // llama.cpp's detokenizer drops the space add_space_prefix put in front of the text, except
+  // when it removes a leading BOS (then the text after it keeps its space).
+  return add_space_prefix_ && !(skip_special && spec_add_bos_ && first_id == bos_id_);
 }
 
 absl::string_view Tokenizer::TokenBytes(int32_t id) const {

@@ -1,10 +1,17 @@
-// Byte-level BPE tokenizer (GPT-2 family: SmolLM2, Llama 3, ...).
+// Tokenizer of two families, as llama.cpp and HF tokenizers run them:
+//  * byte-level BPE (GGUF tokenizer.ggml.model "gpt2": GPT-2, SmolLM2, Llama 3, Qwen2, ...):
+//    pre-tokenise each plain span (pretokenizer.h), BPE-merge each piece (bpe.h);
+//  * SentencePiece (model "llama": Llama 2, Mistral, TinyLlama, Phi-3): spaces become "▁",
+//    a space is put in front of text that starts the input or follows a special token
+//    (add_space_prefix), then score-ordered merging with byte fallback (spm.h).
 //
-// Encode: optionally split out special tokens (longest match first), pre-tokenise each plain
-// span (pretokenizer.h), BPE-merge each piece (bpe.h). Decode: concatenate token bytes (normal
-// tokens through the byte-level mapping, special tokens as their text) and replace ill-formed
-// UTF-8 by U+FFFD per maximal subpart, so Decode equals the concatenation of a
-// StreamingDecoder's output. Token ids are int32 in [0, vocab_size()).
+// Encode first splits out special tokens (longest first): user-defined tokens always, control
+// and unknown tokens only with parse_special. Decode concatenates token bytes (byte-level or
+// "▁"-unescaped text for normal tokens, the byte of "<0xHH>" byte tokens, special tokens as
+// their text), drops the first token's leading space when add_space_prefix (as llama.cpp's
+// detokenizer does) and replaces ill-formed UTF-8 by U+FFFD per maximal subpart, so Decode
+// equals the concatenation of a StreamingDecoder's output. Token ids are int32 in
+// [0, vocab_size()).
 //
 // Immutable after Create; every method is safe to call from several threads.
 #pragma once
@@ -23,6 +30,7 @@
 #include "absl/types/span.h"
 #include "model/tokenizer/bpe.h"
 #include "model/tokenizer/pretokenizer.h"
+#include "model/tokenizer/spm.h"
 
 namespace tandem {
 
@@ -36,15 +44,29 @@ enum class TokenKind : int32_t {
   kByte = 6,
 };
 
+enum class TokenizerModel {
+  kByteLevelBpe,   // GGUF "gpt2"
+  kSentencePiece,  // GGUF "llama"
+};
+
 struct TokenizerSpec {
-  std::vector<std::string> tokens;  // id -> text (byte-level for normal tokens)
+  TokenizerModel model = TokenizerModel::kByteLevelBpe;
+  std::vector<std::string> tokens;  // id -> text (byte-level or "▁"-escaped for normal tokens)
   std::vector<TokenKind> kinds;     // id -> kind; empty = all normal
-  std::vector<std::pair<std::string, std::string>> merges;  // rank order
-  PreTokenizerKind pre = PreTokenizerKind::kGpt2;
+  std::vector<std::pair<std::string, std::string>> merges;  // BPE: rank order
+  std::vector<float> scores;  // SentencePiece: id -> score (higher merges first); empty = all 0
+  PreTokenizerKind pre = PreTokenizerKind::kGpt2;  // BPE only
   int32_t bos_id = -1;  // -1 = none
   int32_t eos_id = -1;
   int32_t pad_id = -1;
+  int32_t unk_id = -1;   // SentencePiece: stands for a byte without a byte token
   bool add_bos = false;  // the model expects BOS in front of every prompt
+  bool add_eos = false;  // ... and EOS after it
+  bool add_space_prefix = false;  // SentencePiece (see above)
+  bool ignore_merges = false;     // BPE: a piece that is a token is kept whole (Llama 3)
+  // Special tokens that swallow the whitespace after them when matched in text (llama.cpp's
+  // RSTRIP attribute; Phi-3's added tokens).
+  std::vector<int32_t> rstrip_ids;
 };
 
 class Tokenizer {
@@ -54,11 +76,13 @@ class Tokenizer {
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(TokenizerSpec spec);
 
   // parse_special: control tokens written in the text (e.g. "<|im_end|>") become their ids;
-  // otherwise they are encoded as plain text. BOS is prepended when add_bos() and `with_bos`.
+  // otherwise they are encoded as plain text. With `with_bos` (llama.cpp's add_special), BOS
+  // is prepended when add_bos() and EOS appended when add_eos().
   std::vector<int32_t> Encode(absl::string_view text, bool parse_special = false,
                               bool with_bos = true) const;
 
-  // skip_special drops control tokens. Ids outside the vocabulary decode to U+FFFD.
+  // skip_special drops control and unknown tokens (and then keeps the leading space of a text
+  // that starts with BOS, as llama.cpp does). Ids outside the vocabulary decode to U+FFFD.
   std::string Decode(absl::Span<const int32_t> ids, bool skip_special = false) const;
 
   // The raw bytes a token stands for (may be part of a UTF-8 character); empty for an id
@@ -75,6 +99,13 @@ class Tokenizer {
   std::optional<int32_t> bos_id() const;
   std::optional<int32_t> eos_id() const;
   bool add_bos() const { return spec_add_bos_; }
+  bool add_eos() const { return spec_add_eos_; }
+  TokenizerModel model() const { return model_; }
+  // Decode drops one leading space of the first token's bytes when this is true for that
+  // first id (SentencePiece with add_space_prefix; see Decode).
+  bool StripsFirstSpace(int32_t first_id, bool skip_special) const;
+  // Tokens skip_special drops: control and unknown.
+  bool IsSkippable(int32_t id) const;
   // Every id that ends generation: eos_id plus end-of-turn control tokens of the vocabulary
   // (<|im_end|>, <|endoftext|>, <|eot_id|>, <|end_of_text|>, <end_of_turn>).
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
@@ -90,17 +121,22 @@ class Tokenizer {
   Tokenizer() = default;
   void EncodePlain(absl::string_view text, std::vector<int32_t>* out) const;
 
+  TokenizerModel model_ = TokenizerModel::kByteLevelBpe;
   std::vector<std::string> tokens_;
   std::vector<TokenKind> kinds_;
   std::vector<std::string> bytes_;  // id -> decoded bytes
   PreTokenizerKind pre_ = PreTokenizerKind::kGpt2;
   std::optional<BpeMerger> bpe_;
+  std::optional<SpmMerger> spm_;
   // Special tokens matched in text: (text, id), longest first.
   std::vector<std::pair<std::string, int32_t>> specials_;
+  std::vector<bool> rstrip_;  // id -> swallows the whitespace after it
   std::array<bool, 256> special_first_byte_{};  // a special token may start with this byte
   absl::flat_hash_map<std::string, int32_t> special_ids_;
   int32_t bos_id_ = -1, eos_id_ = -1;
   bool spec_add_bos_ = false;
+  bool spec_add_eos_ = false;
+  bool add_space_prefix_ = false;
   std::vector<int32_t> stop_ids_;
 };
 

@@ -57,7 +57,17 @@ TEST(PreTokenizerTest, GgufPreNames) {
   EXPECT_EQ(PreTokenizerForGgufPre("gpt-2"), PreTokenizerKind::kGpt2);
   EXPECT_EQ(PreTokenizerForGgufPre("default"), PreTokenizerKind::kGpt2);
   EXPECT_EQ(PreTokenizerForGgufPre("llama-bpe"), PreTokenizerKind::kLlama3);
-  EXPECT_FALSE(PreTokenizerForGgufPre("qwen2").has_value());
+  EXPECT_EQ(PreTokenizerForGgufPre("qwen2"), PreTokenizerKind::kQwen2);
+  EXPECT_EQ(PreTokenizerForGgufPre("command-r"), PreTokenizerKind::kDigitsGpt2);
+  EXPECT_FALSE(PreTokenizerForGgufPre("deepseek-llm").has_value());
+  EXPECT_FALSE(PreTokenizerForGgufPre("").has_value());
+}
+
+TEST(PreTokenizerTest, Qwen2TakesOneDigitPerPiece) {
+  EXPECT_EQ(Pieces(PreTokenizerKind::kQwen2, "abc 12345 x"),
+            (V{"abc", " ", "1", "2", "3", "4", "5", " x"}));
+  EXPECT_EQ(Pieces(PreTokenizerKind::kLlama3, "abc 12345 x"),
+            (V{"abc", " ", "123", "45", " x"}));
 }
 
 }  // namespace

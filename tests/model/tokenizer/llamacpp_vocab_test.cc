@@ -1,0 +1,194 @@
+// Tandem's tokenizers against llama.cpp's reference tokenisations: the ggml-vocab-*.gguf
+// vocabularies (no weights) with their .gguf.inp / .gguf.out files from llama.cpp's models/
+// directory (deploy/fetch-llamacpp-data.sh; TANDEM_LLAMACPP_DATA names the directory holding
+// vocab/). The .out ids were produced by HF `tokenizers` for each input, and llama.cpp's
+// tests/test-tokenizer-0 checks its own tokenizer against them the same way: inputs separated
+// by "\n__ggml_vocab_test__\n", one line of space-separated ids per input, encoded without
+// BOS/EOS and without parsing control tokens.
+//
+// For every claimed vocabulary, each line is loaded through the real GGUF loader
+// (TokenizerFromGguf), encoded and compared id for id; the ids are then decoded and must give
+// the input back byte for byte. Every vocabulary with reference data that is not claimed must
+// be refused at load, naming the unsupported value. Prints
+// RESULT tokenizer_reference_lines_matched=<matched>/<total> over the claimed vocabularies.
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "gtest/gtest.h"
+#include "model/format/gguf_file.h"
+#include "model/tokenizer/gguf_tokenizer.h"
+#include "tests/model/format/status_matchers.h"
+
+namespace tandem {
+namespace {
+
+using Ids = std::vector<int32_t>;
+
+// Vocabularies Tandem claims: every reference line must match.
+constexpr const char* kClaimed[] = {
+    "llama-spm", "phi-3", "llama-bpe", "qwen2", "gpt-2", "starcoder", "refact", "mpt", "command-r",
+};
+
+// Vocabularies with reference data that Tandem refuses, and the value the refusal must name.
+struct Refused {
+  const char* name;
+  const char* named;
+};
+constexpr Refused kRefused[] = {
+    {"bert-bge", "tokenizer.ggml.model 'bert'"},
+    {"gemma-4", "tokenizer.ggml.model 'gemma4'"},
+    {"qwen35", "tokenizer.ggml.pre 'qwen35'"},
+    {"falcon", "tokenizer.ggml.pre 'falcon'"},
+    {"deepseek-llm", "tokenizer.ggml.pre 'deepseek-llm'"},
+    {"deepseek-coder", "tokenizer.ggml.pre 'deepseek-coder'"},
+};
+
+std::string DataDir() {
+  const char* dir = std::getenv("TANDEM_LLAMACPP_DATA");
+  return dir == nullptr ? "" : absl::StrCat(dir, "/vocab");
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Case {
+  std::string input;
+  Ids ids;
+};
+
+// The reference cases of one vocabulary, split as test-tokenizer-0 splits them. Fails the
+// test (and returns nothing) when the files are missing or disagree in count.
+std::vector<Case> ReadCases(const std::string& gguf) {
+  const std::string inp = ReadAll(gguf + ".inp"), out = ReadAll(gguf + ".out");
+  if (inp.empty() || out.empty()) {
+    ADD_FAILURE() << "missing or empty " << gguf << ".inp/.out";
+    return {};
+  }
+  std::vector<std::string> inputs;
+  const std::string kSep = "\n__ggml_vocab_test__\n";
+  for (size_t pos = 0; pos < inp.size();) {
+    const size_t next = inp.find(kSep, pos);
+    if (next == std::string::npos) {
+      inputs.push_back(inp.substr(pos));
+      break;
+    }
+    inputs.push_back(inp.substr(pos, next - pos));
+    pos = next + kSep.size();
+  }
+  std::vector<std::string> lines = absl::StrSplit(out, '\n');
+  if (!lines.empty() && lines.back().empty()) lines.pop_back();
+  if (lines.size() != inputs.size()) {
+    ADD_FAILURE() << gguf << ": " << inputs.size() << " inputs but " << lines.size()
+                  << " output lines";
+    return {};
+  }
+  std::vector<Case> cases(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    cases[i].input = inputs[i];
+    for (const absl::string_view tok :
+         absl::StrSplit(absl::StripAsciiWhitespace(lines[i]), ' ', absl::SkipEmpty())) {
+      int32_t id = 0;
+      if (!absl::SimpleAtoi(tok, &id)) {
+        ADD_FAILURE() << gguf << ".out line " << i + 1 << ": bad id '" << tok << "'";
+        return {};
+      }
+      cases[i].ids.push_back(id);
+    }
+  }
+  return cases;
+}
+
+std::string Show(const std::string& s) {
+  return absl::StrCat("'", absl::CEscape(s), "'");
+}
+
+class LlamaCppVocabTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (DataDir().empty()) {
+      GTEST_SKIP() << "TANDEM_LLAMACPP_DATA is not set; run deploy/fetch-llamacpp-data.sh and "
+                      "point it at the directory it prints (deploy/test.sh does this)";
+    }
+  }
+};
+
+TEST_F(LlamaCppVocabTest, ClaimedVocabulariesMatchEveryReferenceLine) {
+  int matched = 0, total = 0;
+  for (const char* name : kClaimed) {
+    SCOPED_TRACE(name);
+    const std::string gguf = absl::StrCat(DataDir(), "/ggml-vocab-", name, ".gguf");
+    absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(gguf);
+    ASSERT_OK(file);
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tok = TokenizerFromGguf(**file);
+    ASSERT_OK(tok);
+    const std::vector<Case> cases = ReadCases(gguf);
+    ASSERT_FALSE(cases.empty());
+    int vocab_matched = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case& c = cases[i];
+      const Ids ids = (*tok)->Encode(c.input, /*parse_special=*/false, /*with_bos=*/false);
+      const std::string back = (*tok)->Decode(ids);
+      const bool ok = ids == c.ids && back == c.input;
+      EXPECT_EQ(ids, c.ids) << name << " input #" << i << " " << Show(c.input) << ": got "
+                            << absl::StrJoin(ids, " ") << ", want "
+                            << absl::StrJoin(c.ids, " ");
+      EXPECT_EQ(back, c.input) << name << " input #" << i << " does not decode back";
+      vocab_matched += ok;
+    }
+    std::cout << "vocab " << name << ": " << vocab_matched << "/" << cases.size()
+              << " lines encode to the reference ids and decode back\n";
+    matched += vocab_matched;
+    total += static_cast<int>(cases.size());
+  }
+  std::cout << "RESULT tokenizer_reference_lines_matched=" << matched << "/" << total << "\n";
+}
+
+TEST_F(LlamaCppVocabTest, UnclaimedVocabulariesAreRefusedByName) {
+  for (const Refused& r : kRefused) {
+    SCOPED_TRACE(r.name);
+    const std::string gguf = absl::StrCat(DataDir(), "/ggml-vocab-", r.name, ".gguf");
+    absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(gguf);
+    ASSERT_OK(file);
+    EXPECT_STATUS_IS(TokenizerFromGguf(**file), absl::StatusCode::kUnimplemented,
+                     absl::StrCat("unsupported ", r.named));
+  }
+}
+
+// Every vocabulary with reference data is either claimed or refused: a new one in llama.cpp's
+// data must be decided on, not silently ignored.
+TEST_F(LlamaCppVocabTest, EveryReferenceVocabularyIsClaimedOrRefused) {
+  std::vector<std::string> known;
+  for (const char* name : kClaimed) known.push_back(name);
+  for (const Refused& r : kRefused) known.push_back(r.name);
+  int seen = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(DataDir())) {
+    const std::string file = entry.path().filename().string();
+    absl::string_view name = file;
+    if (!absl::ConsumePrefix(&name, "ggml-vocab-") || !absl::ConsumeSuffix(&name, ".gguf.out")) {
+      continue;
+    }
+    ++seen;
+    EXPECT_NE(std::find(known.begin(), known.end(), name), known.end())
+        << "reference vocabulary '" << name << "' is neither claimed nor refused";
+  }
+  EXPECT_EQ(seen, static_cast<int>(known.size()));
+}
+
+}  // namespace
+}  // namespace tandem
