@@ -1,6 +1,7 @@
 #include "model/tokenizer/pretokenizer.h"
 
 #include <cstdint>
+#include <functional>
 
 #include "model/tokenizer/unicode_class.h"
 #include "model/tokenizer/utf8.h"
@@ -8,7 +9,7 @@
 namespace tandem {
 namespace {
 
-enum : uint8_t { kLetter = 1, kNumber = 2, kSpace = 4 };
+enum : uint8_t { kLetter = 1, kNumber = 2, kSpace = 4, kMark = 8, kPunctuation = 16 };
 
 // Decoded text: code point, class bits and byte offset per character (plus an end sentinel
 // offset), so matchers work on characters and pieces map back to byte ranges.
@@ -27,9 +28,10 @@ Chars Decode(absl::string_view text) {
     uint8_t cls = 0;
     if (step.status == Utf8Status::kComplete) {
       cp = step.codepoint;
-      cls = static_cast<uint8_t>((IsUnicodeLetter(cp) ? kLetter : 0) |
-                                 (IsUnicodeNumber(cp) ? kNumber : 0) |
-                                 (IsUnicodeWhitespace(cp) ? kSpace : 0));
+      cls = static_cast<uint8_t>(
+          (IsUnicodeLetter(cp) ? kLetter : 0) | (IsUnicodeNumber(cp) ? kNumber : 0) |
+          (IsUnicodeWhitespace(cp) ? kSpace : 0) | (IsUnicodeMark(cp) ? kMark : 0) |
+          (IsUnicodePunctuation(cp) ? kPunctuation : 0));
     }
     c.cp.push_back(cp);
     c.cls.push_back(cls);
@@ -45,7 +47,13 @@ class Matcher {
   Matcher(const Chars& c, size_t end) : c_(c), end_(end) {}
 
   bool Has(size_t i, uint8_t cls) const { return i < end_ && (c_.cls[i] & cls) != 0; }
-  bool Other(size_t i) const { return i < end_ && (c_.cls[i] & (kLetter | kNumber | kSpace)) == 0; }
+  // [^\s\p{L}\p{N}] (and, with kMark in `classes`, not \p{M} either).
+  bool Other(size_t i, uint8_t classes = kLetter | kNumber | kSpace) const {
+    return i < end_ && (c_.cls[i] & classes) == 0;
+  }
+  bool InRange(size_t i, char32_t lo, char32_t hi) const {
+    return i < end_ && c_.cp[i] >= lo && c_.cp[i] <= hi;
+  }
   bool Is(size_t i, char32_t ch) const { return i < end_ && c_.cp[i] == ch; }
   bool IsLower(size_t i, char ch) const {
     return i < end_ && (c_.cp[i] == static_cast<char32_t>(ch) ||
@@ -57,8 +65,8 @@ class Matcher {
     while (Has(i, cls)) ++i;
     return i;
   }
-  size_t SkipOther(size_t i) const {
-    while (Other(i)) ++i;
+  size_t SkipOther(size_t i, uint8_t classes = kLetter | kNumber | kSpace) const {
+    while (Other(i, classes)) ++i;
     return i;
   }
 
@@ -93,20 +101,23 @@ class Matcher {
     return i + 1;  // unreachable: every character is a letter, number, space or other
   }
 
-  // kLlama3 (max_digits 3) and kQwen2 (max_digits 1).
-  size_t Llama3(size_t i, size_t max_digits) const {
+  // kLlama3 (max_digits 3, no marks), kQwen2 (1, no marks) and kQwen35 (1, marks: letter runs
+  // are [\p{L}\p{M}]+ and "other" excludes \p{M}).
+  size_t Llama3(size_t i, size_t max_digits, bool marks) const {
     if (size_t e = Contraction(i, true); e != i) return e;
-    if (i < end_ && !Has(i, kLetter | kNumber) && !IsNewline(i) && Has(i + 1, kLetter)) {
-      return Skip(i + 1, kLetter);
+    const uint8_t word = marks ? kLetter | kMark : kLetter;
+    if (i < end_ && !Has(i, kLetter | kNumber) && !IsNewline(i) && Has(i + 1, word)) {
+      return Skip(i + 1, word);
     }
-    if (Has(i, kLetter)) return Skip(i, kLetter);
+    if (Has(i, word)) return Skip(i, word);
     if (Has(i, kNumber)) {
       size_t e = i;
       while (e - i < max_digits && Has(e, kNumber)) ++e;
       return e;
     }
-    if (size_t j = Is(i, ' ') ? i + 1 : i; Other(j)) {
-      size_t e = SkipOther(j);
+    const uint8_t other = marks ? kLetter | kNumber | kSpace | kMark : kLetter | kNumber | kSpace;
+    if (size_t j = Is(i, ' ') ? i + 1 : i; Other(j, other)) {
+      size_t e = SkipOther(j, other);
       while (IsNewline(e)) ++e;
       return e;
     }
@@ -120,21 +131,105 @@ class Matcher {
     return i + 1;
   }
 
+  // \s?X+ where X is the class `cls`; returns i when nothing matches at i.
+  size_t SpaceThenRun(size_t i, uint8_t cls) const {
+    if (Has(i, kSpace) && Has(i + 1, cls)) return Skip(i + 1, cls);
+    return Skip(i, cls);
+  }
+
+  // Falcon's [\p{P}\$\+<=>\^~\|`]+: punctuation and every ASCII symbol.
+  bool FalconPunct(size_t i) const {
+    if (i >= end_) return false;
+    const char32_t cp = c_.cp[i];
+    if (cp < 0x80) return cp > 0x20 && cp < 0x7F && !IsAsciiAlnum(cp);
+    return (c_.cls[i] & kPunctuation) != 0;
+  }
+  size_t FalconPunctRun(size_t i) const {
+    while (FalconPunct(i)) ++i;
+    return i;
+  }
+
+  // [0-9][0-9][0-9]
+  size_t ThreeAsciiDigits(size_t i) const {
+    for (size_t k = i; k < i + 3; ++k) {
+      if (!InRange(k, '0', '9')) return i;
+    }
+    return i + 3;
+  }
+
+  // DeepSeek's [一-龥ࠀ-一가-퟿]+ (U+4E00..U+9FA5, U+0800..U+4E00, U+AC00..U+D7FF).
+  size_t CjkRun(size_t i) const {
+    while (InRange(i, 0x4E00, 0x9FA5) || InRange(i, 0x0800, 0x4E00) || InRange(i, 0xAC00, 0xD7FF)) {
+      ++i;
+    }
+    return i;
+  }
+
  private:
+  static bool IsAsciiAlnum(char32_t cp) {
+    return (cp >= '0' && cp <= '9') || ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z');
+  }
+
   const Chars& c_;
   size_t end_;
 };
 
-void SplitRange(PreTokenizerKind kind, const Chars& c, size_t begin, size_t end,
-                absl::string_view text, std::vector<absl::string_view>* out) {
-  const Matcher m(c, end);
-  for (size_t i = begin; i < end;) {
-    const size_t e = kind == PreTokenizerKind::kLlama3  ? m.Llama3(i, 3)
-                     : kind == PreTokenizerKind::kQwen2 ? m.Llama3(i, 1)
-                                                        : m.Gpt2(i);
-    out->push_back(text.substr(c.offset[i], c.offset[e] - c.offset[i]));
-    i = e;
+// One step of a pre-tokenizer: the end of the match at i, or i when none starts there.
+using Stage = std::function<size_t(const Matcher&, size_t)>;
+
+struct Range {
+  size_t begin, end;  // character indices
+};
+
+// Splits every range as a regex split with "isolated" behaviour does (llama.cpp's
+// unicode_regex_split): each leftmost match is a piece, and so is each stretch between matches.
+std::vector<Range> Split(const Chars& c, const std::vector<Range>& ranges, const Stage& stage) {
+  std::vector<Range> out;
+  out.reserve(ranges.size());
+  for (const Range& r : ranges) {
+    const Matcher m(c, r.end);
+    size_t gap = r.begin;
+    for (size_t i = r.begin; i < r.end;) {
+      const size_t e = stage(m, i);
+      if (e == i) {
+        ++i;
+        continue;
+      }
+      if (gap < i) out.push_back({gap, i});
+      out.push_back({i, e});
+      i = gap = e;
+    }
+    if (gap < r.end) out.push_back({gap, r.end});
   }
+  return out;
+}
+
+std::vector<Stage> StagesOf(PreTokenizerKind kind) {
+  const Stage gpt2 = [](const Matcher& m, size_t i) { return m.Gpt2(i); };
+  const Stage each_number = [](const Matcher& m, size_t i) {
+    return m.Has(i, kNumber) ? i + 1 : i;
+  };
+  switch (kind) {
+    case PreTokenizerKind::kGpt2:
+      return {gpt2};
+    case PreTokenizerKind::kDigitsGpt2:
+      return {each_number, gpt2};
+    case PreTokenizerKind::kLlama3:
+      return {[](const Matcher& m, size_t i) { return m.Llama3(i, 3, false); }};
+    case PreTokenizerKind::kQwen2:
+      return {[](const Matcher& m, size_t i) { return m.Llama3(i, 1, false); }};
+    case PreTokenizerKind::kQwen35:
+      return {[](const Matcher& m, size_t i) { return m.Llama3(i, 1, true); }};
+    case PreTokenizerKind::kFalcon:
+      return {[](const Matcher& m, size_t i) { return m.FalconPunctRun(i); }, gpt2,
+              [](const Matcher& m, size_t i) { return m.ThreeAsciiDigits(i); }};
+    case PreTokenizerKind::kDeepseekCoder:
+      return {[](const Matcher& m, size_t i) { return m.IsNewline(i) ? i + 1 : i; },
+              [](const Matcher& m, size_t i) { return m.SpaceThenRun(i, kLetter); },
+              [](const Matcher& m, size_t i) { return m.SpaceThenRun(i, kPunctuation); },
+              [](const Matcher& m, size_t i) { return m.CjkRun(i); }, each_number};
+  }
+  return {gpt2};
 }
 
 }  // namespace
@@ -149,27 +244,21 @@ std::optional<PreTokenizerKind> PreTokenizerForGgufPre(absl::string_view pre) {
   }
   if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") return PreTokenizerKind::kLlama3;
   if (pre == "qwen2" || pre == "deepseek-r1-qwen") return PreTokenizerKind::kQwen2;
+  if (pre == "qwen35") return PreTokenizerKind::kQwen35;
+  if (pre == "falcon") return PreTokenizerKind::kFalcon;
+  if (pre == "deepseek-coder") return PreTokenizerKind::kDeepseekCoder;
   return std::nullopt;
 }
 
 std::vector<absl::string_view> PreTokenize(PreTokenizerKind kind, absl::string_view text) {
   const Chars c = Decode(text);
+  std::vector<Range> ranges;
+  if (!c.cp.empty()) ranges.push_back({0, c.cp.size()});
+  for (const Stage& stage : StagesOf(kind)) ranges = Split(c, ranges, stage);
   std::vector<absl::string_view> out;
-  const size_t n = c.cp.size();
-  if (kind != PreTokenizerKind::kDigitsGpt2) {
-    SplitRange(kind, c, 0, n, text, &out);
-    return out;
-  }
-  for (size_t i = 0; i < n;) {
-    if (c.cls[i] & kNumber) {
-      out.push_back(text.substr(c.offset[i], c.offset[i + 1] - c.offset[i]));
-      ++i;
-      continue;
-    }
-    size_t e = i;
-    while (e < n && !(c.cls[e] & kNumber)) ++e;
-    SplitRange(PreTokenizerKind::kGpt2, c, i, e, text, &out);
-    i = e;
+  out.reserve(ranges.size());
+  for (const Range& r : ranges) {
+    out.push_back(text.substr(c.offset[r.begin], c.offset[r.end] - c.offset[r.begin]));
   }
   return out;
 }

@@ -11,6 +11,15 @@
 //   kLlama3      (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 //                 ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+   (GGUF pre "llama-bpe")
 //   kQwen2       kLlama3 with \p{N} instead of \p{N}{1,3} (one digit per piece; GGUF pre "qwen2")
+//   kQwen35      kQwen2 with [\p{L}\p{M}]+ letter runs and [^\s\p{L}\p{M}\p{N}] "other" runs
+//                (GGUF pre "qwen35")
+//   kFalcon      [\p{P}$+<=>^~|`]+ isolated, then kGpt2's regex on every piece, then
+//                [0-9][0-9][0-9] isolated (GGUF pre "falcon")
+//   kDeepseekCoder  [\r\n], \s?\p{L}+, \s?\p{P}+, [一-龥ࠀ-一가-퟿]+ and \p{N} isolated in turn
+//                (GGUF pre "deepseek-coder")
+//
+// A sequence of splits works as llama.cpp and HF's Split(behavior=Isolated) do: each regex
+// splits every piece of the previous one, and the text between its matches stays a piece.
 //
 // Text is UTF-8; an ill-formed byte sequence counts as one character of none of the classes.
 // Pure functions; thread-safe.
@@ -23,7 +32,15 @@
 
 namespace tandem {
 
-enum class PreTokenizerKind { kGpt2, kDigitsGpt2, kLlama3, kQwen2 };
+enum class PreTokenizerKind {
+  kGpt2,
+  kDigitsGpt2,
+  kLlama3,
+  kQwen2,
+  kQwen35,
+  kFalcon,
+  kDeepseekCoder,
+};
 
 // The kind for a GGUF `tokenizer.ggml.pre` value; nullopt when unknown.
 std::optional<PreTokenizerKind> PreTokenizerForGgufPre(absl::string_view pre);

@@ -33,6 +33,10 @@ bool IsUnicodeNumber(char32_t cp) {
   return InRanges(kNumberRanges, cp);
 }
 
+bool IsUnicodeMark(char32_t cp) { return cp >= 0x300 && InRanges(kMarkRanges, cp); }
+
+bool IsUnicodePunctuation(char32_t cp) { return InRanges(kPunctuationRanges, cp); }
+
 bool IsUnicodeWhitespace(char32_t cp) {
   switch (cp) {
     case 0x09:

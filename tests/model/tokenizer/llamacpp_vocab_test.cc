@@ -38,7 +38,8 @@ using Ids = std::vector<int32_t>;
 
 // Vocabularies Tandem claims: every reference line must match.
 constexpr const char* kClaimed[] = {
-    "llama-spm", "phi-3", "llama-bpe", "qwen2", "gpt-2", "starcoder", "refact", "mpt", "command-r",
+    "llama-spm", "phi-3",  "llama-bpe", "qwen2",  "qwen35",         "gpt-2",
+    "starcoder", "refact", "mpt",       "falcon", "deepseek-coder", "command-r",
 };
 
 // Vocabularies with reference data that Tandem refuses, and the value the refusal must name.
@@ -49,10 +50,7 @@ struct Refused {
 constexpr Refused kRefused[] = {
     {"bert-bge", "tokenizer.ggml.model 'bert'"},
     {"gemma-4", "tokenizer.ggml.model 'gemma4'"},
-    {"qwen35", "tokenizer.ggml.pre 'qwen35'"},
-    {"falcon", "tokenizer.ggml.pre 'falcon'"},
     {"deepseek-llm", "tokenizer.ggml.pre 'deepseek-llm'"},
-    {"deepseek-coder", "tokenizer.ggml.pre 'deepseek-coder'"},
 };
 
 std::string DataDir() {
