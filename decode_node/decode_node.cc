@@ -8,6 +8,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/request_checks.h"
 #include "common/status_macros.h"
+#include "kv_transfer/kv_digest.h"
 #include "kv_transfer/planner.h"
 #include "kv_transfer/ucx/transfer_checks.h"
 #include "model/format/model_loader.h"
@@ -196,7 +197,7 @@ absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvH
                                        const std::vector<int32_t>& blocks,
                                        const std::function<bool()>& cancelled,
                                        std::atomic<bool>* cancel, int32_t* first_token,
-                                       TransferStats* stats) {
+                                       std::vector<uint32_t>* digests, TransferStats* stats) {
   // The prefill runs for as long as its prompt takes; every wait below is bounded on its own
   // (stall_timeout between progress messages), this only caps a stream that keeps repeating.
   constexpr absl::Duration kWatchCap = absl::Hours(1);
@@ -241,9 +242,53 @@ absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvH
     }
     if (next->done) {
       *first_token = next->first_token;
+      *digests = next->kv_digests;
       return absl::OkStatus();
     }
   }
+}
+
+absl::Status DecodeNode::VerifyDigests(const TransferMetadata& source, const KvHandle& kv,
+                                       const std::vector<int32_t>& blocks,
+                                       const std::vector<uint32_t>& digests,
+                                       TransferStats* stats) {
+  const absl::Time start = absl::Now();
+  // The whole prompt's plan: for a pipelined pull it reads every prompt byte from the same source
+  // rank and offset as the union of its range plans (planner.h), so it maps what landed.
+  TANDEM_ASSIGN_OR_RETURN(TransferPlan plan, PlanKvTransfer(source.layout, kv.block_table,
+                                                            layout(), blocks, kv.num_tokens));
+  std::vector<absl::Span<const std::byte>> pools;
+  for (int32_t d = 0; d < instance_->world(); ++d) {
+    const KvPoolView pool = instance_->transfer_pool(d);
+    pools.emplace_back(static_cast<const std::byte*>(pool.base),
+                       static_cast<size_t>(PoolBytes(pool.geometry, pool.num_blocks)));
+  }
+  std::vector<KvDigestMismatch> bad;
+  const absl::Status s = VerifyKvDigests(
+      source.layout, layout(), plan, kv.num_tokens,
+      KvDigestBinding{kv.request_id, kv.generation, kv.block_table, kv.block_generations},
+      digests, pools, &bad);
+  stats->digest_micros = absl::ToInt64Microseconds(absl::Now() - start);
+  if (s.ok()) {
+    stats->digests_verified = true;
+    kv_digests_verified_.fetch_add(1);
+    return s;
+  }
+  kv_digest_mismatches_.fetch_add(1);
+  // One line per bad block shard: what an operator needs to find the faulty pool or link.
+  for (const KvDigestMismatch& m : bad) {
+    std::string ranks;
+    for (int32_t d : m.dst_ranks) absl::StrAppend(&ranks, ranks.empty() ? "" : ",", d);
+    const std::string line = absl::StrCat(
+        "tandem-decode: KV digest mismatch request_id=", kv.request_id,
+        " prefill=", kv.prefill_address, " engine=", kv.engine_id, " lease=", kv.generation,
+        " src_rank=", m.src_rank, " block=", m.block, " block_generation=", m.block_generation,
+        " head=", m.head, " dst_ranks=", ranks, "\n");
+    std::fwrite(line.data(), 1, line.size(), stderr);
+  }
+  return absl::AbortedError(absl::StrCat("the KV pulled from prefill ", kv.prefill_address,
+                                         " failed its digests (", s.message(),
+                                         "); the pulled KV is discarded (prefill again)"));
 }
 
 absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSink sink,
@@ -292,10 +337,12 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   };
   TransferStats stats;
   int32_t first_token = call.first_token;
+  std::vector<uint32_t> digests = kv.kv_digests;
   const absl::Time t0 = absl::Now();
   absl::Status pulled;
   if (call.pipelined) {
-    pulled = PullPipelined(*meta, kv, blocks, cancelled, &cancel_pull, &first_token, &stats);
+    pulled = PullPipelined(*meta, kv, blocks, cancelled, &cancel_pull, &first_token, &digests,
+                           &stats);
   } else {
     TANDEM_ASSIGN_OR_RETURN(TransferPlan plan, PlanKvTransfer(meta->layout, kv.block_table, dst,
                                                               blocks, kv.num_tokens));
@@ -313,6 +360,11 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   TANDEM_RETURN_IF_ERROR(pulled);
   if (call.pipelined) {
     TANDEM_RETURN_IF_ERROR(CheckTokenId(first_token, config_.vocab_size, "prefill's first token"));
+  }
+  // Before the lease is released and before any decode step reads the KV. A prefill that sends
+  // no digests (--kv_digests=false) is trusted as before.
+  if (!digests.empty()) {
+    TANDEM_RETURN_IF_ERROR(VerifyDigests(*meta, kv, blocks, digests, &stats));
   }
 
   released = true;

@@ -6,9 +6,11 @@
 //   transfer metadata (cached per prefill engine id + epoch; compatibility hash checked once) →
 //   lease kept alive from here until the pull ends (LeaseKeeper) → blocks for prompt +
 //   max_new_tokens (waiting for capacity up to queue_timeout) → plan (kv_transfer/planner.h) →
-//   one pull per rank, all ranks concurrently → ReleaseKv → if the lease did not hold, discard
-//   and fail with ABORTED (the router prefills again) → continuous-batched decode, tokens
-//   streamed through DecodeSink.
+//   one pull per rank, all ranks concurrently → KV digests checked (kv_transfer/kv_digest.h;
+//   a mismatch discards the KV and fails with ABORTED naming the prefill, so the router
+//   prefills again elsewhere) → ReleaseKv, quoting the handle's block generations → if the
+//   lease did not hold, discard and fail with ABORTED (the router prefills again) →
+//   continuous-batched decode, tokens streamed through DecodeSink.
 //
 // With `colocated_prefill` the node also serves StartColocated: it prefills a prompt itself on
 // the same instance and pools and decodes it, no prefill node and no transfer
@@ -88,6 +90,9 @@ struct TransferStats {
   // Pipelined: pulls (one per progress step), and those done while the prefill still ran.
   int32_t chunks = 0;
   int32_t chunks_before_prefill_done = 0;
+  // KV digests: whether the handle had them and every pulled byte matched, and the check's time.
+  bool digests_verified = false;
+  int64_t digest_micros = 0;
 };
 
 class DecodeNode {
@@ -128,6 +133,9 @@ class DecodeNode {
   int32_t running() const { return engine_->running(); }
   int32_t queued() const;
   absl::Time started() const { return started_; }
+  // Since start: transfers whose KV failed its digests (discarded), and transfers verified.
+  int64_t kv_digest_mismatches() const { return kv_digest_mismatches_.load(); }
+  int64_t kv_digests_verified() const { return kv_digests_verified_.load(); }
 
  private:
   explicit DecodeNode(DecodeNodeOptions options);
@@ -146,7 +154,13 @@ class DecodeNode {
   absl::Status PullPipelined(const TransferMetadata& source, const KvHandle& kv,
                              const std::vector<int32_t>& blocks,
                              const std::function<bool()>& cancelled, std::atomic<bool>* cancel,
-                             int32_t* first_token, TransferStats* stats);
+                             int32_t* first_token, std::vector<uint32_t>* digests,
+                             TransferStats* stats);
+  // Checks the pulled KV (whole prompt, in the local pools) against kv's digests; counts and
+  // logs a mismatch. ABORTED naming the prefill on a mismatch or a malformed digest list.
+  absl::Status VerifyDigests(const TransferMetadata& source, const KvHandle& kv,
+                             const std::vector<int32_t>& blocks,
+                             const std::vector<uint32_t>& digests, TransferStats* stats);
   // Best effort: the prefill frees the KV; returns whether its lease held.
   absl::StatusOr<bool> ReleaseKv(const KvHandle& kv);
 
@@ -167,6 +181,8 @@ class DecodeNode {
   std::map<std::pair<std::string, uint64_t>, std::shared_ptr<const TransferMetadata>> metadata_
       ABSL_GUARDED_BY(mu_);
   int32_t waiting_ ABSL_GUARDED_BY(mu_) = 0;     // calls waiting for capacity or pulling
+  std::atomic<int64_t> kv_digest_mismatches_{0};
+  std::atomic<int64_t> kv_digests_verified_{0};
   std::unique_ptr<ColocatedPrefill> colocated_;  // with colocated_prefill; destroyed first
 };
 

@@ -37,6 +37,8 @@ absl::StatusOr<KvHandle> KvHandleFromProto(const v1::KvHandle& p) {
   kv.lease_expiry = absl::FromUnixMillis(p.lease_expiry_unix_ms());
   kv.generation = p.generation();
   kv.prefill_address = p.prefill_address();
+  kv.block_generations.assign(p.block_generations().begin(), p.block_generations().end());
+  kv.kv_digests.assign(p.kv_digests().begin(), p.kv_digests().end());
   return kv;
 }
 
@@ -110,8 +112,12 @@ grpc::Status DecodeServiceImpl::Decode(grpc::ServerContext* ctx, const v1::Decod
       .Add("generated_tokens", record.generated)
       .AddMillis("queue_ms", record.setup - transfer)
       .AddMillis("transfer_ms", transfer)
-      .Add("transfer_bytes", record.transfer.has_value() ? record.transfer->bytes : 0)
-      .AddMillis("decode_ms", record.decode)
+      .Add("transfer_bytes", record.transfer.has_value() ? record.transfer->bytes : 0);
+  if (record.transfer.has_value() && record.transfer->digests_verified) {
+    line.Add("digests_verified", "true")
+        .AddMillis("digest_ms", absl::Microseconds(record.transfer->digest_micros));
+  }
+  line.AddMillis("decode_ms", record.decode)
       .AddMillis("total_ms", absl::Now() - record.start);
   if (!status.ok()) line.Add("error", status.error_message());
   WriteLogLine("tandem-decode", line.str());

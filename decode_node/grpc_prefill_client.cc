@@ -56,6 +56,7 @@ class GrpcKvWatch final : public KvWatch {
       latest_.tokens_ready = std::max(latest_.tokens_ready, msg.tokens_ready());
       latest_.done = msg.done();
       latest_.first_token = msg.first_token();
+      if (msg.done()) latest_.kv_digests.assign(msg.kv_digests().begin(), msg.kv_digests().end());
       fresh_ = true;
     }
     const absl::Status end = FromGrpcStatus(reader_->Finish());
@@ -125,6 +126,8 @@ absl::StatusOr<bool> GrpcPrefillClient::ReleaseKv(const KvHandle& kv, absl::Time
   req.set_request_id(kv.request_id);
   req.set_epoch(kv.epoch);
   req.set_generation(kv.generation);
+  for (int32_t b : kv.block_table) req.add_block_table(b);
+  for (uint32_t g : kv.block_generations) req.add_block_generations(g);
   v1::ReleaseKvResponse resp;
   const grpc::Status s = Stub(kv.prefill_address)->ReleaseKv(&ctx, req, &resp);
   if (!s.ok()) return FromGrpcStatus(s);

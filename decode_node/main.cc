@@ -86,6 +86,22 @@ int main(int argc, char** argv) {
         !s.ok()) {
       return s;
     }
+    // Provable KV (docs/kv_transfer.md): transfers whose KV failed / passed its digests.
+    if (absl::Status s = metrics.AddCallbackCounter(
+            "tandem_kv_digest_mismatches_total",
+            "KV transfers whose pulled KV failed its digests (discarded; the router prefills "
+            "again elsewhere)",
+            [n] { return double(n->kv_digest_mismatches()); });
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = metrics.AddCallbackCounter(
+            "tandem_kv_digests_verified_total",
+            "KV transfers whose every pulled byte matched the prefill's digests",
+            [n] { return double(n->kv_digests_verified()); });
+        !s.ok()) {
+      return s;
+    }
     service.SetNode(node.get());
     return absl::StrCat("serving ", node->model_name(), " on ", advertise, " (",
                         node->total_blocks(), " blocks per rank",

@@ -30,6 +30,11 @@ struct KvHandle {
   absl::Time lease_expiry;
   uint64_t generation = 0;      // identifies this allocation; release/renew quote it
   std::string prefill_address;  // where the metadata, renewals and releases are served
+  // Generation fencing: block_table[i]'s generation when the lease was taken; ReleaseKv quotes
+  // them back (empty from a prefill that does not send them).
+  std::vector<uint32_t> block_generations;
+  // KV digests (kv_transfer/kv_digest.h); empty: not sent (digests off, or an early handle).
+  std::vector<uint32_t> kv_digests;
 };
 
 // One message of a pipelined prefill's progress (PrefillService.WatchKv).
@@ -37,6 +42,7 @@ struct KvProgressEvent {
   int64_t tokens_ready = 0;  // the prompt's first tokens_ready tokens have their KV complete
   bool done = false;         // the prefill finished; first_token is its sampled token
   int32_t first_token = 0;
+  std::vector<uint32_t> kv_digests;  // with done: the KV digests (empty: digests off)
 };
 
 // A pipelined prefill's progress stream. Destroying it cancels the stream (bounded: it waits
@@ -67,7 +73,9 @@ class PrefillClient {
       const KvHandle& kv, absl::Time deadline) = 0;
 
   // The prefill frees kv's blocks. Whether the lease was still held when it did (false: the KV
-  // may have been overwritten; whatever was pulled must be discarded). Errors: the call failed.
+  // may have been overwritten; whatever was pulled must be discarded) — and, when kv carries
+  // block_generations, whether none of its blocks was freed since (generation fencing).
+  // Errors: the call failed.
   [[nodiscard]] virtual absl::StatusOr<bool> ReleaseKv(const KvHandle& kv, absl::Time deadline) = 0;
 
   // Pipelined transfer: watches the progress of the prefill still computing kv (an early

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -19,7 +20,8 @@ struct KvProgressSnapshot {
   int64_t tokens_ready = 0;
   bool done = false;  // finished: first_token is the sampled token
   int32_t first_token = 0;
-  absl::Status status;  // not OK: failed (final)
+  std::vector<uint32_t> kv_digests;  // with done: the KV digests (empty: digests off)
+  absl::Status status;               // not OK: failed (final)
 
   bool final() const { return done || !status.ok(); }
   friend bool operator==(const KvProgressSnapshot&, const KvProgressSnapshot&) = default;
@@ -29,7 +31,7 @@ class KvProgress {
  public:
   // Ignored once final or when it would not grow.
   void Advance(int64_t tokens_ready);
-  void Finish(int64_t num_tokens, int32_t first_token);
+  void Finish(int64_t num_tokens, int32_t first_token, std::vector<uint32_t> kv_digests = {});
   // Ignored once final. REQUIRES: !status.ok().
   void Fail(absl::Status status);
 

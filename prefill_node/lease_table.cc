@@ -59,4 +59,9 @@ absl::Time LeaseTable::NextExpiry() const {
   return t;
 }
 
+std::vector<int32_t> LeaseTable::Blocks(uint64_t generation) const {
+  const auto it = leases_.find(generation);
+  return it == leases_.end() ? std::vector<int32_t>() : it->second.blocks;
+}
+
 }  // namespace tandem

@@ -39,6 +39,8 @@ class LeaseTable {
 
   // Whether the lease of `generation` is held.
   bool Holds(uint64_t generation) const { return leases_.contains(generation); }
+  // The blocks of the lease of `generation`; empty when it is not held.
+  std::vector<int32_t> Blocks(uint64_t generation) const;
 
   // Earliest expiry, or InfiniteFuture when empty.
   absl::Time NextExpiry() const;

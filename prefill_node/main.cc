@@ -24,6 +24,10 @@ ABSL_FLAG(int32_t, lease_ms, 30000, "default KV lease after a prefill");
 ABSL_FLAG(std::string, engine_id, "", "engine id in KV handles (default: prefill-<address>)");
 ABSL_FLAG(bool, prefix_cache, false,
           "keep full KV blocks of finished prompts and reuse them for prompts sharing the prefix");
+ABSL_FLAG(bool, kv_digests, true,
+          "send CRC32C digests of every KV block shard with each KV handle, which the decode "
+          "node checks before decoding (docs/kv_transfer.md, Provable KV); false only to "
+          "measure their cost");
 ABSL_FLAG(int64_t, prefix_cache_max_blocks, 0,
           "most KV blocks the prefix cache keeps (0 = as many as the pool holds)");
 
@@ -71,6 +75,7 @@ int main(int argc, char** argv) {
     o.default_lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
     o.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
     o.prefix_cache_max_blocks = absl::GetFlag(FLAGS_prefix_cache_max_blocks);
+    o.kv_digests = absl::GetFlag(FLAGS_kv_digests);
     o.sources = tandem::UcxSourceFactory(tandem::UcxOptionsFromFlags());
     std::fprintf(stderr, "tandem-prefill: loading %s (%s) on %s\n", o.model_path.c_str(),
                  o.instance.parallel.ToString().c_str(), advertise.c_str());

@@ -7,6 +7,7 @@
 #include "common/prefix_hash.h"
 #include "common/request_checks.h"
 #include "common/status_macros.h"
+#include "kv_transfer/kv_digest.h"
 
 namespace tandem {
 namespace {
@@ -189,6 +190,9 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(const std::string& request_i
             if (released_early) {
               ++leases_released_early_;
             } else {
+              // The engine still holds the blocks here: these are the generations the KV was
+              // written under.
+              out.block_generations = *blocks_->Generations(r->block_table);
               out.generation = leases_.Add(request_id, std::move(r->block_table), out.lease_expiry);
             }
           }
@@ -206,6 +210,18 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(const std::string& request_i
         wait->done.Notify();
       });
   TANDEM_RETURN_IF_ERROR(AwaitSubmitted(submitted, wait->done, request_id, deadline, cancelled));
+  if (wait->outcome.ok()) {
+    // Digests on this handler thread, not the engine's: the lease keeps the blocks as written.
+    PrefillOutcome& o = *wait->outcome;
+    absl::StatusOr<std::vector<uint32_t>> digests =
+        Digests(request_id, o.generation, o.block_table, o.block_generations, o.num_tokens);
+    if (!digests.ok()) {
+      ReleaseKv(request_id, epoch_, o.generation);
+      return absl::InternalError(
+          absl::StrCat("cannot compute the KV digests: ", digests.status().message()));
+    }
+    o.kv_digests = *std::move(digests);
+  }
   if (wait->outcome.ok() && (cancelled() || absl::Now() > deadline)) {
     // Finished, but nobody will take the KV: free it now rather than at lease expiry.
     ReleaseKv(request_id, epoch_, wait->outcome->generation);
@@ -248,6 +264,8 @@ absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
     absl::Notification done;
     bool answered = false;
     uint64_t generation = 0;  // 0: no lease was taken
+    std::vector<int32_t> blocks;               // the lease's, from admission
+    std::vector<uint32_t> block_generations;  // parallel to blocks
     absl::StatusOr<PrefillOutcome> outcome = absl::UnknownError("pending");
   };
   auto wait = std::make_shared<Wait>();
@@ -273,6 +291,7 @@ absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
     }
     PrefillOutcome out;
     out.block_table = blocks;
+    out.block_generations = *blocks_->Generations(blocks);
     out.num_tokens = num_tokens;
     out.cached_tokens = tokens_ready;
     out.lease_expiry = absl::Now() + lease;
@@ -282,6 +301,8 @@ absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
       pipelines_[out.generation] = Pipeline{request_id, progress};
     }
     wait->generation = out.generation;
+    wait->blocks = out.block_table;
+    wait->block_generations = out.block_generations;
     wait->outcome = std::move(out);
     wait->done.Notify();
   };
@@ -317,8 +338,20 @@ absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
           }
         }
         if (lease_blocks.has_value()) blocks_->Release(*lease_blocks);
+        std::vector<uint32_t> digests;
         if (failure.ok()) {
-          progress->Finish(r->num_tokens, r->first_token);
+          // On the engine's thread: the decode side needs them with the final progress message.
+          absl::StatusOr<std::vector<uint32_t>> d = Digests(
+              request_id, gen, wait->blocks, wait->block_generations, r->num_tokens);
+          if (d.ok()) {
+            digests = *std::move(d);
+          } else {
+            failure = absl::InternalError(
+                absl::StrCat("cannot compute the KV digests: ", d.status().message()));
+          }
+        }
+        if (failure.ok()) {
+          progress->Finish(r->num_tokens, r->first_token, std::move(digests));
         } else {
           progress->Fail(failure);
         }
@@ -371,22 +404,64 @@ void PrefillNode::CancelPrefills(const std::vector<std::string>& request_ids) {
   for (const std::string& id : request_ids) engine_->Cancel(id);
 }
 
-bool PrefillNode::ReleaseKv(const std::string& request_id, uint64_t epoch, uint64_t generation) {
+bool PrefillNode::ReleaseKv(const std::string& request_id, uint64_t epoch, uint64_t generation,
+                            absl::Span<const int32_t> handle_blocks,
+                            absl::Span<const uint32_t> handle_generations) {
   if (generation == 0 && (epoch == 0 || epoch == epoch_)) return ReleaseRequest(request_id);
   if (epoch != epoch_) return false;
   std::optional<std::vector<int32_t>> blocks;
   std::vector<std::string> cancel;
+  absl::Status fenced;
   {
     absl::MutexLock lock(&mu_);
     blocks = leases_.Release(request_id, generation);
     if (blocks.has_value()) ++leases_released_;
+    // Generation fencing, after the decode side's reads and before this release frees anything
+    // (which bumps the generations itself): a block freed since the lease was taken — by a
+    // bookkeeping bug, since the lease held a reference — has a newer generation now, and a
+    // block can be reused and overwritten only after such a free. So any reuse that overlapped
+    // the reads is seen here, and the release reports the lease as not held.
+    if (blocks.has_value() && !handle_generations.empty()) {
+      fenced = blocks_->CheckGenerations(handle_blocks, handle_generations);
+    }
     cancel = DropPipelinesWithoutLease(
         absl::CancelledError("the KV lease was released while the prefill ran"));
   }
   CancelPrefills(cancel);
   if (!blocks.has_value()) return false;
   blocks_->Release(*blocks);
+  if (!fenced.ok()) {
+    const std::string line =
+        absl::StrCat("tandem-prefill: KV lease ", generation, " of request ", request_id,
+                     " released as NOT held: ", fenced.message(), "\n");
+    std::fwrite(line.data(), 1, line.size(), stderr);
+    return false;
+  }
   return true;
+}
+
+bool PrefillNode::TestOnlyFreeLeasedBlocks(uint64_t generation) {
+  std::vector<int32_t> blocks;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!leases_.Holds(generation)) return false;
+    blocks = leases_.Blocks(generation);
+  }
+  blocks_->Release(blocks);
+  return true;
+}
+
+absl::StatusOr<std::vector<uint32_t>> PrefillNode::Digests(
+    const std::string& request_id, uint64_t lease_generation, const std::vector<int32_t>& blocks,
+    const std::vector<uint32_t>& block_generations, int64_t num_tokens) const {
+  if (!options_.kv_digests) return std::vector<uint32_t>();
+  std::vector<absl::Span<const std::byte>> pools;
+  for (int32_t r = 0; r < source_->world(); ++r) {
+    const KvPoolMemory& p = source_->pool(r);
+    pools.emplace_back(static_cast<const std::byte*>(p.base()), static_cast<size_t>(p.bytes()));
+  }
+  return ComputeKvDigests(source_->metadata().layout, pools, num_tokens,
+                          KvDigestBinding{request_id, lease_generation, blocks, block_generations});
 }
 
 bool PrefillNode::ReleaseRequest(const std::string& request_id) {

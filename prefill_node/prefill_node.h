@@ -21,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "engine/block_manager.h"
 #include "engine/instance.h"
 #include "engine/prefill_engine.h"
@@ -45,6 +46,9 @@ struct PrefillNodeOptions {
   absl::Duration max_lease = absl::Minutes(5);
   bool prefix_cache = false;            // off by default for now: docs/prefix_cache.md
   int64_t prefix_cache_max_blocks = 0;  // 0: as many as the pool holds
+  // KV digests in every handle (docs/kv_transfer.md "Provable KV"); off only to measure their
+  // cost (tandem-prefill --kv_digests).
+  bool kv_digests = true;
   KvSourceFactory sources;  // required: the transport that allocates and publishes the pools
 };
 
@@ -55,6 +59,11 @@ struct PrefillOutcome {
   int64_t cached_tokens = 0;  // of num_tokens, served from the prefix cache
   uint64_t generation = 0;
   absl::Time lease_expiry;
+  // Parallel to block_table: each block's generation when the lease was taken (fencing).
+  std::vector<uint32_t> block_generations;
+  // KV digests (kv_transfer/kv_digest.h), empty with kv_digests off or for an early handle
+  // (StartPipelined: the final KvProgress carries them).
+  std::vector<uint32_t> kv_digests;
 };
 
 struct NodeLoad {
@@ -114,7 +123,19 @@ class PrefillNode {
   // (EarlyReleases; remembered only until that prefill ends, so a later request reusing the id
   // keeps its lease). The router sends it after giving up on a Prefill call whose answer may be
   // on its way.
-  bool ReleaseKv(const std::string& request_id, uint64_t epoch, uint64_t generation);
+  //
+  // Generation fencing: with `handle_blocks` and `handle_generations` (the KvHandle's, as the
+  // decode side quotes them) a held lease also reports false when any of those blocks was freed
+  // since the lease was taken (BlockManager::CheckGenerations), whatever the lease table says —
+  // so KV read from a block that a bookkeeping bug let another request reuse is discarded.
+  bool ReleaseKv(const std::string& request_id, uint64_t epoch, uint64_t generation,
+                 absl::Span<const int32_t> handle_blocks = {},
+                 absl::Span<const uint32_t> handle_generations = {});
+  // Testing only (fault injection): frees lease `generation`'s blocks while the lease stays
+  // held — the bookkeeping bug generation fencing exists for. False when no such lease.
+  bool TestOnlyFreeLeasedBlocks(uint64_t generation);
+  // Testing only: the pool of global rank `rank`, to corrupt KV under a live handle.
+  KvPoolMemory& TestOnlyPool(int32_t rank) const { return source_->pool(rank); }
   std::optional<absl::Time> RenewLease(const std::string& request_id, uint64_t generation,
                                        absl::Duration extend);
 
@@ -155,6 +176,12 @@ class PrefillNode {
   std::vector<std::string> DropPipelinesWithoutLease(const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CancelPrefills(const std::vector<std::string>& request_ids);
+  // Digests of a leased prompt's KV, or an empty list with kv_digests off.
+  absl::StatusOr<std::vector<uint32_t>> Digests(const std::string& request_id,
+                                                uint64_t lease_generation,
+                                                const std::vector<int32_t>& blocks,
+                                                const std::vector<uint32_t>& block_generations,
+                                                int64_t num_tokens) const;
 
   struct Pipeline {
     std::string request_id;

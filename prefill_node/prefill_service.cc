@@ -82,6 +82,7 @@ grpc::Status PrefillServiceImpl::RunPrefill(grpc::ServerContext* ctx, const v1::
                           absl::Milliseconds(req->lease_ms()), DeadlineOf(ctx), cancelled);
   if (!out.ok()) return ToGrpcStatus(out.status());
   *cached_tokens = out->cached_tokens;
+  resp->set_cached_tokens(out->cached_tokens);
   if (req->early_handle()) {
     resp->set_kv_pending(true);
   } else {
@@ -97,6 +98,8 @@ grpc::Status PrefillServiceImpl::RunPrefill(grpc::ServerContext* ctx, const v1::
   kv->set_lease_expiry_unix_ms(absl::ToUnixMillis(out->lease_expiry));
   kv->set_generation(out->generation);
   kv->set_prefill_address(node->advertised_address());
+  for (uint32_t g : out->block_generations) kv->add_block_generations(g);
+  for (uint32_t d : out->kv_digests) kv->add_kv_digests(d);
   return grpc::Status::OK;
 }
 
@@ -120,7 +123,10 @@ grpc::Status PrefillServiceImpl::WatchKv(grpc::ServerContext* ctx, const v1::Wat
         v1::KvProgress msg;
         msg.set_tokens_ready(now.tokens_ready);
         msg.set_done(now.done);
-        if (now.done) msg.set_first_token(now.first_token);
+        if (now.done) {
+          msg.set_first_token(now.first_token);
+          for (uint32_t d : now.kv_digests) msg.add_kv_digests(d);
+        }
         if (!writer->Write(msg)) {
           return grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away");
         }
@@ -154,7 +160,10 @@ grpc::Status PrefillServiceImpl::ReleaseKv(grpc::ServerContext*, const v1::Relea
                                            v1::ReleaseKvResponse* resp) {
   PrefillNode* node = node_.load();
   if (node == nullptr) return Starting();
-  resp->set_lease_held(node->ReleaseKv(req->request_id(), req->epoch(), req->generation()));
+  resp->set_lease_held(node->ReleaseKv(
+      req->request_id(), req->epoch(), req->generation(),
+      absl::Span<const int32_t>(req->block_table().data(), req->block_table_size()),
+      absl::Span<const uint32_t>(req->block_generations().data(), req->block_generations_size())));
   return grpc::Status::OK;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "attention/pool_layout.h"
 #include "engine/combined_engine.h"
 #include "gtest/gtest.h"
 #include "kv_transfer/fake/fake_kv_puller.h"
@@ -29,6 +30,7 @@ using ::tandem::fake::FakeFaults;
 using ::tandem::fake::FakeKvNetwork;
 using ::tandem::fake::FakeKvSource;
 using ::tandem::fake::MetadataCorruption;
+using ::testing::AllOf;
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
@@ -172,6 +174,9 @@ TEST_F(DecodeNodeTest, PullsReleasesTheLeaseAndDecodes) {
   ASSERT_NE(node, nullptr);
   Outcome out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 5);
   ASSERT_OK(out.started);
+  EXPECT_TRUE(out.started->digests_verified);
+  EXPECT_EQ(node->kv_digests_verified(), 1);
+  EXPECT_EQ(node->kv_digest_mismatches(), 0);
   EXPECT_GT(out.started->bytes, 0);
   EXPECT_EQ(out.started->bytes, net_.bytes("p-fast"));
   EXPECT_OK(out.done);
@@ -307,6 +312,37 @@ TEST_F(PipelinedDecodeTest, PullsEachRangeAsItIsReadyAndStreamsThePrefillsFirstT
   ExpectAllBlocksFree(*node);
 }
 
+// The final progress message carries the digests; they are checked over the whole prompt after
+// the last range landed, before the first decode step. A byte that changed after the prefill
+// computed them fails the transfer.
+TEST_F(PipelinedDecodeTest, DigestsOfTheFinalProgressAreCheckedBeforeDecoding) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  prefill_->set_send_digests(false);  // an early handle has none
+  const KvHandle kv = prefill_->Lease(kFast, "r1", 40);
+  KvProgressEvent done{40, true, 9};
+  done.kv_digests = prefill_->DigestsOf(kv);
+  prefill_->ScriptWatch({KvProgressEvent{13, false, 0}, done});
+  const Pipelined ok = Run(*node, kv);
+  ASSERT_OK(ok.out.started);
+  EXPECT_TRUE(ok.out.started->digests_verified);
+  EXPECT_OK(ok.out.done);
+
+  const KvHandle again = prefill_->Lease(kFast, "r2", 40);
+  done.kv_digests = prefill_->DigestsOf(again);
+  auto* pool = static_cast<std::byte*>(sources_[0]->pool(0).base());
+  pool[KvByteOffset(RankPoolGeometry(again.layout, 0), again.block_table[2], 0, 1, 1, 7)] ^=
+      std::byte{0x80};  // token 39 (block 2, slot 7): in the last range
+  prefill_->ScriptWatch({KvProgressEvent{13, false, 0}, done});
+  const Pipelined bad = Run(*node, again);
+  EXPECT_THAT(bad.out.started,
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("digest mismatch in 1 of")));
+  EXPECT_TRUE(bad.tokens.empty());  // not even the prefill's first token went out
+  EXPECT_EQ(node->kv_digest_mismatches(), 1);
+  EXPECT_EQ(prefill_->leases(), 0);
+  ExpectAllBlocksFree(*node);
+}
+
 TEST_F(PipelinedDecodeTest, BrokenProgressStreamFailsWithItsErrorAndReleasesTheLease) {
   std::unique_ptr<DecodeNode> node = NewNode();
   ASSERT_NE(node, nullptr);
@@ -343,6 +379,66 @@ TEST_F(PipelinedDecodeTest, ProgressBeyondThePromptIsInternal) {
   const Pipelined p = Run(*node, prefill_->Lease(kFast, "r1", 40));
   EXPECT_THAT(p.out.started,
               StatusIs(absl::StatusCode::kInternal, HasSubstr("41 tokens ready of a 40-token")));
+  EXPECT_EQ(prefill_->leases(), 0);
+  ExpectAllBlocksFree(*node);
+}
+
+// Fault injection (issue 28): a byte of the prefill's pool changes while the pull is in flight
+// (both ranks' first copies waiting on the paused link). The digests catch it before any decode
+// step: the KV is discarded, the mismatch counted, the lease released, every block freed, and
+// the error is ABORTED naming the prefill, so the router prefills again elsewhere.
+TEST_F(DecodeNodeTest, ByteFlippedInThePrefillPoolMidPullIsCaughtAndDiscarded) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  const KvHandle kv = prefill_->Lease(kFast, "r1", 40);
+  ASSERT_FALSE(kv.kv_digests.empty());
+  net_.SetFaults("p-fast", FakeFaults{.paused = true});
+  Outcome out;
+  std::thread decoding([&] { out = Decode(*node, kv, 2); });
+  ASSERT_TRUE(WaitFor([&] { return net_.paused_waiters("p-fast") == 2; }));
+  // Token 3's K of layer 0, head 1 (tp 2: decode rank 1's head) in block kv.block_table[0].
+  const PoolGeometry g = RankPoolGeometry(kv.layout, 0);
+  auto* pool = static_cast<std::byte*>(sources_[0]->pool(0).base());
+  pool[KvByteOffset(g, kv.block_table[0], 1, 0, 0, 3)] ^= std::byte{0x01};
+  net_.Resume("p-fast");
+  decoding.join();
+  EXPECT_THAT(out.started, StatusIs(absl::StatusCode::kAborted,
+                                    AllOf(HasSubstr("prefill prefill-fast:1"),
+                                          HasSubstr("digest mismatch in 1 of"),
+                                          HasSubstr("head 1"), HasSubstr("destination rank(s) 1"))));
+  EXPECT_EQ(node->kv_digest_mismatches(), 1);
+  EXPECT_EQ(node->kv_digests_verified(), 0);
+  EXPECT_EQ(prefill_->releases(), 1);
+  EXPECT_EQ(prefill_->leases(), 0);
+  ExpectAllBlocksFree(*node);
+  EXPECT_EQ(node->running(), 0);
+
+  // The retry (a fresh prefill: new digests over what the pool holds now) succeeds.
+  Outcome retry = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2);
+  ASSERT_OK(retry.started);
+  EXPECT_TRUE(retry.started->digests_verified);
+  EXPECT_OK(retry.done);
+  ExpectAllBlocksFree(*node);
+}
+
+TEST_F(DecodeNodeTest, HandleWithoutDigestsIsPulledUnchecked) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  prefill_->set_send_digests(false);
+  Outcome out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2);
+  ASSERT_OK(out.started);
+  EXPECT_FALSE(out.started->digests_verified);
+  EXPECT_EQ(node->kv_digests_verified(), 0);
+  EXPECT_OK(out.done);
+}
+
+TEST_F(DecodeNodeTest, DigestListOfTheWrongSizeFailsTheTransfer) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  KvHandle kv = prefill_->Lease(kFast, "r1", 40);
+  kv.kv_digests.pop_back();
+  Outcome out = Decode(*node, kv, 2);
+  EXPECT_THAT(out.started, StatusIs(absl::StatusCode::kAborted, HasSubstr("units")));
   EXPECT_EQ(prefill_->leases(), 0);
   ExpectAllBlocksFree(*node);
 }

@@ -1,6 +1,7 @@
 #include "tests/decode_node/fake_prefill.h"
 
 #include "absl/strings/str_cat.h"
+#include "kv_transfer/kv_digest.h"
 
 namespace tandem::testing {
 namespace {
@@ -65,7 +66,32 @@ KvHandle FakePrefill::Lease(const std::string& address, const std::string& reque
   kv.lease_expiry = absl::Now() + lease_;
   kv.generation = table_.Add(request_id, kv.block_table, kv.lease_expiry);
   kv.prefill_address = address;
+  kv.block_generations.assign(kv.block_table.size(), 1);
+  if (send_digests_) kv.kv_digests = Digests(kv);
   return kv;
+}
+
+std::vector<uint32_t> FakePrefill::Digests(const KvHandle& kv) {
+  const fake::FakeKvSource* source = instances_.at(kv.prefill_address);
+  std::vector<absl::Span<const std::byte>> pools;
+  for (int32_t r = 0; r < source->world(); ++r) {
+    const KvPoolMemory& p = source->pool(r);
+    pools.emplace_back(static_cast<const std::byte*>(p.base()), static_cast<size_t>(p.bytes()));
+  }
+  absl::StatusOr<std::vector<uint32_t>> d = ComputeKvDigests(
+      source->metadata().layout, pools, kv.num_tokens,
+      KvDigestBinding{kv.request_id, kv.generation, kv.block_table, kv.block_generations});
+  return d.ok() ? *std::move(d) : std::vector<uint32_t>();
+}
+
+std::vector<uint32_t> FakePrefill::DigestsOf(const KvHandle& kv) {
+  absl::MutexLock lock(&mu_);
+  return Digests(kv);
+}
+
+void FakePrefill::set_send_digests(bool v) {
+  absl::MutexLock lock(&mu_);
+  send_digests_ = v;
 }
 
 void FakePrefill::Revoke(const KvHandle& kv) {

@@ -1,7 +1,9 @@
 // An in-process prefill side for DecodeNode tests: a PrefillClient whose "prefill instances"
 // are FakeKvSources on a FakeKvNetwork, and whose leases live in a real LeaseTable with the
 // prefill node's semantics (expired leases are reaped before every call). Knobs make renewals
-// and releases fail as RPCs would; counters let tests assert what the node asked for.
+// and releases fail as RPCs would; counters let tests assert what the node asked for. Handles
+// carry block generations (all 1) and, unless set_send_digests(false), the KV digests of the
+// source pools as they are when Lease is called (kv_transfer/kv_digest.h).
 // Thread-safety: thread-safe.
 #pragma once
 
@@ -31,6 +33,9 @@ class FakePrefill final : public PrefillClient {
   void Revoke(const KvHandle& kv);  // kv's lease is gone (as if reaped)
   void ExpireAll();                 // every lease expires now (the prefill reaped them)
 
+  // The digests of kv's KV as the pools hold it now (for scripted pipelined progress).
+  std::vector<uint32_t> DigestsOf(const KvHandle& kv);
+  void set_send_digests(bool v);
   void set_renew_fails(bool v);
   void set_release_fails(bool v);
 
@@ -57,6 +62,7 @@ class FakePrefill final : public PrefillClient {
 
  private:
   void Reap() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<uint32_t> Digests(const KvHandle& kv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const absl::Duration lease_;
   absl::Mutex mu_;
@@ -64,6 +70,7 @@ class FakePrefill final : public PrefillClient {
   LeaseTable table_ ABSL_GUARDED_BY(mu_);
   bool renew_fails_ ABSL_GUARDED_BY(mu_) = false;
   bool release_fails_ ABSL_GUARDED_BY(mu_) = false;
+  bool send_digests_ ABSL_GUARDED_BY(mu_) = true;
   int32_t renewals_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t renew_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t releases_ ABSL_GUARDED_BY(mu_) = 0;
