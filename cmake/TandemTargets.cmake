@@ -111,6 +111,23 @@ function(tandem_test)
   endif()
 endfunction()
 
+# tandem_forced_isa_tests(<test> LABELS <labels...> [ARGS <args...>] [TIMEOUT <s>]): runs the
+# already defined test binary <test> again as <test>_avx2 and <test>_portable, with
+# TANDEM_CPU_ISA forcing that CPU kernel path (tests/forced_isa.sh; skipped where the CPU lacks
+# it). The same binary: no extra build time.
+function(tandem_forced_isa_tests test)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "LABELS;ARGS" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  foreach(isa avx2 portable)
+    add_test(NAME ${test}_${isa}
+             COMMAND ${PROJECT_SOURCE_DIR}/tests/forced_isa.sh ${isa} $<TARGET_FILE:${test}> ${ARG_ARGS})
+    set_tests_properties(${test}_${isa} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+                         SKIP_RETURN_CODE 77)
+  endforeach()
+endfunction()
+
 # Warning policy for a target with .cu sources: the host compiler gets the same warnings as the
 # rest of Tandem, and with TANDEM_WERROR nvcc's and the host compiler's warnings are errors.
 function(tandem_cuda_target target)

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "attention/cpu/cpu_isa.h"
 #include "common/prometheus_text.h"
 #include "serving/advertise_address.h"
 #include "serving/heartbeat.h"
@@ -122,6 +123,8 @@ int RunNodeProcess(const NodeProcess& p) {
     heartbeat = std::make_unique<HeartbeatSender>(absl::GetFlag(FLAGS_router), advertise, p.role,
                                                   absl::Seconds(3), GrpcChannelCredentials(p.tls));
   }
+  // The CPU kernels' instruction-set path (forced ones say so): figures depend on it.
+  std::fprintf(stderr, "%s: cpu kernels: %s\n", p.program.c_str(), DescribeCpuIsa().c_str());
   std::fprintf(stderr, "%s: %s%s\n", p.program.c_str(), serving->c_str(),
                !p.tls.enabled()         ? ""
                : p.tls.verifies_peers() ? " [gRPC: TLS, client certificates required]"

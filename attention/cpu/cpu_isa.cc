@@ -1,6 +1,9 @@
 #include "attention/cpu/cpu_isa.h"
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -68,9 +71,52 @@ absl::Status PinCpuIsa(CpuIsa isa) {
 
 void UnpinCpuIsa() { g_pinned.store(-1, std::memory_order_relaxed); }
 
+absl::StatusOr<CpuIsa> ParseForcedCpuIsa(const char* value) {
+  CpuIsa isa;
+  if (std::strcmp(value, "avx512") == 0) {
+    isa = CpuIsa::kAvx512;
+  } else if (std::strcmp(value, "avx2") == 0) {
+    isa = CpuIsa::kAvx2;
+  } else if (std::strcmp(value, "portable") == 0) {
+    isa = CpuIsa::kPortable;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TANDEM_CPU_ISA='", value, "': expected avx512, avx2 or portable"));
+  }
+  if (!CpuSupports(isa)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("TANDEM_CPU_ISA=", value, ": this CPU cannot run that path (it has ",
+                     CpuIsaName(DetectedCpuIsa()), ")"));
+  }
+  return isa;
+}
+
+std::optional<CpuIsa> ForcedCpuIsa() {
+  static const std::optional<CpuIsa> forced = []() -> std::optional<CpuIsa> {
+    const char* value = std::getenv("TANDEM_CPU_ISA");
+    if (value == nullptr || value[0] == '\0') return std::nullopt;
+    absl::StatusOr<CpuIsa> isa = ParseForcedCpuIsa(value);
+    if (!isa.ok()) {
+      std::fprintf(stderr, "tandem: %s\n", isa.status().ToString().c_str());
+      std::exit(2);
+    }
+    return *isa;
+  }();
+  return forced;
+}
+
 CpuIsa ActiveCpuIsa() {
   const int pinned = g_pinned.load(std::memory_order_relaxed);
-  return pinned < 0 ? DetectedCpuIsa() : static_cast<CpuIsa>(pinned);
+  if (pinned >= 0) return static_cast<CpuIsa>(pinned);
+  const std::optional<CpuIsa> forced = ForcedCpuIsa();
+  return forced.has_value() ? *forced : DetectedCpuIsa();
+}
+
+std::string DescribeCpuIsa() {
+  const std::optional<CpuIsa> forced = ForcedCpuIsa();
+  if (!forced.has_value() || *forced == DetectedCpuIsa()) return CpuIsaName(DetectedCpuIsa());
+  return absl::StrCat(CpuIsaName(*forced), " (forced by TANDEM_CPU_ISA; this CPU has ",
+                      CpuIsaName(DetectedCpuIsa()), ")");
 }
 
 }  // namespace tandem

@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "attention/cpu/cpu_isa.h"
 #include "bench/attention/bench_buffer.h"
 #include "bench/attention/read_bandwidth.h"
 #include "common/parallel_for.h"
@@ -64,6 +65,7 @@ int Main() {
     return 1;
   }
   const LlamaConfig c = model->weights.config;
+  std::printf("cpu kernels: %s\n", DescribeCpuIsa().c_str());
   InstanceOptions o;
   o.kv_bytes_per_rank = int64_t{512} << 20;
   absl::StatusOr<std::unique_ptr<Instance>> inst = Instance::Create(model->weights, o);

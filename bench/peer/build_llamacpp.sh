@@ -6,6 +6,12 @@
 #   bench/peer/build_llamacpp.sh            # cache in ~/.cache/tandem/llamacpp
 #   LLAMACPP_CACHE=/path bench/peer/build_llamacpp.sh
 #   LLAMACPP_JOBS=2 (default) LLAMACPP_NICE=19 (default)
+#   TANDEM_CPU_ISA=avx2 bench/peer/build_llamacpp.sh   # llama.cpp limited to AVX2 + FMA + F16C
+#
+# With TANDEM_CPU_ISA=avx2 (the switch that forces Tandem's AVX2 path, attention/cpu/cpu_isa.h)
+# llama.cpp is built without AVX-512 too (GGML_NATIVE off, AVX2/FMA/F16C/BMI2 on, AVX-512 off)
+# into its own build directory, so a forced-AVX2 comparison on an AVX-512 machine pits both
+# programs against the same instruction set. Otherwise it is built for this CPU (GGML_NATIVE).
 #
 # The build runs under `nice` so that it can use idle CPU beside other work. Progress goes to
 # stderr; stdout carries only the bin directory.
@@ -16,6 +22,15 @@ jobs="${LLAMACPP_JOBS:-2}"
 niceness="${LLAMACPP_NICE:-19}"
 src_dir="$cache/src"
 build_dir="$cache/build"
+isa_flags=(-DGGML_NATIVE=ON)
+case "${TANDEM_CPU_ISA:-}" in
+  ""|avx512) ;;
+  avx2)
+    build_dir="$cache/build-avx2"
+    isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+               -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF) ;;
+  *) echo "build_llamacpp: no llama.cpp build for TANDEM_CPU_ISA=${TANDEM_CPU_ISA}" >&2; exit 1 ;;
+esac
 bin_dir="$build_dir/bin"
 needed=(llama-bench llama-batched-bench llama-server)
 
@@ -50,7 +65,7 @@ echo "build_llamacpp: building $llama_src into $build_dir (nice $niceness, -j$jo
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 nice -n "$niceness" cmake -S "$llama_src" -B "$build_dir" "${generator[@]}" \
-  -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF \
+  -DCMAKE_BUILD_TYPE=Release "${isa_flags[@]}" -DGGML_CUDA=OFF -DGGML_METAL=OFF \
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF >&2
 nice -n "$niceness" cmake --build "$build_dir" -j "$jobs" \

@@ -12,6 +12,9 @@
 #   env THREADS        threads for both programs (default 2)
 #   env ROUNDS         alternation rounds (default 2)
 #   env TANDEM_BUILD   Tandem build directory with bench/model/model_bench (default build)
+#   env TANDEM_CPU_ISA=avx2  both programs on AVX2 only (Tandem's forced path; llama.cpp built
+#                      without AVX-512): the figures of an AVX2 server, labelled FORCED
+# The output names the CPU and the instruction-set path (bench/cpu_info.sh) above the table.
 # llama.cpp is built once by bench/peer/build_llamacpp.sh (cache outside the tree).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -74,10 +77,11 @@ resident=$(awk '/resident weights/ { for (i = 1; i <= NF; ++i) if ($i == "MB,") 
   "$logs/model_bench.txt" | head -1)
 
 python3 - "$pp" "$tg" "$stg" "$t_pp" "$t_b1" "$t_b16" "$threads" "$rounds" "$load_before" \
-  "$load_after" "$resident" <<'PY'
+  "$load_after" "$resident" "$(bash bench/cpu_info.sh)" <<'PY'
 import sys
 pp, tg, stg, t_pp, t_b1, t_b16 = map(float, sys.argv[1:7])
 threads, rounds = sys.argv[7], sys.argv[8]
+print(sys.argv[12])
 print(f"load average before: {sys.argv[9]}, after: {sys.argv[10]}; "
       f"Tandem resident weights: {sys.argv[11]} MB")
 def ratio(a, b):

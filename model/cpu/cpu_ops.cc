@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "attention/cpu/cpu_isa.h"
 #include "common/parallel_for.h"
 #include "model/cpu/silu_avx512.h"
 
@@ -84,15 +85,11 @@ void Rope(float* x, int64_t m, int32_t heads, int32_t head_dim, const int64_t* p
   });
 }
 
-namespace {
-
-const bool kHaveAvx512 = __builtin_cpu_supports("avx512f");
-
-}  // namespace
-
 void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  // The AVX-512 path only where the active path (detected, forced or pinned) is AVX-512.
+  const bool avx512 = ActiveCpuIsa() == CpuIsa::kAvx512;
   ParallelFor(n, 16384, [&](int64_t begin, int64_t end) {
-    if (kHaveAvx512) {
+    if (avx512) {
       SiluMulAvx512(gate, up, begin, end, out);
       return;
     }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <compare>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -13,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "attention/cpu/cpu_isa.h"
 #include "common/lru_map.h"
 
 namespace tandem {
@@ -36,6 +39,19 @@ const dnnl::engine& CpuEngine() {
     // oneDNN keeps its own cache of every primitive created (1,024 by default) besides ours
     // (PlainPrimitives): bounded like ours, so together they hold at most twice our capacity.
     dnnl::set_primitive_cache_capacity(static_cast<int>(DnnlLinear::kPrimitiveCacheCapacity));
+    // A path forced by TANDEM_CPU_ISA (attention/cpu/cpu_isa.h) caps oneDNN's JIT to the same
+    // instruction set, so a forced-AVX2 run uses no AVX-512 anywhere. The portable path has no
+    // oneDNN equivalent; SSE4.1 is the narrowest it offers. This runs before oneDNN's first
+    // primitive (every use goes through this engine), as set_max_cpu_isa requires.
+    if (const std::optional<CpuIsa> forced = ForcedCpuIsa(); forced.has_value()) {
+      const dnnl_cpu_isa_t cap = *forced == CpuIsa::kAvx512 ? dnnl_cpu_isa_avx512_core
+                                 : *forced == CpuIsa::kAvx2 ? dnnl_cpu_isa_avx2
+                                                            : dnnl_cpu_isa_sse41;
+      if (dnnl_set_max_cpu_isa(cap) != dnnl_success) {
+        std::fprintf(stderr, "tandem: oneDNN refused the instruction-set cap of TANDEM_CPU_ISA\n");
+        std::exit(2);
+      }
+    }
     return new dnnl::engine(dnnl::engine::kind::cpu, 0);
   }();
   return *engine;
