@@ -22,8 +22,9 @@ ABSL_FLAG(int32_t, max_prefill_tokens, 2048,
 ABSL_FLAG(int32_t, queue_timeout_ms, 30000, "how long a prompt may wait for KV capacity");
 ABSL_FLAG(int32_t, lease_ms, 30000, "default KV lease after a prefill");
 ABSL_FLAG(std::string, engine_id, "", "engine id in KV handles (default: prefill-<address>)");
-ABSL_FLAG(bool, prefix_cache, false,
-          "keep full KV blocks of finished prompts and reuse them for prompts sharing the prefix");
+ABSL_FLAG(bool, prefix_cache, true,
+          "keep full KV blocks of finished prompts and reuse them for prompts sharing the prefix "
+          "(false: compute every prompt in full)");
 ABSL_FLAG(bool, kv_digests, true,
           "send CRC32C digests of every KV block shard with each KV handle, which the decode "
           "node checks before decoding (docs/kv_transfer.md, Provable KV); false only to "

@@ -44,7 +44,9 @@ struct PrefillNodeOptions {
   PrefillOptions prefill;
   absl::Duration default_lease = absl::Seconds(30);
   absl::Duration max_lease = absl::Minutes(5);
-  bool prefix_cache = false;            // off by default for now: docs/prefix_cache.md
+  // tandem-prefill's --prefix_cache is on by default (docs/prefix_cache.md); a node built in
+  // process (tests) opts in.
+  bool prefix_cache = false;
   int64_t prefix_cache_max_blocks = 0;  // 0: as many as the pool holds
   // KV digests in every handle (docs/kv_transfer.md "Provable KV"); off only to measure their
   // cost (tandem-prefill --kv_digests).

@@ -74,13 +74,15 @@ build_dir=$build
 name=bench-disagg
 startup_timeout_s=300
 router   listen=127.0.0.1:0
-prefill  tp=1 threads_per_rank=1 kv_budget_mb=384 ucx_tls=sm,self
+# The prefix cache (on by default) is off here: every run's prompts are new anyway (a seed per
+# run), and (4) compares the cache off and on explicitly.
+prefill  tp=1 prefix_cache=false threads_per_rank=1 kv_budget_mb=384 ucx_tls=sm,self
 decode   tp=1 threads_per_rank=1 kv_budget_mb=384 ucx_tls=sm,self max_batch=64
 CONF
 # ---- (4): the same cluster with the prefill prefix cache on ---------------------------------
 cache_conf="$out/prefix-cache.conf"
 sed -e 's/^name=bench-disagg$/name=bench-prefix-cache/' \
-    -e 's/^prefill  tp=1 /prefill  tp=1 prefix_cache=true /' "$conf" > "$cache_conf"
+    -e 's/^prefill  tp=1 prefix_cache=false /prefill  tp=1 prefix_cache=true /' "$conf" > "$cache_conf"
 grep -q 'prefix_cache=true' "$cache_conf" || die "could not derive $cache_conf from $conf"
 # ---- Tandem colocated: one instance, prefill and decode, 2 threads (the same total) -----------
 coloc_conf="$out/colocated.conf"
@@ -247,6 +249,7 @@ if need_llama; then
 fi
 
 # ---- Summary: tables and the cross-run ratios (each a ratio of two measurements above) -------
+bash "$REPO/bench/cpu_info.sh" | tee "$out/cpu.txt"
 python3 - "$out" "${rates[*]}" "${conc[*]}" <<'PY'
 import json, os, sys
 out, rates, concs = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
