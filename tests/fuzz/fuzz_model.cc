@@ -5,8 +5,10 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "model/format/gguf_file.h"
 #include "model/format/gguf_writer.h"
+#include "model/tokenizer/gguf_tokenizer.h"
 #include "model/tools/synthetic_vocab.h"
 
 namespace tandem::fuzz {
@@ -58,6 +60,51 @@ const ServedModel& FuzzServedModel() {
     return served->release();
   }();
   return *model;
+}
+
+std::string SpmTokenizerGgufImage() {
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "<|user|>"};
+  std::vector<int32_t> types = {2, 3, 3, 4};
+  std::vector<float> scores = {0, 0, 0, 0};
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(absl::StrFormat("<0x%02X>", b));
+    types.push_back(6);
+    scores.push_back(0);
+  }
+  // Pieces that merge in several orders: scores decide.
+  const char* const pieces[] = {"\xE2\x96\x81", "e", "h", "l", "o", "w", "r", "d", "1", "2",
+                                "he", "ll", "lo", "hell", "hello", "\xE2\x96\x81h",
+                                "\xE2\x96\x81hello", "\xE2\x96\x81w", "or", "\xE2\x96\x81wor",
+                                "\xE2\x96\x81world", "12", "\xE2\x96\x81\xE2\x96\x81"};
+  float score = -1;
+  for (const char* p : pieces) {
+    tokens.push_back(p);
+    types.push_back(1);
+    scores.push_back(score);
+    score -= 0.5f;
+  }
+  GgufWriter writer;
+  writer.Set("general.architecture", GgufValue::String("llama"));
+  writer.Set("general.name", GgufValue::String("fuzz-phi3"));
+  writer.Set("llama.context_length", GgufValue::Uint32(static_cast<uint32_t>(kFuzzContext)));
+  writer.Set("tokenizer.ggml.model", GgufValue::String("llama"));
+  writer.Set("tokenizer.ggml.tokens", GgufValue::StringArray(tokens));
+  writer.Set("tokenizer.ggml.token_type", GgufValue::Int32Array(types));
+  writer.Set("tokenizer.ggml.scores", GgufValue::Float32Array(scores));
+  writer.Set("tokenizer.ggml.add_eos_token", GgufValue::Bool(true));
+  return writer.Serialize();
+}
+
+const Tokenizer& FuzzSpmTokenizer() {
+  static const Tokenizer* const tokenizer = [] {
+    absl::StatusOr<std::unique_ptr<GgufFile>> file =
+        GgufFile::FromBytes(SpmTokenizerGgufImage(), "fuzz-spm.gguf");
+    if (!file.ok()) Die(file.status(), "GgufFile::FromBytes");
+    absl::StatusOr<std::unique_ptr<Tokenizer>> t = TokenizerFromGguf(**file);
+    if (!t.ok()) Die(t.status(), "TokenizerFromGguf");
+    return t->release();
+  }();
+  return *tokenizer;
 }
 
 }  // namespace tandem::fuzz

@@ -22,4 +22,12 @@ std::string TokenizerGgufImage();
 // finding).
 const ServedModel& FuzzServedModel();
 
+// A SentencePiece vocabulary (tokenizer.ggml.model "llama") as a metadata-only GGUF image:
+// <unk>, <s>, </s>, the user-defined <|user|>, 256 byte tokens, then scored "▁"-pieces; named
+// "phi3" so Phi-3's rstrip rule applies too.
+std::string SpmTokenizerGgufImage();
+
+// The tokenizer of SpmTokenizerGgufImage(); aborts if it cannot be built.
+const Tokenizer& FuzzSpmTokenizer();
+
 }  // namespace tandem::fuzz

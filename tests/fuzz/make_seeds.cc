@@ -102,6 +102,9 @@ void GgufTokenizerSeeds() {
   w.Set("tokenizer.ggml.eos_token_id", GgufValue::Uint32(1));
   w.Set("tokenizer.ggml.add_bos_token", GgufValue::Bool(true));
   Write("gguf_tokenizer", "mini-llama3.gguf", w.Serialize());
+  w.Set("tokenizer.ggml.pre", GgufValue::String("qwen2"));
+  Write("gguf_tokenizer", "mini-qwen2.gguf", w.Serialize());
+  Write("gguf_tokenizer", "mini-spm-phi3.gguf", fuzz::SpmTokenizerGgufImage());
 }
 
 std::string SafetensorsImage(const std::string& header, const std::string& data) {

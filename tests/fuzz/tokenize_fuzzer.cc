@@ -1,5 +1,6 @@
-// Fuzz target: hostile prompt text and token ids against a real vocabulary (the synthetic
-// byte-level BPE vocabulary with ChatML specials): Encode with and without special tokens,
+// Fuzz target: hostile prompt text and token ids against real vocabularies (the synthetic
+// byte-level BPE vocabulary with ChatML specials, and a SentencePiece vocabulary with byte
+// fallback): Encode with and without special tokens,
 // Decode and StreamingDecoder over arbitrary ids (out-of-range ones included), ChatML
 // formatting. The input is split at its first NUL: text before, ids (little-endian int32) after.
 #include <cstddef>
@@ -26,6 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const Tokenizer& tokenizer = fuzz::FuzzServedModel().tokenizer();
   fuzz::ExerciseTokenizer(tokenizer, text, ids);
+  fuzz::ExerciseTokenizer(fuzz::FuzzSpmTokenizer(), text, ids);
   const ChatMessage chat[] = {{"user", std::string(text)}, {"assistant", "ok"}};
   const std::string formatted = FormatChatMl(chat, true, DefaultSystemPrompt(text));
   TANDEM_FUZZ_CHECK(tokenizer.ValidateIds(tokenizer.Encode(formatted, true)).ok());
