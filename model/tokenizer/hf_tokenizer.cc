@@ -176,6 +176,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfJson(absl::string_view
   }
   TokenizerSpec spec;
   TANDEM_ASSIGN_OR_RETURN(spec.pre, PreTokenizerOf(FindField(root, "pre_tokenizer")));
+  spec.ignore_merges = BoolOr(*model, "ignore_merges", false);  // Llama 3 sets it
   TANDEM_RETURN_IF_ERROR(ReadVocab(model->struct_value(), spec));
   TANDEM_RETURN_IF_ERROR(ReadMerges(model->struct_value(), spec));
   std::vector<std::optional<TokenKind>> kinds;

@@ -1,5 +1,6 @@
 // Tokenizer from a Hugging Face tokenizer.json (byte-level BPE only): model.type "BPE" with
-// vocab and merges ("a b" strings or [a, b] pairs), added_tokens (special -> control, else
+// vocab and merges ("a b" strings or [a, b] pairs) and ignore_merges (a pre-token piece that
+// is a token is kept whole; Llama 3), added_tokens (special -> control, else
 // user-defined), normalizer null, and one of the pre-tokenizers of pretokenizer.h:
 //   ByteLevel (use_regex)                                   -> kGpt2
 //   Sequence[Digits(individual_digits), ByteLevel]          -> kDigitsGpt2

@@ -54,6 +54,21 @@ TEST(HfTokenizerTest, EncodesLikeHf) {
   EXPECT_EQ(tok.Kind(20), TokenKind::kUserDefined);
 }
 
+TEST(HfTokenizerTest, IgnoreMergesKeepsWholeTokens) {
+  // Without the "ll o" merge no merge sequence reaches "hello" (13).
+  const std::string json = absl::StrReplaceAll(kJson, {{R"("ll o", )", ""}});
+  absl::StatusOr<std::unique_ptr<Tokenizer>> plain = TokenizerFromHfJson(json, {});
+  ASSERT_OK(plain);
+  EXPECT_EQ((*plain)->Encode("hello"), (Ids{10, 11, 3}));
+  // BPE's ignore_merges (Llama 3 sets it): a piece that is a token is taken whole.
+  absl::StatusOr<std::unique_ptr<Tokenizer>> whole = TokenizerFromHfJson(
+      absl::StrReplaceAll(json, {{R"("byte_fallback": false)",
+                                  R"("byte_fallback": false, "ignore_merges": true)"}}),
+      {});
+  ASSERT_OK(whole);
+  EXPECT_EQ((*whole)->Encode("hello"), (Ids{13}));
+}
+
 TEST(HfTokenizerTest, RejectsWhatItCannotReproduce) {
   const std::string json = kJson;
   auto with = [&](const std::string& from, const std::string& to) {
