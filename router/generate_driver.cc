@@ -190,6 +190,11 @@ void Driver::Prefill(RequestState& state, bool pipelined) {
   }
   deps_.pool->NotePrefilled(node->address(), *prompt_hashes_, absl::Now());
   kv_ = HeldKv{std::move(*response->mutable_kv()), node->address(), node->channel()};
+  if (!prompt_cached_tokens_.has_value()) {
+    prompt_cached_tokens_ = static_cast<int32_t>(std::clamp<int64_t>(
+        response->cached_tokens(), 0, static_cast<int64_t>(prepared_.prompt.size())));
+    sink_->Prefilled(*prompt_cached_tokens_);
+  }
   if (response->kv_pending()) {
     PipelinedDecode(state);
     return;
@@ -520,6 +525,7 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
   final->set_retries(state.retries());
   if (first_token_at_ != absl::InfinitePast()) {
     final->set_ttft_us(absl::ToInt64Microseconds(first_token_at_ - start_));
+  final->mutable_usage()->set_cached_tokens(prompt_cached_tokens_.value_or(0));
   }
   final->set_total_us(absl::ToInt64Microseconds(absl::Now() - start_));
   sink_->Send(std::move(response));

@@ -38,6 +38,9 @@ class GenerateSink {
  public:
   virtual ~GenerateSink() = default;
   virtual void Send(v1::GenerateResponse response) = 0;
+  // Once, when the prompt's first successful prefill answered: the prompt tokens its prefix
+  // cache served (as the final Usage.cached_tokens later says). Default: nothing.
+  virtual void Prefilled(int32_t /*cached_tokens*/) {}
 };
 
 struct RouterDeps {

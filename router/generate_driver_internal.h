@@ -108,6 +108,9 @@ class Driver {
   std::optional<PromptPrefixHashes> prompt_hashes_;
   // Prompt tokens the last prefill node picked was expected to hold (its digest), for the log.
   int64_t cached_prefix_tokens_ = 0;
+  // Prompt tokens the prefix cache served in the first successful prefill of the prompt (the
+  // node's PrefillResponse.cached_tokens), for Usage.cached_tokens; unset until then.
+  std::optional<int32_t> prompt_cached_tokens_;
   std::optional<StreamingDecoder> detokenizer_;
   std::optional<HeldKv> kv_;
   absl::flat_hash_set<std::string> failed_prefill_;

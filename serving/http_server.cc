@@ -346,8 +346,15 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   // body that names the limit (the router's is an OpenAI error object).
   svr.set_error_handler(httplib::Server::HandlerWithResponse(
       [max = options.max_body_bytes, make = options.body_too_large,
-       type = options.body_too_large_content_type](const httplib::Request&,
-                                                   httplib::Response& res) {
+       type = options.body_too_large_content_type, error_body = options.error_body,
+       error_type = options.error_content_type](const httplib::Request& req,
+                                                httplib::Response& res) {
+        if (res.status == 404 && res.body.empty()) {
+          const std::string message = absl::StrCat("no route for ", req.method, " ", req.path);
+          res.set_content(error_body ? error_body(404, message) : message + "\n",
+                          error_body ? error_type : "text/plain");
+          return httplib::Server::HandlerResponse::Handled;
+        }
         if (res.status != 413 || !res.body.empty())
           return httplib::Server::HandlerResponse::Unhandled;
         res.set_content(
@@ -372,12 +379,20 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
       if (route.method == "GET") get = &route;
       if (route.method == "POST") post = &route;
     }
-    auto handler_for = [allow = absl::StrJoin(allowed, ", ")](const HttpRoute* route) {
-      return [route, allow](const httplib::Request& req, httplib::Response& res) {
+    auto handler_for = [allow = absl::StrJoin(allowed, ", "), error_body = options.error_body,
+                        error_type = options.error_content_type](const HttpRoute* route) {
+      return [route, allow, error_body, error_type](const httplib::Request& req,
+                                                    httplib::Response& res) {
         if (route == nullptr) {
           res.status = 405;
           res.set_header("Allow", allow);
-          res.set_content(absl::StrCat("method ", req.method, " not allowed\n"), "text/plain");
+          const std::string message = absl::StrCat("method ", req.method, " not allowed on ",
+                                                   req.path, " (allowed: ", allow, ")");
+          if (error_body) {
+            res.set_content(error_body(405, message), error_type);
+          } else {
+            res.set_content(absl::StrCat("method ", req.method, " not allowed\n"), "text/plain");
+          }
           return;
         }
         Serve(route->handler, req, res);

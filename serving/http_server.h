@@ -89,6 +89,11 @@ struct HttpServerOptions {
   // The 413 response's body and content type, given the limit (default: plain text naming it).
   std::function<std::string(size_t max_body_bytes)> body_too_large;
   std::string body_too_large_content_type = "text/plain";
+  // The body of the server's own 404 (no route for the path) and 405 (another method on a
+  // route's path), given the status and a message naming the method and path; with
+  // error_content_type. Empty: a plain-text message.
+  std::function<std::string(int status, const std::string& message)> error_body;
+  std::string error_content_type = "text/plain";
   // Called once per answered request, after its response was written (a stream once it ended),
   // on the connection's thread: the route's path, or "" when the path has no route (404), and
   // the HTTP status sent — every status, the server's own (404, 405, 413, 500) included. Keep it

@@ -28,7 +28,9 @@ class OpenAiSink : public GenerateSink {
         meta_(std::move(meta)),
         headers_(std::move(headers)),
         canceller_(canceller),
-        stop_(request.stop) {}
+        stop_(request.stop, request.include_stop_str_in_output) {}
+
+  void Prefilled(int32_t cached_tokens) override { cached_tokens_ = cached_tokens; }
 
   void Send(v1::GenerateResponse response) override {
     // Tokens that arrive after a stop string matched (before the cancel reaches the decode node)
@@ -45,6 +47,7 @@ class OpenAiSink : public GenerateSink {
     }
     const v1::GenerateFinal& final = response.final();
     final_ = final;
+    cached_tokens_ = final.usage().cached_tokens();
     Emit(stop_.Push(final.text_tail()));
     if (!stop_.stopped()) Emit(stop_.Flush());
   }
@@ -52,7 +55,7 @@ class OpenAiSink : public GenerateSink {
   // After RunGenerate returned `status`: writes the end of the response.
   void Finish(const absl::Status& status, int32_t prompt_tokens) {
     if (client_gone_) return;
-    CompletionUsage usage{prompt_tokens, tokens_};
+    CompletionUsage usage{prompt_tokens, tokens_, cached_tokens_};
     std::string finish_reason;
     if (stop_.stopped()) {
       finish_reason = "stop";
@@ -62,7 +65,8 @@ class OpenAiSink : public GenerateSink {
     } else {
       finish_reason = final_.has_value() ? final_->finish_reason() : "length";
       if (final_.has_value()) {
-        usage = {final_->usage().prompt_tokens(), final_->usage().completion_tokens()};
+        usage = {final_->usage().prompt_tokens(), final_->usage().completion_tokens(),
+                 final_->usage().cached_tokens()};
       }
     }
     if (!request_.stream) {
@@ -135,6 +139,7 @@ class OpenAiSink : public GenerateSink {
   std::optional<v1::GenerateFinal> final_;
   std::string text_;  // non-streaming: the whole answer
   int32_t tokens_ = 0;
+  int32_t cached_tokens_ = 0;  // Prefilled's (a request ended by a stop string has no final)
   bool started_ = false;
   bool client_gone_ = false;
 };
@@ -142,6 +147,13 @@ class OpenAiSink : public GenerateSink {
 bool PlausibleId(const std::string& id) {
   if (id.empty() || id.size() > 128) return false;
   return std::all_of(id.begin(), id.end(), [](char c) { return c > ' ' && c < 127; });
+}
+
+// The unknown field names logged so far by this process.
+absl::Mutex unknown_mu(absl::kConstInit);
+absl::flat_hash_set<std::string>* LoggedUnknownFields() ABSL_EXCLUSIVE_LOCKS_REQUIRED(unknown_mu) {
+  static auto* const logged = new absl::flat_hash_set<std::string>();
+  return logged;
 }
 
 }  // namespace
@@ -169,6 +181,27 @@ bool ActiveRequests::WaitEmpty(absl::Duration timeout) {
   return mu_.AwaitWithTimeout(absl::Condition(&empty), timeout);
 }
 
+void LogUnknownFields(const LogFn& log, absl::string_view endpoint_path,
+                      const std::vector<std::string>& fields) {
+  if (!log) return;
+  // A client could send endless new names: the set (and the log) stop growing at this many.
+  constexpr size_t kMaxLogged = 1024;
+  for (const std::string& field : fields) {
+    {
+      absl::MutexLock lock(&unknown_mu);
+      absl::flat_hash_set<std::string>& logged = *LoggedUnknownFields();
+      if (logged.size() >= kMaxLogged || !logged.insert(field).second) continue;
+    }
+    // The name is the client's: printable ASCII only, at most 64 characters, in the log line.
+    std::string shown = field.substr(0, 64);
+    for (char& c : shown) {
+      if (c <= ' ' || c >= 127) c = '?';
+    }
+    log(absl::StrCat("openai_unknown_field field=", shown, " endpoint=", endpoint_path,
+                     " action=ignored (logged once per field name)"));
+  }
+}
+
 std::string HttpRequestId(const RouterDeps& deps, const HttpExchange& exchange) {
   if (std::optional<std::string> id = exchange.header("x-request-id");
       id.has_value() && PlausibleId(*id)) {
@@ -179,16 +212,20 @@ std::string HttpRequestId(const RouterDeps& deps, const HttpExchange& exchange) 
 }
 
 void ServeCompletion(const RouterDeps& deps, OpenAiEndpoint endpoint, ActiveRequests& active,
-                     HttpExchange& exchange) {
-  const std::string request_id = HttpRequestId(deps, exchange);
-  const HttpExchange::Headers headers = {{"x-request-id", request_id}};
+                     HttpExchange& exchange, const std::string& system_fingerprint) {
+  std::string request_id = HttpRequestId(deps, exchange);
+  HttpExchange::Headers headers = {{"x-request-id", request_id}};
   // Refused before RunGenerate (which counts what it runs): counted here, but a 413 is counted
   // by RouterHttp with every 413 (most come from the server, before this handler runs).
   auto fail = [&](const absl::Status& status, int http_status) {
     if (deps.metrics != nullptr && http_status != 413) {
       deps.metrics->RecordFailure(absl::StatusCodeToString(status.code()));
     }
-    exchange.Respond(http_status, kJson, ErrorBody(status), headers);
+    exchange.Respond(http_status, kJson,
+                     http_status == HttpStatusFor(status.code())
+                         ? ErrorBody(status)
+                         : ErrorBody(http_status, status.message()),
+                     headers);
   };
   absl::StatusOr<std::string> body = exchange.ReadBody(kMaxBodyBytes);
   if (!body.ok()) {
@@ -205,9 +242,29 @@ void ServeCompletion(const RouterDeps& deps, OpenAiEndpoint endpoint, ActiveRequ
   }
   const OpenAiRequest& request = prepared->request;
   const ModelLimits& limits = deps.model->limits();
+  LogUnknownFields(
+      deps.log,
+      endpoint == OpenAiEndpoint::kChatCompletions ? "/v1/chat/completions" : "/v1/completions",
+      request.unknown_fields);
+  // The body's request_id (vLLM), unless the x-request-id header gave one (vLLM's precedence).
+  if (request.request_id.has_value()) {
+    if (!PlausibleId(*request.request_id)) {
+      fail(OpenAiInvalidParam("request_id",
+                              "'request_id' must be 1-128 printable ASCII characters without "
+                              "spaces"),
+           400);
+      return;
+    }
+    const std::optional<std::string> header = exchange.header("x-request-id");
+    if (!header.has_value() || !PlausibleId(*header)) {
+      request_id = *request.request_id;
+      headers = {{"x-request-id", request_id}};
+      prepared->generate.set_request_id(request_id);
+    }
+  }
 
   CompletionMeta meta{endpoint, CompletionId(endpoint, request_id),
-                      absl::ToUnixSeconds(absl::Now()), limits.name};
+                      absl::ToUnixSeconds(absl::Now()), limits.name, system_fingerprint};
   CallCanceller canceller;
   active.Add(&canceller);
   // A client that closes the connection cancels the request, even before its first token.

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
@@ -39,8 +40,16 @@ class ActiveRequests {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// `system_fingerprint` goes into every response body and chunk (SystemFingerprint()).
+// Unknown request fields are logged through deps.log (LogUnknownFields).
 void ServeCompletion(const RouterDeps& deps, OpenAiEndpoint endpoint, ActiveRequests& active,
-                     HttpExchange& exchange);
+                     HttpExchange& exchange, const std::string& system_fingerprint);
+
+// Logs one line per name in `fields` that this process has not logged before (whatever the
+// endpoint): "openai_unknown_field field=NAME endpoint=PATH action=ignored (logged once per
+// field name)". Thread-safe. Nothing when `log` is empty.
+void LogUnknownFields(const LogFn& log, absl::string_view endpoint_path,
+                      const std::vector<std::string>& fields);
 
 // The request id the response's x-request-id carries: the client's x-request-id when it is a
 // plausible id (1-128 printable ASCII characters without spaces), else a new router id.

@@ -29,6 +29,24 @@ v1::GenerateRequest ToGenerateRequest(const OpenAiRequest& r, const std::vector<
 }  // namespace
 
 absl::StatusOr<PreparedOpenAiRequest> PrepareOpenAiRequest(const ServedModel& model,
+std::vector<int32_t> TokenizeOpenAiPrompt(const ServedModel& model, const OpenAiRequest& request) {
+  std::vector<int32_t> ids = model.Tokenize(request.prompt);
+  // add_special_tokens false: without the BOS the tokenizer put first (it adds exactly one, in
+  // front, when the model asks for it); token ids are used as given.
+  if (!request.add_special_tokens.value_or(true) &&
+      request.prompt.kind != PromptInput::Kind::kTokenIds && model.tokenizer().add_bos() &&
+      !ids.empty()) {
+    ids.erase(ids.begin());
+  }
+  // truncate_prompt_tokens: the prompt's last k tokens (-1: as many as the context holds).
+  if (request.truncate_prompt_tokens.has_value()) {
+    const int64_t keep = *request.truncate_prompt_tokens == -1 ? model.limits().context_length
+                                                               : *request.truncate_prompt_tokens;
+    if (static_cast<int64_t>(ids.size()) > keep) ids.erase(ids.begin(), ids.end() - keep);
+  }
+  return ids;
+}
+
                                                            OpenAiEndpoint endpoint,
                                                            absl::string_view body,
                                                            const std::string& request_id) {
@@ -40,7 +58,7 @@ absl::StatusOr<PreparedOpenAiRequest> PrepareOpenAiRequest(const ServedModel& mo
        {ValidateModelName(request->model, limits), ValidatePromptInput(request->prompt)}) {
     if (!s.ok()) return s;
   }
-  const std::vector<int32_t> ids = model.Tokenize(request->prompt);
+  const std::vector<int32_t> ids = TokenizeOpenAiPrompt(model, *request);
   // Unset max_tokens: up to the end of the context, as vLLM (at least 1, so a prompt that fills
   // the context gets the router's context-length error).
   const int32_t max_tokens = request->max_tokens.value_or(static_cast<int32_t>(

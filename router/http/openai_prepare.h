@@ -1,7 +1,8 @@
 // The router side of an OpenAI request body, before anything is sent to a node: parse the body
 // (openai_request.h), make the router's first two checks (model name, prompt shape) so the prompt
-// can be tokenised, tokenise it, pick the default token budget and build the GenerateRequest that
-// RunGenerate runs. ServeCompletion calls this; the fuzzer drives it with arbitrary bodies.
+// can be tokenised, tokenise it (TokenizeOpenAiPrompt), pick the default token budget and build
+// the GenerateRequest that RunGenerate runs. ServeCompletion calls this; the fuzzer drives it
+// with arbitrary bodies.
 //
 // Errors: ParseOpenAiRequest's INVALID_ARGUMENT (with the OpenAI `param` payload), then
 // ValidateModelName's NOT_FOUND and ValidatePromptInput's INVALID_ARGUMENT — each is answered
@@ -27,6 +28,11 @@ struct PreparedOpenAiRequest {
   int32_t prompt_tokens = 0;     // the tokenised prompt's length (for the usage)
   v1::GenerateRequest generate;  // the prompt as token ids, budget, sampling, stop behaviour
 };
+
+// The prompt's token ids as the nodes get them: ServedModel::Tokenize, without the BOS it added
+// when add_special_tokens is false, then cut to its last truncate_prompt_tokens tokens.
+// REQUIRES: the prompt passed ValidatePromptInput.
+std::vector<int32_t> TokenizeOpenAiPrompt(const ServedModel& model, const OpenAiRequest& request);
 
 [[nodiscard]] absl::StatusOr<PreparedOpenAiRequest> PrepareOpenAiRequest(
     const ServedModel& model, OpenAiEndpoint endpoint, absl::string_view body,

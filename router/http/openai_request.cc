@@ -1,10 +1,12 @@
 #include "router/http/openai_request.h"
 
 #include <limits>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "router/http/openai_fields.h"
 
 namespace tandem {
 namespace {
@@ -69,7 +71,26 @@ absl::StatusOr<std::string> MessageContent(const Json& content, size_t index) {
   return text;
 }
 
-absl::Status ParseMessages(const Json& body, PromptInput& prompt) {
+// A message's keys besides role and content: the ones that would change the prompt are refused
+// (the chat rendering has no place for them), others are unknown.
+absl::Status CheckMessageKeys(const Json& m, size_t index, std::vector<std::string>& unknown) {
+  for (const auto& [key, value] : m.items()) {
+    if (key == "role" || key == "content") continue;
+    if (key == "name" || key == "tool_calls" || key == "tool_call_id" || key == "function_call") {
+      if (value.is_null() || (value.is_array() && value.empty())) continue;
+      const std::string field = absl::StrCat("messages[", index, "].", key);
+      return OpenAiInvalidParam(
+          field, absl::StrCat("'", field, "' is not supported: ",
+                              key == "name" ? "the chat rendering has no participant names"
+                                            : "tool calling is not implemented"));
+    }
+    unknown.push_back(absl::StrCat("messages[].", key));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseMessages(const Json& body, PromptInput& prompt,
+                           std::vector<std::string>& unknown) {
   const auto it = body.find("messages");
   if (it == body.end() || !it->is_array()) {
     return OpenAiInvalidParam("messages", "'messages' must be an array of messages");
@@ -82,6 +103,7 @@ absl::Status ParseMessages(const Json& body, PromptInput& prompt) {
       const std::string field = absl::StrCat("messages[", i, "].role");
       return OpenAiInvalidParam(field, absl::StrCat("'", field, "' must be a string"));
     }
+    if (absl::Status s = CheckMessageKeys(m, i, unknown); !s.ok()) return s;
     const auto content = m.find("content");
     absl::StatusOr<std::string> text =
         MessageContent(content == m.end() ? Json(nullptr) : *content, i);
@@ -148,20 +170,34 @@ absl::Status ParseStop(const Json& body, std::vector<std::string>& stop) {
   return absl::OkStatus();
 }
 
-// Fields Tandem does not implement that would change the response: rejected when they ask for it.
+// Fields Tandem does not implement that would change the response: rejected when they ask for
+// anything (a value other than null and the field's neutral value).
 absl::Status RejectUnsupported(const Json& body) {
+  // Completions' logprobs is a count: 0 still asks for the sampled tokens' log probabilities.
   for (const char* field : {"logprobs", "echo"}) {
     const auto it = body.find(field);
+    if (it == body.end() || it->is_null() || (it->is_boolean() && !it->get<bool>())) continue;
+    return OpenAiInvalidParam(field, absl::StrCat("'", field, "' is not supported"));
+  }
+  // The sampler's fields not implemented yet, with their neutral value.
+  const std::pair<const char*, double> numbers[] = {
+      {"min_p", 0},         {"repetition_penalty", 1}, {"presence_penalty", 0},
+      {"frequency_penalty", 0}, {"min_tokens", 0},     {"top_logprobs", 0}};
+  for (const auto& [field, neutral] : numbers) {
+    const auto it = body.find(field);
     if (it == body.end() || it->is_null()) continue;
-    if ((it->is_boolean() && it->get<bool>()) || (it->is_number() && it->get<double>() != 0)) {
-      return OpenAiInvalidParam(field, absl::StrCat("'", field, "' is not supported"));
+    if (!it->is_number() || it->get<double>() != neutral) {
+      return OpenAiInvalidParam(field, absl::StrCat("'", field, "' is not supported (must be ",
+                                                    neutral, ")"));
     }
   }
-  for (const char* field : {"presence_penalty", "frequency_penalty"}) {
+  for (const char* field : {"logit_bias", "stop_token_ids"}) {
     const auto it = body.find(field);
-    if (it != body.end() && it->is_number() && it->get<double>() != 0) {
-      return OpenAiInvalidParam(field, absl::StrCat("'", field, "' is not supported (must be 0)"));
+    if (it == body.end() || it->is_null() || ((it->is_object() || it->is_array()) && it->empty())) {
+      continue;
     }
+    return OpenAiInvalidParam(field,
+                              absl::StrCat("'", field, "' is not supported (must be empty)"));
   }
   const auto best_of = body.find("best_of");
   if (best_of != body.end() && best_of->is_number() && best_of->get<double>() != 1) {
@@ -188,15 +224,18 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
     if (!model->is_string()) return OpenAiInvalidParam("model", "'model' must be a string");
     r.model = model->get<std::string>();
   }
+  if (absl::Status s = RefuseUnsupportedFields(endpoint, json); !s.ok()) return s;
   if (absl::Status s = RejectUnsupported(json); !s.ok()) return s;
+  r.unknown_fields = UnknownFields(endpoint, json);
   absl::StatusOr<std::optional<int64_t>> n = OptionalInt(json, "n");
   if (!n.ok()) return n.status();
   if (n->has_value() && **n != 1) {
     return OpenAiInvalidParam(
         "n", absl::StrCat("'n' must be 1 (got ", **n, "): one choice per request is supported"));
   }
-  if (absl::Status s = endpoint == OpenAiEndpoint::kChatCompletions ? ParseMessages(json, r.prompt)
-                                                                    : ParsePrompt(json, r.prompt);
+  if (absl::Status s = endpoint == OpenAiEndpoint::kChatCompletions
+                           ? ParseMessages(json, r.prompt, r.unknown_fields)
+                           : ParsePrompt(json, r.prompt);
       !s.ok()) {
     return s;
   }
@@ -234,6 +273,39 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
                                 "'stream_options.include_usage' must be a boolean");
     }
     r.include_usage = *include_usage;
+    for (const auto& [key, value] : opts->items()) {
+      if (key == "include_usage" || key == "include_obfuscation") continue;
+      if (key == "continuous_usage_stats") {
+        if (value.is_null() || value == false) continue;
+        return OpenAiInvalidParam("stream_options.continuous_usage_stats",
+                                  "'stream_options.continuous_usage_stats' is not supported");
+      }
+      r.unknown_fields.push_back(absl::StrCat("stream_options.", key));
+    }
+  }
+  if (const auto it = json.find("add_special_tokens"); it != json.end() && !it->is_null()) {
+    if (!it->is_boolean()) {
+      return OpenAiInvalidParam("add_special_tokens", "'add_special_tokens' must be a boolean");
+    }
+    r.add_special_tokens = it->get<bool>();
+  }
+  absl::StatusOr<bool> include_stop = OptionalBool(json, "include_stop_str_in_output");
+  if (!include_stop.ok()) return include_stop.status();
+  r.include_stop_str_in_output = *include_stop;
+  absl::StatusOr<std::optional<int64_t>> truncate = OptionalInt(json, "truncate_prompt_tokens");
+  if (!truncate.ok()) return truncate.status();
+  if (truncate->has_value()) {
+    if (**truncate < -1 || **truncate == 0) {
+      return OpenAiInvalidParam("truncate_prompt_tokens",
+                                absl::StrCat("'truncate_prompt_tokens' must be >= 1, or -1 for the "
+                                             "context length (got ",
+                                             **truncate, ")"));
+    }
+    r.truncate_prompt_tokens = ClampToInt32(**truncate);
+  }
+  if (const auto it = json.find("request_id"); it != json.end() && !it->is_null()) {
+    if (!it->is_string()) return OpenAiInvalidParam("request_id", "'request_id' must be a string");
+    r.request_id = it->get<std::string>();
   }
   return r;
 }

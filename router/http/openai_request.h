@@ -1,12 +1,17 @@
 // Parsing of OpenAI-style request bodies (POST /v1/chat/completions and /v1/completions, as vLLM
 // implements them) into what the router routes. Pure; thread-safe.
 //
-// Accepted: model, messages (content a string, null, or text parts) / prompt (a string, a token-id
-// array, or a one-element array of either), max_tokens / max_completion_tokens (the latter wins),
-// temperature, top_p, top_k (-1 = disabled, as vLLM), seed, stop (string or strings), ignore_eos,
-// n (1 only), stream, stream_options.include_usage. `user` and unknown fields are ignored, as
-// vLLM does. Fields that would change the response's shape and that Tandem does not implement
-// (logprobs, echo, best_of > 1, non-zero penalties) are rejected rather than silently dropped.
+// No field is silently ignored (openai_fields.h): every field the endpoints know is honoured or
+// refused with INVALID_ARGUMENT naming it; unknown fields are ignored, as vLLM does, and listed
+// in OpenAiRequest::unknown_fields for the caller to log. docs/router.md's "Request fields" table
+// says what each field does.
+//
+// Honoured: model, messages (role and content: a string, null, or text parts) / prompt (a
+// string, a token-id array, or a one-element array of either), max_tokens /
+// max_completion_tokens (the latter wins), temperature, top_p, top_k (-1 = disabled, as vLLM),
+// seed, stop (string or strings), ignore_eos, n (1 only), stream, stream_options.include_usage,
+// add_special_tokens, include_stop_str_in_output, truncate_prompt_tokens, request_id. Refused
+// when they ask for anything: logprobs, echo, best_of > 1, the sampler fields not implemented.
 //
 // Errors are INVALID_ARGUMENT naming the field; the field is also attached as the status payload
 // kOpenAiParamPayload (the OpenAI error object's `param`). Range checks the router's gRPC path
@@ -42,6 +47,15 @@ struct OpenAiRequest {
   bool ignore_eos = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // Prepend BOS when the model asks for it (vLLM's add_special_tokens); unset = yes.
+  std::optional<bool> add_special_tokens;
+  bool include_stop_str_in_output = false;  // the matched stop string ends the text
+  // Keep only the prompt's last k tokens (k >= 1); -1 = the model's context length. Unset: all.
+  std::optional<int32_t> truncate_prompt_tokens;
+  std::optional<std::string> request_id;  // the body's request_id (vLLM)
+  // Top-level keys (and "messages[].KEY", "stream_options.KEY") this endpoint does not know:
+  // ignored, for the caller to log.
+  std::vector<std::string> unknown_fields;
 };
 
 [[nodiscard]] absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint,

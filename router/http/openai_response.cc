@@ -17,14 +17,17 @@ bool IsChat(const CompletionMeta& meta) {
 Json Header(const CompletionMeta& meta, bool chunk) {
   const char* object =
       IsChat(meta) ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
-  return Json{
+  Json header{
       {"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}};
+  if (!meta.system_fingerprint.empty()) header["system_fingerprint"] = meta.system_fingerprint;
+  return header;
 }
 
 Json UsageJson(const CompletionUsage& usage) {
   return Json{{"prompt_tokens", usage.prompt_tokens},
               {"completion_tokens", usage.completion_tokens},
-              {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+              {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
 }
 
 Json FinishReason(absl::string_view reason) {
@@ -36,10 +39,18 @@ std::string Dump(const Json& json) {
   return json.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+}  // namespace
+
 const char* ErrorType(int http_status) {
   switch (http_status) {
     case 400:
+    case 405:
+    case 413:
       return "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
     case 404:
       return "not_found_error";
     case 429:
@@ -50,9 +61,21 @@ const char* ErrorType(int http_status) {
       return "timeout_error";
     case 499:
       return "cancelled_error";
+    case 501:
+      return "not_implemented_error";
     default:
       return "internal_error";
   }
+}
+
+namespace {
+
+Json ErrorJson(int http_status, absl::string_view message, Json param) {
+  return Json{{"error",
+               {{"message", std::string(message)},
+                {"type", ErrorType(http_status)},
+                {"param", std::move(param)},
+                {"code", http_status}}}};
 }
 
 }  // namespace
@@ -102,13 +125,33 @@ std::string UsageChunkBody(const CompletionMeta& meta, const CompletionUsage& us
 
 std::string SseEvent(absl::string_view json) { return absl::StrCat("data: ", json, "\n\n"); }
 
-std::string ModelsBody(absl::string_view model, int64_t created) {
+std::string ModelsBody(absl::string_view model, int64_t created, int64_t max_model_len) {
   const Json body{{"object", "list"},
                   {"data", Json::array({Json{{"id", std::string(model)},
                                              {"object", "model"},
                                              {"created", created},
-                                             {"owned_by", "tandem"}}})}};
+                                             {"owned_by", "tandem"},
+                                             {"root", std::string(model)},
+                                             {"parent", nullptr},
+                                             {"max_model_len", max_model_len}}})}};
   return Dump(body);
+}
+
+std::string SystemFingerprint(absl::string_view tandem_version, absl::string_view model,
+                              int64_t context_length, const std::vector<std::string>& vocabulary) {
+  uint64_t h = 14695981039346656037ull;
+  // Each piece is length-prefixed, so moving a boundary between pieces changes the hash.
+  auto mix = [&h](absl::string_view piece) {
+    for (const char c : absl::StrCat(piece.size(), ":", piece)) {
+      h ^= static_cast<unsigned char>(c);
+      h *= 1099511628211ull;
+    }
+  };
+  mix(tandem_version);
+  mix(model);
+  mix(absl::StrCat(context_length));
+  for (const std::string& token : vocabulary) mix(token);
+  return absl::StrCat("fp_", absl::Hex(h, absl::kZeroPad16));
 }
 
 int HttpStatusFor(absl::StatusCode code) {
@@ -142,14 +185,13 @@ int HttpStatusFor(absl::StatusCode code) {
 }
 
 std::string ErrorBody(const absl::Status& status) {
-  const int http = HttpStatusFor(status.code());
   const auto param = status.GetPayload(kOpenAiParamPayload);
-  const Json body{{"error",
-                   {{"message", std::string(status.message())},
-                    {"type", ErrorType(http)},
-                    {"param", param.has_value() ? Json(std::string(*param)) : Json(nullptr)},
-                    {"code", http}}}};
-  return Dump(body);
+  return Dump(ErrorJson(HttpStatusFor(status.code()), status.message(),
+                        param.has_value() ? Json(std::string(*param)) : Json(nullptr)));
+}
+
+std::string ErrorBody(int http_status, absl::string_view message) {
+  return Dump(ErrorJson(http_status, message, nullptr));
 }
 
 }  // namespace tandem

@@ -7,18 +7,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "router/http/openai_response.h"
+#include "router/http/openai_tokenize.h"
+
+#ifndef TANDEM_VERSION
+#error "TANDEM_VERSION is defined by router/http/CMakeLists.txt"
+#endif
 
 namespace tandem {
 namespace {
 
 constexpr char kJson[] = "application/json";
-
-std::string OpenAiError(const std::string& message, const char* type, nlohmann::json code) {
-  return nlohmann::json{
-      {"error",
-       {{"message", message}, {"type", type}, {"param", nullptr}, {"code", std::move(code)}}}}
-      .dump();
-}
 
 constexpr char kChatCompletions[] = "/v1/chat/completions";
 constexpr char kCompletions[] = "/v1/completions";
@@ -37,17 +35,46 @@ HttpHandler WithApiKey(const ApiKeys* keys, const RouterMetrics* metrics, bool c
     const std::optional<std::string> authorization = ex.header("Authorization");
     if (!authorization.has_value() || !keys->Accepts(*authorization)) {
       if (completion && metrics != nullptr) metrics->RecordFailure("UNAUTHENTICATED");
-      ex.Respond(
-          401, kJson,
-          OpenAiError(authorization.has_value() ? "Incorrect API key provided."
-                                                : "You didn't provide an API key. Send it in the "
-                                                  "'Authorization: Bearer KEY' header.",
-                      "invalid_request_error", "invalid_api_key"),
-          {{"WWW-Authenticate", "Bearer"}});
+      ex.Respond(401, kJson,
+                 ErrorBody(401, authorization.has_value()
+                                    ? "Incorrect API key provided."
+                                    : "You didn't provide an API key. Send it in the "
+                                      "'Authorization: Bearer KEY' header."),
+                 {{"WWW-Authenticate", "Bearer"}});
       return;
     }
     route(ex);
   };
+}
+
+// POST /tokenize and /detokenize: `fn`'s answer, or its error as an OpenAI error object.
+void ServeTokenizer(const RouterDeps& deps, const char* path, HttpExchange& ex,
+                    absl::StatusOr<TokenizeAnswer> (*fn)(const ServedModel&, absl::string_view)) {
+  absl::StatusOr<std::string> body = ex.ReadBody(HttpServer::kMaxBodyBytes);
+  if (!body.ok()) {
+    ex.Respond(413, kJson, ErrorBody(413, body.status().message()));
+    return;
+  }
+  absl::StatusOr<TokenizeAnswer> answer = fn(*deps.model, *body);
+  if (!answer.ok()) {
+    ex.Respond(HttpStatusFor(answer.status().code()), kJson, ErrorBody(answer.status()));
+    return;
+  }
+  LogUnknownFields(deps.log, path, answer->unknown_fields);
+  ex.Respond(200, kJson, answer->body);
+}
+
+// SystemFingerprint of the served model and this build.
+std::string Fingerprint(const ServedModel& model) {
+  std::vector<std::string> vocabulary;
+  const Tokenizer& tokenizer = model.tokenizer();
+  vocabulary.reserve(static_cast<size_t>(tokenizer.vocab_size()));
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    const absl::StatusOr<absl::string_view> text = tokenizer.TokenText(id);
+    vocabulary.emplace_back(text.ok() ? *text : absl::string_view());
+  }
+  return SystemFingerprint(TANDEM_VERSION, model.limits().name, model.limits().context_length,
+                           vocabulary);
 }
 
 }  // namespace
@@ -68,19 +95,27 @@ absl::StatusOr<std::unique_ptr<RouterHttp>> RouterHttp::Start(
   http->render_metrics_ = std::move(render_metrics);
   RouterHttp* self = http.get();
   const int64_t started = absl::ToUnixSeconds(absl::Now());
+  http->system_fingerprint_ = Fingerprint(*deps->model);
   std::vector<HttpRoute> routes = {
       {"POST", kChatCompletions,
        [self](HttpExchange& ex) {
-         ServeCompletion(*self->deps_, OpenAiEndpoint::kChatCompletions, self->active_, ex);
+         ServeCompletion(*self->deps_, OpenAiEndpoint::kChatCompletions, self->active_, ex,
+                         self->system_fingerprint_);
        }},
       {"POST", kCompletions,
        [self](HttpExchange& ex) {
-         ServeCompletion(*self->deps_, OpenAiEndpoint::kCompletions, self->active_, ex);
+         ServeCompletion(*self->deps_, OpenAiEndpoint::kCompletions, self->active_, ex,
+                         self->system_fingerprint_);
        }},
+      {"POST", "/tokenize",
+       [self](HttpExchange& ex) { ServeTokenizer(*self->deps_, "/tokenize", ex, &Tokenize); }},
+      {"POST", "/detokenize",
+       [self](HttpExchange& ex) { ServeTokenizer(*self->deps_, "/detokenize", ex, &Detokenize); }},
       {"GET", "/v1/models",
        [self, started](HttpExchange& ex) {
+         const ModelLimits& limits = self->deps_->model->limits();
          ex.Respond(200, "application/json",
-                    ModelsBody(self->deps_->model->limits().name, started));
+                    ModelsBody(limits.name, started, limits.context_length));
        }},
       {"GET", "/health", [self](HttpExchange& ex) { self->ServeHealth(ex); }},
       {"GET", "/metrics",
@@ -106,11 +141,14 @@ absl::StatusOr<std::unique_ptr<RouterHttp>> RouterHttp::Start(
     };
   }
   options.body_too_large = [](size_t max) {
-    return OpenAiError(
-        absl::StrCat("request body exceeds the limit of ", max, " bytes (--http_max_body_mb)"),
-        "invalid_request_error", 413);
+    return ErrorBody(413, absl::StrCat("request body exceeds the limit of ", max,
+                                       " bytes (--http_max_body_mb)"));
   };
   options.body_too_large_content_type = kJson;
+  options.error_body = [](int status, const std::string& message) {
+    return ErrorBody(status, message);
+  };
+  options.error_content_type = kJson;
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
       HttpServer::Start(listen, options, std::move(routes));
   if (!server.ok()) return server.status();

@@ -1,5 +1,6 @@
 // The router's HTTP server (docs/router.md, "HTTP API"): the OpenAI-compatible endpoints
-// POST /v1/chat/completions and /v1/completions (openai_generate.h), GET /v1/models, GET /health
+// POST /v1/chat/completions and /v1/completions (openai_generate.h), vLLM's POST /tokenize and
+// /detokenize (openai_tokenize.h), GET /v1/models (with max_model_len), GET /health
 // (200 only while at least one prefill and one decode node are healthy and the router is not
 // draining; 503 otherwise) and GET /metrics (the router's Prometheus text), next to the gRPC
 // server on the same RouterDeps. With deps->metrics set, every response is counted in
@@ -7,9 +8,12 @@
 // runs (401, 413, a malformed body, an unknown model) in tandem_request_failure_total{code}.
 //
 // With deps->api_keys set, every endpoint but GET /health needs `Authorization: Bearer KEY`:
-// without a valid key the answer is 401 with an OpenAI error object (code "invalid_api_key") and
-// nothing runs. Request bodies over the server's max_body_bytes get 413 with an OpenAI error
-// object naming the limit. HTTPS when the options carry a certificate (docs/security.md).
+// without a valid key the answer is 401 with an OpenAI error object and nothing runs. Request
+// bodies over the server's max_body_bytes get 413 with an OpenAI error object naming the limit;
+// an unknown path 404 and a wrong method 405, both with an OpenAI error object too (every error
+// object follows openai_response.h's rule: `code` is the HTTP status). Completion responses
+// carry `system_fingerprint` (SystemFingerprint of the served model and TANDEM_VERSION). HTTPS
+// when the options carry a certificate (docs/security.md).
 //
 // Shutdown lets requests in flight finish for `grace`, then cancels the rest (their node calls
 // are cancelled and KV leases released) and stops the server once every handler returned.
@@ -57,6 +61,7 @@ class RouterHttp {
 
   const RouterDeps* deps_ = nullptr;
   std::function<std::string()> render_metrics_;
+  std::string system_fingerprint_;  // SystemFingerprint of the served model and this build
   ActiveRequests active_;
   std::unique_ptr<HttpServer> server_;
 };

@@ -5,7 +5,8 @@
 
 namespace tandem {
 
-StopMatcher::StopMatcher(std::vector<std::string> stops) {
+StopMatcher::StopMatcher(std::vector<std::string> stops, bool include_stop)
+    : include_stop_(include_stop) {
   for (std::string& s : stops) {
     if (s.empty()) continue;
     longest_ = std::max(longest_, s.size());
@@ -18,10 +19,17 @@ std::string StopMatcher::Push(absl::string_view text) {
   pending_.append(text.data(), text.size());
   if (stops_.empty()) return std::exchange(pending_, "");
   size_t match = std::string::npos;
-  for (const std::string& stop : stops_) match = std::min(match, pending_.find(stop));
+  size_t match_end = 0;
+  for (const std::string& stop : stops_) {
+    const size_t at = pending_.find(stop);
+    if (at == std::string::npos || at > match) continue;
+    if (at < match) match_end = 0;
+    match = at;
+    match_end = std::max(match_end, at + stop.size());
+  }
   if (match != std::string::npos) {
     stopped_ = true;
-    std::string out = pending_.substr(0, match);
+    std::string out = pending_.substr(0, include_stop_ ? match_end : match);
     pending_.clear();
     return out;
   }

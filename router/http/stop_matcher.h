@@ -14,11 +14,13 @@ namespace tandem {
 class StopMatcher {
  public:
   // Empty strings in `stops` are ignored; no stop strings = everything passes through.
-  explicit StopMatcher(std::vector<std::string> stops);
+  // `include_stop` (vLLM's include_stop_str_in_output): the matched stop string is emitted too.
+  explicit StopMatcher(std::vector<std::string> stops, bool include_stop = false);
 
   // Adds the next piece of generated text; returns the text that is now safe to emit. Once a
-  // stop string matched (stopped()), the returned text ends right before it and every later call
-  // returns "".
+  // stop string matched (stopped()), the returned text ends right before it (right after it with
+  // include_stop; of two stop strings matching at the same place, the longer) and every later
+  // call returns "".
   std::string Push(absl::string_view text);
   // The generation ended without a match: the text still held back.
   std::string Flush();
@@ -28,6 +30,7 @@ class StopMatcher {
   std::vector<std::string> stops_;
   size_t longest_ = 0;
   std::string pending_;
+  bool include_stop_ = false;
   bool stopped_ = false;
 };
 

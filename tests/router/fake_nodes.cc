@@ -128,6 +128,7 @@ grpc::ServerUnaryReactor* FakePrefill::Prefill(grpc::CallbackServerContext* ctx,
                                                v1::PrefillResponse* response) {
   std::optional<grpc::Status> failure;
   int32_t token = TokenForStep(request->sample_step());
+  int64_t cached_tokens = 0;
   {
     absl::MutexLock lock(&script_->mu);
     if (!script_->failures.empty()) {
@@ -135,12 +136,14 @@ grpc::ServerUnaryReactor* FakePrefill::Prefill(grpc::CallbackServerContext* ctx,
       script_->failures.pop_front();
     }
     if (script_->first_token.has_value()) token = *script_->first_token;
+    cached_tokens = script_->cached_tokens;
   }
   absl::MutexLock lock(&mu_);
   prefills_.push_back(*request);
   prefill_request_ids_.push_back(RequestIdFromMetadata(*ctx, ""));
   if (failure.has_value()) return Reply(ctx, *failure);
   response->set_first_token(token);
+  response->set_cached_tokens(cached_tokens);
   v1::KvHandle* kv = response->mutable_kv();
   kv->set_engine_id(name_);
   kv->set_epoch(7);

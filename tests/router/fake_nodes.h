@@ -39,6 +39,7 @@ struct PrefillScript {
   absl::Mutex mu;
   std::deque<grpc::Status> failures ABSL_GUARDED_BY(mu);   // popped one per call while non-empty
   std::optional<int32_t> first_token ABSL_GUARDED_BY(mu);  // overrides g(sample_step)
+  int64_t cached_tokens ABSL_GUARDED_BY(mu) = 0;  // PrefillResponse.cached_tokens of every call
 };
 
 struct DecodeBehaviour {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -119,6 +120,18 @@ std::string StreamedText(const std::vector<Json>& events) {
   return text;
 }
 
+// The router's log lines, captured (the log function runs on request threads).
+struct LogLines {
+  absl::Mutex mu;
+  std::vector<std::string> lines ABSL_GUARDED_BY(mu);
+  int Count(absl::string_view needle) {
+    absl::MutexLock lock(&mu);
+    int n = 0;
+    for (const std::string& line : lines) n += absl::StrContains(line, needle) ? 1 : 0;
+    return n;
+  }
+};
+
 class RouterHttpTest : public testing::Test {
  protected:
   void SetUp() override {
@@ -133,7 +146,11 @@ class RouterHttpTest : public testing::Test {
     options.rpc_timeout = absl::Seconds(30);
     // Longer than every wait here: a cancellation seen within kWait came from the client side.
     options.decode_idle_timeout = absl::Seconds(30);
-    auto router = RouterServer::Start(options, MakeTestModel(256), [](const std::string&) {});
+    auto router =
+        RouterServer::Start(options, MakeTestModel(256), [log = log_](const std::string& line) {
+          absl::MutexLock lock(&log->mu);
+          log->lines.push_back(line);
+        });
     ASSERT_TRUE(router.ok()) << router.status();
     router_ = *std::move(router);
     auto http = RouterHttp::Start("127.0.0.1:0", 16, &router_->deps(), [] { return ""; });
@@ -151,6 +168,7 @@ class RouterHttpTest : public testing::Test {
     if (router_ != nullptr) router_->Shutdown(absl::Seconds(2));
   }
 
+  std::shared_ptr<LogLines> log_ = std::make_shared<LogLines>();
   std::shared_ptr<PrefillScript> prefill_script_ = std::make_shared<PrefillScript>();
   std::shared_ptr<DecodeScript> decode_script_ = std::make_shared<DecodeScript>();
   std::unique_ptr<FakePrefill> prefill_;
@@ -274,9 +292,193 @@ TEST_F(RouterHttpTest, NonStreamingClientTimingOutCancelsTheRequest) {
   EXPECT_TRUE(decode_->WaitForCancelled(1, kWait));
 }
 
-TEST_F(RouterHttpTest, WrongMethodIs405AndUnknownPathIs404) {
-  EXPECT_EQ(Post(http_->port(), "/v1/models", "{}").status, 405);
-  EXPECT_EQ(Post(http_->port(), "/v1/nothing", "{}").status, 404);
+TEST_F(RouterHttpTest, WrongMethodIs405AndUnknownPathIs404WithErrorObjects) {
+  const HttpReply wrong = Post(http_->port(), "/v1/models", "{}");
+  EXPECT_EQ(wrong.status, 405);
+  const Json e405 = Json::parse(wrong.body)["error"];
+  EXPECT_EQ(e405["code"], 405);
+  EXPECT_EQ(e405["type"], "invalid_request_error");
+  EXPECT_THAT(e405["message"].get<std::string>(), HasSubstr("POST"));
+  EXPECT_TRUE(e405["param"].is_null());
+  const HttpReply missing = Post(http_->port(), "/v1/nothing", "{}");
+  EXPECT_EQ(missing.status, 404);
+  const Json e404 = Json::parse(missing.body)["error"];
+  EXPECT_EQ(e404["code"], 404);
+  EXPECT_EQ(e404["type"], "not_found_error");
+  EXPECT_THAT(e404["message"].get<std::string>(), HasSubstr("/v1/nothing"));
+  const HttpReply get_missing = Post(http_->port(), "/tokenizer", std::nullopt);
+  EXPECT_EQ(get_missing.status, 404);
+  EXPECT_EQ(Json::parse(get_missing.body)["error"]["code"], 404);
+}
+
+TEST_F(RouterHttpTest, RefusedFieldsAre400NamingTheFieldAndNothingRuns) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "response_format": {"type": "json_object"}})",
+       "response_format"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})",
+       "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x", "name": "bob"}]})", "messages[0].name"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs"},
+  };
+  for (const auto& [body, param] : cases) {
+    const HttpReply reply = Post(http_->port(), "/v1/chat/completions", body);
+    EXPECT_EQ(reply.status, 400) << body;
+    const Json error = Json::parse(reply.body)["error"];
+    EXPECT_EQ(error["param"], param) << reply.body;
+    EXPECT_EQ(error["code"], 400);
+  }
+  EXPECT_TRUE(prefill_->prefills().empty());
+}
+
+TEST_F(RouterHttpTest, UnknownFieldIsAnsweredAndLoggedOncePerName) {
+  const std::string body = R"({"prompt": "hi", "max_tokens": 2, "tandem_http_test_field": 1,
+      "stream_options": {"tandem_http_test_option": true}})";
+  for (int i = 0; i < 3; ++i) {
+    const HttpReply reply = Post(http_->port(), "/v1/completions", body);
+    EXPECT_EQ(reply.status, 200) << reply.body;
+  }
+  EXPECT_EQ(
+      log_->Count("openai_unknown_field field=tandem_http_test_field endpoint=/v1/completions"), 1);
+  EXPECT_EQ(log_->Count("openai_unknown_field field=stream_options.tandem_http_test_option "), 1);
+}
+
+TEST_F(RouterHttpTest, TokenizeAndDetokenize) {
+  const HttpReply text = Post(http_->port(), "/tokenize", R"({"prompt": "hi"})");
+  ASSERT_EQ(text.status, 200) << text.body;
+  const Json t = Json::parse(text.body);
+  EXPECT_EQ(t["count"], 2);
+  EXPECT_EQ(t["max_model_len"], 256);
+  EXPECT_EQ(t["tokens"], Json::array({ByteToken('h'), ByteToken('i')}));
+  EXPECT_FALSE(t.contains("token_strs"));
+  const HttpReply strs =
+      Post(http_->port(), "/tokenize", R"({"prompt": "he", "return_token_strs": true})");
+  ASSERT_EQ(strs.status, 200) << strs.body;
+  EXPECT_EQ(Json::parse(strs.body)["token_strs"], Json::array({"he"}));
+  // A chat prompt counts exactly the prompt_tokens of the same chat completion.
+  const std::string messages = R"("messages": [{"role": "user", "content": "hello there"}])";
+  const HttpReply chat = Post(http_->port(), "/tokenize", absl::StrCat("{", messages, "}"));
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  const HttpReply completion = Post(http_->port(), "/v1/chat/completions",
+                                    absl::StrCat("{", messages, R"(, "max_tokens": 1})"));
+  ASSERT_EQ(completion.status, 200) << completion.body;
+  EXPECT_EQ(Json::parse(chat.body)["count"],
+            Json::parse(completion.body)["usage"]["prompt_tokens"]);
+  const Json chat_ids = Json::parse(chat.body)["tokens"];
+
+  const HttpReply back = Post(http_->port(), "/detokenize",
+                              Json{{"model", kTestModelName}, {"tokens", chat_ids}}.dump());
+  ASSERT_EQ(back.status, 200) << back.body;
+  EXPECT_THAT(Json::parse(back.body)["prompt"].get<std::string>(), HasSubstr("hello there"));
+  const HttpReply plain =
+      Post(http_->port(), "/detokenize", Json{{"tokens", {ByteToken('o'), ByteToken('k')}}}.dump());
+  EXPECT_EQ(Json::parse(plain.body)["prompt"], "ok");
+
+  const HttpReply bad_id = Post(http_->port(), "/detokenize", R"({"tokens": [1, 99999]})");
+  EXPECT_EQ(bad_id.status, 400);
+  EXPECT_EQ(Json::parse(bad_id.body)["error"]["param"], "tokens");
+  const HttpReply bad_model =
+      Post(http_->port(), "/tokenize", R"({"model": "other", "prompt": "x"})");
+  EXPECT_EQ(bad_model.status, 404);
+  const HttpReply refused =
+      Post(http_->port(), "/tokenize", R"({"messages": [], "add_generation_prompt": false})");
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(Json::parse(refused.body)["error"]["param"], "add_generation_prompt");
+  EXPECT_EQ(Post(http_->port(), "/tokenize", std::nullopt).status, 405);
+  // One chat completion ran; tokenising sent nothing to a node.
+  EXPECT_EQ(prefill_->prefills().size(), 1u);
+}
+
+TEST_F(RouterHttpTest, ModelsMaxModelLenAndSystemFingerprint) {
+  const HttpReply models = Post(http_->port(), "/v1/models", std::nullopt);
+  ASSERT_EQ(models.status, 200);
+  EXPECT_EQ(Json::parse(models.body)["data"][0]["max_model_len"], 256);
+  const HttpReply a =
+      Post(http_->port(), "/v1/completions", R"({"prompt": "hi", "max_tokens": 1})");
+  const HttpReply b = Post(http_->port(), "/v1/chat/completions",
+                           R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 2,
+                               "stream": true})");
+  ASSERT_EQ(a.status, 200);
+  ASSERT_EQ(b.status, 200);
+  const std::string fp = Json::parse(a.body)["system_fingerprint"];
+  EXPECT_THAT(fp, testing::MatchesRegex("fp_[0-9a-f]{16}"));
+  bool done = false;
+  const std::vector<Json> events = Events(b.body, &done);
+  EXPECT_FALSE(events.empty());
+  for (const Json& event : events) EXPECT_EQ(event["system_fingerprint"], fp);
+  EXPECT_TRUE(done);
+}
+
+TEST_F(RouterHttpTest, CachedTokensReachTheUsage) {
+  {
+    absl::MutexLock lock(&prefill_script_->mu);
+    prefill_script_->cached_tokens = 3;
+  }
+  const HttpReply whole =
+      Post(http_->port(), "/v1/completions", R"({"prompt": "hello", "max_tokens": 3})");
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(Json::parse(whole.body)["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
+  const HttpReply streamed = Post(http_->port(), "/v1/completions",
+                                  R"({"prompt": "hello", "max_tokens": 3, "stream": true,
+                                      "stream_options": {"include_usage": true}})");
+  bool done = false;
+  const std::vector<Json> events = Events(streamed.body, &done);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
+  // A node claiming more than the prompt is clamped to the prompt.
+  {
+    absl::MutexLock lock(&prefill_script_->mu);
+    prefill_script_->cached_tokens = 1000;
+  }
+  const HttpReply clamped =
+      Post(http_->port(), "/v1/completions", R"({"prompt": "hello", "max_tokens": 1})");
+  const Json usage = Json::parse(clamped.body)["usage"];
+  EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], usage["prompt_tokens"]);
+}
+
+TEST_F(RouterHttpTest, VllmFieldsAreHonoured) {
+  // truncate_prompt_tokens: the prompt's last 2 tokens ("hello" is he, l, l, o).
+  const HttpReply truncated = Post(http_->port(), "/v1/completions",
+                                   R"({"prompt": "hello", "max_tokens": 1,
+                                       "truncate_prompt_tokens": 2})");
+  ASSERT_EQ(truncated.status, 200) << truncated.body;
+  EXPECT_EQ(Json::parse(truncated.body)["usage"]["prompt_tokens"], 2);
+  const std::vector<v1::PrefillRequest> prefills = prefill_->prefills();
+  ASSERT_EQ(prefills.size(), 1u);
+  EXPECT_THAT(prefills[0].prompt_ids(), testing::ElementsAre(ByteToken('l'), ByteToken('o')));
+  // request_id in the body names the request (no x-request-id header).
+  const HttpReply named = Post(http_->port(), "/v1/completions",
+                               R"({"prompt": "hi", "max_tokens": 1, "request_id": "body-id-1"})");
+  ASSERT_EQ(named.status, 200) << named.body;
+  EXPECT_EQ(named.request_id, "body-id-1");
+  EXPECT_EQ(Json::parse(named.body)["id"], "cmpl-body-id-1");
+  const HttpReply header_wins =
+      Post(http_->port(), "/v1/completions",
+           R"({"prompt": "hi", "max_tokens": 1, "request_id": "body-id-2"})", nullptr, 20000,
+           {"x-request-id: header-id"});
+  EXPECT_EQ(header_wins.request_id, "header-id");
+  const HttpReply bad_id = Post(http_->port(), "/v1/completions",
+                                R"({"prompt": "hi", "max_tokens": 1, "request_id": "a b"})");
+  EXPECT_EQ(bad_id.status, 400);
+  EXPECT_EQ(Json::parse(bad_id.body)["error"]["param"], "request_id");
+  // include_stop_str_in_output: the text ends with the stop string.
+  const HttpReply plain =
+      Post(http_->port(), "/v1/completions", R"({"prompt": "hi", "max_tokens": 6})");
+  const std::string text = Json::parse(plain.body)["choices"][0]["text"];
+  ASSERT_GE(text.size(), 5u);
+  const std::string stop = text.substr(2, 2);
+  const HttpReply with_stop = Post(
+      http_->port(), "/v1/completions",
+      Json{
+          {"prompt", "hi"}, {"max_tokens", 6}, {"stop", stop}, {"include_stop_str_in_output", true}}
+          .dump());
+  ASSERT_EQ(with_stop.status, 200) << with_stop.body;
+  EXPECT_EQ(Json::parse(with_stop.body)["choices"][0]["text"],
+            text.substr(0, text.find(stop) + stop.size()));
+  EXPECT_EQ(Json::parse(with_stop.body)["choices"][0]["finish_reason"], "stop");
 }
 
 // Requests refused before they run — no or a wrong API key (401), a body over the limit (413), a

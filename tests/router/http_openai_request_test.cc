@@ -41,6 +41,56 @@ TEST(OpenAiRequestTest, ChatWithEveryParameter) {
   EXPECT_TRUE(r->ignore_eos);
   EXPECT_TRUE(r->stream);
   EXPECT_TRUE(r->include_usage);
+  EXPECT_EQ(r->unknown_fields, std::vector<std::string>{"some_future_field"});
+}
+
+TEST(OpenAiRequestTest, VllmFieldsTandemHonours) {
+  auto r = Completion(R"({"prompt": "x", "add_special_tokens": false,
+      "include_stop_str_in_output": true, "truncate_prompt_tokens": 5, "request_id": "abc"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->add_special_tokens, false);
+  EXPECT_TRUE(r->include_stop_str_in_output);
+  EXPECT_EQ(r->truncate_prompt_tokens, 5);
+  EXPECT_EQ(r->request_id, "abc");
+  auto whole = Completion(R"({"prompt": "x", "truncate_prompt_tokens": -1})");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->truncate_prompt_tokens, -1);
+  auto defaults = Completion(R"({"prompt": "x"})");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_FALSE(defaults->add_special_tokens.has_value());
+  EXPECT_FALSE(defaults->include_stop_str_in_output);
+  EXPECT_FALSE(defaults->truncate_prompt_tokens.has_value());
+  EXPECT_FALSE(defaults->request_id.has_value());
+  EXPECT_TRUE(defaults->unknown_fields.empty());
+}
+
+// A known field at the value that asks for nothing is accepted, and is not "unknown".
+TEST(OpenAiRequestTest, KnownFieldsAtTheirDefaultAreAccepted) {
+  auto r = Chat(R"({"messages": [{"role": "user", "content": "x", "name": null}],
+      "response_format": {"type": "text"}, "tools": [], "tool_choice": "none",
+      "functions": null, "function_call": "auto", "parallel_tool_calls": true,
+      "min_p": 0, "repetition_penalty": 1, "presence_penalty": 0, "frequency_penalty": 0.0,
+      "logit_bias": {}, "min_tokens": 0, "stop_token_ids": [], "logprobs": false,
+      "top_logprobs": null, "echo": false, "best_of": 1, "skip_special_tokens": true,
+      "spaces_between_special_tokens": false, "add_generation_prompt": true,
+      "continue_final_message": false, "use_beam_search": false, "length_penalty": 1.0,
+      "guided_json": null, "user": "u", "metadata": {"k": "v"}, "store": false,
+      "modalities": ["text"], "service_tier": "auto", "priority": 0, "verbosity": "medium",
+      "stream_options": {"include_obfuscation": true, "continuous_usage_stats": false}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->unknown_fields.empty()) << r->unknown_fields.front();
+}
+
+TEST(OpenAiRequestTest, UnknownFieldsAreListedNotRefused) {
+  auto r = Chat(R"({"zeta": 1, "messages": [{"role": "user", "content": "x", "mood": "calm"}],
+      "alpha": {"nested": true}, "stream_options": {"include_usage": true, "extra": 1}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->unknown_fields,
+            (std::vector<std::string>{"alpha", "zeta", "messages[].mood", "stream_options.extra"}));
+  // A chat-only field sent to /v1/completions is unknown there (and so not refused).
+  auto c = Completion(R"({"prompt": "x", "tools": [{"type": "function"}]})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->unknown_fields, std::vector<std::string>{"tools"});
 }
 
 TEST(OpenAiRequestTest, DefaultsFollowOpenAi) {
@@ -147,10 +197,57 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"logprobs", kCmpl, R"({"prompt": "a", "logprobs": 2})", "logprobs",
                 "not supported"},
         BadCase{"echo", kCmpl, R"({"prompt": "a", "echo": true})", "echo", "not supported"},
-        BadCase{"penalty", kChat,
-                R"({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 0.5})",
-                "presence_penalty", "not supported"},
-        BadCase{"model_type", kChat, R"({"model": 3, "messages": []})", "model", "string"}),
+        BadCase{"model_type", kChat, R"({"model": 3, "messages": []})", "model", "string"},
+        // Nothing silently ignored: a known field asking for what Tandem does not do.
+        BadCase{"json_format", kChat,
+                R"({"messages": [], "response_format": {"type": "json_object"}})",
+                "response_format", "structured output"},
+        BadCase{"json_schema_completions", kCmpl,
+                R"({"prompt": "a", "response_format": {"type": "json_schema"}})", "response_format",
+                "structured output"},
+        BadCase{"tools", kChat,
+                R"({"messages": [], "tools": [{"type": "function", "function": {"name": "f"}}]})",
+                "tools", "tool calling"},
+        BadCase{"tool_choice", kChat, R"({"messages": [], "tool_choice": "required"})",
+                "tool_choice", "tool calling"},
+        BadCase{"functions", kChat, R"({"messages": [], "functions": [{"name": "f"}]})",
+                "functions", "tool calling"},
+        BadCase{"function_call", kChat, R"({"messages": [], "function_call": {"name": "f"}})",
+                "function_call", "tool calling"},
+        BadCase{"guided_json", kCmpl, R"({"prompt": "a", "guided_json": {"type": "object"}})",
+                "guided_json", "structured output"},
+        BadCase{"chat_logprobs", kChat, R"({"messages": [], "logprobs": true})", "logprobs",
+                "not supported"},
+        BadCase{"completion_logprobs_0", kCmpl, R"({"prompt": "a", "logprobs": 0})", "logprobs",
+                "not supported"},
+        BadCase{"top_logprobs", kChat, R"({"messages": [], "top_logprobs": 3})", "top_logprobs",
+                "not supported"},
+        BadCase{"best_of", kCmpl, R"({"prompt": "a", "best_of": 2})", "best_of", "must be 1"},
+        BadCase{"suffix", kCmpl, R"({"prompt": "a", "suffix": "end"})", "suffix", "not supported"},
+        BadCase{"add_generation_prompt", kChat,
+                R"({"messages": [], "add_generation_prompt": false})", "add_generation_prompt",
+                "must be true"},
+        BadCase{"skip_special_tokens", kCmpl, R"({"prompt": "a", "skip_special_tokens": false})",
+                "skip_special_tokens", "must be true"},
+        BadCase{"beam", kCmpl, R"({"prompt": "a", "use_beam_search": true})", "use_beam_search",
+                "beam search"},
+        BadCase{"store", kChat, R"({"messages": [], "store": true})", "store", "not stored"},
+        BadCase{"message_name", kChat,
+                R"({"messages": [{"role": "user", "content": "x", "name": "bob"}]})",
+                "messages[0].name", "not supported"},
+        BadCase{"message_tool_calls", kChat,
+                R"({"messages": [{"role": "assistant", "content": null,
+                    "tool_calls": [{"id": "1"}]}]})",
+                "messages[0].tool_calls", "tool calling"},
+        BadCase{"continuous_usage_stats", kChat,
+                R"({"messages": [], "stream_options": {"continuous_usage_stats": true}})",
+                "stream_options.continuous_usage_stats", "not supported"},
+        BadCase{"truncate_zero", kCmpl, R"({"prompt": "a", "truncate_prompt_tokens": 0})",
+                "truncate_prompt_tokens", ">= 1"},
+        BadCase{"add_special_tokens_type", kCmpl, R"({"prompt": "a", "add_special_tokens": 1})",
+                "add_special_tokens", "boolean"},
+        BadCase{"request_id_type", kCmpl, R"({"prompt": "a", "request_id": 7})", "request_id",
+                "string"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "router/http/openai_response.h"
 
@@ -79,11 +82,42 @@ TEST(OpenAiResponseTest, SseFraming) {
 }
 
 TEST(OpenAiResponseTest, ModelsList) {
-  const Json body = Json::parse(ModelsBody("smol", 5));
+  const Json body = Json::parse(ModelsBody("smol", 5, 8192));
   EXPECT_EQ(body["object"], "list");
   ASSERT_EQ(body["data"].size(), 1u);
   EXPECT_EQ(body["data"][0]["id"], "smol");
   EXPECT_EQ(body["data"][0]["object"], "model");
+  EXPECT_EQ(body["data"][0]["max_model_len"], 8192);
+}
+
+TEST(OpenAiResponseTest, UsageHasCachedTokensAndBodiesTheFingerprint) {
+  CompletionMeta meta = Meta(OpenAiEndpoint::kChatCompletions);
+  const Json without = Json::parse(CompletionBody(meta, "x", "stop", {12, 3, 8}));
+  EXPECT_FALSE(without.contains("system_fingerprint"));
+  EXPECT_EQ(without["usage"]["prompt_tokens_details"]["cached_tokens"], 8);
+  meta.system_fingerprint = "fp_0123456789abcdef";
+  const Json whole = Json::parse(CompletionBody(meta, "x", "stop", {12, 3, 8}));
+  EXPECT_EQ(whole["system_fingerprint"], "fp_0123456789abcdef");
+  const Json chunk = Json::parse(ChunkBody(meta, "x", false, "", false));
+  EXPECT_EQ(chunk["system_fingerprint"], "fp_0123456789abcdef");
+  const Json usage = Json::parse(UsageChunkBody(meta, {5, 2, 4}));
+  EXPECT_EQ(usage["system_fingerprint"], "fp_0123456789abcdef");
+  EXPECT_EQ(usage["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
+}
+
+TEST(OpenAiResponseTest, SystemFingerprintIsStableAndFollowsModelAndVersion) {
+  const std::vector<std::string> vocab = {"a", "b", "ab"};
+  const std::string fp = SystemFingerprint("0.1.0", "smol", 8192, vocab);
+  EXPECT_EQ(fp.size(), 3u + 16u);
+  EXPECT_EQ(fp.substr(0, 3), "fp_");
+  EXPECT_EQ(SystemFingerprint("0.1.0", "smol", 8192, vocab), fp);
+  EXPECT_NE(SystemFingerprint("0.1.1", "smol", 8192, vocab), fp);
+  EXPECT_NE(SystemFingerprint("0.1.0", "smol2", 8192, vocab), fp);
+  EXPECT_NE(SystemFingerprint("0.1.0", "smol", 4096, vocab), fp);
+  EXPECT_NE(SystemFingerprint("0.1.0", "smol", 8192, {"a", "b", "ba"}), fp);
+  // Moving a boundary between pieces changes it.
+  EXPECT_NE(SystemFingerprint("0.1.0", "smol", 8192, {"a", "ba", "b"}),
+            SystemFingerprint("0.1.0", "smol", 8192, {"ab", "a", "b"}));
 }
 
 TEST(OpenAiResponseTest, StatusCodesMapToHttp) {
@@ -108,6 +142,29 @@ TEST(OpenAiResponseTest, ErrorObjectCarriesParam) {
   const Json busy = Json::parse(ErrorBody(absl::UnavailableError("no healthy decode node")));
   EXPECT_EQ(busy["error"]["type"], "service_unavailable_error");
   EXPECT_EQ(busy["error"]["code"], 503);
+}
+
+// The rule: `code` is the HTTP status and `type` follows it, for every error the API sends.
+TEST(OpenAiResponseTest, ErrorCodeIsTheHttpStatusEverywhere) {
+  const std::pair<int, const char*> cases[] = {
+      {400, "invalid_request_error"}, {401, "authentication_error"},     {404, "not_found_error"},
+      {405, "invalid_request_error"}, {413, "invalid_request_error"},    {429, "rate_limit_error"},
+      {500, "internal_error"},        {503, "service_unavailable_error"}};
+  for (const auto& [status, type] : cases) {
+    const Json body = Json::parse(ErrorBody(status, "m"));
+    EXPECT_EQ(body["error"]["code"], status);
+    EXPECT_EQ(body["error"]["type"], type) << status;
+    EXPECT_EQ(body["error"]["message"], "m");
+    EXPECT_TRUE(body["error"]["param"].is_null());
+  }
+  for (const absl::StatusCode code :
+       {absl::StatusCode::kInvalidArgument, absl::StatusCode::kNotFound,
+        absl::StatusCode::kResourceExhausted, absl::StatusCode::kUnauthenticated,
+        absl::StatusCode::kCancelled, absl::StatusCode::kUnimplemented}) {
+    const Json body = Json::parse(ErrorBody(absl::Status(code, "m")));
+    EXPECT_EQ(body["error"]["code"], HttpStatusFor(code));
+    EXPECT_EQ(body["error"]["type"], ErrorType(HttpStatusFor(code)));
+  }
 }
 
 }  // namespace

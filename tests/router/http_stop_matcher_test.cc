@@ -78,5 +78,17 @@ TEST(StopMatcherTest, MultiByteCharactersStayWhole) {
   EXPECT_EQ(m.Push(" ok"), "é ok");
 }
 
+TEST(StopMatcherTest, IncludeStopEmitsTheMatchedString) {
+  StopMatcher m({"lo", "low"}, /*include_stop=*/true);
+  EXPECT_EQ(m.Push("hel"), "he");
+  // "lo" and "low" both match at the same place once "low" is complete: the longer one ends it.
+  EXPECT_EQ(m.Push("low and more"), "llow");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.Push("x"), "");
+  StopMatcher split({"END"}, /*include_stop=*/true);
+  EXPECT_EQ(split.Push("text E"), "text ");
+  EXPECT_EQ(split.Push("ND tail"), "END");
+}
+
 }  // namespace
 }  // namespace tandem

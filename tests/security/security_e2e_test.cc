@@ -254,8 +254,9 @@ TEST_F(TlsClusterTest, TheRouterRefusesRequestsWithoutAValidApiKey) {
     const HttpReply post = Request(http_ + "/v1/completions", pki_->ca, auth, &body);
     EXPECT_EQ(post.status, 401) << post.body;
     const Json error = Json::parse(post.body)["error"];
-    EXPECT_EQ(error["code"], "invalid_api_key");
-    EXPECT_EQ(error["type"], "invalid_request_error");
+    // docs/router.md's rule for every error object: code = the HTTP status.
+    EXPECT_EQ(error["code"], 401);
+    EXPECT_EQ(error["type"], "authentication_error");
     EXPECT_THAT(post.headers, HasSubstr("WWW-Authenticate: Bearer"));
     for (const char* path : {"/v1/models", "/metrics"}) {
       EXPECT_EQ(Request(http_ + path, pki_->ca, auth).status, 401) << path;
