@@ -89,26 +89,23 @@ absl::StatusOr<std::vector<uint32_t>> BlockManager::Generations(
   return out;
 }
 
-absl::Status BlockManager::CheckGenerations(absl::Span<const int32_t> blocks,
-                                            absl::Span<const uint32_t> generations) const {
+absl::StatusOr<std::vector<int32_t>> BlockManager::FreedSince(
+    absl::Span<const int32_t> blocks, absl::Span<const uint32_t> generations) const {
   if (blocks.size() != generations.size()) {
     return absl::InvalidArgumentError(absl::StrCat(blocks.size(), " blocks but ",
                                                    generations.size(), " generations"));
   }
   absl::MutexLock lock(&mu_);
+  std::vector<int32_t> freed;
   for (size_t i = 0; i < blocks.size(); ++i) {
     const int32_t b = blocks[i];
     if (b < 0 || b >= num_blocks_) {
       return absl::InvalidArgumentError(
           absl::StrCat("block id ", b, " outside [0, ", num_blocks_, ")"));
     }
-    if (generation_[b] != generations[i] || refcount_[b] == 0) {
-      return absl::AbortedError(absl::StrCat(
-          "block ", b, " was freed since generation ", generations[i], " (now generation ",
-          generation_[b], refcount_[b] == 0 ? ", free" : ", reallocated", ")"));
-    }
+    if (generation_[b] != generations[i]) freed.push_back(b);
   }
-  return absl::OkStatus();
+  return freed;
 }
 
 void BlockManager::Release(absl::Span<const int32_t> blocks) {

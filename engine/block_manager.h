@@ -8,9 +8,9 @@
 //
 // Generation fencing (docs/kv_transfer.md "Provable KV"): every block carries a generation that
 // bumps each time its last reference is dropped (it starts at 0 and wraps at 2^32). A holder
-// that recorded Generations(blocks) can later ask CheckGenerations whether any of them was freed
-// in between — even if the bookkeeping that should have kept them allocated was wrong — since a
-// block can be reused (and overwritten) only after a free, and every free bumps it.
+// that recorded Generations(blocks) can later ask FreedSince which of them were freed in between
+// — even if the bookkeeping that should have kept them allocated was wrong — since a block can
+// be reused (and overwritten) only after a free, and every free bumps it.
 //
 // Thread-safe.
 #pragma once
@@ -45,11 +45,11 @@ class BlockManager {
   // The current generation of each block (allocated or not); INVALID_ARGUMENT for an id out of
   // range.
   absl::StatusOr<std::vector<uint32_t>> Generations(absl::Span<const int32_t> blocks) const;
-  // OK iff every block is allocated now and still at the generation recorded in
-  // `generations` (parallel to `blocks`): none was freed since. ABORTED naming the first block
-  // that was; INVALID_ARGUMENT for lists of different lengths or an id out of range.
-  absl::Status CheckGenerations(absl::Span<const int32_t> blocks,
-                                absl::Span<const uint32_t> generations) const;
+  // The blocks freed since `generations` (parallel to `blocks`) were recorded: those whose
+  // generation moved, in list order; empty when none was. INVALID_ARGUMENT for lists of
+  // different lengths or an id out of range.
+  absl::StatusOr<std::vector<int32_t>> FreedSince(absl::Span<const int32_t> blocks,
+                                                  absl::Span<const uint32_t> generations) const;
 
   int32_t total_blocks() const { return num_blocks_; }
   int32_t free_blocks() const;

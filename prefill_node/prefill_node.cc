@@ -1,5 +1,6 @@
 #include "prefill_node/prefill_node.h"
 
+#include <algorithm>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -411,7 +412,7 @@ bool PrefillNode::ReleaseKv(const std::string& request_id, uint64_t epoch, uint6
   if (epoch != epoch_) return false;
   std::optional<std::vector<int32_t>> blocks;
   std::vector<std::string> cancel;
-  absl::Status fenced;
+  std::string fenced;  // why the handle's blocks are not the lease's any more; empty: they are
   {
     absl::MutexLock lock(&mu_);
     blocks = leases_.Release(request_id, generation);
@@ -420,9 +421,24 @@ bool PrefillNode::ReleaseKv(const std::string& request_id, uint64_t epoch, uint6
     // (which bumps the generations itself): a block freed since the lease was taken — by a
     // bookkeeping bug, since the lease held a reference — has a newer generation now, and a
     // block can be reused and overwritten only after such a free. So any reuse that overlapped
-    // the reads is seen here, and the release reports the lease as not held.
+    // the reads is seen here, and the release reports the lease as not held. Blocks freed that
+    // way are not freed again (their next owner holds them now).
     if (blocks.has_value() && !handle_generations.empty()) {
-      fenced = blocks_->CheckGenerations(handle_blocks, handle_generations);
+      if (!std::equal(blocks->begin(), blocks->end(), handle_blocks.begin(),
+                      handle_blocks.end())) {
+        fenced = "the handle names other blocks than the lease holds";
+      } else {
+        absl::StatusOr<std::vector<int32_t>> freed =
+            blocks_->FreedSince(handle_blocks, handle_generations);
+        if (!freed.ok()) {
+          fenced = std::string(freed.status().message());
+        } else if (!freed->empty()) {
+          fenced = absl::StrCat(freed->size(), " of its ", blocks->size(),
+                                " blocks were freed while it was held (first: block ",
+                                freed->front(), ")");
+          for (int32_t b : *freed) blocks->erase(std::find(blocks->begin(), blocks->end(), b));
+        }
+      }
     }
     cancel = DropPipelinesWithoutLease(
         absl::CancelledError("the KV lease was released while the prefill ran"));
@@ -430,10 +446,9 @@ bool PrefillNode::ReleaseKv(const std::string& request_id, uint64_t epoch, uint6
   CancelPrefills(cancel);
   if (!blocks.has_value()) return false;
   blocks_->Release(*blocks);
-  if (!fenced.ok()) {
-    const std::string line =
-        absl::StrCat("tandem-prefill: KV lease ", generation, " of request ", request_id,
-                     " released as NOT held: ", fenced.message(), "\n");
+  if (!fenced.empty()) {
+    const std::string line = absl::StrCat("tandem-prefill: KV lease ", generation, " of request ",
+                                          request_id, " released as NOT held: ", fenced, "\n");
     std::fwrite(line.data(), 1, line.size(), stderr);
     return false;
   }

@@ -128,8 +128,9 @@ class PrefillNode {
   //
   // Generation fencing: with `handle_blocks` and `handle_generations` (the KvHandle's, as the
   // decode side quotes them) a held lease also reports false when any of those blocks was freed
-  // since the lease was taken (BlockManager::CheckGenerations), whatever the lease table says —
-  // so KV read from a block that a bookkeeping bug let another request reuse is discarded.
+  // since the lease was taken (BlockManager::FreedSince), whatever the lease table says — and
+  // does not free those again; KV read from a block a bookkeeping bug let another request reuse
+  // is discarded.
   bool ReleaseKv(const std::string& request_id, uint64_t epoch, uint64_t generation,
                  absl::Span<const int32_t> handle_blocks = {},
                  absl::Span<const uint32_t> handle_generations = {});

@@ -3,7 +3,10 @@
 // here, pulled by DecodeNodes of two different layouts through the fake transport and decoded,
 // gives the same greedy tokens on both (a wrong byte in either plan would show). With the prefix
 // cache: a prompt sharing a cached prefix reuses its blocks (the KvHandle names them), computes
-// only the suffix, and decodes to the same tokens as on a node without the cache.
+// only the suffix, and decodes to the same tokens as on a node without the cache. Provable KV
+// (issue 28): every pull here is checked against the prefill's KV digests; a byte flipped in the
+// prefill's pool, or a block freed and reused under a live handle (a lease bookkeeping bug),
+// fails the transfer — and the retry decodes the right tokens.
 #include "prefill_node/prefill_node.h"
 
 #include <functional>
@@ -13,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "attention/pool_layout.h"
 #include "decode_node/decode_node.h"
 #include "gtest/gtest.h"
 #include "kv_transfer/fake/fake_kv_puller.h"
@@ -23,6 +27,7 @@
 namespace tandem::testing {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kBound = absl::Seconds(20);
@@ -47,7 +52,8 @@ class InProcessPrefill final : public PrefillClient {
     return node_->RenewLease(kv.request_id, kv.generation, absl::ZeroDuration());
   }
   absl::StatusOr<bool> ReleaseKv(const KvHandle& kv, absl::Time) override {
-    return node_->ReleaseKv(kv.request_id, kv.epoch, kv.generation);
+    return node_->ReleaseKv(kv.request_id, kv.epoch, kv.generation, kv.block_table,
+                            kv.block_generations);
   }
   // Reads the node's KvProgress directly; every distinct state is one message.
   absl::StatusOr<std::unique_ptr<KvWatch>> WatchKv(const KvHandle& kv, absl::Time) override {
@@ -67,7 +73,7 @@ class InProcessPrefill final : public PrefillClient {
       if (now == seen_ && !now.done) return std::optional<KvProgressEvent>();
       seen_ = now;
       return std::optional<KvProgressEvent>(
-          KvProgressEvent{now.tokens_ready, now.done, now.first_token});
+          KvProgressEvent{now.tokens_ready, now.done, now.first_token, now.kv_digests});
     }
 
    private:
@@ -93,7 +99,8 @@ class PrefillNodeTest : public ::testing::Test {
   std::unique_ptr<PrefillNode> NewNode(absl::Duration lease = absl::Seconds(30),
                                        bool prefix_cache = true,
                                        ParallelConfig parallel = ParallelConfig{2, 1, 1, 16, 16},
-                                       int64_t kv_bytes_per_rank = 1 << 20) {
+                                       int64_t kv_bytes_per_rank = 1 << 20,
+                                       bool kv_digests = true) {
     PrefillNodeOptions o;
     o.model_path = *model_path_;
     o.advertised_address = "prefill:1";
@@ -102,6 +109,7 @@ class PrefillNodeTest : public ::testing::Test {
     o.instance.kv_bytes_per_rank = kv_bytes_per_rank;
     o.default_lease = lease;
     o.prefix_cache = prefix_cache;
+    o.kv_digests = kv_digests;
     o.engine_id = absl::StrCat("p", next_engine_++);
     o.sources = fake::FakeSourceFactory(&net_);
     absl::StatusOr<std::unique_ptr<PrefillNode>> node = PrefillNode::Create(o);
@@ -118,9 +126,11 @@ class PrefillNodeTest : public ::testing::Test {
                         absl::Now() + kBound, cancelled);
   }
 
-  // Pulls `out`'s KV into `decode` and decodes `max_new_tokens`: first token included.
+  // Pulls `out`'s KV into `decode` and decodes `max_new_tokens`: first token included. The
+  // transfer's outcome in *started when given (then a failure is not a test failure).
   std::vector<int32_t> Decode(PrefillNode& prefill, DecodeNode& decode, const std::string& id,
-                              const PrefillOutcome& out, int32_t max_new_tokens) {
+                              const PrefillOutcome& out, int32_t max_new_tokens,
+                              absl::StatusOr<TransferStats>* started_out = nullptr) {
     DecodeCall call;
     call.request_id = id;
     call.first_token = out.first_token;
@@ -133,6 +143,8 @@ class PrefillNodeTest : public ::testing::Test {
     call.kv.lease_expiry = out.lease_expiry;
     call.kv.generation = out.generation;
     call.kv.prefill_address = prefill.advertised_address();
+    call.kv.block_generations = out.block_generations;
+    call.kv.kv_digests = out.kv_digests;
     call.max_new_tokens = max_new_tokens;
     auto tokens = std::make_shared<std::vector<int32_t>>(1, out.first_token);
     auto done = std::make_shared<absl::Notification>();
@@ -145,11 +157,27 @@ class PrefillNodeTest : public ::testing::Test {
     };
     const absl::StatusOr<TransferStats> started =
         decode.Start(call, std::move(sink), [] { return false; });
-    EXPECT_OK(started);
+    if (started_out != nullptr) *started_out = started;
+    if (started_out == nullptr) EXPECT_OK(started);
     if (!started.ok()) return {};
+    EXPECT_EQ(started->digests_verified, !out.kv_digests.empty());
     EXPECT_TRUE(done->WaitForNotificationWithTimeout(kBound));
     EXPECT_OK(*status);
     return *tokens;
+  }
+
+  std::unique_ptr<DecodeNode> NewDecode(std::shared_ptr<PrefillClient> client, int32_t tp) {
+    DecodeNodeOptions o;
+    o.model_path = *model_path_;
+    o.advertised_address = absl::StrCat("decode-tp", tp);
+    o.instance.parallel = ParallelConfig{tp, 1, 1, 8, 1};
+    o.instance.threads_per_rank = 1;
+    o.instance.kv_bytes_per_rank = 1 << 20;
+    o.pullers = fake::FakePullerFactory(&net_);
+    o.prefill = std::move(client);
+    absl::StatusOr<std::unique_ptr<DecodeNode>> decode = DecodeNode::Create(o);
+    EXPECT_OK(decode);
+    return decode.ok() ? std::move(*decode) : nullptr;
   }
 
   static std::string* model_path_;
@@ -315,6 +343,9 @@ TEST_F(PrefillNodeTest, KvPulledIntoTwoDecodeLayoutsDecodesTheSameTokens) {
     call.kv.lease_expiry = out->lease_expiry;
     call.kv.generation = out->generation;
     call.kv.prefill_address = "prefill:1";
+    call.kv.block_generations = out->block_generations;
+    call.kv.kv_digests = out->kv_digests;
+    ASSERT_FALSE(out->kv_digests.empty());
     call.max_new_tokens = 8;
     auto tokens = std::make_shared<std::vector<int32_t>>(1, out->first_token);
     auto done = std::make_shared<absl::Notification>();
@@ -329,6 +360,7 @@ TEST_F(PrefillNodeTest, KvPulledIntoTwoDecodeLayoutsDecodesTheSameTokens) {
         (*decode)->Start(call, std::move(sink), [] { return false; });
     ASSERT_OK(started);
     EXPECT_GT(started->bytes, 0);
+    EXPECT_TRUE(started->digests_verified);
     ASSERT_TRUE(done->WaitForNotificationWithTimeout(kBound));
     ASSERT_OK(*status);
     EXPECT_EQ(prefill->Load().leases, 0);  // released after the pull
@@ -401,6 +433,9 @@ TEST_F(PrefillNodeTest, PipelinedPullDecodesLikeTheUnpipelinedPath) {
         call.kv.lease_expiry = out->lease_expiry;
         call.kv.generation = out->generation;
         call.kv.prefill_address = "prefill:1";
+        call.kv.block_generations = out->block_generations;
+        call.kv.kv_digests = out->kv_digests;  // early handle: none; the final progress has them
+        EXPECT_EQ(out->kv_digests.empty(), pipelined);
         call.max_new_tokens = 8;
         auto tokens = std::make_shared<std::vector<int32_t>>();
         if (!pipelined) tokens->push_back(out->first_token);
@@ -415,6 +450,7 @@ TEST_F(PrefillNodeTest, PipelinedPullDecodesLikeTheUnpipelinedPath) {
         absl::StatusOr<TransferStats> started =
             (*decode)->Start(call, std::move(sink), [] { return false; });
         ASSERT_OK(started);
+        EXPECT_TRUE(started->digests_verified);
         if (pipelined) {
           EXPECT_GE(started->chunks, 1);
         }
@@ -570,6 +606,95 @@ TEST_F(PrefillNodeTest, PrefixCacheHitsDecodeLikeAColdNode) {
       }
     }
     EXPECT_EQ(streams[1], streams[0]);
+  }
+}
+
+// Fault injection (issue 28): a byte of the prefill's pool flips after the prefill (while the
+// handle is live). The decode node's digest check fails the transfer (ABORTED naming the
+// prefill, so the router prefills again), nothing is leaked on either side, and the retry
+// decodes exactly the tokens of an undisturbed run.
+TEST_F(PrefillNodeTest, ByteFlippedInThePoolFailsTheTransferAndTheRetryDecodesTheRightTokens) {
+  std::unique_ptr<PrefillNode> prefill = NewNode(absl::Seconds(30), /*prefix_cache=*/false);
+  ASSERT_NE(prefill, nullptr);
+  auto client = std::make_shared<InProcessPrefill>(prefill.get());
+  std::unique_ptr<DecodeNode> decode = NewDecode(client, 1);
+  ASSERT_NE(decode, nullptr);
+  const int32_t free_before = decode->free_blocks();
+  absl::StatusOr<PrefillOutcome> clean = Prefill(*prefill, "r0");
+  ASSERT_OK(clean);
+  const std::vector<int32_t> expected = Decode(*prefill, *decode, "r0", *clean, 6);
+  ASSERT_EQ(expected.size(), 6u);
+
+  absl::StatusOr<PrefillOutcome> out = Prefill(*prefill, "r1");
+  ASSERT_OK(out);
+  // Rank 1's head (tp 2), layer 1, V, token 20 (block 1, slot 4): a prompt byte.
+  const PoolGeometry g = RankPoolGeometry(prefill->layout(), 1);
+  auto* pool = static_cast<std::byte*>(prefill->TestOnlyPool(1).base());
+  pool[KvByteOffset(g, out->block_table[1], 0, 1, 1, 4) + 2] ^= std::byte{0x04};
+  absl::StatusOr<TransferStats> started;
+  EXPECT_TRUE(Decode(*prefill, *decode, "r1", *out, 6, &started).empty());
+  EXPECT_THAT(started, StatusIs(absl::StatusCode::kAborted,
+                                AllOf(HasSubstr("prefill prefill:1"),
+                                      HasSubstr("source rank 1 block"))));
+  EXPECT_EQ(decode->kv_digest_mismatches(), 1);
+  EXPECT_EQ(prefill->Load().leases, 0);  // the failed transfer released the lease
+  EXPECT_TRUE(WaitFor([&] { return decode->free_blocks() == free_before; }));
+
+  // The router's retry: a new prefill (its KV rewritten, new digests) decodes the right tokens.
+  absl::StatusOr<PrefillOutcome> retry = Prefill(*prefill, "r1");
+  ASSERT_OK(retry);
+  EXPECT_EQ(Decode(*prefill, *decode, "r1", *retry, 6), expected);
+  EXPECT_EQ(prefill->Load().free_blocks, prefill->Load().total_blocks);
+  EXPECT_EQ(prefill->Load().block_free_errors, 0);
+}
+
+// Generation fencing (issue 28): r1's blocks are freed while its lease is still held (a lease
+// bookkeeping bug, injected) and r2's prompt is prefilled into them. Pulling r1's handle then
+// fails — by its digests, and with digests off by the generation check at ReleaseKv — never
+// decoding r2's KV as r1's; the freed blocks are not freed twice, and the retry is right.
+TEST_F(PrefillNodeTest, BlockFreedAndReusedUnderALiveHandleFailsTheTransferNotTheTokens) {
+  for (const bool digests : {true, false}) {
+    SCOPED_TRACE(digests ? "digests on" : "digests off: generation fencing alone");
+    std::unique_ptr<PrefillNode> prefill = NewNode(absl::Seconds(30), /*prefix_cache=*/false,
+                                                   ParallelConfig{2, 1, 1, 16, 16}, 1 << 20,
+                                                   digests);
+    ASSERT_NE(prefill, nullptr);
+    auto client = std::make_shared<InProcessPrefill>(prefill.get());
+    std::unique_ptr<DecodeNode> decode = NewDecode(client, 1);
+    ASSERT_NE(decode, nullptr);
+    absl::StatusOr<PrefillOutcome> clean = Prefill(*prefill, "r0");
+    ASSERT_OK(clean);
+    const std::vector<int32_t> expected = Decode(*prefill, *decode, "r0", *clean, 6);
+    ASSERT_EQ(expected.size(), 6u);
+
+    absl::StatusOr<PrefillOutcome> r1 = Prefill(*prefill, "r1");
+    ASSERT_OK(r1);
+    EXPECT_EQ(r1->kv_digests.empty(), !digests);
+    ASSERT_TRUE(prefill->TestOnlyFreeLeasedBlocks(r1->generation));
+    std::vector<int32_t> other;
+    for (int32_t i = 0; i < 37; ++i) other.push_back(200 - (i * 5) % 150);
+    absl::StatusOr<PrefillOutcome> r2 =
+        prefill->Prefill("r2", other, SamplingParams{}, 0, 8, absl::ZeroDuration(),
+                         absl::Now() + kBound, [] { return false; });
+    ASSERT_OK(r2);
+    ASSERT_EQ(r2->block_table, r1->block_table);  // reused: lowest free ids first
+
+    absl::StatusOr<TransferStats> started;
+    EXPECT_TRUE(Decode(*prefill, *decode, "r1", *r1, 6, &started).empty());
+    EXPECT_THAT(started,
+                StatusIs(absl::StatusCode::kAborted,
+                         HasSubstr(digests ? "failed its digests" : "lease expired before")));
+    EXPECT_EQ(decode->kv_digest_mismatches(), digests ? 1 : 0);
+    EXPECT_EQ(prefill->Load().leases, 1);  // r2's; r1's was released (as not held)
+
+    // r2's blocks were not freed by r1's release: r2 still decodes, and frees them once.
+    const std::vector<int32_t> r2_tokens = Decode(*prefill, *decode, "r2", *r2, 3);
+    EXPECT_EQ(r2_tokens.size(), 3u);
+    absl::StatusOr<PrefillOutcome> retry = Prefill(*prefill, "r1");
+    ASSERT_OK(retry);
+    EXPECT_EQ(Decode(*prefill, *decode, "r1", *retry, 6), expected);
+    EXPECT_EQ(prefill->Load().free_blocks, prefill->Load().total_blocks);
+    EXPECT_EQ(prefill->Load().block_free_errors, 0);
   }
 }
 
