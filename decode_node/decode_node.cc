@@ -90,6 +90,7 @@ absl::Status DecodeNode::StartColocated(ColocatedCall call, DecodeSink sink) {
         "--colocated_prefill=true, or send it a KV handle from a prefill node)");
   }
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(call.sampling));
+  TANDEM_RETURN_IF_ERROR(ValidateSamplingIds(call.sampling, config_.vocab_size));
   if (call.next_step < 1) return absl::InvalidArgumentError("next_step must be >= 1");
   if (call.resume_token.has_value()) {
     TANDEM_RETURN_IF_ERROR(CheckTokenId(*call.resume_token, config_.vocab_size, "first token"));
@@ -299,7 +300,14 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
     TANDEM_RETURN_IF_ERROR(CheckTokenId(call.first_token, config_.vocab_size, "first token"));
   }
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(call.sampling));
+  TANDEM_RETURN_IF_ERROR(ValidateSamplingIds(call.sampling, config_.vocab_size));
   if (kv.num_tokens < 1) return absl::InvalidArgumentError("KV handle covers no tokens");
+  if (UsesPenalties(call.sampling) &&
+      static_cast<int64_t>(call.context_ids.size()) != kv.num_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "context_ids: sampling penalties need the ids of the ", kv.num_tokens,
+        " tokens the KV covers, got ", call.context_ids.size()));
+  }
   TANDEM_RETURN_IF_ERROR(
       CheckContextFit(kv.num_tokens, call.max_new_tokens, "max_new_tokens", config_.max_context));
   const int64_t positions = kv.num_tokens + call.max_new_tokens;
@@ -392,6 +400,7 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   req.max_new_tokens = call.max_new_tokens;
   req.stop_ids = call.stop_ids;
   req.next_step = call.next_step;
+  if (UsesPenalties(call.sampling)) req.context = call.context_ids;
   // Pipelined: the prefill's first token goes to the sink before any token the engine generates
   // (the service writes what the sink got only once Start has returned OK).
   std::function<void(int32_t)> on_token = std::move(sink.on_token);

@@ -78,6 +78,9 @@ struct DecodeCall {
   int32_t max_new_tokens = 1;
   std::vector<int32_t> stop_ids;
   uint64_t next_step = 1;
+  // The ids at the KV's positions [0, kv.num_tokens): required, that many, when
+  // UsesPenalties(sampling) (the penalties read them); ignored otherwise.
+  std::vector<int32_t> context_ids;
   // Pipelined transfer: kv is an early handle of a prefill still running; first_token is
   // ignored (the prefill's, learnt from its progress stream, goes to sink.on_token first).
   bool pipelined = false;

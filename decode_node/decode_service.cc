@@ -160,6 +160,7 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
   call.stop_ids.assign(req->stop_ids().begin(), req->stop_ids().end());
   call.next_step = req->next_step();
   call.pipelined = req->pipelined();
+  call.context_ids.assign(req->context_ids().begin(), req->context_ids().end());
   auto q = std::make_shared<EventQueue>();
   DecodeSink sink;
   // A pipelined call's first token was sampled by the prefill node: not counted as generated here.

@@ -40,8 +40,24 @@ void DecodeEngine::Finish(Active& a, absl::Status status, FinishReason reason) {
 absl::Status DecodeEngine::Add(DecodeRequest request, DecodeCallbacks callbacks) {
   TANDEM_RETURN_IF_ERROR(CheckTokenBudget(request.max_new_tokens, "max_new_tokens"));
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
+  TANDEM_RETURN_IF_ERROR(ValidateSamplingIds(request.sampling, instance_->config().vocab_size));
   TANDEM_RETURN_IF_ERROR(
       CheckTokenId(request.first_token, instance_->config().vocab_size, "first token"));
+  const bool penalties = UsesPenalties(request.sampling);
+  if (penalties) {
+    if (static_cast<int64_t>(request.context.size()) != request.prompt_len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sampling penalties need the context's token ids: got ", request.context.size(),
+          " for a prompt_len of ", request.prompt_len));
+    }
+    if (request.next_step < 1 || request.next_step - 1 > request.context.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("next_step ", request.next_step,
+                                                     " does not fit a context of ",
+                                                     request.context.size(), " tokens"));
+    }
+    TANDEM_RETURN_IF_ERROR(
+        CheckTokenIds(request.context, instance_->config().vocab_size, "context"));
+  }
   const int64_t positions = request.prompt_len + request.max_new_tokens;
   const int64_t needed = VirtualBlocksFor(instance_->options().parallel.dcp_geometry(), positions);
   if (static_cast<int64_t>(request.block_table.size()) < needed) {
@@ -53,6 +69,11 @@ absl::Status DecodeEngine::Add(DecodeRequest request, DecodeCallbacks callbacks)
   a->request = std::move(request);
   a->callbacks = std::move(callbacks);
   a->last_token = a->request.first_token;
+  if (penalties) {
+    a->history = TokenHistory(a->request.context, static_cast<int64_t>(a->request.next_step) - 1);
+    a->history.AddOutput(a->request.first_token);
+  }
+  a->request.context = {};  // the history holds what sampling needs
   const std::vector<int32_t>& stops = a->request.stop_ids;
   const bool done_already = std::find(stops.begin(), stops.end(), a->last_token) != stops.end() ||
                             a->request.max_new_tokens <= 1;
@@ -150,14 +171,18 @@ void DecodeEngine::Loop() {
       if (a.request.return_logits && a.callbacks.on_logits) {
         a.callbacks.on_logits(std::vector<float>(row.begin(), row.end()));
       }
-      const int32_t token =
-          SampleToken(row, a.request.sampling, a.request.next_step + a.generated - 1);
+      const int32_t token = SampleToken(row, a.request.sampling,
+                                        a.request.next_step + a.generated - 1, &a.history);
       ++a.generated;
       a.last_token = token;
+      if (UsesPenalties(a.request.sampling)) a.history.AddOutput(token);
       const auto& stops = a.request.stop_ids;
       if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
         finished.emplace_back(batch[i], FinishReason::kStop);
         continue;
+      }
+      if (a.request.sampling.logprobs >= 0 && a.callbacks.on_logprobs) {
+        a.callbacks.on_logprobs(ComputeLogprobs(row, token, a.request.sampling.logprobs));
       }
       a.callbacks.on_token(token);
       if (a.generated >= a.request.max_new_tokens)

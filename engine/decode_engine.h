@@ -26,7 +26,9 @@
 #include "common/finish_reason.h"
 #include "engine/block_manager.h"
 #include "engine/instance.h"
+#include "model/logprobs.h"
 #include "model/sampling.h"
+#include "model/token_history.h"
 
 namespace tandem {
 
@@ -44,10 +46,17 @@ struct DecodeRequest {
   std::vector<int32_t> stop_ids;  // a sampled stop id ends the request (not emitted)
   uint64_t next_step = 1;         // sampling draw number of the next token
   bool return_logits = false;     // pass each step's logits to on_logits (tests)
+  // The ids at positions [0, prompt_len) (prompt, then the request's earlier generated tokens: its
+  // last next_step - 1 are output, model/token_history.h). Required, that many, when
+  // UsesPenalties(sampling); ignored otherwise.
+  std::vector<int32_t> context;
 };
 
 struct DecodeCallbacks {
   std::function<void(int32_t token)> on_token;  // each generated token after first_token
+  // Optional; with sampling.logprobs >= 0, called just before on_token with that token's
+  // log-probabilities (model/logprobs.h).
+  std::function<void(const TokenLogprobs& logprobs)> on_logprobs;
   // status OK for kStop / kLength; `generated` counts first_token too.
   std::function<void(absl::Status status, FinishReason reason, int32_t generated)> on_done;
   std::function<void(const std::vector<float>& logits)> on_logits;  // optional
@@ -61,7 +70,8 @@ class DecodeEngine {
   DecodeEngine& operator=(const DecodeEngine&) = delete;
 
   // INVALID_ARGUMENT (blocks not taken, callbacks not called) when the block table is too short,
-  // sampling values are bad or max_new_tokens < 1.
+  // sampling values are bad (ids beyond the vocabulary included), max_new_tokens < 1, or the
+  // penalties need a context of prompt_len ids and got another size.
   absl::Status Add(DecodeRequest request, DecodeCallbacks callbacks);
   // True if the request was still running or queued (it then ends with CANCELLED).
   bool Cancel(const std::string& id);
@@ -76,6 +86,7 @@ class DecodeEngine {
     int32_t last_token = 0;
     int32_t generated = 1;  // first_token counts
     bool cancelled = false;
+    TokenHistory history;  // with UsesPenalties(request.sampling): context + generated tokens
   };
   void Loop();
   void Finish(Active& a, absl::Status status, FinishReason reason);

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/request_checks.h"
 #include "common/status_macros.h"
+#include "model/token_history.h"
 
 namespace tandem {
 namespace {
@@ -44,6 +45,12 @@ absl::Status PrefillEngine::Submit(PrefillRequest request, PrefillCallback done)
   const LlamaConfig& config = instance_->config();
   TANDEM_RETURN_IF_ERROR(CheckTokenIds(request.prompt, config.vocab_size, "prompt"));
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
+  TANDEM_RETURN_IF_ERROR(ValidateSamplingIds(request.sampling, config.vocab_size));
+  if (UsesPenalties(request.sampling) && request.sample_step >= request.prompt.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("sample_step ", request.sample_step,
+                                                   " leaves no prompt in ", request.prompt.size(),
+                                                   " prompt tokens"));
+  }
   TANDEM_RETURN_IF_ERROR(CheckTokenBudget(request.reserve_tokens, "reserve_tokens", 0));
   TANDEM_RETURN_IF_ERROR(CheckContextFit(static_cast<int64_t>(request.prompt.size()),
                                          request.reserve_tokens, "reserve_tokens",
@@ -236,7 +243,17 @@ void PrefillEngine::Loop() {
         ++logit_row;
         PrefillResult r;
         r.num_tokens = p.computed;
-        r.first_token = SampleToken(row, p.request.sampling, p.request.sample_step);
+        const SamplingParams& sampling = p.request.sampling;
+        if (UsesPenalties(sampling)) {
+          const TokenHistory history(p.request.prompt,
+                                     static_cast<int64_t>(p.request.sample_step));
+          r.first_token = SampleToken(row, sampling, p.request.sample_step, &history);
+        } else {
+          r.first_token = SampleToken(row, sampling, p.request.sample_step);
+        }
+        if (sampling.logprobs >= 0) {
+          r.first_logprobs = ComputeLogprobs(row, r.first_token, sampling.logprobs);
+        }
         if (p.request.return_logits) r.logits.assign(row.begin(), row.end());
         r.block_table = p.blocks;
         r.cached_tokens = p.cached_tokens;

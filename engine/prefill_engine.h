@@ -33,6 +33,7 @@
 #include "engine/block_manager.h"
 #include "engine/instance.h"
 #include "engine/prefix_cache.h"
+#include "model/logprobs.h"
 #include "model/sampling.h"
 
 namespace tandem {
@@ -48,7 +49,9 @@ struct PrefillRequest {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
   int64_t reserve_tokens = 0;  // capacity to allocate beyond the prompt (combined mode)
-  uint64_t sample_step = 0;    // sampling draw number of the token sampled here
+  // Sampling draw number of the token sampled here; the prompt's last sample_step ids are the
+  // request's earlier generated tokens (a resume), which the penalties count as output.
+  uint64_t sample_step = 0;
   bool return_logits = false;  // copy the last position's logits into the result
   // Pipelined transfer (docs/kv_transfer.md): called on the scheduler thread once when the
   // request is admitted (its block table, tokens_ready = the cached prefix) and after every chunk
@@ -64,6 +67,7 @@ struct PrefillResult {
   int32_t first_token = 0;
   std::vector<float> logits;  // [vocab] when return_logits
   int64_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache (not computed)
+  TokenLogprobs first_logprobs;  // first_token's, with sampling.logprobs >= 0
 };
 
 using PrefillCallback = std::function<void(absl::StatusOr<PrefillResult>)>;
@@ -78,7 +82,8 @@ class PrefillEngine {
   PrefillEngine(const PrefillEngine&) = delete;
   PrefillEngine& operator=(const PrefillEngine&) = delete;
 
-  // INVALID_ARGUMENT for an empty prompt, bad token ids or sampling values, or a request that
+  // INVALID_ARGUMENT for an empty prompt, bad token ids or sampling values (sample_step beyond
+  // the prompt with a penalty set included), or a request that
   // could never fit (prompt + reserve beyond the pool or the model context); `done` is then not
   // called. Otherwise `done` is called exactly once.
   absl::Status Submit(PrefillRequest request, PrefillCallback done);

@@ -118,6 +118,10 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
           absl::StrCat("min_tokens_stop_ids token id ", id, " is negative"));
     }
   }
+  if (p.logprobs < -1 || p.logprobs > kMaxLogprobs) {
+    return absl::InvalidArgumentError(absl::StrCat("logprobs must be in [0, ", kMaxLogprobs,
+                                                   "] (got ", p.logprobs, ")"));
+  }
   return absl::OkStatus();
 }
 

@@ -29,6 +29,8 @@ namespace tandem {
 
 class TokenHistory;
 
+inline constexpr int32_t kMaxLogprobs = 20;  // vLLM's default max_logprobs
+
 struct SamplingParams {
   float temperature = 0.f;  // 0 = greedy
   int32_t top_k = 0;        // 0 = disabled
@@ -44,6 +46,9 @@ struct SamplingParams {
   // The ids min_tokens suppresses: the request's stop ids (EOS unless ignore_eos, and the client's
   // stop_token_ids), set by the router when min_tokens > 0.
   std::vector<int32_t> min_tokens_stop_ids;
+  // -1: no log-probabilities; n in [0, kMaxLogprobs]: each sampled token's and the n most likely
+  // tokens' (model/logprobs.h). Does not change which token is sampled.
+  int32_t logprobs = -1;
 
   bool operator==(const SamplingParams&) const = default;
 };
@@ -51,7 +56,7 @@ struct SamplingParams {
 // INVALID_ARGUMENT naming the field for temperature < 0 (or not finite), top_k < 0,
 // top_p outside (0, 1], min_p outside [0, 1], repetition_penalty <= 0 (or not finite),
 // presence/frequency_penalty outside [-2, 2], a logit_bias outside [-100, 100] or with a negative
-// id, min_tokens < 0, a negative min_tokens_stop_ids id.
+// id, min_tokens < 0, a negative min_tokens_stop_ids id, logprobs outside [-1, kMaxLogprobs].
 [[nodiscard]] absl::Status ValidateSamplingParams(const SamplingParams& params);
 // INVALID_ARGUMENT naming the field when a logit_bias or min_tokens_stop_ids id is >= vocab_size.
 [[nodiscard]] absl::Status ValidateSamplingIds(const SamplingParams& params, int64_t vocab_size);

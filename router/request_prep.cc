@@ -1,5 +1,7 @@
 #include "router/request_prep.h"
 
+#include <algorithm>
+
 #include "common/status_macros.h"
 #include "proto/convert/sampling_proto.h"
 #include "router/request_validation.h"
@@ -41,13 +43,22 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const ServedModel& model,
   TANDEM_RETURN_IF_ERROR(ValidateMaxTokens(request.max_tokens()));
   PreparedRequest out;
   out.sampling = FromProto(request.sampling());
+  out.sampling.min_tokens_stop_ids.clear();  // the router's own, set below
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(out.sampling));
+  TANDEM_RETURN_IF_ERROR(ValidateSamplingForModel(out.sampling, request.stop_token_ids(),
+                                                  request.max_tokens(), limits));
   out.prompt = model.Tokenize(input);
   TANDEM_RETURN_IF_ERROR(ValidatePromptIds(out.prompt, limits));
   TANDEM_RETURN_IF_ERROR(
       ValidateLengths(static_cast<int64_t>(out.prompt.size()), request.max_tokens(), limits));
   out.max_tokens = request.max_tokens();
   if (!request.ignore_eos()) out.stop_ids = model.tokenizer().stop_ids();
+  for (const int32_t id : request.stop_token_ids()) {
+    if (std::find(out.stop_ids.begin(), out.stop_ids.end(), id) == out.stop_ids.end()) {
+      out.stop_ids.push_back(id);
+    }
+  }
+  if (out.sampling.min_tokens > 0) out.sampling.min_tokens_stop_ids = out.stop_ids;
   return out;
 }
 

@@ -16,8 +16,11 @@ namespace tandem {
 struct PreparedRequest {
   std::vector<int32_t> prompt;
   int32_t max_tokens = 0;
-  SamplingParams sampling;        // validated (an unset top_p is 1)
-  std::vector<int32_t> stop_ids;  // the tokenizer's stop ids; empty with ignore_eos
+  // Validated (an unset top_p is 1); min_tokens_stop_ids = stop_ids when min_tokens > 0 (empty
+  // otherwise, whatever the client sent).
+  SamplingParams sampling;
+  // The tokenizer's stop ids unless ignore_eos, then the request's stop_token_ids (each id once).
+  std::vector<int32_t> stop_ids;
 };
 
 [[nodiscard]] absl::StatusOr<PreparedRequest> PrepareRequest(const ServedModel& model,

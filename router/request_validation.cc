@@ -39,6 +39,24 @@ absl::Status ValidateMaxTokens(int32_t max_tokens) {
   return CheckTokenBudget(max_tokens, "max_tokens");
 }
 
+absl::Status ValidateSamplingForModel(const SamplingParams& sampling,
+                                      absl::Span<const int32_t> stop_token_ids, int32_t max_tokens,
+                                      const ModelLimits& limits) {
+  if (absl::Status s = ValidateSamplingIds(sampling, limits.vocab_size); !s.ok()) return s;
+  for (const int32_t id : stop_token_ids) {
+    if (id < 0 || id >= limits.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("stop_token_ids: token id ", id,
+                                                     " is out of vocabulary (size ",
+                                                     limits.vocab_size, ")"));
+    }
+  }
+  if (sampling.min_tokens > max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("min_tokens (", sampling.min_tokens,
+                                                   ") must be <= max_tokens (", max_tokens, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidatePromptIds(absl::Span<const int32_t> ids, const ModelLimits& limits) {
   if (ids.empty()) return absl::InvalidArgumentError("prompt is empty after tokenisation");
   return CheckTokenIds(ids, limits.vocab_size, "prompt");

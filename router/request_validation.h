@@ -7,11 +7,15 @@
 //   2. ValidatePromptInput    INVALID_ARGUMENT: no prompt, empty prompt, unknown chat role
 //   3. ValidateMaxTokens      INVALID_ARGUMENT: max_tokens < 1
 //   4. ValidateSamplingParams INVALID_ARGUMENT: temperature < 0 / NaN / inf, top_k < 0,
-//      (model/sampling.h)     top_p outside (0, 1] (an unset top_p is 1; an explicit 0 fails)
+//      (model/sampling.h)     top_p outside (0, 1] (an unset top_p is 1; an explicit 0 fails),
+//                             min_p, penalties, logit_bias values, min_tokens, logprobs out of
+//                             range (each message names its field)
+//   5. ValidateSamplingForModel INVALID_ARGUMENT: a logit_bias or stop_token_ids id outside the
+//                             vocabulary; min_tokens > max_tokens
 //   -- the prompt is tokenised --
-//   5. ValidatePromptIds      INVALID_ARGUMENT: empty, id < 0 or >= vocab_size (names id +
+//   6. ValidatePromptIds      INVALID_ARGUMENT: empty, id < 0 or >= vocab_size (names id +
 //                             position)
-//   6. ValidateLengths        INVALID_ARGUMENT: prompt longer than the context, or
+//   7. ValidateLengths        INVALID_ARGUMENT: prompt longer than the context, or
 //                             prompt + max_tokens beyond it
 #pragma once
 
@@ -51,6 +55,11 @@ struct PromptInput {
 [[nodiscard]] absl::Status ValidatePromptInput(const PromptInput& prompt);
 
 [[nodiscard]] absl::Status ValidateMaxTokens(int32_t max_tokens);
+
+// `stop_token_ids`: the client's extra stop ids (GenerateRequest.stop_token_ids).
+[[nodiscard]] absl::Status ValidateSamplingForModel(const SamplingParams& sampling,
+                                                    absl::Span<const int32_t> stop_token_ids,
+                                                    int32_t max_tokens, const ModelLimits& limits);
 
 [[nodiscard]] absl::Status ValidatePromptIds(absl::Span<const int32_t> ids,
                                              const ModelLimits& limits);

@@ -6,10 +6,11 @@
 
 namespace tandem {
 
-// An unset top_p becomes 1 (no nucleus restriction); a set one is taken as given, 0 included,
-// so ValidateSamplingParams rejects it. Values are not validated here.
+// An unset top_p or repetition_penalty becomes 1 (off); a set one is taken as given, 0 included,
+// so ValidateSamplingParams rejects it. An unset logprobs becomes -1 (none). logit_bias comes out
+// sorted by token id. Values are not validated here.
 [[nodiscard]] SamplingParams FromProto(const v1::SamplingParams& proto);
-// Sets every field, top_p included.
+// Sets every field, top_p and repetition_penalty included (logprobs only when >= 0).
 [[nodiscard]] v1::SamplingParams ToProto(const SamplingParams& params);
 
 }  // namespace tandem

@@ -23,12 +23,12 @@ v1::GenerateRequest ToGenerateRequest(const OpenAiRequest& r, const std::vector<
   g.set_max_tokens(max_tokens);
   g.set_request_id(request_id);
   g.set_ignore_eos(r.ignore_eos);
+  g.mutable_stop_token_ids()->Add(r.stop_token_ids.begin(), r.stop_token_ids.end());
   return g;
 }
 
 }  // namespace
 
-absl::StatusOr<PreparedOpenAiRequest> PrepareOpenAiRequest(const ServedModel& model,
 std::vector<int32_t> TokenizeOpenAiPrompt(const ServedModel& model, const OpenAiRequest& request) {
   std::vector<int32_t> ids = model.Tokenize(request.prompt);
   // add_special_tokens false: without the BOS the tokenizer put first (it adds exactly one, in
@@ -47,6 +47,7 @@ std::vector<int32_t> TokenizeOpenAiPrompt(const ServedModel& model, const OpenAi
   return ids;
 }
 
+absl::StatusOr<PreparedOpenAiRequest> PrepareOpenAiRequest(const ServedModel& model,
                                                            OpenAiEndpoint endpoint,
                                                            absl::string_view body,
                                                            const std::string& request_id) {

@@ -7,6 +7,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "router/http/openai_fields.h"
+#include "router/http/openai_sampling.h"
 
 namespace tandem {
 namespace {
@@ -180,9 +181,7 @@ absl::Status RejectUnsupported(const Json& body) {
     return OpenAiInvalidParam(field, absl::StrCat("'", field, "' is not supported"));
   }
   // The sampler's fields not implemented yet, with their neutral value.
-  const std::pair<const char*, double> numbers[] = {
-      {"min_p", 0},         {"repetition_penalty", 1}, {"presence_penalty", 0},
-      {"frequency_penalty", 0}, {"min_tokens", 0},     {"top_logprobs", 0}};
+  const std::pair<const char*, double> numbers[] = {{"top_logprobs", 0}};
   for (const auto& [field, neutral] : numbers) {
     const auto it = body.find(field);
     if (it == body.end() || it->is_null()) continue;
@@ -190,14 +189,6 @@ absl::Status RejectUnsupported(const Json& body) {
       return OpenAiInvalidParam(field, absl::StrCat("'", field, "' is not supported (must be ",
                                                     neutral, ")"));
     }
-  }
-  for (const char* field : {"logit_bias", "stop_token_ids"}) {
-    const auto it = body.find(field);
-    if (it == body.end() || it->is_null() || ((it->is_object() || it->is_array()) && it->empty())) {
-      continue;
-    }
-    return OpenAiInvalidParam(field,
-                              absl::StrCat("'", field, "' is not supported (must be empty)"));
   }
   const auto best_of = body.find("best_of");
   if (best_of != body.end() && best_of->is_number() && best_of->get<double>() != 1) {
@@ -257,6 +248,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
   if (!seed.ok()) return seed.status();
   if (seed->has_value()) r.seed = static_cast<uint64_t>(**seed);
   if (absl::Status s = ParseStop(json, r.stop); !s.ok()) return s;
+  if (absl::Status s = ParseOpenAiSamplerFields(json, r); !s.ok()) return s;
   absl::StatusOr<bool> ignore_eos = OptionalBool(json, "ignore_eos");
   if (!ignore_eos.ok()) return ignore_eos.status();
   r.ignore_eos = *ignore_eos;

@@ -9,9 +9,11 @@
 // Honoured: model, messages (role and content: a string, null, or text parts) / prompt (a
 // string, a token-id array, or a one-element array of either), max_tokens /
 // max_completion_tokens (the latter wins), temperature, top_p, top_k (-1 = disabled, as vLLM),
-// seed, stop (string or strings), ignore_eos, n (1 only), stream, stream_options.include_usage,
-// add_special_tokens, include_stop_str_in_output, truncate_prompt_tokens, request_id. Refused
-// when they ask for anything: logprobs, echo, best_of > 1, the sampler fields not implemented.
+// seed, stop (string or strings), ignore_eos, min_p, repetition_penalty, presence_penalty,
+// frequency_penalty, logit_bias, min_tokens, stop_token_ids (openai_sampling.h), n (1 only),
+// stream, stream_options.include_usage, add_special_tokens, include_stop_str_in_output,
+// truncate_prompt_tokens, request_id. Refused when they ask for anything: logprobs, echo,
+// best_of > 1, the sampler fields not implemented.
 //
 // Errors are INVALID_ARGUMENT naming the field; the field is also attached as the status payload
 // kOpenAiParamPayload (the OpenAI error object's `param`). Range checks the router's gRPC path
@@ -45,6 +47,7 @@ struct OpenAiRequest {
   std::optional<uint64_t> seed;       // unset = a random seed
   std::vector<std::string> stop;      // non-empty stop strings
   bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;  // further ids that end generation (vLLM)
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   // Prepend BOS when the model asks for it (vLLM's add_special_tokens); unset = yes.

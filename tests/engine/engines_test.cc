@@ -6,6 +6,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "engine/combined_engine.h"
+#include "model/token_history.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/engine/test_model.h"
@@ -278,6 +279,138 @@ TEST(EnginesTest, RequestsJoiningMidwayDoNotChangeOthersOutput) {
   EXPECT_EQ(a_res->tokens, a_alone.tokens);
   EXPECT_EQ(b_res->tokens, b_alone.tokens);
   EXPECT_EQ(engine.blocks().free_blocks(), engine.blocks().total_blocks());
+}
+
+// Penalties, logit_bias and min_tokens: every generated token is what the sampler picks from the
+// logits the engine computed, with the history of prompt + the tokens before it (prefill samples
+// the first, decode the rest); batching with another request changes nothing.
+// `output_penalty` < 0 favours tokens already generated, so (at a high temperature) the output
+// history visibly steers the draws.
+SamplingParams PenalisedSampling(float temperature, float output_penalty) {
+  SamplingParams s;
+  s.temperature = temperature;
+  s.seed = 77;
+  s.repetition_penalty = 1.4f;
+  s.presence_penalty = output_penalty;
+  s.frequency_penalty = output_penalty;
+  s.logit_bias = {{7, 3.f}, {11, -2.f}};
+  s.min_tokens = 4;
+  s.min_tokens_stop_ids = {7};
+  return s;
+}
+
+TEST(EnginesTest, PenalisedSamplingSeesThePromptAndOutputAndIgnoresBatching) {
+  auto inst = MakeInstance();
+  CombinedEngine engine(inst.get(), PrefillOptions{}, DecodeOptions{});
+  GenerateRequest a;
+  a.id = "a";
+  a.prompt = Prompt(11, 8);
+  a.max_new_tokens = 24;
+  a.sampling = PenalisedSampling(0.9f, 1.5f);
+  a.return_logits = true;
+  const GenerateResult alone = Generate(engine, a);
+  ASSERT_EQ(alone.tokens.size(), 24u);
+  ASSERT_EQ(alone.logits.size(), 24u);
+  std::vector<int32_t> context = a.prompt;
+  for (size_t i = 0; i < alone.tokens.size(); ++i) {
+    const TokenHistory history(context, static_cast<int64_t>(i));
+    EXPECT_EQ(alone.tokens[i], SampleToken(alone.logits[i], a.sampling, i, &history)) << i;
+    context.push_back(alone.tokens[i]);
+  }
+  // Without the penalties the same seed gives another sequence (they did something).
+  GenerateRequest plain = a;
+  plain.sampling = SamplingParams{};
+  plain.sampling.temperature = 0.9f;
+  plain.sampling.seed = 77;
+  EXPECT_NE(Generate(engine, plain).tokens, alone.tokens);
+
+  // Batched with another penalised request that joins midway.
+  GenerateRequest b = a;
+  b.id = "b";
+  b.prompt = Prompt(20, 9);
+  b.sampling.seed = 78;
+  absl::Notification a_done, b_done;
+  absl::StatusOr<GenerateResult> a_res = absl::UnknownError(""), b_res = absl::UnknownError("");
+  int a_tokens = 0;
+  ASSERT_TRUE(engine
+                  .Generate(
+                      a,
+                      [&](int32_t) {
+                        if (++a_tokens != 3) return;
+                        EXPECT_TRUE(engine
+                                        .Generate(
+                                            b, [](int32_t) {},
+                                            [&](absl::StatusOr<GenerateResult> r) {
+                                              b_res = std::move(r);
+                                              b_done.Notify();
+                                            })
+                                        .ok());
+                      },
+                      [&](absl::StatusOr<GenerateResult> r) {
+                        a_res = std::move(r);
+                        a_done.Notify();
+                      })
+                  .ok());
+  ASSERT_TRUE(a_done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(b_done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(a_res.ok() && b_res.ok());
+  EXPECT_EQ(a_res->tokens, alone.tokens);
+  EXPECT_EQ(engine.blocks().free_blocks(), engine.blocks().total_blocks());
+}
+
+// A resume after k streamed tokens (router/request_state.h): prefill prompt + g[0..k-1) with
+// sample_step k-1, decode from first_token g[k-1] with next_step k and that context. The
+// penalties count g[0..k-1) as output, so the continuation is the uninterrupted run's.
+TEST(EnginesTest, PenalisedSamplingContinuesExactlyAfterAResume) {
+  auto inst = MakeInstance();
+  GenerateRequest full_req;
+  full_req.prompt = Prompt(9, 10);
+  full_req.max_new_tokens = 16;
+  full_req.sampling = PenalisedSampling(3.f, -2.f);
+  std::vector<int32_t> g;
+  {
+    CombinedEngine engine(inst.get(), PrefillOptions{}, DecodeOptions{});
+    g = Generate(engine, full_req).tokens;
+  }
+  ASSERT_EQ(g.size(), 16u);
+  BlockManager blocks(inst->num_blocks());
+  PrefillEngine prefill(inst.get(), &blocks, PrefillOptions{});
+  DecodeEngine decode(inst.get(), &blocks, DecodeOptions{});
+  const int k = 6;
+  PrefillRequest pr;
+  pr.id = "resume";
+  pr.prompt = full_req.prompt;
+  pr.prompt.insert(pr.prompt.end(), g.begin(), g.begin() + (k - 1));
+  pr.sampling = full_req.sampling;
+  pr.sample_step = k - 1;
+  pr.reserve_tokens = full_req.max_new_tokens - (k - 1);
+  PrefillWait wait;
+  ASSERT_TRUE(prefill.Submit(pr, wait.Callback()).ok());
+  ASSERT_TRUE(wait.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(wait.result.ok()) << wait.result.status();
+  DecodeRequest dr;
+  dr.id = "resume";
+  dr.prompt_len = wait.result->num_tokens;
+  dr.first_token = g[k - 1];
+  dr.block_table = wait.result->block_table;
+  dr.sampling = full_req.sampling;
+  dr.max_new_tokens = full_req.max_new_tokens - (k - 1);
+  dr.next_step = k;
+  dr.context = pr.prompt;
+  std::vector<int32_t> rest;
+  absl::Notification done;
+  DecodeCallbacks cb;
+  cb.on_token = [&](int32_t t) { rest.push_back(t); };
+  cb.on_done = [&](absl::Status, FinishReason, int32_t) { done.Notify(); };
+  // The context must cover the KV's positions.
+  DecodeRequest short_context = dr;
+  short_context.context.pop_back();
+  EXPECT_THAT(decode.Add(short_context, DecodeCallbacks{}).message(),
+              HasSubstr("penalties need the context"));
+  ASSERT_TRUE(decode.Add(dr, cb).ok());
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  EXPECT_EQ(rest, std::vector<int32_t>(g.begin() + k, g.end()));
+  EXPECT_EQ(blocks.free_blocks(), blocks.total_blocks());
 }
 
 TEST(EnginesTest, CancellingADecodingRequestFreesItsBlocks) {

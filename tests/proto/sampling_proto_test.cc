@@ -45,5 +45,38 @@ TEST(SamplingProtoTest, ToProtoSetsEveryField) {
   EXPECT_EQ(back.top_p, 0.25f);
 }
 
+TEST(SamplingProtoTest, UnsetPenaltyAndLogprobsAreOff) {
+  const SamplingParams s = FromProto(v1::SamplingParams());
+  EXPECT_EQ(s.repetition_penalty, 1.f);
+  EXPECT_EQ(s.logprobs, -1);
+  EXPECT_FALSE(UsesPenalties(s));
+  v1::SamplingParams zero;
+  zero.set_repetition_penalty(0.f);
+  EXPECT_EQ(ValidateSamplingParams(FromProto(zero)).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SamplingProtoTest, EveryFieldSurvivesTheWire) {
+  SamplingParams s;
+  s.temperature = 0.9f;
+  s.top_k = 5;
+  s.top_p = 0.8f;
+  s.seed = 123;
+  s.min_p = 0.1f;
+  s.repetition_penalty = 1.2f;
+  s.presence_penalty = -0.5f;
+  s.frequency_penalty = 0.75f;
+  s.logit_bias = {{3, -100.f}, {17, 2.5f}, {40, 100.f}};
+  s.min_tokens = 6;
+  s.min_tokens_stop_ids = {2, 0};
+  s.logprobs = 0;
+  v1::SamplingParams wire;
+  ASSERT_TRUE(wire.ParseFromString(ToProto(s).SerializeAsString()));
+  EXPECT_EQ(FromProto(wire), s);
+  s.logprobs = -1;
+  ASSERT_TRUE(wire.ParseFromString(ToProto(s).SerializeAsString()));
+  EXPECT_FALSE(wire.has_logprobs());
+  EXPECT_EQ(FromProto(wire), s);
+}
+
 }  // namespace
 }  // namespace tandem
