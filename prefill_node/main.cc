@@ -29,6 +29,9 @@ ABSL_FLAG(bool, kv_digests, true,
           "send CRC32C digests of every KV block shard with each KV handle, which the decode "
           "node checks before decoding (docs/kv_transfer.md, Provable KV); false only to "
           "measure their cost");
+ABSL_FLAG(int32_t, testing_flip_kv_byte, 0,
+          "testing only (fault injection): flip one KV byte of each of the first N prompts after "
+          "their digests are computed, so the decode node's digest check must catch it");
 ABSL_FLAG(int64_t, prefix_cache_max_blocks, 0,
           "most KV blocks the prefix cache keeps (0 = as many as the pool holds)");
 
@@ -77,6 +80,7 @@ int main(int argc, char** argv) {
     o.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
     o.prefix_cache_max_blocks = absl::GetFlag(FLAGS_prefix_cache_max_blocks);
     o.kv_digests = absl::GetFlag(FLAGS_kv_digests);
+    o.testing_flip_kv_byte = absl::GetFlag(FLAGS_testing_flip_kv_byte);
     o.sources = tandem::UcxSourceFactory(tandem::UcxOptionsFromFlags());
     std::fprintf(stderr, "tandem-prefill: loading %s (%s) on %s\n", o.model_path.c_str(),
                  o.instance.parallel.ToString().c_str(), advertise.c_str());

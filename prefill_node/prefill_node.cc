@@ -222,6 +222,7 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(const std::string& request_i
           absl::StrCat("cannot compute the KV digests: ", digests.status().message()));
     }
     o.kv_digests = *std::move(digests);
+    MaybeFlipKvByte(o.block_table.back());
   }
   if (wait->outcome.ok() && (cancelled() || absl::Now() > deadline)) {
     // Finished, but nobody will take the KV: free it now rather than at lease expiry.
@@ -352,6 +353,7 @@ absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
           }
         }
         if (failure.ok()) {
+          MaybeFlipKvByte(wait->blocks.back());
           progress->Finish(r->num_tokens, r->first_token, std::move(digests));
         } else {
           progress->Fail(failure);
@@ -464,6 +466,22 @@ bool PrefillNode::TestOnlyFreeLeasedBlocks(uint64_t generation) {
   }
   blocks_->Release(blocks);
   return true;
+}
+
+void PrefillNode::MaybeFlipKvByte(int32_t block) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (kv_bytes_flipped_ >= options_.testing_flip_kv_byte) return;
+    ++kv_bytes_flipped_;
+  }
+  // Head 0, layer 0, K, slot 0 of rank 0 (DCP rank 0, which owns the prompt's first token).
+  const PoolGeometry g = RankPoolGeometry(source_->metadata().layout, 0);
+  auto* pool = static_cast<unsigned char*>(source_->pool(0).base());
+  pool[block * g.block_bytes()] ^= 0x01;
+  const std::string line =
+      absl::StrCat("tandem-prefill: testing_flip_kv_byte: flipped a KV byte of block ", block,
+                   " (rank 0) after its digests were computed\n");
+  std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
 absl::StatusOr<std::vector<uint32_t>> PrefillNode::Digests(

@@ -51,6 +51,12 @@ struct PrefillNodeOptions {
   // KV digests in every handle (docs/kv_transfer.md "Provable KV"); off only to measure their
   // cost (tandem-prefill --kv_digests).
   bool kv_digests = true;
+  // Testing only (fault injection, tandem-prefill --testing_flip_kv_byte): flip one byte of
+  // the KV of each of the first N prompts after their digests are computed — the first byte of
+  // rank 0's slab of the prompt's last block (a prompt byte: DCP rank 0 owns the block's first
+  // token; and a partial last block is never in the prefix cache) — so the decode node's check
+  // must catch it.
+  int32_t testing_flip_kv_byte = 0;
   KvSourceFactory sources;  // required: the transport that allocates and publishes the pools
 };
 
@@ -179,6 +185,8 @@ class PrefillNode {
   std::vector<std::string> DropPipelinesWithoutLease(const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CancelPrefills(const std::vector<std::string>& request_ids);
+  // testing_flip_kv_byte: flips the first byte of `block` on rank 0 while flips are left.
+  void MaybeFlipKvByte(int32_t block);
   // Digests of a leased prompt's KV, or an empty list with kv_digests off.
   absl::StatusOr<std::vector<uint32_t>> Digests(const std::string& request_id,
                                                 uint64_t lease_generation,
@@ -212,6 +220,7 @@ class PrefillNode {
   // Lease generation -> pipelined prefill holding it (StartPipelined), until the lease ends.
   absl::flat_hash_map<uint64_t, Pipeline> pipelines_ ABSL_GUARDED_BY(mu_);
   int64_t leases_released_early_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t kv_bytes_flipped_ ABSL_GUARDED_BY(mu_) = 0;  // testing_flip_kv_byte
   int64_t leases_expired_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t leases_released_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -3,6 +3,7 @@
 // idle: all blocks free, no leases.
 #include <grpcpp/grpcpp.h>
 
+#include <map>
 #include <random>
 #include <thread>
 
@@ -12,6 +13,7 @@
 #include "tandem/v1/decode.grpc.pb.h"
 #include "tandem/v1/prefill.grpc.pb.h"
 #include "tests/e2e/local_cluster.h"
+#include "tests/e2e/metrics_scrape.h"
 #include "tests/e2e/reference.h"
 
 namespace tandem::testing {
@@ -286,6 +288,40 @@ TEST(ClusterBehaviourTest, DeadPrefillNodeCostsARetryNotTheRequest) {
     EXPECT_EQ(out.tokens.size(), 5u);
   }
   ExpectIdle(*cluster);
+}
+
+// Provable KV (issue 28), through real processes and the UCX transport: the prefill node flips
+// a byte of the first prompt's KV after computing its digests (test-only hook
+// --testing_flip_kv_byte). The decode node's check fails that transfer (counted, logged, the KV
+// discarded), the router prefills again, and the client gets exactly the reference tokens — on
+// the plain path and the pipelined one (digests with the final progress message).
+TEST(ClusterBehaviourTest, KvByteFlippedAfterItsDigestsIsCaughtAndTheRetryIsRight) {
+  const std::string model = SyntheticModelPath();
+  const std::vector<int32_t> prompt = RandomPrompt(45, 77);  // the last block is partial
+  const auto reference = ReferenceGreedy(model, {prompt}, 6);
+  for (const bool pipelined : {false, true}) {
+    SCOPED_TRACE(pipelined ? "pipelined" : "plain");
+    ClusterSpec spec;
+    spec.model_path = model;
+    spec.prefill = {NodeSpec{{"--tp=2", "--testing_flip_kv_byte=1"}}};
+    spec.decode = {NodeSpec{{"--tp=1", "--block_size=8"}}};
+    if (pipelined) spec.router_flags = {"--pipelined_transfer=true"};
+    auto cluster = StartOrDie(spec);
+    ASSERT_NE(cluster, nullptr);
+    const GenerateOutcome out = cluster->Generate(IdsRequest(prompt, 6), absl::Seconds(60));
+    ASSERT_TRUE(out.status.ok()) << out.status.error_message() << "\n" << cluster->LogTails();
+    EXPECT_EQ(out.tokens, reference[0]);
+    EXPECT_GE(out.final.retries(), 1);
+    EXPECT_THAT(cluster->Log("prefill", 0), HasSubstr("testing_flip_kv_byte: flipped"));
+    EXPECT_THAT(cluster->Log("decode", 0), HasSubstr("KV digest mismatch request_id="));
+    absl::StatusOr<std::string> url = MetricsUrlInLog(cluster->Log("decode", 0));
+    ASSERT_TRUE(url.ok()) << url.status();
+    absl::StatusOr<std::map<std::string, double>> m = ScrapeMetrics(*url);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ((*m)["tandem_kv_digest_mismatches_total"], 1);
+    EXPECT_EQ((*m)["tandem_kv_digests_verified_total"], 1);
+    ExpectIdle(*cluster);
+  }
 }
 
 }  // namespace
