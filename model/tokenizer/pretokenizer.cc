@@ -9,7 +9,21 @@
 namespace tandem {
 namespace {
 
-enum : uint8_t { kLetter = 1, kNumber = 2, kSpace = 4, kMark = 8, kPunctuation = 16 };
+enum : uint8_t {
+  kLetter = 1,
+  kNumber = 2,
+  kSpace = 4,
+  kMark = 8,
+  kPunctuation = 16,
+  kDeepseekLetter = 32,  // IsDeepseekLlmLetter
+  kDeepseekPunct = 64,   // [!-/:-~！-／：-～‘-‟　-。] of DeepSeek LLM's regex
+};
+
+bool IsDeepseekPunct(char32_t cp) {
+  return (cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x7E) ||
+         (cp >= 0xFF01 && cp <= 0xFF0F) || (cp >= 0xFF1A && cp <= 0xFF5E) ||
+         (cp >= 0x2018 && cp <= 0x201F) || (cp >= 0x3000 && cp <= 0x3002);
+}
 
 // Decoded text: code point, class bits and byte offset per character (plus an end sentinel
 // offset), so matchers work on characters and pieces map back to byte ranges.
@@ -31,7 +45,11 @@ Chars Decode(absl::string_view text) {
       cls = static_cast<uint8_t>(
           (IsUnicodeLetter(cp) ? kLetter : 0) | (IsUnicodeNumber(cp) ? kNumber : 0) |
           (IsUnicodeWhitespace(cp) ? kSpace : 0) | (IsUnicodeMark(cp) ? kMark : 0) |
-          (IsUnicodePunctuation(cp) ? kPunctuation : 0));
+          (IsUnicodePunctuation(cp) ? kPunctuation : 0) |
+          (IsDeepseekLlmLetter(cp) ? kDeepseekLetter : 0) |
+          // llama.cpp matches these regexes after turning non-ASCII whitespace into \v, so
+          // U+3000 is whitespace, not one of DeepSeek's punctuation marks.
+          (IsDeepseekPunct(cp) && !IsUnicodeWhitespace(cp) ? kDeepseekPunct : 0));
     }
     c.cp.push_back(cp);
     c.cls.push_back(cls);
@@ -44,7 +62,7 @@ Chars Decode(absl::string_view text) {
 
 class Matcher {
  public:
-  Matcher(const Chars& c, size_t end) : c_(c), end_(end) {}
+  Matcher(const Chars& c, size_t begin, size_t end) : c_(c), begin_(begin), end_(end) {}
 
   bool Has(size_t i, uint8_t cls) const { return i < end_ && (c_.cls[i] & cls) != 0; }
   // [^\s\p{L}\p{N}] (and, with kMark in `classes`, not \p{M} either).
@@ -149,6 +167,14 @@ class Matcher {
     return i;
   }
 
+  // \s+$: the whitespace that ends the range. Tried only where a whitespace run starts, so a
+  // long run in the middle costs one scan, not one per character.
+  size_t TrailingWhitespace(size_t i) const {
+    if (!Has(i, kSpace) || (i > begin_ && Has(i - 1, kSpace))) return i;
+    const size_t e = Skip(i, kSpace);
+    return e == end_ ? e : i;
+  }
+
   // [0-9][0-9][0-9]
   size_t ThreeAsciiDigits(size_t i) const {
     for (size_t k = i; k < i + 3; ++k) {
@@ -157,9 +183,11 @@ class Matcher {
     return i + 3;
   }
 
-  // DeepSeek's [一-龥ࠀ-一가-퟿]+ (U+4E00..U+9FA5, U+0800..U+4E00, U+AC00..U+D7FF).
+  // DeepSeek's [一-龥ࠀ-一가-퟿]+ (U+4E00..U+9FA5, U+0800..U+4E00, U+AC00..U+D7FF), less the
+  // whitespace in those ranges (llama.cpp matches it after turning that into \v).
   size_t CjkRun(size_t i) const {
-    while (InRange(i, 0x4E00, 0x9FA5) || InRange(i, 0x0800, 0x4E00) || InRange(i, 0xAC00, 0xD7FF)) {
+    while (!Has(i, kSpace) && (InRange(i, 0x4E00, 0x9FA5) || InRange(i, 0x0800, 0x4E00) ||
+                               InRange(i, 0xAC00, 0xD7FF))) {
       ++i;
     }
     return i;
@@ -171,7 +199,7 @@ class Matcher {
   }
 
   const Chars& c_;
-  size_t end_;
+  size_t begin_, end_;
 };
 
 // One step of a pre-tokenizer: the end of the match at i, or i when none starts there.
@@ -187,7 +215,7 @@ std::vector<Range> Split(const Chars& c, const std::vector<Range>& ranges, const
   std::vector<Range> out;
   out.reserve(ranges.size());
   for (const Range& r : ranges) {
-    const Matcher m(c, r.end);
+    const Matcher m(c, r.begin, r.end);
     size_t gap = r.begin;
     for (size_t i = r.begin; i < r.end;) {
       const size_t e = stage(m, i);
@@ -228,6 +256,13 @@ std::vector<Stage> StagesOf(PreTokenizerKind kind) {
               [](const Matcher& m, size_t i) { return m.SpaceThenRun(i, kLetter); },
               [](const Matcher& m, size_t i) { return m.SpaceThenRun(i, kPunctuation); },
               [](const Matcher& m, size_t i) { return m.CjkRun(i); }, each_number};
+    case PreTokenizerKind::kDeepseekLlm:
+      return {[](const Matcher& m, size_t i) { return m.IsNewline(i) ? i + 1 : i; },
+              [](const Matcher& m, size_t i) { return m.SpaceThenRun(i, kDeepseekLetter); },
+              [](const Matcher& m, size_t i) { return m.SpaceThenRun(i, kDeepseekPunct); },
+              [](const Matcher& m, size_t i) { return m.TrailingWhitespace(i); },
+              [](const Matcher& m, size_t i) { return m.CjkRun(i); },
+              [](const Matcher& m, size_t i) { return m.Skip(i, kNumber); }};
   }
   return {gpt2};
 }
@@ -247,6 +282,7 @@ std::optional<PreTokenizerKind> PreTokenizerForGgufPre(absl::string_view pre) {
   if (pre == "qwen35") return PreTokenizerKind::kQwen35;
   if (pre == "falcon") return PreTokenizerKind::kFalcon;
   if (pre == "deepseek-coder") return PreTokenizerKind::kDeepseekCoder;
+  if (pre == "deepseek-llm") return PreTokenizerKind::kDeepseekLlm;
   return std::nullopt;
 }
 

@@ -17,6 +17,8 @@
 //                [0-9][0-9][0-9] isolated (GGUF pre "falcon")
 //   kDeepseekCoder  [\r\n], \s?\p{L}+, \s?\p{P}+, [一-龥ࠀ-一가-퟿]+ and \p{N} isolated in turn
 //                (GGUF pre "deepseek-coder")
+//   kDeepseekLlm [\r\n], \s?[<DeepSeek's letters>]+, \s?[!-/:-~！-／：-～‘-‟　-。]+, \s+$,
+//                [一-龥ࠀ-一가-퟿]+ and \p{N}+ isolated in turn (GGUF pre "deepseek-llm")
 //
 // A sequence of splits works as llama.cpp and HF's Split(behavior=Isolated) do: each regex
 // splits every piece of the previous one, and the text between its matches stays a piece.
@@ -40,6 +42,7 @@ enum class PreTokenizerKind {
   kQwen35,
   kFalcon,
   kDeepseekCoder,
+  kDeepseekLlm,
 };
 
 // The kind for a GGUF `tokenizer.ggml.pre` value; nullopt when unknown.

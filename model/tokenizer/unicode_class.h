@@ -13,5 +13,7 @@ bool IsUnicodeNumber(char32_t cp);
 bool IsUnicodeMark(char32_t cp);
 bool IsUnicodePunctuation(char32_t cp);
 bool IsUnicodeWhitespace(char32_t cp);
+// The letters of DeepSeek LLM's pre-tokenizer regex (not a Unicode class; see the table).
+bool IsDeepseekLlmLetter(char32_t cp);
 
 }  // namespace tandem

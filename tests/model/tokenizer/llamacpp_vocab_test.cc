@@ -39,7 +39,8 @@ using Ids = std::vector<int32_t>;
 // Vocabularies Tandem claims: every reference line must match.
 constexpr const char* kClaimed[] = {
     "llama-spm", "phi-3",  "llama-bpe", "qwen2",  "qwen35",         "gpt-2",
-    "starcoder", "refact", "mpt",       "falcon", "deepseek-coder", "command-r",
+    "starcoder", "refact", "mpt",       "falcon", "deepseek-coder", "deepseek-llm",
+    "command-r",
 };
 
 // Vocabularies with reference data that Tandem refuses, and the value the refusal must name.
@@ -50,7 +51,6 @@ struct Refused {
 constexpr Refused kRefused[] = {
     {"bert-bge", "tokenizer.ggml.model 'bert'"},
     {"gemma-4", "tokenizer.ggml.model 'gemma4'"},
-    {"deepseek-llm", "tokenizer.ggml.pre 'deepseek-llm'"},
 };
 
 std::string DataDir() {

@@ -59,8 +59,34 @@ TEST(PreTokenizerTest, GgufPreNames) {
   EXPECT_EQ(PreTokenizerForGgufPre("llama-bpe"), PreTokenizerKind::kLlama3);
   EXPECT_EQ(PreTokenizerForGgufPre("qwen2"), PreTokenizerKind::kQwen2);
   EXPECT_EQ(PreTokenizerForGgufPre("command-r"), PreTokenizerKind::kDigitsGpt2);
-  EXPECT_FALSE(PreTokenizerForGgufPre("deepseek-llm").has_value());
+  EXPECT_EQ(PreTokenizerForGgufPre("deepseek-llm"), PreTokenizerKind::kDeepseekLlm);
+  EXPECT_FALSE(PreTokenizerForGgufPre("deepseek-v3").has_value());
   EXPECT_FALSE(PreTokenizerForGgufPre("").has_value());
+}
+
+TEST(PreTokenizerTest, Qwen35LetterRunsTakeMarks) {
+  const std::string text = "a\xCC\x81" "b";  // a, U+0301 (combining acute), b
+  // Qwen2: the mark is "other" and prefixes the next letter run.
+  EXPECT_EQ(Pieces(PreTokenizerKind::kQwen2, text), (V{"a", "\xCC\x81" "b"}));
+  EXPECT_EQ(Pieces(PreTokenizerKind::kQwen35, text), (V{text}));
+}
+
+TEST(PreTokenizerTest, FalconIsolatesPunctuationThenGpt2ThenDigitTriples) {
+  EXPECT_EQ(Pieces(PreTokenizerKind::kFalcon, "Hello, 12345 world!!"),
+            (V{"Hello", ",", " ", "123", "45", " world", "!!"}));
+}
+
+TEST(PreTokenizerTest, DeepseekCoderSequence) {
+  // [\r\n], then \s?\p{L}+, \s?\p{P}+, CJK runs, single numbers.
+  EXPECT_EQ(Pieces(PreTokenizerKind::kDeepseekCoder, "ab, 12\ncd"),
+            (V{"ab", ",", " ", "1", "2", "\n", "cd"}));
+}
+
+TEST(PreTokenizerTest, DeepseekLlmSplitsTrailingWhitespaceInLinearTime) {
+  EXPECT_EQ(Pieces(PreTokenizerKind::kDeepseekLlm, "ab 12  "), (V{"ab", " ", "12", "  "}));
+  // A long run of spaces inside a piece: one scan, not one per space (else this takes hours).
+  const std::string spaces(200000, ' ');
+  EXPECT_EQ(Pieces(PreTokenizerKind::kDeepseekLlm, spaces + "5"), (V{spaces, "5"}));
 }
 
 TEST(PreTokenizerTest, Qwen2TakesOneDigitPerPiece) {
