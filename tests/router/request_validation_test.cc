@@ -26,6 +26,22 @@ TEST(ValidateModelNameTest, UnknownModelIsNotFoundNamingTheServedOne) {
   EXPECT_EQ(s.message(), "model 'llama-70b' is not served here; this router serves 'smol'");
 }
 
+TEST(ValidateSamplingForModelTest, IdsInTheVocabularyAndMinTokensWithinTheBudget) {
+  SamplingParams s;
+  s.logit_bias = {{0, 1.f}, {99, -100.f}};
+  s.min_tokens = 8;
+  EXPECT_TRUE(ValidateSamplingForModel(s, {0, 99}, 8, kLimits).ok());
+  ExpectInvalid(ValidateSamplingForModel(s, {100}, 8, kLimits),
+                "stop_token_ids: token id 100 is out of vocabulary (size 100)");
+  ExpectInvalid(ValidateSamplingForModel(s, {-1}, 8, kLimits),
+                "stop_token_ids: token id -1 is out of vocabulary (size 100)");
+  ExpectInvalid(ValidateSamplingForModel(s, {}, 7, kLimits),
+                "min_tokens (8) must be <= max_tokens (7)");
+  s.logit_bias = {{100, 1.f}};
+  ExpectInvalid(ValidateSamplingForModel(s, {}, 8, kLimits),
+                "logit_bias token id 100 is out of vocabulary (size 100)");
+}
+
 TEST(ValidatePromptInputTest, EachEmptyShape) {
   PromptInput p;
   ExpectInvalid(ValidatePromptInput(p), "no prompt: set one of text, token_ids or chat");
