@@ -28,10 +28,12 @@ absl::StatusOr<bool> OptionalBool(const GgufFile& f, absl::string_view key, bool
 
 // The byte-level BPE part: pre-tokenizer, merges and the pre-tokenizer's defaults.
 absl::Status ReadBpe(const GgufFile& f, TokenizerSpec* spec) {
-  absl::string_view pre = "default";
-  if (f.Has("tokenizer.ggml.pre")) {
-    TANDEM_ASSIGN_OR_RETURN(pre, f.GetString("tokenizer.ggml.pre"));
+  if (!f.Has("tokenizer.ggml.pre")) {
+    return absl::UnimplementedError(absl::StrCat(
+        f.path(), ": unsupported tokenizer.ggml.pre '' (missing: the converter did not record "
+                  "the pre-tokenizer; reconvert the model with a current llama.cpp)"));
   }
+  TANDEM_ASSIGN_OR_RETURN(const absl::string_view pre, f.GetString("tokenizer.ggml.pre"));
   const std::optional<PreTokenizerKind> kind = PreTokenizerForGgufPre(pre);
   if (!kind.has_value()) {
     return absl::UnimplementedError(

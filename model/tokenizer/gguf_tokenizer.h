@@ -1,7 +1,8 @@
 // Tokenizer from GGUF metadata (tokenizer.ggml.*), with llama.cpp's defaults and rules:
 //  * model "gpt2" (byte-level BPE): tokens, token_type, merges ("left right"), pre (the
-//    pre-tokenizer; absent = "default"; see PreTokenizerForGgufPre). "llama-bpe" (Llama 3) and
-//    its aliases keep a piece that is a token whole (ignore_merges) and add BOS by default.
+//    pre-tokenizer, see PreTokenizerForGgufPre; absent or "default" — a converter that did not
+//    recognise it — is refused rather than guessed). "llama-bpe" (Llama 3) and its aliases
+//    keep a piece that is a token whole (ignore_merges) and add BOS by default.
 //  * model "llama" (SentencePiece): tokens, scores, token_type; BOS 1, EOS 2 and unknown 0
 //    unless the ids are given; add_bos_token true, add_eos_token false and add_space_prefix
 //    true unless given. remove_extra_whitespaces true is refused.

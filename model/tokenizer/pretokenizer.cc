@@ -271,7 +271,9 @@ std::vector<Stage> StagesOf(PreTokenizerKind kind) {
 
 std::optional<PreTokenizerKind> PreTokenizerForGgufPre(absl::string_view pre) {
   // Names llama.cpp gives the same regexes (and that differ in nothing Tandem implements).
-  if (pre == "default" || pre == "gpt-2" || pre == "gpt2" || pre == "mpt") {
+  // "default" is not GPT-2's: it is what a converter writes when it did not recognise the
+  // pre-tokenizer, and llama.cpp then guesses with yet another regex; Tandem refuses to guess.
+  if (pre == "gpt-2" || pre == "gpt2" || pre == "mpt") {
     return PreTokenizerKind::kGpt2;
   }
   if (pre == "smollm" || pre == "starcoder" || pre == "refact" || pre == "command-r") {

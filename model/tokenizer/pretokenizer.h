@@ -4,7 +4,7 @@
 // a backtracking regex engine does.
 //
 //   kGpt2        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//                (HF ByteLevel with use_regex; GGUF tokenizer.ggml.pre "gpt-2"/"default")
+//                (HF ByteLevel with use_regex; GGUF tokenizer.ggml.pre "gpt-2", "mpt")
 //   kDigitsGpt2  first isolate every \p{N} character, then kGpt2 on each remaining run
 //                (HF Sequence[Digits(individual_digits), ByteLevel]; GGUF pre "smollm",
 //                "starcoder", "refact")

@@ -71,6 +71,7 @@ TEST(ServedModelTest, ExplicitNameWinsAndMissingContextIsNotFound) {
   GgufWriter writer;
   writer.Set("general.architecture", GgufValue::String("llama"));
   writer.Set("tokenizer.ggml.model", GgufValue::String("gpt2"));
+  writer.Set("tokenizer.ggml.pre", GgufValue::String("gpt-2"));
   writer.Set("tokenizer.ggml.tokens", GgufValue::StringArray({"a", "b"}));
   writer.Set("tokenizer.ggml.merges", GgufValue::StringArray({}));
   absl::StatusOr<std::unique_ptr<GgufFile>> file =

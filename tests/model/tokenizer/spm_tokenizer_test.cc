@@ -253,6 +253,15 @@ TEST(GgufTokenizerTest, UnsupportedValuesAreRefusedByName) {
   bpe.Set("tokenizer.ggml.merges", GgufValue::StringArray({}));
   EXPECT_STATUS_IS(FromWriter(bpe), absl::StatusCode::kUnimplemented,
                    "unsupported tokenizer.ggml.pre 'xyz'");
+  bpe.Set("tokenizer.ggml.pre", GgufValue::String("default"));
+  EXPECT_STATUS_IS(FromWriter(bpe), absl::StatusCode::kUnimplemented,
+                   "unsupported tokenizer.ggml.pre 'default'");
+  GgufWriter no_pre;
+  no_pre.Set("tokenizer.ggml.model", GgufValue::String("gpt2"));
+  no_pre.Set("tokenizer.ggml.tokens", GgufValue::StringArray({"a"}));
+  no_pre.Set("tokenizer.ggml.merges", GgufValue::StringArray({}));
+  EXPECT_STATUS_IS(FromWriter(no_pre), absl::StatusCode::kUnimplemented,
+                   "unsupported tokenizer.ggml.pre '' (missing");
 }
 
 GgufWriter BpeGguf(const std::string& pre) {
