@@ -22,6 +22,7 @@
 #include "router/request_state.h"
 #include "router/retry_policy.h"
 #include "router/unary_call.h"
+#include "router/unknown_proto_fields.h"
 #include "serving/grpc_status.h"
 #include "serving/request_id.h"
 #include "tandem/v1/prefill.grpc.pb.h"
@@ -473,7 +474,11 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
     node_request_id_ = absl::StrCat(request_id_, "#", absl::Hex(RouterNonce()), "-",
                                     deps_.request_counter->fetch_add(1));
   }
-  absl::StatusOr<PreparedRequest> prepared = PrepareRequest(*deps_.model, request);
+  // A field this router does not know is refused, never ignored (unknown_proto_fields.h).
+  const absl::Status unknown = RefuseUnknownFields(request);
+  absl::StatusOr<PreparedRequest> prepared = unknown.ok()
+                                                 ? PrepareRequest(*deps_.model, request)
+                                                 : absl::StatusOr<PreparedRequest>(unknown);
   if (!prepared.ok()) {
     LogEnd(nullptr, prepared.status());
     return ToGrpcStatus(prepared.status());

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "common/prometheus_text.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "gtest/gtest.h"
 #include "router/router_server.h"
 #include "router/unary_call.h"
@@ -482,6 +483,18 @@ TEST_F(RouterIntegrationTest, BadInputGetsExactStatuses) {
   r = TextRequest("hi", 63);
   add(r, grpc::StatusCode::INVALID_ARGUMENT,
       "prompt (2 tokens) + max_tokens (63) = 65 exceeds the model's context length 64");
+  // A field this router's schema does not know (a newer client's) is refused, not ignored.
+  r = TextRequest("hi", 4);
+  r.GetReflection()->MutableUnknownFields(&r)->AddVarint(999, 1);
+  add(r, grpc::StatusCode::INVALID_ARGUMENT,
+      "GenerateRequest has field number 999, which this router does not know: a newer client's "
+      "field would be ignored, so the request is refused (upgrade the router)");
+  r = TextRequest("hi", 4);
+  v1::SamplingParams* sampling = r.mutable_sampling();
+  sampling->GetReflection()->MutableUnknownFields(sampling)->AddFixed32(998, 7);
+  add(r, grpc::StatusCode::INVALID_ARGUMENT,
+      "GenerateRequest.sampling has field number 998, which this router does not know: a newer "
+      "client's field would be ignored, so the request is refused (upgrade the router)");
   for (const Case& c : cases) {
     const Reply reply = Generate(c.request);
     EXPECT_EQ(reply.status.error_code(), c.code) << c.message;
