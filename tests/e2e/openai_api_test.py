@@ -260,6 +260,107 @@ class OpenAiApiTest(unittest.TestCase):
 
     # ---- disconnect --------------------------------------------------------------------------
 
+    # ---- the sampler: vLLM's fields (model/sampling.h) -----------------------------------------
+
+    def token_id(self, text):
+        """The one token `text` is (POST /tokenize, vLLM's shape)."""
+        req = urllib.request.Request(
+            ARGS.base_url.rsplit("/v1", 1)[0] + "/tokenize", method="POST",
+            data=json.dumps({"model": MODEL, "prompt": text, "add_special_tokens": False}).encode(),
+            headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            ids = json.loads(r.read().decode())["tokens"]
+        self.assertEqual(len(ids), 1, (text, ids))
+        return ids[0]
+
+    def sample(self, max_tokens=8, **kw):
+        """One text completion of PROMPT; vLLM's extra fields go in extra_body."""
+        extra = {k: kw.pop(k) for k in list(kw) if k in (
+            "min_p", "repetition_penalty", "min_tokens", "stop_token_ids", "ignore_eos", "top_k")}
+        return client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=max_tokens,
+                                           extra_body=extra, **kw).choices[0]
+
+    def test_sampler_min_p_near_one_leaves_the_greedy_token(self):
+        greedy = self.sample(12, temperature=0, ignore_eos=True).text
+        free = set()
+        for seed in (1, 2, 3):
+            self.assertEqual(self.sample(12, temperature=2.0, seed=seed, min_p=0.99,
+                                         ignore_eos=True).text, greedy)
+            free.add(self.sample(12, temperature=2.0, seed=seed, ignore_eos=True).text)
+        self.assertNotEqual(free, {greedy})  # without min_p, temperature 2 samples freely
+
+    def test_sampler_logit_bias_forces_and_forbids_tokens(self):
+        z = self.token_id("Z")
+        forced = self.sample(6, temperature=1.0, seed=3, logit_bias={str(z): 100},
+                             ignore_eos=True)
+        self.assertEqual(forced.text, "Z" * 6)
+        first = self.sample(1, temperature=0, ignore_eos=True).text
+        banned = self.sample(1, temperature=0, logit_bias={str(self.token_id(first)): -100},
+                             ignore_eos=True).text
+        self.assertNotEqual(banned, first)
+
+    def test_sampler_min_tokens_defers_eos_and_ignore_eos_keeps_it(self):
+        eos = str(self.token_id("<|im_end|>"))
+        r = self.sample(8, temperature=0, logit_bias={eos: 100})
+        self.assertEqual((r.text, r.finish_reason), ("", "stop"))
+        r = client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, temperature=0,
+                                        logit_bias={eos: 100}, extra_body={"min_tokens": 3})
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        self.assertEqual(r.usage.completion_tokens, 3)
+        r = client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=5, temperature=0,
+                                        logit_bias={eos: 100}, extra_body={"ignore_eos": True})
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        self.assertEqual(r.usage.completion_tokens, 5)
+
+    def test_sampler_stop_token_ids_end_generation_even_with_ignore_eos(self):
+        z = self.token_id("Z")
+        bias = {str(z): 100}
+        r = self.sample(8, temperature=0, logit_bias=bias, stop_token_ids=[z], ignore_eos=True)
+        self.assertEqual((r.text, r.finish_reason), ("", "stop"))
+        # min_tokens masks Z for two draws (Y, biased less, wins them), then Z stops it.
+        bias[str(self.token_id("Y"))] = 50
+        r = self.sample(8, temperature=0, logit_bias=bias, stop_token_ids=[z], min_tokens=2,
+                        ignore_eos=True)
+        self.assertEqual((r.text, r.finish_reason), ("YY", "stop"))
+        chunks = client().completions.create(
+            model=MODEL, prompt=PROMPT, max_tokens=8, temperature=0, logit_bias=bias,
+            stream=True, extra_body={"stop_token_ids": [z], "min_tokens": 2, "ignore_eos": True})
+        chunks = list(chunks)
+        self.assertEqual("".join(ch.choices[0].text for ch in chunks), "YY")
+        self.assertEqual(chunks[-1].choices[0].finish_reason, "stop")
+
+    def test_sampler_penalties_apply_across_prefill_and_decode(self):
+        kw = dict(temperature=0, ignore_eos=True, presence_penalty=1.5, frequency_penalty=1.0,
+                  repetition_penalty=1.8)
+        greedy = self.sample(24, temperature=0, ignore_eos=True).text
+        penalised = self.sample(24, **kw).text
+        self.assertNotEqual(penalised, greedy)
+        self.assertEqual(self.sample(24, **kw).text, penalised)
+        chunks = client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=24,
+                                             stream=True, temperature=0, presence_penalty=1.5,
+                                             frequency_penalty=1.0,
+                                             extra_body={"ignore_eos": True,
+                                                         "repetition_penalty": 1.8})
+        self.assertEqual("".join(ch.choices[0].text for ch in chunks), penalised)
+        # Seeded and penalised: repeatable.
+        seeded = dict(kw, temperature=0.8, seed=99, min_p=0.05)
+        self.assertEqual(self.sample(16, **seeded).text, self.sample(16, **seeded).text)
+
+    def test_sampler_fields_out_of_range_are_400(self):
+        c = client()
+        cases = [
+            ({"extra_body": {"repetition_penalty": 0}}, "repetition_penalty must be"),
+            ({"presence_penalty": 3}, "presence_penalty must be in [-2, 2]"),
+            ({"extra_body": {"min_p": 1.5}}, "min_p must be in [0, 1]"),
+            ({"logit_bias": {"1000000": 1}}, "logit_bias token id 1000000 is out of vocabulary"),
+            ({"extra_body": {"stop_token_ids": [-1]}}, "stop_token_ids: token id -1"),
+            ({"extra_body": {"min_tokens": 5}}, "min_tokens (5) must be <= max_tokens (2)"),
+        ]
+        for kw, message in cases:
+            with self.assertRaises(openai.BadRequestError) as cm:
+                c.completions.create(model=MODEL, prompt="x", max_tokens=2, **kw)
+            self.assertIn(message, cm.exception.body["message"], kw)
+
     def test_zz_disconnect_mid_stream_cancels_and_frees_blocks(self):
         wait_for(idle, 20, "an idle fleet before the disconnect test")
         c = client()
