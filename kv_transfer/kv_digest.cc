@@ -223,9 +223,13 @@ absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst, const Tra
         while (off < end) {
           const int64_t row = off / row_bytes;
           const int64_t in_row = off % row_bytes;
-          const int64_t row_end = std::min(end, (row + 1) * row_bytes);
+          // Whole rows are all prompt bytes: take the rest of the piece in one CRC call.
+          const int64_t row_end =
+              used_bytes == row_bytes ? end : std::min(end, (row + 1) * row_bytes);
           if (in_row < used_bytes) {
-            const int64_t take = std::min(row_end, row * row_bytes + used_bytes) - off;
+            const int64_t take =
+                (used_bytes == row_bytes ? row_end : std::min(row_end, row * row_bytes + used_bytes)) -
+                off;
             const int64_t stream_pos = row * used_bytes + in_row;
             if (stream_pos != expected) {
               return absl::InternalError(absl::StrCat(

@@ -6,7 +6,10 @@
 //   token_granular_<transport>_vs_raw_ucx — the token-granular scenario against the raw loop over
 //     the same copy list and transport;
 //   token_granular_<transport>_vs_raw_bulk — the same against raw gets of the gathered segments
-//     (the same source bytes in the fewest gets: the transport's own rate for them).
+//     (the same source bytes in the fewest gets: the transport's own rate for them);
+//   kv_digest_check_vs_transfer / kv_digest_compute_vs_transfer — matched layout, shared memory:
+//     the decode node's digest check and the prefill node's digest computation, each ÷ the
+//     planned pull of the same pass (digests on = pull + check; off = pull).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -134,6 +137,14 @@ int Main(const char* self) {
               absl::ToDoubleSeconds(r->planned.best),
           absl::ToDoubleMilliseconds(r->first_pull), absl::ToDoubleMilliseconds(r->planned.best),
           r->source_cpu_ms, options.reps);
+      std::printf(
+          "    KV digests: check %.3f ms (median %.3f, %.1f%% of the pull)  compute %.3f ms "
+          "(median %.3f, %.1f%% of the pull; %.2f GB/s)\n",
+          absl::ToDoubleMilliseconds(r->digest_check.best),
+          absl::ToDoubleMilliseconds(r->digest_check.median), 100.0 * r->digest_check_vs_pull,
+          absl::ToDoubleMilliseconds(r->digest_compute.best),
+          absl::ToDoubleMilliseconds(r->digest_compute.median),
+          100.0 * r->digest_compute_vs_pull, GBps(r->bytes, r->digest_compute.best));
       if (absl::GetFlag(FLAGS_passes)) {
         for (size_t i = 0; i < r->planned_passes.size(); ++i) {
           std::printf(
@@ -148,6 +159,12 @@ int Main(const char* self) {
       if (transport == testing::Transport::kSharedMemory && sc.name == "matched tp1->tp1" &&
           options.raw_per_copy) {
         matched_result = absl::StrFormat("RESULT transfer_vs_raw_ucx=%.3f", r->planned_vs_raw);
+      }
+      if (transport == testing::Transport::kSharedMemory && sc.name == "matched tp1->tp1") {
+        results.push_back(absl::StrFormat("RESULT kv_digest_check_vs_transfer=%.4f",
+                                          r->digest_check_vs_pull));
+        results.push_back(absl::StrFormat("RESULT kv_digest_compute_vs_transfer=%.4f",
+                                          r->digest_compute_vs_pull));
       }
       if (absl::StartsWith(sc.name, "token-granular")) {
         const std::string t = transport == testing::Transport::kTcp ? "tcp" : "shm";

@@ -14,6 +14,7 @@
 #include "bench/transfer/raw_get_loop.h"
 #include "common/status_macros.h"
 #include "kv_transfer/gather_plan.h"
+#include "kv_transfer/kv_digest.h"
 #include "kv_transfer/planner.h"
 #include "kv_transfer/ucx/kv_puller.h"
 #include "kv_transfer/ucx/testing/kv_pattern.h"
@@ -136,13 +137,35 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
     return a + b;
   };
 
-  // Local stand-ins for the source pools, for the memcpy baseline.
+  // Local stand-ins for the source pools, for the memcpy baseline and the digests: the peer's
+  // exact content (FillSourcePool, as the peer fills its pools), so the check passes.
   std::vector<std::vector<std::byte>> local_sources;
   std::vector<std::byte*> source_ptrs;
-  for (const RankTransferInfo& info : metadata.ranks) {
-    local_sources.emplace_back(static_cast<size_t>(info.pool_bytes), std::byte{1});
+  std::vector<absl::Span<const std::byte>> source_views;
+  for (size_t r = 0; r < metadata.ranks.size(); ++r) {
+    local_sources.emplace_back(static_cast<size_t>(metadata.ranks[r].pool_bytes));
+    testing::FillSourcePool(sc.src, static_cast<int32_t>(r), config.blocks, sc.tokens,
+                            absl::MakeSpan(local_sources.back()));
     source_ptrs.push_back(local_sources.back().data());
+    source_views.emplace_back(local_sources.back().data(), local_sources.back().size());
   }
+  const std::vector<uint32_t> generations(config.blocks.size(), 0);
+  const KvDigestBinding binding{"bench-request", 1, config.blocks, generations};
+  std::vector<uint32_t> digests;
+  auto compute_digests = [&]() -> absl::StatusOr<absl::Duration> {
+    const absl::Time start = absl::Now();
+    TANDEM_ASSIGN_OR_RETURN(digests,
+                            ComputeKvDigests(sc.src, source_views, sc.tokens, binding));
+    return absl::Now() - start;
+  };
+  const std::vector<absl::Span<const std::byte>> dst_views = {
+      absl::Span<const std::byte>(local, static_cast<size_t>(pool->bytes()))};
+  auto check_digests = [&]() -> absl::StatusOr<absl::Duration> {
+    const absl::Time start = absl::Now();
+    TANDEM_RETURN_IF_ERROR(
+        VerifyKvDigests(sc.src, sc.dst, plan, sc.tokens, binding, digests, dst_views));
+    return absl::Now() - start;
+  };
 
   ScenarioResult result;
   result.copies = static_cast<int64_t>(copies.size());
@@ -165,6 +188,8 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
       TANDEM_RETURN_IF_ERROR(
           testing::VerifyDestinationPool(sc.dst, 0, dst_blocks, sc.tokens, local_span));
     }
+    TANDEM_RETURN_IF_ERROR(compute_digests().status());
+    TANDEM_RETURN_IF_ERROR(check_digests().status());  // what a real UCX pull landed passes
     if (options.raw_per_copy) {
       TANDEM_RETURN_IF_ERROR(RawGetLoop(*raw_worker, raw_by_rank, copies, local).status());
     }
@@ -174,8 +199,8 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
 
   // Timed passes: planned, raw and memcpy back to back, so the ratios of one pass see the same
   // machine load (this machine is shared and has 2 cores).
-  std::vector<absl::Duration> planned, raw, raw_bulk, copy;
-  std::vector<double> vs_raw, vs_raw_bulk, vs_memcpy;
+  std::vector<absl::Duration> planned, raw, raw_bulk, copy, checks, computes;
+  std::vector<double> vs_raw, vs_raw_bulk, vs_memcpy, check_vs, compute_vs;
   result.planned_post_best = absl::InfiniteDuration();
   double cpu_ms = 0;
   for (int32_t rep = 0; rep < options.reps; ++rep) {
@@ -193,6 +218,12 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
     const absl::Duration elapsed = absl::Now() - start;
     cpu_ms += ProcessCpuMs(peer->pid()) - cpu_before;
     planned.push_back(elapsed);
+    TANDEM_ASSIGN_OR_RETURN(const absl::Duration check_time, check_digests());
+    TANDEM_ASSIGN_OR_RETURN(const absl::Duration compute_time, compute_digests());
+    checks.push_back(check_time);
+    computes.push_back(compute_time);
+    check_vs.push_back(absl::FDivDuration(check_time, elapsed));
+    compute_vs.push_back(absl::FDivDuration(compute_time, elapsed));
     result.planned_post_best =
         std::min(result.planned_post_best, absl::Nanoseconds(progress.post_nanos.load()));
     if (rep % 2 == 0 && options.raw_per_copy) {
@@ -212,6 +243,12 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
   result.planned_vs_raw = vs_raw[vs_raw.size() / 2];
   result.planned_vs_raw_bulk = vs_raw_bulk[vs_raw_bulk.size() / 2];
   result.planned_vs_memcpy = vs_memcpy[vs_memcpy.size() / 2];
+  std::sort(check_vs.begin(), check_vs.end());
+  std::sort(compute_vs.begin(), compute_vs.end());
+  result.digest_check_vs_pull = check_vs[check_vs.size() / 2];
+  result.digest_compute_vs_pull = compute_vs[compute_vs.size() / 2];
+  result.digest_check = Summarise(checks);
+  result.digest_compute = Summarise(computes);
   result.planned_passes = planned;
   result.raw_passes = raw;
   result.raw_bulk_passes = raw_bulk;

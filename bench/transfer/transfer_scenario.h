@@ -11,6 +11,10 @@
 // After one untimed warm-up pass (which maps the source pools and is verified), each timed pass
 // runs the three back to back; results are best-of and median-of, and the ratios are medians
 // of the per-pass ratios (robust to load drifting on a shared machine).
+// KV digests (docs/kv_transfer.md, Provable KV), digests on vs off in the same pass: after the
+// planned pull, VerifyKvDigests of what it landed (the decode node's check) and
+// ComputeKvDigests over local copies of the source pools holding the peer's exact content (the
+// prefill node's cost), each timed and divided by that pass's pull.
 #pragma once
 
 #include <cstdint>
@@ -66,6 +70,12 @@ struct ScenarioResult {
   absl::Duration first_pull;         // warm-up pull: connection setup and pool mapping included
   absl::Duration gather_plan_time;   // PlanGather over the copy list (part of every planned pull)
   double source_cpu_ms = 0;          // source peer CPU (all threads) during the planned reps
+  // KV digests: decode-side check and prefill-side computation, and their medians of per-pass
+  // ratios to the planned pull of the same pass.
+  Timing digest_check;
+  Timing digest_compute;
+  double digest_check_vs_pull = 0;
+  double digest_compute_vs_pull = 0;
 };
 
 [[nodiscard]] absl::StatusOr<ScenarioResult> RunScenario(const Scenario& scenario,
