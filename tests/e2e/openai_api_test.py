@@ -5,9 +5,13 @@
                        --router-log RUN_DIR/router.log --decode-pid-file RUN_DIR/decode-0.pid
 
 Runs against a running cluster with a synthetic model (tests/e2e/openai_api_e2e_test.sh starts
-it): chat and text completions, streamed and not; stop strings across token boundaries; usage;
-x-request-id; /v1/models and /health; every error status (400 with the gRPC validation's
-messages, 404, 400 for a prompt longer than the context, 503 without a decode node); a client
+it): chat and text completions, streamed and not; stop strings across token boundaries; usage
+(with prompt_tokens_details.cached_tokens from the prefix cache); x-request-id; /v1/models
+(max_model_len), system_fingerprint, /tokenize, /detokenize and /health; the field rule (known
+fields refused with 400 naming them, an unknown field answered and logged once in the router's
+log); every error status (400 with the gRPC validation's messages, 404 and 405 as JSON error
+objects whose code is the status, 400 for a prompt longer than the context, 503 without a
+decode node); a client
 that disconnects mid-stream, whose request must be cancelled and its KV blocks and leases freed
 (checked through ClusterStatus, via `tandem status`). The last test kills the decode node.
 """
@@ -44,6 +48,23 @@ def http_get(path):
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
+
+
+def http_post(path, body, method="POST"):
+    url = ARGS.base_url.rsplit("/v1", 1)[0] + path
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def router_log_lines(needle):
+    with open(ARGS.router_log, encoding="utf-8", errors="replace") as log:
+        return [line for line in log if needle in line]
 
 
 def fleet():
@@ -252,11 +273,116 @@ class OpenAiApiTest(unittest.TestCase):
             c.completions.create(model=MODEL, prompt=[5] * 5000)  # no max_tokens
         self.assertIn("context length", cm.exception.body["message"])
 
-    def test_unknown_fields_and_user_are_ignored(self):
-        r = client().chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2,
-                                             user="someone",
-                                             extra_body={"some_new_field": {"a": 1}})
+    def test_unknown_fields_are_answered_and_logged_once(self):
+        c = client()
+        for _ in range(3):
+            r = c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2,
+                                          user="someone",
+                                          extra_body={"tandem_e2e_unknown_field": {"a": 1}})
+            self.assertEqual(len(r.choices), 1)
+        needle = "openai_unknown_field field=tandem_e2e_unknown_field endpoint=/v1/chat/completions"
+        # The line is written before the response: it is there, and only once.
+        self.assertEqual(len(router_log_lines(needle)), 1)
+        self.assertEqual(router_log_lines("field=user "), [])  # `user` is known
+
+    def test_refused_fields_are_400_naming_the_field(self):
+        c = client()
+        chat = lambda **kw: c.chat.completions.create(model=MODEL, messages=MESSAGES,
+                                                      max_tokens=2, **kw)
+        cases = [
+            (lambda: chat(response_format={"type": "json_object"}), "response_format"),
+            (lambda: chat(tools=[{"type": "function", "function": {"name": "f",
+                                                                  "parameters": {}}}]), "tools"),
+            (lambda: chat(tool_choice="required"), "tool_choice"),
+            (lambda: chat(extra_body={"add_generation_prompt": False}), "add_generation_prompt"),
+            (lambda: chat(extra_body={"guided_json": {"type": "object"}}), "guided_json"),
+            (lambda: c.chat.completions.create(
+                model=MODEL, max_tokens=2,
+                messages=[{"role": "user", "content": "x", "name": "bob"}]), "messages[0].name"),
+            (lambda: c.completions.create(model=MODEL, prompt="x", max_tokens=2, suffix="end"),
+             "suffix"),
+            (lambda: c.completions.create(model=MODEL, prompt="x", max_tokens=2, echo=True),
+             "echo"),
+        ]
+        for fn, param in cases:
+            self.assert_error(openai.BadRequestError, 400, fn, param=param)
+        # Their neutral values are accepted.
+        r = chat(response_format={"type": "text"}, tools=[], tool_choice="none")
         self.assertEqual(len(r.choices), 1)
+
+    def test_vllm_fields_are_honoured(self):
+        c = client()
+        r = c.completions.create(model=MODEL, prompt=[5, 6, 7, 8, 9, 10], max_tokens=1,
+                                 extra_body={"truncate_prompt_tokens": 2})
+        self.assertEqual(r.usage.prompt_tokens, 2)
+        full = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0,
+                                    extra_body={"ignore_eos": True}).choices[0].text
+        stop = full[4:6]
+        r = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0,
+                                 stop=stop, extra_body={"ignore_eos": True,
+                                                        "include_stop_str_in_output": True})
+        self.assertEqual(r.choices[0].text, full[:full.find(stop) + len(stop)])
+        raw = c.completions.with_raw_response.create(
+            model=MODEL, prompt="x", max_tokens=1, extra_body={"request_id": "e2e-body-id"})
+        self.assertEqual(raw.headers.get("x-request-id"), "e2e-body-id")
+
+    def test_tokenize_and_detokenize(self):
+        status, body = http_post("/tokenize", {"model": MODEL, "prompt": PROMPT})
+        self.assertEqual(status, 200, body)
+        t = json.loads(body)
+        self.assertEqual(set(t), {"count", "max_model_len", "tokens"})
+        self.assertEqual(t["count"], len(t["tokens"]))
+        whole = client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=1)
+        self.assertEqual(t["count"], whole.usage.prompt_tokens)
+        status, body = http_post("/tokenize", {"messages": MESSAGES})
+        self.assertEqual(status, 200, body)
+        chat = client().chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=1)
+        self.assertEqual(json.loads(body)["count"], chat.usage.prompt_tokens)
+        status, body = http_post("/detokenize", {"model": MODEL, "tokens": t["tokens"]})
+        self.assertEqual(status, 200, body)
+        self.assertIn("fox", json.loads(body)["prompt"])
+        status, body = http_post("/detokenize", {"tokens": [10**9]})
+        self.assertEqual(status, 400, body)
+        self.assertEqual(json.loads(body)["error"]["param"], "tokens")
+
+    def test_models_max_model_len_and_system_fingerprint(self):
+        model = client().models.list().data[0]
+        _, body = http_post("/tokenize", {"prompt": "x"})
+        self.assertEqual(model.model_extra["max_model_len"], json.loads(body)["max_model_len"])
+        self.assertGreater(model.model_extra["max_model_len"], 0)
+        c = client()
+        a = c.completions.create(model=MODEL, prompt="x", max_tokens=1)
+        self.assertRegex(a.system_fingerprint, r"^fp_[0-9a-f]{16}$")
+        chunks = list(c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=3,
+                                                stream=True))
+        self.assertTrue(chunks)
+        self.assertTrue(all(ch.system_fingerprint == a.system_fingerprint for ch in chunks))
+
+    def test_cached_tokens_from_the_prefix_cache(self):
+        c = client()
+        prompt = [(i * 7) % 200 + 5 for i in range(300)]  # a prompt no other test sends
+        first = c.completions.create(model=MODEL, prompt=prompt, max_tokens=2)
+        self.assertEqual(first.usage.prompt_tokens_details.cached_tokens, 0)
+        second = c.completions.create(model=MODEL, prompt=prompt, max_tokens=2, stream=True,
+                                      stream_options={"include_usage": True})
+        usage = list(second)[-1].usage
+        # The prefill node's prefix cache served the full blocks of the first request's prompt.
+        self.assertGreater(usage.prompt_tokens_details.cached_tokens, 0)
+        self.assertLess(usage.prompt_tokens_details.cached_tokens, usage.prompt_tokens)
+
+    def test_unknown_route_is_404_and_wrong_method_405_with_error_objects(self):
+        status, body = http_get("/v1/nothing")
+        self.assertEqual(status, 404)
+        error = json.loads(body)["error"]
+        self.assertEqual((error["code"], error["type"]), (404, "not_found_error"))
+        status, body = http_post("/v1/models", {})
+        self.assertEqual(status, 405)
+        error = json.loads(body)["error"]
+        self.assertEqual((error["code"], error["type"]), (405, "invalid_request_error"))
+        # The code is the HTTP status in every error object.
+        with self.assertRaises(openai.BadRequestError) as cm:
+            client().completions.create(model=MODEL, prompt="x", n=2)
+        self.assertEqual(cm.exception.body["code"], 400)
 
     # ---- disconnect --------------------------------------------------------------------------
 
