@@ -14,7 +14,7 @@ packages=(
   libcurl4-openssl-dev nlohmann-json3-dev
   libcivetweb-dev libcpp-httplib-dev curl
   libssl-dev openssl
-  python3 python3-pip python3-venv python3-yaml unzip
+  python3 python3-pip python3-venv python3-yaml python3-jinja2 unzip
   iproute2 procps
   clang-format
   prometheus

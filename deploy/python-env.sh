@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Creates the project-local Python virtual environment (.venv/ at the repository root, ignored by
 # git) with the pinned packages of deploy/python-requirements.txt, from PyPI: the `openai` client
-# that tests/e2e/openai_api_test.py drives the router's HTTP API with. Nothing is installed
-# system-wide. deploy/test.sh runs it before the tests.
+# that tests/e2e/openai_api_test.py drives the router's HTTP API with, and jinja2 for the
+# chat-template oracle (tests/model/chat_template/). Nothing is installed system-wide.
+# deploy/test.sh runs it before the tests.
 #
 #   deploy/python-env.sh     prints the environment's python (last line)
 #

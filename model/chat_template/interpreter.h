@@ -1,0 +1,32 @@
+// Runs a parsed chat template: Jinja2's scoping (a fresh scope per loop iteration, macro and
+// call-block scopes, `if` without one, namespace() attributes assignable from any scope), the
+// `loop` variable, macros with defaults, varargs/kwargs and caller(), and the globals range,
+// dict, namespace, raise_exception and strftime_now.
+#pragma once
+
+#include <ctime>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/chat_template/ast.h"
+#include "model/chat_template/value.h"
+
+namespace tandem::jinja {
+
+// The payload marking a status that raise_exception() produced (its message is the template's).
+inline constexpr char kRaisedPayload[] = "type.tandem/jinja.raise_exception";
+
+struct RenderLimits {
+  size_t max_output_bytes = size_t{64} << 20;
+  int max_call_depth = 200;
+  int64_t max_range = 1 << 20;
+};
+
+// Renders `body` with `variables` (a dict: messages, add_generation_prompt, ...). `now` is what
+// strftime_now formats. Errors: InvalidArgument with payload kRaisedPayload for
+// raise_exception(msg) (the message as given); InvalidArgument "line N: <Python error>" for
+// evaluation errors (an undefined value used, a type error, an unsafe method, ...).
+absl::StatusOr<std::string> Interpret(const Body& body, const Map& variables, const std::tm& now,
+                                      const RenderLimits& limits = {});
+
+}  // namespace tandem::jinja
