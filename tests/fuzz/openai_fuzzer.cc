@@ -2,7 +2,8 @@
 // low bit picks the endpoint; the rest is the body) through what the router's HTTP API does
 // before it routes: PrepareOpenAiRequest (JSON parse, model and prompt checks, tokenisation,
 // default budget, the GenerateRequest), then the router's PrepareRequest on that GenerateRequest
-// (RunGenerate's first step), and the OpenAI error body a failure is answered with.
+// (RunGenerate's first step), and the OpenAI error body a failure is answered with. The same body
+// also goes through POST /tokenize and /detokenize (openai_tokenize.h).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -11,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "router/http/openai_prepare.h"
 #include "router/http/openai_response.h"
+#include "router/http/openai_tokenize.h"
 #include "router/request_prep.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "tests/fuzz/fuzz_model.h"
@@ -22,6 +24,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (data[0] & 1) != 0 ? OpenAiEndpoint::kCompletions : OpenAiEndpoint::kChatCompletions;
   const absl::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   const ServedModel& model = fuzz::FuzzServedModel();
+  for (auto* fn : {&Tokenize, &Detokenize}) {
+    const absl::StatusOr<TokenizeAnswer> answer = fn(model, body);
+    if (answer.ok()) {
+      TANDEM_FUZZ_CHECK(!answer->body.empty());
+    } else {
+      TANDEM_FUZZ_CHECK(HttpStatusFor(answer.status().code()) / 100 == 4);
+    }
+  }
   absl::StatusOr<PreparedOpenAiRequest> prepared =
       PrepareOpenAiRequest(model, endpoint, body, "fuzz-request");
   if (!prepared.ok()) {
