@@ -107,7 +107,8 @@ class Tokenizer {
   // Tokens skip_special drops: control and unknown.
   bool IsSkippable(int32_t id) const;
   // Every id that ends generation: eos_id plus end-of-turn control tokens of the vocabulary
-  // (<|im_end|>, <|endoftext|>, <|eot_id|>, <|end_of_text|>, <end_of_turn>).
+  // (<|im_end|>, <|endoftext|>, <|eot_id|>, <|eom_id|>, <|end_of_text|>, <|end|>,
+  // <end_of_turn>, </s>, <EOT>; only when their token type is control).
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
   bool IsStop(int32_t id) const;
 
