@@ -183,7 +183,9 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
     if (p == nullptr) return buffer_status_;
   }
 
-  const RopeParams rope{config_.rope_theta, config_.rope_style};
+  const RopeParams rope{config_.rope_theta, config_.rope_style,
+                        config_.rope_freq_factors.empty() ? nullptr
+                                                          : config_.rope_freq_factors.data()};
   ComputeBackend& be = *backend_;
   be.BeginForward(m);
   if (weights_.embedding_rows != nullptr) {
@@ -197,6 +199,10 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
     const LinearOp* qkv_ops[] = {w.wq.get(), w.wk.get(), w.wv.get()};
     float* const qkv_out[] = {q, k, v};
     TANDEM_RETURN_IF_ERROR(be.LinearMany(qkv_ops, h, m, qkv_out));
+    if (w.q_norm != nullptr) {  // per-head RMSNorm: rows of head_dim, whole heads on every rank
+      TANDEM_RETURN_IF_ERROR(be.RmsNorm(q, w.q_norm->f32(), m * nq, d, config_.rms_norm_eps, q));
+      TANDEM_RETURN_IF_ERROR(be.RmsNorm(k, w.k_norm->f32(), m * nk, d, config_.rms_norm_eps, k));
+    }
     TANDEM_RETURN_IF_ERROR(be.Rope(q, m, nq, d, positions_.data(), rope));
     TANDEM_RETURN_IF_ERROR(be.Rope(k, m, nk, d, positions_.data(), rope));
     if (pcp > 1) {

@@ -242,6 +242,10 @@ absl::StatusOr<RankWeights> PrepareRankWeights(const LlamaWeights& weights,
     RankLayerWeights rl;
     TANDEM_ASSIGN_OR_RETURN(rl.attn_norm, prep.Buffer(n + "attn_norm", lw.attn_norm));
     TANDEM_ASSIGN_OR_RETURN(rl.ffn_norm, prep.Buffer(n + "ffn_norm", lw.ffn_norm));
+    if (c.has_qk_norm) {
+      TANDEM_ASSIGN_OR_RETURN(rl.q_norm, prep.Buffer(n + "q_norm", lw.q_norm));
+      TANDEM_ASSIGN_OR_RETURN(rl.k_norm, prep.Buffer(n + "k_norm", lw.k_norm));
+    }
     TANDEM_ASSIGN_OR_RETURN(rl.wq, prep.Linear(n + "wq", lw.wq, &lw.bq, qb, qn, 0, h, qn));
     TANDEM_ASSIGN_OR_RETURN(rl.wk, prep.Linear(n + "wk", lw.wk, &lw.bk, kb, kn, 0, h, kn));
     TANDEM_ASSIGN_OR_RETURN(rl.wv, prep.Linear(n + "wv", lw.wv, &lw.bv, kb, kn, 0, h, kn));

@@ -44,6 +44,9 @@ namespace tandem {
 struct RankLayerWeights {
   std::shared_ptr<const DeviceBuffer> attn_norm;
   std::shared_ptr<const DeviceBuffer> ffn_norm;
+  // Per-head Q/K RMSNorm weights [head_dim] (qwen3), replicated on every rank; null when the
+  // model has none.
+  std::shared_ptr<const DeviceBuffer> q_norm, k_norm;
   std::shared_ptr<const LinearOp> wq, wk, wv, wo, w_gate, w_up, w_down;
 };
 

@@ -46,6 +46,10 @@ class LinearOp {
 struct RopeParams {
   float theta = 10000.f;
   RopeStyle style = RopeStyle::kAdjacentPairs;
+  // Host array of head_dim/2 frequency divisors (LlamaConfig::rope_freq_factors) or null for
+  // none: pair i rotates by pos · theta^(−2i/head_dim) / freq_factors[i]. It stays valid and
+  // unchanged for the backend's lifetime (it points into the model's config).
+  const float* freq_factors = nullptr;
 };
 
 class ComputeBackend {

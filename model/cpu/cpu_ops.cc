@@ -32,11 +32,22 @@ void RmsNorm(const float* x, const float* w, int64_t m, int64_t n, float eps, fl
   });
 }
 
-void RopeTable::Ensure(int64_t max_position, int32_t head_dim, float theta) {
+void RopeTable::Ensure(int64_t max_position, int32_t head_dim, float theta,
+                       const float* freq_factors) {
   const int32_t half = head_dim / 2;
-  if (half != half_ || theta != theta_) {
+  const bool same_factors =
+      freq_factors == nullptr
+          ? factors_.empty()
+          : (factors_.size() == static_cast<size_t>(half) &&
+             std::equal(factors_.begin(), factors_.end(), freq_factors));
+  if (half != half_ || theta != theta_ || !same_factors) {
     half_ = half;
     theta_ = theta;
+    if (freq_factors == nullptr) {
+      factors_.clear();
+    } else {
+      factors_.assign(freq_factors, freq_factors + half);
+    }
     capacity_ = 0;
     cos_.clear();
     sin_.clear();
@@ -48,8 +59,9 @@ void RopeTable::Ensure(int64_t max_position, int32_t head_dim, float theta) {
   sin_.resize(capacity * half);
   for (int64_t pos = capacity_; pos < capacity; ++pos) {
     for (int32_t i = 0; i < half; ++i) {
-      const double angle =
-          static_cast<double>(pos) * std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
+      double inv_freq = std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
+      if (!factors_.empty()) inv_freq /= static_cast<double>(factors_[i]);
+      const double angle = static_cast<double>(pos) * inv_freq;
       cos_[pos * half + i] = static_cast<float>(std::cos(angle));
       sin_[pos * half + i] = static_cast<float>(std::sin(angle));
     }

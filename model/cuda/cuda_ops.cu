@@ -44,15 +44,22 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t j = threadIdx.x; j < n; j += kThreads) yi[j] = xi[j] * scale * w[j];
 }
 
+// RoPE frequency divisors passed by value (kernel parameters), so no device buffer is needed.
+constexpr int32_t kMaxRopeFactors = 256;
+struct RopeFactors {
+  float v[kMaxRopeFactors];
+};
+
 // One thread per (row, frequency i): computes the angle once, rotates that pair in every head.
 __global__ void __launch_bounds__(kThreads)
     RopeKernel(float* x, int64_t m, int32_t heads, int32_t head_dim, const int64_t* positions,
-               float theta, bool adjacent_pairs) {
+               float theta, bool adjacent_pairs, bool has_factors, RopeFactors factors) {
   const int32_t half = head_dim / 2;
   TANDEM_GRID_STRIDE(e, m * half) {
     const int64_t r = e / half;
     const int32_t i = static_cast<int32_t>(e % half);
-    const double inv_freq = pow(static_cast<double>(theta), -2.0 * i / head_dim);
+    double inv_freq = pow(static_cast<double>(theta), -2.0 * i / head_dim);
+    if (has_factors) inv_freq /= static_cast<double>(factors.v[i]);
     const double angle = static_cast<double>(positions[r]) * inv_freq;
     const float c = static_cast<float>(cos(angle));
     const float s = static_cast<float>(sin(angle));
@@ -128,10 +135,20 @@ absl::Status LaunchRope(float* x, int64_t m, int32_t heads, int32_t head_dim,
     return absl::InvalidArgumentError(
         absl::StrCat("rope: negative heads (", heads, ") or head_dim (", head_dim, ")"));
   }
+  RopeFactors factors{};
+  if (params.freq_factors != nullptr) {
+    if (head_dim / 2 > kMaxRopeFactors) {
+      return absl::InvalidArgumentError(absl::StrCat("rope: head_dim ", head_dim,
+                                                     " with frequency factors exceeds ",
+                                                     2 * kMaxRopeFactors));
+    }
+    std::copy_n(params.freq_factors, head_dim / 2, factors.v);
+  }
   const int64_t pairs = m * (head_dim / 2);
   if (pairs == 0 || heads == 0) return absl::OkStatus();
   RopeKernel<<<ElementBlocks(pairs), kThreads, 0, S(stream)>>>(
-      x, m, heads, head_dim, positions, params.theta, params.style == RopeStyle::kAdjacentPairs);
+      x, m, heads, head_dim, positions, params.theta, params.style == RopeStyle::kAdjacentPairs,
+      params.freq_factors != nullptr, factors);
   return LaunchStatus();
 }
 

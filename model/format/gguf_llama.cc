@@ -1,6 +1,8 @@
 #include "model/format/gguf_llama.h"
 
 #include <limits>
+#include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -8,6 +10,7 @@
 #include "model/format/dequant.h"
 #include "model/format/llama_tensor_plan.h"
 #include "model/format/parallel_dequant.h"
+#include "model/format/rope_scaling.h"
 
 namespace tandem {
 namespace {
@@ -31,21 +34,65 @@ absl::StatusOr<float> GetFloatOr(const GgufFile& f, const std::string& key, floa
   return static_cast<float>(v);
 }
 
+// <arch>.rope.scaling.type (none | linear with rope.scaling.factor) and the rope_freqs.weight
+// tensor llama.cpp's converter writes for Llama 3's rope_scaling; both become divisors in
+// c->rope_freq_factors. Other scaling types are refused naming the key and value.
+absl::Status ReadRopeScaling(const GgufFile& f, const std::string& p, LlamaConfig* c) {
+  std::vector<float> factors;
+  if (const GgufTensorInfo* info = f.FindTensor("rope_freqs.weight"); info != nullptr) {
+    const std::vector<int64_t> want = {c->head_dim / 2};
+    if (info->Shape() != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.path(), ": tensor 'rope_freqs.weight' has shape ", ShapeString(info->Shape()),
+          ", expected ", ShapeString(want), " (head_dim/2)"));
+    }
+    factors.resize(static_cast<size_t>(c->head_dim / 2));
+    TANDEM_RETURN_IF_ERROR(Dequantize(info->type, f.TensorData(*info), absl::MakeSpan(factors)));
+  }
+  if (f.Has(p + "rope.scaling.type")) {
+    TANDEM_ASSIGN_OR_RETURN(const absl::string_view type, f.GetString(p + "rope.scaling.type"));
+    if (type == "linear") {
+      if (!f.Has(p + "rope.scaling.factor")) {
+        return absl::NotFoundError(absl::StrCat(f.path(), ": ", p,
+                                                "rope.scaling.type is 'linear' but ", p,
+                                                "rope.scaling.factor is missing"));
+      }
+      TANDEM_ASSIGN_OR_RETURN(const double factor, f.GetFloat(p + "rope.scaling.factor"));
+      absl::StatusOr<std::vector<float>> linear =
+          LinearRopeFreqFactors(c->head_dim, static_cast<float>(factor));
+      if (!linear.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(f.path(), ": ", p, "rope.scaling.factor: ",
+                                                       linear.status().message()));
+      }
+      if (factors.empty()) factors.assign(linear->size(), 1.f);
+      for (size_t i = 0; i < factors.size(); ++i) factors[i] *= (*linear)[i];
+    } else if (type != "none") {
+      return absl::UnimplementedError(
+          absl::StrCat(f.path(), ": ", p, "rope.scaling.type '", type,
+                       "' is not supported (supported: none, linear, and Llama 3's "
+                       "rope_freqs.weight)"));
+    }
+  }
+  c->rope_freq_factors = std::move(factors);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   LlamaConfig c;
   TANDEM_ASSIGN_OR_RETURN(const absl::string_view arch, f.GetString("general.architecture"));
-  if (arch != "llama") {
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3") {
     return absl::UnimplementedError(
-        absl::StrCat(f.path(), ": architecture '", arch, "' is not supported (only 'llama')"));
+        absl::StrCat(f.path(), ": general.architecture '", arch,
+                     "' is not supported (supported: llama, qwen2, qwen3)"));
   }
   c.architecture = std::string(arch);
   if (f.Has("general.name")) {
     TANDEM_ASSIGN_OR_RETURN(const absl::string_view name, f.GetString("general.name"));
     c.name = std::string(name);
   }
-  const std::string p = "llama.";
+  const std::string p = absl::StrCat(arch, ".");
   TANDEM_ASSIGN_OR_RETURN(c.num_layers, GetInt32(f, p + "block_count"));
   TANDEM_ASSIGN_OR_RETURN(c.num_q_heads, GetInt32(f, p + "attention.head_count"));
   TANDEM_ASSIGN_OR_RETURN(c.num_kv_heads,
@@ -66,19 +113,29 @@ absl::StatusOr<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   for (const char* key : {"attention.value_length", "rope.dimension_count"}) {
     TANDEM_ASSIGN_OR_RETURN(const int32_t v, GetInt32Or(f, p + key, c.head_dim));
     if (v != c.head_dim) {
-      return absl::UnimplementedError(absl::StrCat(f.path(), ": llama.", key, " ", v,
+      return absl::UnimplementedError(absl::StrCat(f.path(), ": ", p, key, " ", v,
                                                    " differs from head_dim ", c.head_dim,
                                                    " (not supported)"));
     }
   }
-  if (f.Has(p + "rope.scaling.type")) {
-    TANDEM_ASSIGN_OR_RETURN(const absl::string_view scaling, f.GetString(p + "rope.scaling.type"));
-    if (scaling != "none") {
-      return absl::UnimplementedError(
-          absl::StrCat(f.path(), ": rope scaling '", scaling, "' is not supported"));
-    }
+  // Features of these architectures' relatives that the forward does not implement: refused
+  // by the key that announces them rather than run as something else.
+  for (const char* key : {"attention.sliding_window", "expert_count"}) {
+    if (!f.Has(p + key)) continue;
+    TANDEM_ASSIGN_OR_RETURN(const int64_t v, f.GetInt(p + key));
+    if (std::string_view(key) == "expert_count" && v == 0) continue;
+    return absl::UnimplementedError(absl::StrCat(f.path(), ": ", p, key, " = ", v,
+                                                 " is not supported (",
+                                                 std::string_view(key) == "expert_count"
+                                                     ? "mixture of experts"
+                                                     : "sliding-window attention",
+                                                 ")"));
   }
-  c.rope_style = RopeStyle::kAdjacentPairs;
+  TANDEM_RETURN_IF_ERROR(ReadRopeScaling(f, p, &c));
+  // GGUF llama files are converted with Q/K rows permuted for adjacent-pair rotation; qwen2 and
+  // qwen3 keep the HF rows and run ggml's NeoX (rotate-half) mode.
+  c.rope_style = arch == "llama" ? RopeStyle::kAdjacentPairs : RopeStyle::kRotateHalf;
+  c.has_qk_norm = arch == "qwen3";
 
   const GgufTensorInfo* embd = f.FindTensor("token_embd.weight");
   if (embd == nullptr) {

@@ -2,6 +2,7 @@
 
 #include <limits>
 #include <optional>
+#include <vector>
 
 #include "absl/container/btree_set.h"
 #include "absl/status/status.h"
@@ -11,6 +12,7 @@
 #include "model/format/llama_tensor_plan.h"
 #include "model/format/mapped_file.h"
 #include "model/format/parallel_dequant.h"
+#include "model/format/rope_scaling.h"
 
 namespace tandem {
 namespace {
@@ -46,6 +48,74 @@ absl::StatusOr<bool> BoolField(const google::protobuf::Struct& s, absl::string_v
   return JsonBool(*v, absl::StrCat("config.json: ", key));
 }
 
+// Qwen configs carry sliding_window but apply it only with use_sliding_window; Mistral's applies
+// whenever it is set and shorter than the context.
+absl::Status RefuseSlidingWindow(const google::protobuf::Struct& s, const LlamaConfig& c) {
+  if (c.architecture == "qwen2" || c.architecture == "qwen3") {
+    TANDEM_ASSIGN_OR_RETURN(const bool use, BoolField(s, "use_sliding_window"));
+    if (use) {
+      return absl::UnimplementedError(
+          "config.json: use_sliding_window true is not supported (sliding-window attention)");
+    }
+    return absl::OkStatus();
+  }
+  const google::protobuf::Value* v = FindField(s, "sliding_window");
+  if (v == nullptr || v->kind_case() == google::protobuf::Value::kNullValue) {
+    return absl::OkStatus();
+  }
+  TANDEM_ASSIGN_OR_RETURN(const int64_t window, JsonInt(*v, "config.json: sliding_window"));
+  if (window > 0 && window < c.max_context) {
+    return absl::UnimplementedError(absl::StrCat(
+        "config.json: sliding_window ", window, " is not supported (sliding-window attention "
+        "shorter than max_position_embeddings ", c.max_context, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// rope_scaling: null/absent or rope_type (older configs: type) "default" -> none; "linear"
+// {factor}; "llama3" {factor, low_freq_factor, high_freq_factor,
+// original_max_position_embeddings}. Anything else is refused naming the value.
+absl::Status ReadRopeScaling(const google::protobuf::Struct& s, LlamaConfig* c) {
+  const google::protobuf::Value* v = FindField(s, "rope_scaling");
+  if (v == nullptr || v->kind_case() == google::protobuf::Value::kNullValue) {
+    return absl::OkStatus();
+  }
+  if (v->kind_case() != google::protobuf::Value::kStructValue) {
+    return absl::InvalidArgumentError("config.json: rope_scaling is neither null nor an object");
+  }
+  const google::protobuf::Struct& rs = v->struct_value();
+  const google::protobuf::Value* t = FindField(rs, "rope_type");
+  if (t == nullptr) t = FindField(rs, "type");
+  if (t == nullptr) {
+    return absl::InvalidArgumentError("config.json: rope_scaling has neither rope_type nor type");
+  }
+  TANDEM_ASSIGN_OR_RETURN(const std::string type, JsonString(*t, "config.json: rope_scaling.rope_type"));
+  absl::StatusOr<std::vector<float>> factors;
+  if (type == "default") {
+    return absl::OkStatus();
+  } else if (type == "linear") {
+    TANDEM_ASSIGN_OR_RETURN(const float factor, FloatField(rs, "factor", 0.f));
+    factors = LinearRopeFreqFactors(c->head_dim, factor);
+  } else if (type == "llama3") {
+    Llama3RopeScaling l3;
+    TANDEM_ASSIGN_OR_RETURN(l3.factor, FloatField(rs, "factor", 0.f));
+    TANDEM_ASSIGN_OR_RETURN(l3.low_freq_factor, FloatField(rs, "low_freq_factor", 0.f));
+    TANDEM_ASSIGN_OR_RETURN(l3.high_freq_factor, FloatField(rs, "high_freq_factor", 0.f));
+    TANDEM_ASSIGN_OR_RETURN(l3.original_max_position,
+                            Int32Field(rs, "original_max_position_embeddings", std::nullopt));
+    factors = Llama3RopeFreqFactors(c->head_dim, c->rope_theta, l3);
+  } else {
+    return absl::UnimplementedError(absl::StrCat(
+        "config.json: rope_scaling.rope_type '", type,
+        "' is not supported (supported: default, linear, llama3)"));
+  }
+  if (!factors.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: ", factors.status().message()));
+  }
+  c->rope_freq_factors = std::move(factors).value();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<LlamaConfig> ParseHfLlamaConfig(absl::string_view config_json) {
@@ -55,10 +125,12 @@ absl::StatusOr<LlamaConfig> ParseHfLlamaConfig(absl::string_view config_json) {
   c.architecture = "llama";
   if (const auto* v = FindField(s, "model_type"); v != nullptr) {
     TANDEM_ASSIGN_OR_RETURN(const std::string type, JsonString(*v, "config.json: model_type"));
-    if (type != "llama") {
+    if (type != "llama" && type != "mistral" && type != "qwen2" && type != "qwen3") {
       return absl::UnimplementedError(
-          absl::StrCat("config.json: model_type '", type, "' is not supported (only 'llama')"));
+          absl::StrCat("config.json: model_type '", type,
+                       "' is not supported (supported: llama, mistral, qwen2, qwen3)"));
     }
+    c.architecture = type == "mistral" ? "llama" : type;
   }
   if (const auto* v = FindField(s, "hidden_act"); v != nullptr) {
     TANDEM_ASSIGN_OR_RETURN(const std::string act, JsonString(*v, "config.json: hidden_act"));
@@ -66,9 +138,6 @@ absl::StatusOr<LlamaConfig> ParseHfLlamaConfig(absl::string_view config_json) {
       return absl::UnimplementedError(
           absl::StrCat("config.json: hidden_act '", act, "' is not supported (only 'silu')"));
     }
-  }
-  if (FindField(s, "rope_scaling") != nullptr) {
-    return absl::UnimplementedError("config.json: rope_scaling is not supported");
   }
   TANDEM_ASSIGN_OR_RETURN(c.vocab_size, Int32Field(s, "vocab_size", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.hidden_size, Int32Field(s, "hidden_size", std::nullopt));
@@ -87,7 +156,11 @@ absl::StatusOr<LlamaConfig> ParseHfLlamaConfig(absl::string_view config_json) {
   TANDEM_ASSIGN_OR_RETURN(c.rms_norm_eps, FloatField(s, "rms_norm_eps", 1e-6f));
   TANDEM_ASSIGN_OR_RETURN(c.tied_embeddings, BoolField(s, "tie_word_embeddings"));
   TANDEM_ASSIGN_OR_RETURN(c.has_qkv_bias, BoolField(s, "attention_bias"));
+  if (c.architecture == "qwen2") c.has_qkv_bias = true;  // Qwen2's q/k/v_proj always have bias
+  c.has_qk_norm = c.architecture == "qwen3";
   c.rope_style = RopeStyle::kRotateHalf;
+  TANDEM_RETURN_IF_ERROR(RefuseSlidingWindow(s, c));
+  TANDEM_RETURN_IF_ERROR(ReadRopeScaling(s, &c));
   TANDEM_RETURN_IF_ERROR(ValidateLlamaConfig(c));
   return c;
 }

@@ -1,5 +1,7 @@
 #include "model/format/llama_tensor_plan.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -24,6 +26,10 @@ std::vector<LlamaTensorSlot> PlanLlamaTensors(const LlamaConfig& c, LlamaWeights
       plan.push_back({R::kBq, i, {q}, &l.bq});
       plan.push_back({R::kBk, i, {kv}, &l.bk});
       plan.push_back({R::kBv, i, {kv}, &l.bv});
+    }
+    if (c.has_qk_norm) {
+      plan.push_back({R::kQNorm, i, {c.head_dim}, &l.q_norm});
+      plan.push_back({R::kKNorm, i, {c.head_dim}, &l.k_norm});
     }
     plan.push_back({R::kWo, i, {hidden, q}, &l.wo});
     plan.push_back({R::kFfnNorm, i, {hidden}, &l.ffn_norm});
@@ -66,6 +72,10 @@ std::string GgufTensorName(LlamaTensorRole role, int layer) {
       return blk + "attn_k.bias";
     case LlamaTensorRole::kBv:
       return blk + "attn_v.bias";
+    case LlamaTensorRole::kQNorm:
+      return blk + "attn_q_norm.weight";
+    case LlamaTensorRole::kKNorm:
+      return blk + "attn_k_norm.weight";
     case LlamaTensorRole::kWo:
       return blk + "attn_output.weight";
     case LlamaTensorRole::kFfnNorm:
@@ -103,6 +113,10 @@ std::string HfTensorName(LlamaTensorRole role, int layer) {
       return blk + "self_attn.k_proj.bias";
     case LlamaTensorRole::kBv:
       return blk + "self_attn.v_proj.bias";
+    case LlamaTensorRole::kQNorm:
+      return blk + "self_attn.q_norm.weight";
+    case LlamaTensorRole::kKNorm:
+      return blk + "self_attn.k_norm.weight";
     case LlamaTensorRole::kWo:
       return blk + "self_attn.o_proj.weight";
     case LlamaTensorRole::kFfnNorm:
@@ -136,6 +150,24 @@ absl::Status ValidateLlamaConfig(const LlamaConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat("model config: num_q_heads ", c.num_q_heads,
                                                    " is not a multiple of num_kv_heads ",
                                                    c.num_kv_heads));
+  }
+  if (c.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: head_dim ", c.head_dim, " is odd (RoPE rotates pairs)"));
+  }
+  if (!c.rope_freq_factors.empty()) {
+    if (c.rope_freq_factors.size() != static_cast<size_t>(c.head_dim / 2)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model config: rope_freq_factors has ", c.rope_freq_factors.size(),
+          " entries, expected head_dim/2 = ", c.head_dim / 2));
+    }
+    for (size_t i = 0; i < c.rope_freq_factors.size(); ++i) {
+      const float f = c.rope_freq_factors[i];
+      if (!(f > 0.f) || !std::isfinite(f)) {
+        return absl::InvalidArgumentError(absl::StrCat("model config: rope_freq_factors[", i,
+                                                       "] is ", f, " (must be finite, > 0)"));
+      }
+    }
   }
   if (!(c.rms_norm_eps > 0.f) || !(c.rope_theta > 0.f)) {
     return absl::InvalidArgumentError(absl::StrCat("model config: rms_norm_eps ", c.rms_norm_eps,

@@ -27,6 +27,8 @@ enum class LlamaTensorRole {
   kBq,
   kBk,
   kBv,
+  kQNorm,
+  kKNorm,
   kWo,
   kFfnNorm,
   kGate,
@@ -41,8 +43,8 @@ struct LlamaTensorSlot {
   Tensor* dst;                 // field of the LlamaWeights the plan was made for
 };
 
-// Every tensor `config` requires: biases only when config.has_qkv_bias, the output matrix only
-// when !config.tied_embeddings. Resizes weights->layers to config.num_layers.
+// Every tensor `config` requires: biases only when config.has_qkv_bias, Q/K norms only when
+// config.has_qk_norm, the output matrix only when !config.tied_embeddings. Resizes weights->layers to config.num_layers.
 // REQUIRES: CheckLayersFitTensors(config, ...) is OK (the layers are allocated up front).
 std::vector<LlamaTensorSlot> PlanLlamaTensors(const LlamaConfig& config, LlamaWeights* weights);
 
@@ -57,7 +59,8 @@ std::string GgufTensorName(LlamaTensorRole role, int layer);  // e.g. "blk.3.att
 std::string HfTensorName(LlamaTensorRole role,
                          int layer);  // "model.layers.3.self_attn.q_proj.weight"
 
-// Sizes positive, heads divisible (num_q_heads % num_kv_heads == 0), eps and theta positive.
+// Sizes positive, heads divisible (num_q_heads % num_kv_heads == 0), head_dim even, eps and
+// theta positive, rope_freq_factors empty or head_dim/2 finite positive values.
 // InvalidArgument naming the field.
 [[nodiscard]] absl::Status ValidateLlamaConfig(const LlamaConfig& config);
 

@@ -7,7 +7,11 @@
 //   * Q/K rows are in the file's own RoPE convention, recorded in `rope_style`: GGUF llama files
 //     are written for adjacent-pair rotation, HF checkpoints for rotate-half. No permutation is
 //     applied at load.
-//   * Optional tensors (QKV biases, separate output matrix) are empty when absent.
+//   * Optional tensors (QKV biases, Q/K norms, separate output matrix) are empty when absent.
+//   * Architectures: "llama" (and Mistral, which GGUF and HF both call llama), "qwen2" (llama
+//     with QKV biases, rotate-half RoPE) and "qwen3" (per-head RMSNorm of Q and K after the
+//     projections and before RoPE, rotate-half RoPE). The forward differs only by the flags
+//     below, never by the architecture's name.
 //
 // Immutable after load; safe to share between threads.
 #pragma once
@@ -28,7 +32,7 @@ enum class RopeStyle : uint8_t {
 
 struct LlamaConfig {
   std::string name;          // e.g. general.name, or the directory name for HF checkpoints
-  std::string architecture;  // "llama"
+  std::string architecture;  // "llama", "qwen2" or "qwen3"
   int32_t vocab_size = 0;
   int32_t hidden_size = 0;
   int32_t intermediate_size = 0;
@@ -42,6 +46,13 @@ struct LlamaConfig {
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
   bool tied_embeddings = false;  // LM head = token embedding
   bool has_qkv_bias = false;
+  // Per-head RMSNorm of Q and K (weights [head_dim], eps rms_norm_eps) after the projections and
+  // biases, before RoPE (qwen3).
+  bool has_qk_norm = false;
+  // RoPE frequency divisors, empty or head_dim/2 entries: pair i rotates by
+  // pos · rope_theta^(−2i/head_dim) / rope_freq_factors[i]. Llama 3's rope_scaling (GGUF:
+  // the rope_freqs.weight tensor) and linear scaling (every entry = factor) are expressed so.
+  std::vector<float> rope_freq_factors;
 };
 
 // A tensor. shape is outermost first: a matrix [out][in] has shape {out, in}.
@@ -71,6 +82,8 @@ struct LlamaLayerWeights {
   Tensor wk;          // [num_kv_heads·head_dim][hidden]
   Tensor wv;          // [num_kv_heads·head_dim][hidden]
   Tensor bq, bk, bv;  // [rows of wq/wk/wv] or empty
+  Tensor q_norm;      // [head_dim] or empty (config.has_qk_norm)
+  Tensor k_norm;      // [head_dim] or empty
   Tensor wo;          // [hidden][num_q_heads·head_dim]
   Tensor ffn_norm;    // [hidden]
   Tensor w_gate;      // [intermediate][hidden]

@@ -1,8 +1,9 @@
-// tandem-make-model: writes a small random Llama as GGUF (see synthetic_model.h).
+// tandem-make-model: writes a small random Llama-family model as GGUF (see synthetic_model.h).
 //
-//   tandem-make-model --out model.gguf [--seed 1] [--layers 2] [--hidden 128] [--q-heads 8]
-//       [--kv-heads 2] [--head-dim 16] [--intermediate 256] [--vocab 320] [--context 2048]
-//       [--dtype f32|f16|q8_0] [--tied] [--qkv-bias]
+//   tandem-make-model --out model.gguf [--arch llama|qwen2|qwen3] [--seed 1] [--layers 2]
+//       [--hidden 128] [--q-heads 8] [--kv-heads 2] [--head-dim 16] [--intermediate 256]
+//       [--vocab 320] [--context 2048] [--dtype f32|f16|q8_0] [--tied] [--qkv-bias]
+//       [--rope-scaling none|linear|llama3] [--rope-factor 4] [--rope-theta 10000]
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -15,10 +16,11 @@ namespace {
 
 int Usage(const std::string& error) {
   std::fprintf(stderr,
-               "tandem-make-model: %s\nusage: tandem-make-model --out PATH [--seed N] "
-               "[--layers N] [--hidden N] [--q-heads N] [--kv-heads N] [--head-dim N] "
-               "[--intermediate N] [--vocab N] [--context N] [--dtype f32|f16|q8_0] [--tied] "
-               "[--qkv-bias]\n",
+               "tandem-make-model: %s\nusage: tandem-make-model --out PATH "
+               "[--arch llama|qwen2|qwen3] [--seed N] [--layers N] [--hidden N] [--q-heads N] "
+               "[--kv-heads N] [--head-dim N] [--intermediate N] [--vocab N] [--context N] "
+               "[--dtype f32|f16|q8_0] [--tied] [--qkv-bias] "
+               "[--rope-scaling none|linear|llama3] [--rope-factor F] [--rope-theta F]\n",
                error.c_str());
   return 2;
 }
@@ -53,6 +55,24 @@ int main(int argc, char** argv) {
     if (known) continue;
     if (flag == "--out") {
       out = value;
+    } else if (flag == "--arch") {
+      o.arch = value;
+    } else if (flag == "--rope-scaling") {
+      if (value == "none") {
+        o.rope_scaling = tandem::SyntheticRopeScaling::kNone;
+      } else if (value == "linear") {
+        o.rope_scaling = tandem::SyntheticRopeScaling::kLinear;
+      } else if (value == "llama3") {
+        o.rope_scaling = tandem::SyntheticRopeScaling::kLlama3;
+      } else {
+        return Usage("--rope-scaling must be none, linear or llama3");
+      }
+    } else if (flag == "--rope-factor") {
+      if (!absl::SimpleAtof(value, &o.rope_scaling_factor)) {
+        return Usage("--rope-factor needs a number");
+      }
+    } else if (flag == "--rope-theta") {
+      if (!absl::SimpleAtof(value, &o.rope_theta)) return Usage("--rope-theta needs a number");
     } else if (flag == "--seed") {
       if (!absl::SimpleAtoi(value, &o.seed)) return Usage("--seed needs an integer");
     } else if (flag == "--dtype") {

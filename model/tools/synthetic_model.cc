@@ -1,5 +1,6 @@
 #include "model/tools/synthetic_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -7,6 +8,7 @@
 #include "common/status_macros.h"
 #include "model/format/content_hash.h"
 #include "model/format/llama_tensor_plan.h"
+#include "model/format/rope_scaling.h"
 #include "model/tools/synthetic_vocab.h"
 
 namespace tandem {
@@ -15,7 +17,7 @@ namespace {
 LlamaConfig ConfigOf(const SyntheticModelOptions& o) {
   LlamaConfig c;
   c.name = "tandem-synthetic";
-  c.architecture = "llama";
+  c.architecture = o.arch;
   c.vocab_size = o.vocab;
   c.hidden_size = o.hidden;
   c.intermediate_size = o.intermediate;
@@ -27,7 +29,8 @@ LlamaConfig ConfigOf(const SyntheticModelOptions& o) {
   c.rope_theta = o.rope_theta;
   c.rms_norm_eps = o.rms_norm_eps;
   c.tied_embeddings = o.tied_embeddings;
-  c.has_qkv_bias = o.qkv_bias;
+  c.has_qkv_bias = o.qkv_bias || o.arch == "qwen2";
+  c.has_qk_norm = o.arch == "qwen3";
   return c;
 }
 
@@ -60,6 +63,8 @@ std::pair<float, float> InitOf(LlamaTensorRole role, const std::vector<int64_t>&
     case LlamaTensorRole::kOutputNorm:
     case LlamaTensorRole::kAttnNorm:
     case LlamaTensorRole::kFfnNorm:
+    case LlamaTensorRole::kQNorm:
+    case LlamaTensorRole::kKNorm:
       return {1.f, 0.1f / std::sqrt(3.f)};
     case LlamaTensorRole::kBq:
     case LlamaTensorRole::kBk:
@@ -73,12 +78,22 @@ std::pair<float, float> InitOf(LlamaTensorRole role, const std::vector<int64_t>&
 }  // namespace
 
 absl::Status ValidateSyntheticOptions(const SyntheticModelOptions& o) {
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--arch '", o.arch, "' is not one of llama, qwen2, qwen3"));
+  }
+  if (o.rope_scaling != SyntheticRopeScaling::kNone && !(o.rope_scaling_factor > 0.f)) {
+    return absl::InvalidArgumentError("--rope-scaling factor must be positive");
+  }
   const std::pair<const char*, int> sizes[] = {
       {"layers", o.layers},     {"hidden", o.hidden},     {"q-heads", o.q_heads},
       {"kv-heads", o.kv_heads}, {"head-dim", o.head_dim}, {"intermediate", o.intermediate},
       {"context", o.context}};
   for (const auto& [name, v] : sizes) {
     if (v <= 0) return absl::InvalidArgumentError(absl::StrCat("--", name, " must be positive"));
+  }
+  if (o.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--head-dim ", o.head_dim, " must be even"));
   }
   if (o.q_heads % o.kv_heads != 0) {
     return absl::InvalidArgumentError(
@@ -104,21 +119,37 @@ absl::StatusOr<GgufWriter> BuildSyntheticModel(const SyntheticModelOptions& o) {
   TANDEM_ASSIGN_OR_RETURN(SyntheticVocab vocab, BuildSyntheticVocab(o.vocab));
   const LlamaConfig c = ConfigOf(o);
   GgufWriter w;
-  w.Set("general.architecture", GgufValue::String("llama"));
+  w.Set("general.architecture", GgufValue::String(o.arch));
   w.Set("general.name", GgufValue::String(c.name));
   w.Set("tandem.synthetic.seed", GgufValue::Uint64(o.seed));
-  w.Set("llama.context_length", GgufValue::Uint32(static_cast<uint32_t>(o.context)));
-  w.Set("llama.embedding_length", GgufValue::Uint32(static_cast<uint32_t>(o.hidden)));
-  w.Set("llama.block_count", GgufValue::Uint32(static_cast<uint32_t>(o.layers)));
-  w.Set("llama.feed_forward_length", GgufValue::Uint32(static_cast<uint32_t>(o.intermediate)));
-  w.Set("llama.attention.head_count", GgufValue::Uint32(static_cast<uint32_t>(o.q_heads)));
-  w.Set("llama.attention.head_count_kv", GgufValue::Uint32(static_cast<uint32_t>(o.kv_heads)));
-  w.Set("llama.attention.key_length", GgufValue::Uint32(static_cast<uint32_t>(o.head_dim)));
-  w.Set("llama.attention.value_length", GgufValue::Uint32(static_cast<uint32_t>(o.head_dim)));
-  w.Set("llama.rope.dimension_count", GgufValue::Uint32(static_cast<uint32_t>(o.head_dim)));
-  w.Set("llama.rope.freq_base", GgufValue::Float32(o.rope_theta));
-  w.Set("llama.attention.layer_norm_rms_epsilon", GgufValue::Float32(o.rms_norm_eps));
-  w.Set("llama.vocab_size", GgufValue::Uint32(static_cast<uint32_t>(o.vocab)));
+  const std::string p = o.arch + ".";
+  const auto u32 = [](int v) { return GgufValue::Uint32(static_cast<uint32_t>(v)); };
+  w.Set(p + "context_length", u32(o.context));
+  w.Set(p + "embedding_length", u32(o.hidden));
+  w.Set(p + "block_count", u32(o.layers));
+  w.Set(p + "feed_forward_length", u32(o.intermediate));
+  w.Set(p + "attention.head_count", u32(o.q_heads));
+  w.Set(p + "attention.head_count_kv", u32(o.kv_heads));
+  w.Set(p + "attention.key_length", u32(o.head_dim));
+  w.Set(p + "attention.value_length", u32(o.head_dim));
+  w.Set(p + "rope.dimension_count", u32(o.head_dim));
+  w.Set(p + "rope.freq_base", GgufValue::Float32(o.rope_theta));
+  w.Set(p + "attention.layer_norm_rms_epsilon", GgufValue::Float32(o.rms_norm_eps));
+  w.Set(p + "vocab_size", u32(o.vocab));
+  if (o.rope_scaling == SyntheticRopeScaling::kLinear) {
+    w.Set(p + "rope.scaling.type", GgufValue::String("linear"));
+    w.Set(p + "rope.scaling.factor", GgufValue::Float32(o.rope_scaling_factor));
+  } else if (o.rope_scaling == SyntheticRopeScaling::kLlama3) {
+    Llama3RopeScaling l3;
+    l3.factor = o.rope_scaling_factor;
+    l3.original_max_position =
+        std::max(1, static_cast<int>(static_cast<float>(o.context) / o.rope_scaling_factor));
+    TANDEM_ASSIGN_OR_RETURN(const std::vector<float> factors,
+                            Llama3RopeFreqFactors(o.head_dim, o.rope_theta, l3));
+    TANDEM_RETURN_IF_ERROR(w.AddF32Tensor("rope_freqs.weight",
+                                          {static_cast<int64_t>(factors.size())}, factors,
+                                          GgmlType::kF32));
+  }
   w.Set("tokenizer.ggml.model", GgufValue::String("gpt2"));
   w.Set("tokenizer.ggml.pre", GgufValue::String("smollm"));
   w.Set("tokenizer.ggml.tokens", GgufValue::StringArray(vocab.tokens));

@@ -1,6 +1,10 @@
-// Synthetic Llama models for tests and benchmarks: a small random model with a fixed seed and
-// chosen dimensions, written as GGUF with the byte-level BPE vocabulary of synthetic_vocab.h
-// (eos = <|im_end|>, bos = <|im_start|>, pre-tokenizer "smollm").
+// Synthetic Llama-family models for tests and benchmarks: a small random model with a fixed seed
+// and chosen dimensions, written as GGUF with the byte-level BPE vocabulary of synthetic_vocab.h
+// (eos = <|im_end|>, bos = <|im_start|>, pre-tokenizer "smollm"). Architectures: llama, qwen2
+// (QKV biases always), qwen3 (per-head attn_q_norm/attn_k_norm); metadata under "<arch>.", as
+// llama.cpp reads it. RoPE scaling: linear (rope.scaling.type/factor) or llama3 (a
+// rope_freqs.weight tensor of divisors, as llama.cpp's converter writes for Llama 3.x, from
+// factor, low 1, high 4 and original context = context / factor).
 //
 // Initialisation keeps activations O(1) and logits well separated so greedy decoding is
 // stable under the reordered sums of different shardings: uniform weights with
@@ -22,7 +26,12 @@
 
 namespace tandem {
 
+enum class SyntheticRopeScaling { kNone, kLinear, kLlama3 };
+
 struct SyntheticModelOptions {
+  std::string arch = "llama";  // llama, qwen2 or qwen3
+  SyntheticRopeScaling rope_scaling = SyntheticRopeScaling::kNone;
+  float rope_scaling_factor = 4.f;
   uint64_t seed = 1;
   int layers = 2;
   int hidden = 128;
@@ -39,8 +48,9 @@ struct SyntheticModelOptions {
   float rms_norm_eps = 1e-5f;
 };
 
-// InvalidArgument naming the offending option (non-positive sizes, q_heads % kv_heads != 0,
-// unsupported dtype, Q8_0 rows not a multiple of 32, vocab below the minimum).
+// InvalidArgument naming the offending option (unknown arch, non-positive sizes,
+// q_heads % kv_heads != 0, odd head_dim, non-positive rope scaling factor, unsupported dtype,
+// Q8_0 rows not a multiple of 32, vocab below the minimum).
 [[nodiscard]] absl::Status ValidateSyntheticOptions(const SyntheticModelOptions& options);
 
 [[nodiscard]] absl::StatusOr<GgufWriter> BuildSyntheticModel(const SyntheticModelOptions& options);

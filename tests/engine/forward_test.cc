@@ -5,6 +5,7 @@
 #include <random>
 
 #include "engine/instance.h"
+#include "model/format/rope_scaling.h"
 #include "gtest/gtest.h"
 #include "tests/engine/reference_forward.h"
 #include "tests/engine/test_model.h"
@@ -83,6 +84,32 @@ TEST(ForwardTest, RotateHalfRopeAndQkvBiasMatchDenseRecompute) {
   c.rope_style = RopeStyle::kRotateHalf;
   c.has_qkv_bias = true;
   c.tied_embeddings = true;
+  CheckPrefillThenDecode(c);
+}
+
+// Qwen3: per-head RMSNorm of Q and K before rotate-half RoPE, no biases.
+TEST(ForwardTest, Qwen3QkNormMatchesDenseRecompute) {
+  LlamaConfig c = SmallConfig();
+  c.architecture = "qwen3";
+  c.rope_style = RopeStyle::kRotateHalf;
+  c.has_qk_norm = true;
+  c.head_dim = 32;  // head_dim · heads ≠ hidden, as in Qwen3 checkpoints
+  CheckPrefillThenDecode(c);
+}
+
+// Llama 3.x rope_scaling (divisors 1, blended and `factor` all present over head_dim 16) on
+// adjacent pairs, and linear scaling on a Qwen2-style model (biases, rotate-half).
+TEST(ForwardTest, RopeFrequencyFactorsMatchDenseRecompute) {
+  LlamaConfig c = SmallConfig();
+  absl::StatusOr<std::vector<float>> l3 =
+      Llama3RopeFreqFactors(c.head_dim, c.rope_theta, Llama3RopeScaling{8.f, 1.f, 4.f, 64});
+  ASSERT_TRUE(l3.ok()) << l3.status();
+  c.rope_freq_factors = *l3;
+  CheckPrefillThenDecode(c);
+  c.architecture = "qwen2";
+  c.rope_style = RopeStyle::kRotateHalf;
+  c.has_qkv_bias = true;
+  c.rope_freq_factors.assign(c.head_dim / 2, 4.f);
   CheckPrefillThenDecode(c);
 }
 

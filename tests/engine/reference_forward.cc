@@ -1,5 +1,6 @@
 #include "tests/engine/reference_forward.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace tandem::testing {
@@ -32,11 +33,24 @@ void AddBias(std::vector<double>& y, const Tensor& b) {
   for (size_t i = 0; i < y.size(); ++i) y[i] += b.data[i];
 }
 
+// RMSNorm of each head's d values with the shared [d] weight (Qwen3's q_norm/k_norm).
+void HeadNorm(std::vector<double>& v, int32_t heads, int32_t d, const Tensor& w, double eps) {
+  if (w.empty()) return;
+  for (int32_t h = 0; h < heads; ++h) {
+    const std::vector<double> head(v.begin() + h * d, v.begin() + (h + 1) * d);
+    const std::vector<double> normed = RmsNorm(head, w, eps);
+    std::copy(normed.begin(), normed.end(), v.begin() + h * d);
+  }
+}
+
 void Rope(std::vector<double>& v, int32_t heads, int32_t d, int64_t pos, const LlamaConfig& c) {
   for (int32_t h = 0; h < heads; ++h) {
     double* x = v.data() + h * d;
     for (int32_t i = 0; i < d / 2; ++i) {
-      const double angle = pos * std::pow(static_cast<double>(c.rope_theta), -2.0 * i / d);
+      // Frequency i is theta^(-2i/d), slowed by its divisor when the model scales RoPE.
+      double freq = std::pow(static_cast<double>(c.rope_theta), -2.0 * i / d);
+      if (!c.rope_freq_factors.empty()) freq /= c.rope_freq_factors[i];
+      const double angle = pos * freq;
       const int32_t a = c.rope_style == RopeStyle::kAdjacentPairs ? 2 * i : i;
       const int32_t b = c.rope_style == RopeStyle::kAdjacentPairs ? 2 * i + 1 : i + d / 2;
       const double xa = x[a], xb = x[b];
@@ -69,6 +83,8 @@ std::vector<std::vector<double>> ReferenceLogits(const LlamaWeights& w,
       AddBias(q[t], lw.bq);
       AddBias(k[t], lw.bk);
       AddBias(v[t], lw.bv);
+      HeadNorm(q[t], c.num_q_heads, d, lw.q_norm, c.rms_norm_eps);
+      HeadNorm(k[t], c.num_kv_heads, d, lw.k_norm, c.rms_norm_eps);
       Rope(q[t], c.num_q_heads, d, t, c);
       Rope(k[t], c.num_kv_heads, d, t, c);
     }

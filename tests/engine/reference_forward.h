@@ -1,5 +1,6 @@
 // A slow, obviously-correct Llama forward in double precision over a whole sequence (no cache,
-// no sharding): the reference the engine's logits are checked against.
+// no sharding): the reference the engine's logits are checked against. Covers QKV biases, Qwen3's
+// per-head Q/K RMSNorm (before RoPE), both RoPE pairings and RoPE frequency divisors.
 #pragma once
 
 #include <cstdint>

@@ -57,6 +57,10 @@ LlamaWeights RandomWeights(const LlamaConfig& c, uint64_t seed) {
       lw.bk = Random(rng, {c.num_kv_heads * d}, 0.1f);
       lw.bv = Random(rng, {c.num_kv_heads * d}, 0.1f);
     }
+    if (c.has_qk_norm) {
+      lw.q_norm = Random(rng, {d}, 0.1f, 1.f);
+      lw.k_norm = Random(rng, {d}, 0.1f, 1.f);
+    }
     lw.wo =
         Random(rng, {h, c.num_q_heads * d}, 1.f / std::sqrt(static_cast<float>(c.num_q_heads * d)));
     lw.ffn_norm = Random(rng, {h}, 0.1f, 1.f);

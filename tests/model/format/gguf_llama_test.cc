@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "model/format/rope_scaling.h"
 #include "model/tools/synthetic_model.h"
 #include "tests/model/format/gguf_test_util.h"
 #include "tests/model/format/status_matchers.h"
@@ -141,6 +142,140 @@ TEST(GgufLlamaTest, UndequantisableType) {
       });
   EXPECT_STATUS_IS(Load(b), absl::StatusCode::kUnimplemented,
                    "tensor 'blk.0.attn_q.weight' has type Q5_0, which Tandem cannot dequantise");
+}
+
+TEST(GgufLlamaTest, LoadsQwen2AndQwen3) {
+  SyntheticModelOptions o;
+  o.arch = "qwen2";
+  absl::StatusOr<LlamaWeights> w = Load(Synthetic(o));
+  ASSERT_OK(w);
+  EXPECT_EQ(w->config.architecture, "qwen2");
+  EXPECT_EQ(w->config.rope_style, RopeStyle::kRotateHalf);  // ggml's NeoX mode for qwen2
+  EXPECT_TRUE(w->config.has_qkv_bias);
+  EXPECT_FALSE(w->config.has_qk_norm);
+  EXPECT_EQ(w->layers[1].bk.shape, (std::vector<int64_t>{32}));
+  EXPECT_TRUE(w->layers[1].q_norm.empty());
+
+  o.arch = "qwen3";
+  o.head_dim = 32;  // heads·head_dim (256) ≠ hidden (128), as in Qwen3 checkpoints
+  w = Load(Synthetic(o));
+  ASSERT_OK(w);
+  EXPECT_EQ(w->config.architecture, "qwen3");
+  EXPECT_EQ(w->config.rope_style, RopeStyle::kRotateHalf);
+  EXPECT_FALSE(w->config.has_qkv_bias);
+  EXPECT_TRUE(w->config.has_qk_norm);
+  EXPECT_EQ(w->config.head_dim, 32);
+  EXPECT_EQ(w->layers[0].wq.shape, (std::vector<int64_t>{256, 128}));
+  EXPECT_EQ(w->layers[1].q_norm.shape, (std::vector<int64_t>{32}));
+  EXPECT_EQ(w->layers[1].k_norm.shape, (std::vector<int64_t>{32}));
+  for (const float x : w->layers[1].k_norm.data) EXPECT_NEAR(x, 1.f, 0.1f);
+  // A qwen3 file without its Q/K norms is incomplete.
+  const std::string no_norm = EditGguf(
+      Synthetic(o), KeepKey,
+      [](const std::string& name, std::vector<int64_t>&, GgmlType&, std::string&) {
+        return name != "blk.0.attn_k_norm.weight";
+      });
+  EXPECT_STATUS_IS(Load(no_norm), absl::StatusCode::kNotFound,
+                   "missing tensor 'blk.0.attn_k_norm.weight'");
+}
+
+// Llama 3.1's published rope_scaling (factor 8, low 1, high 4, original 8192, theta 500000,
+// head_dim 128): divisors from transformers' _compute_llama3_parameters, computed apart.
+TEST(GgufLlamaTest, Llama3RopeFactorsFollowTheReferenceFormula) {
+  absl::StatusOr<std::vector<float>> f =
+      Llama3RopeFreqFactors(128, 500000.f, Llama3RopeScaling{8.f, 1.f, 4.f, 8192});
+  ASSERT_OK(f);
+  ASSERT_EQ(f->size(), 64u);
+  EXPECT_FLOAT_EQ((*f)[0], 1.f);
+  EXPECT_FLOAT_EQ((*f)[28], 1.f);
+  EXPECT_NEAR((*f)[30], 1.5534146, 1e-5);
+  EXPECT_NEAR((*f)[33], 3.6842525, 1e-5);
+  EXPECT_FLOAT_EQ((*f)[35], 8.f);
+  EXPECT_FLOAT_EQ((*f)[63], 8.f);
+  EXPECT_STATUS_IS(Llama3RopeFreqFactors(128, 500000.f, Llama3RopeScaling{8.f, 4.f, 1.f, 8192}),
+                   absl::StatusCode::kInvalidArgument,
+                   "low_freq_factor 4 and high_freq_factor 1 must satisfy 0 < low < high");
+}
+
+TEST(GgufLlamaTest, RopeScalingBecomesFrequencyDivisors) {
+  SyntheticModelOptions o;
+  o.rope_scaling = SyntheticRopeScaling::kLlama3;
+  o.rope_scaling_factor = 8.f;
+  absl::StatusOr<LlamaWeights> w = Load(Synthetic(o));
+  ASSERT_OK(w);
+  absl::StatusOr<std::vector<float>> want =
+      Llama3RopeFreqFactors(16, 10000.f, Llama3RopeScaling{8.f, 1.f, 4.f, 2048 / 8});
+  ASSERT_OK(want);
+  EXPECT_EQ(w->config.rope_freq_factors, *want);  // read back from rope_freqs.weight
+  EXPECT_FLOAT_EQ(w->config.rope_freq_factors.front(), 1.f);
+  EXPECT_FLOAT_EQ(w->config.rope_freq_factors.back(), 8.f);
+
+  o.rope_scaling = SyntheticRopeScaling::kLinear;
+  o.rope_scaling_factor = 2.5f;
+  w = Load(Synthetic(o));
+  ASSERT_OK(w);
+  EXPECT_EQ(w->config.rope_freq_factors, std::vector<float>(8, 2.5f));
+
+  w = Load(Synthetic());
+  ASSERT_OK(w);
+  EXPECT_TRUE(w->config.rope_freq_factors.empty());
+}
+
+// What the forward does not implement is refused naming the key and its value.
+TEST(GgufLlamaTest, UnsupportedFeaturesAreRefusedByName) {
+  SyntheticModelOptions o;
+  o.rope_scaling = SyntheticRopeScaling::kLinear;
+  const std::string linear = Synthetic(o);
+  const std::string yarn = EditGguf(
+      linear,
+      [](const std::string& key, GgufValue& v) {
+        if (key == "llama.rope.scaling.type") v = GgufValue::String("yarn");
+        return true;
+      },
+      KeepTensor);
+  EXPECT_STATUS_IS(Load(yarn), absl::StatusCode::kUnimplemented,
+                   "llama.rope.scaling.type 'yarn' is not supported");
+  const std::string no_factor = EditGguf(
+      linear, [](const std::string& key, GgufValue&) { return key != "llama.rope.scaling.factor"; },
+      KeepTensor);
+  EXPECT_STATUS_IS(Load(no_factor), absl::StatusCode::kNotFound,
+                   "llama.rope.scaling.factor is missing");
+  o = SyntheticModelOptions{};
+  o.arch = "qwen2";
+  auto with_key = [&](const std::string& key, GgufValue value) {
+    absl::StatusOr<GgufWriter> w = BuildSyntheticModel(o);
+    EXPECT_TRUE(w.ok()) << w.status();
+    if (!w.ok()) return std::string();
+    w->Set(key, std::move(value));
+    return w->Serialize();
+  };
+  EXPECT_STATUS_IS(Load(with_key("qwen2.attention.sliding_window", GgufValue::Uint32(4096))),
+                   absl::StatusCode::kUnimplemented,
+                   "qwen2.attention.sliding_window = 4096 is not supported (sliding-window");
+  EXPECT_STATUS_IS(Load(with_key("qwen2.expert_count", GgufValue::Uint32(8))),
+                   absl::StatusCode::kUnimplemented,
+                   "qwen2.expert_count = 8 is not supported (mixture of experts)");
+  ASSERT_OK(Load(with_key("qwen2.expert_count", GgufValue::Uint32(0))));
+  EXPECT_STATUS_IS(Load(with_key("qwen2.rope.dimension_count", GgufValue::Uint32(8))),
+                   absl::StatusCode::kUnimplemented,
+                   "qwen2.rope.dimension_count 8 differs from head_dim 16");
+  // A rope_freqs.weight that is not head_dim/2 long.
+  o.rope_scaling = SyntheticRopeScaling::kLlama3;
+  const std::string bad_freqs = EditGguf(
+      Synthetic(o), KeepKey,
+      [](const std::string& name, std::vector<int64_t>& shape, GgmlType&, std::string& raw) {
+        if (name == "rope_freqs.weight") {
+          shape = {4};
+          raw.resize(4 * sizeof(float));
+        }
+        return true;
+      });
+  EXPECT_STATUS_IS(Load(bad_freqs), absl::StatusCode::kInvalidArgument,
+                   "tensor 'rope_freqs.weight' has shape [4], expected [8] (head_dim/2)");
+  o = SyntheticModelOptions{};
+  o.arch = "gemma";
+  EXPECT_STATUS_IS(ValidateSyntheticOptions(o), absl::StatusCode::kInvalidArgument,
+                   "--arch 'gemma' is not one of llama, qwen2, qwen3");
 }
 
 TEST(GgufLlamaTest, MetadataProblems) {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "model/format/hf_llama.h"
+#include "model/format/rope_scaling.h"
 #include "model/format/safetensors_file.h"
 #include "tests/model/format/safetensors_test_util.h"
 #include "tests/model/format/status_matchers.h"
@@ -155,6 +156,60 @@ TEST(HfLlamaTest, LoadsAShardedTiedCheckpoint) {
   ExpectMatches(*w, hf);
 }
 
+// The architectures' config.json shapes, as their published checkpoints write them.
+TEST(HfLlamaTest, ParsesQwenMistralAndLlama3Configs) {
+  const std::string base =
+      R"("vocab_size":16,"hidden_size":8,"intermediate_size":12,"num_hidden_layers":2,)"
+      R"("num_attention_heads":2,"num_key_value_heads":1,"hidden_act":"silu")";
+  absl::StatusOr<LlamaConfig> c = ParseHfLlamaConfig(
+      "{" + base + R"(,"model_type":"qwen2","sliding_window":32768,"use_sliding_window":false})");
+  ASSERT_OK(c);
+  EXPECT_EQ(c->architecture, "qwen2");
+  EXPECT_TRUE(c->has_qkv_bias);  // Qwen2's projections always carry biases
+  EXPECT_FALSE(c->has_qk_norm);
+  EXPECT_EQ(c->rope_style, RopeStyle::kRotateHalf);
+  c = ParseHfLlamaConfig("{" + base + R"(,"model_type":"qwen3","head_dim":8,"attention_bias":false})");
+  ASSERT_OK(c);
+  EXPECT_EQ(c->architecture, "qwen3");
+  EXPECT_FALSE(c->has_qkv_bias);
+  EXPECT_TRUE(c->has_qk_norm);
+  EXPECT_EQ(c->head_dim, 8);
+  EXPECT_STATUS_IS(
+      ParseHfLlamaConfig("{" + base + R"(,"model_type":"qwen2","use_sliding_window":true})"),
+      absl::StatusCode::kUnimplemented, "use_sliding_window true is not supported");
+  c = ParseHfLlamaConfig("{" + base +
+                         R"(,"model_type":"mistral","sliding_window":null,)"
+                         R"("max_position_embeddings":32768})");
+  ASSERT_OK(c);
+  EXPECT_EQ(c->architecture, "llama");
+  EXPECT_STATUS_IS(ParseHfLlamaConfig("{" + base +
+                                      R"(,"model_type":"mistral","sliding_window":4096,)"
+                                      R"("max_position_embeddings":32768})"),
+                   absl::StatusCode::kUnimplemented,
+                   "sliding_window 4096 is not supported (sliding-window attention shorter than "
+                   "max_position_embeddings 32768)");
+  // Llama 3.x: divisors from rope_scaling, the same as model/format/rope_scaling.h computes.
+  c = ParseHfLlamaConfig(
+      "{" + base +
+      R"(,"model_type":"llama","rope_theta":500000.0,"rope_scaling":{"factor":8.0,)"
+      R"("low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192,)"
+      R"("rope_type":"llama3"}})");
+  ASSERT_OK(c);
+  absl::StatusOr<std::vector<float>> want =
+      Llama3RopeFreqFactors(4, 500000.f, Llama3RopeScaling{8.f, 1.f, 4.f, 8192});
+  ASSERT_OK(want);
+  EXPECT_EQ(c->rope_freq_factors, *want);
+  c = ParseHfLlamaConfig("{" + base + R"(,"rope_scaling":{"type":"linear","factor":2.0}})");
+  ASSERT_OK(c);
+  EXPECT_EQ(c->rope_freq_factors, std::vector<float>(2, 2.f));
+  c = ParseHfLlamaConfig("{" + base + R"(,"rope_scaling":{"rope_type":"default"}})");
+  ASSERT_OK(c);
+  EXPECT_TRUE(c->rope_freq_factors.empty());
+  EXPECT_STATUS_IS(
+      ParseHfLlamaConfig("{" + base + R"(,"rope_scaling":{"rope_type":"llama3","factor":8.0}})"),
+      absl::StatusCode::kNotFound, "original_max_position_embeddings is missing");
+}
+
 TEST(HfLlamaTest, CheckpointErrors) {
   const ScopedTempDir tmp("hf_errors");
   const std::string& dir = tmp.path();
@@ -191,12 +246,14 @@ TEST(HfLlamaTest, CheckpointErrors) {
                    absl::StrCat("the config's 2000000000 layers are more than the ",
                                 hf.tensors.size(), " tensors the checkpoint holds"));
   // Unsupported config.
-  WriteFile(dir + "/config.json", R"({"model_type":"mistral"})");
+  WriteFile(dir + "/config.json", R"({"model_type":"gemma2"})");
   EXPECT_STATUS_IS(HfCheckpoint::Open(dir), absl::StatusCode::kUnimplemented,
-                   "model_type 'mistral' is not supported");
-  WriteFile(dir + "/config.json", R"({"model_type":"llama","rope_scaling":{"type":"llama3"}})");
+                   "model_type 'gemma2' is not supported (supported: llama, mistral, qwen2, qwen3)");
+  WriteFile(dir + "/config.json",
+            absl::StrReplaceAll(hf.config_json, {{R"("rope_scaling":null)",
+                                                  R"("rope_scaling":{"type":"yarn"})"}}));
   EXPECT_STATUS_IS(HfCheckpoint::Open(dir), absl::StatusCode::kUnimplemented,
-                   "rope_scaling is not supported");
+                   "rope_scaling.rope_type 'yarn' is not supported");
   WriteFile(dir + "/config.json", R"({"model_type":"llama","vocab_size":16})");
   EXPECT_STATUS_IS(HfCheckpoint::Open(dir), absl::StatusCode::kNotFound,
                    "config.json: hidden_size is missing");
