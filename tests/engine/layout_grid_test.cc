@@ -123,6 +123,64 @@ TEST(LayoutGridTest, EveryValidLayoutMatchesTheSingleRankRun) {
   }
 }
 
+// The architecture-specific pieces under head split, KV-head replication, PCP and DCP: Qwen2's QKV
+// biases, Qwen3's per-head Q/K norms (replicated [head_dim] weights on every rank) and Llama 3's
+// RoPE frequency divisors. A subset of the grid per architecture keeps CI time small; each
+// layout must reproduce the single-rank tokens and logits.
+TEST(LayoutGridTest, ArchitectureFeaturesMatchTheSingleRankRunUnderSplits) {
+  struct Arch {
+    const char* name;
+    LlamaConfig config;
+  };
+  std::vector<Arch> archs;
+  LlamaConfig qwen2 = SmallConfig();
+  qwen2.architecture = "qwen2";
+  qwen2.rope_style = RopeStyle::kRotateHalf;
+  qwen2.has_qkv_bias = true;
+  qwen2.tied_embeddings = true;
+  archs.push_back({"qwen2", qwen2});
+  LlamaConfig qwen3 = SmallConfig();
+  qwen3.architecture = "qwen3";
+  qwen3.rope_style = RopeStyle::kRotateHalf;
+  qwen3.has_qk_norm = true;
+  archs.push_back({"qwen3", qwen3});
+  LlamaConfig llama3 = SmallConfig();
+  for (int32_t i = 0; i < llama3.head_dim / 2; ++i) {
+    llama3.rope_freq_factors.push_back(i < 2 ? 1.f : (i < 4 ? 2.5f : 8.f));
+  }
+  archs.push_back({"llama3-rope", llama3});
+  const std::vector<Layout> layouts = {{2, 1, 1, 4, 1},   // head split
+                                       {4, 1, 2, 16, 2},  // KV heads replicated, DCP
+                                       {1, 2, 1, 4, 4},   // PCP
+                                       {2, 2, 2, 16, 1}};  // TP x PCP x DCP
+  for (const Arch& arch : archs) {
+    const LlamaWeights w = RandomWeights(arch.config, 91);
+    for (const Layout& l : layouts) {
+      const ParallelConfig p{l.tp, l.pcp, l.dcp, l.block_size, l.interleave};
+      const std::vector<std::vector<int32_t>> prompts = {
+          Prompt(l.block_size * l.dcp + 1, arch.config.vocab_size),
+          Prompt(kMaxPrefillTokens + 5, arch.config.vocab_size)};
+      const std::vector<GenRun> want = Generate(w, ParallelConfig{}, prompts);
+      const std::vector<GenRun> got = Generate(w, p, prompts);
+      ASSERT_EQ(want.size(), prompts.size()) << arch.name;
+      ASSERT_EQ(got.size(), prompts.size()) << arch.name << " " << p.ToString();
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(got[i].tokens, want[i].tokens) << arch.name << " " << p.ToString();
+        ASSERT_EQ(got[i].logits.size(), want[i].logits.size());
+        for (size_t s = 0; s < want[i].logits.size(); ++s) {
+          double scale = 1.0, diff = 0.0;
+          for (size_t v = 0; v < want[i].logits[s].size(); ++v) {
+            scale = std::max(scale, std::abs(static_cast<double>(want[i].logits[s][v])));
+            diff = std::max(diff, std::abs(static_cast<double>(got[i].logits[s][v]) -
+                                           want[i].logits[s][v]));
+          }
+          EXPECT_LT(diff / scale, kLogitTolerance) << arch.name << " " << p.ToString();
+        }
+      }
+    }
+  }
+}
+
 // Per-rank KV bytes for the same requests scale as 1/dcp.
 TEST(LayoutGridTest, PerRankKvBytesScaleAsOneOverDcp) {
   const LlamaWeights w = RandomWeights(SmallConfig(), 3);
