@@ -52,7 +52,10 @@ void ServeTokenizer(const RouterDeps& deps, const char* path, HttpExchange& ex,
                     absl::StatusOr<TokenizeAnswer> (*fn)(const ServedModel&, absl::string_view)) {
   absl::StatusOr<std::string> body = ex.ReadBody(HttpServer::kMaxBodyBytes);
   if (!body.ok()) {
-    ex.Respond(413, kJson, ErrorBody(413, body.status().message()));
+    const int status = body.status().code() == absl::StatusCode::kResourceExhausted
+                           ? 413
+                           : HttpStatusFor(body.status().code());
+    ex.Respond(status, kJson, ErrorBody(status, body.status().message()));
     return;
   }
   absl::StatusOr<TokenizeAnswer> answer = fn(*deps.model, *body);
