@@ -86,9 +86,28 @@ ShiftMatrix MakeShift(int log2_len) {
 constexpr int kLog2Stripe = 13;
 constexpr size_t kStripe = size_t{1} << kLog2Stripe;  // 8 KiB
 
-const ShiftMatrix& StripeShift() {
-  static const ShiftMatrix shift = MakeShift(kLog2Stripe);
+// The stripe shift as byte tables: shift(v) = t[0][v & 0xFF] ^ ... ^ t[3][v >> 24], four loads
+// instead of a branchy bit loop (which cost ~20 % of the three-stream loop).
+struct ShiftTables {
+  uint32_t t[4][256];
+};
+
+ShiftTables MakeShiftTables() {
+  const ShiftMatrix m = MakeShift(kLog2Stripe);
+  ShiftTables out{};
+  for (int k = 0; k < 4; ++k) {
+    for (uint32_t b = 0; b < 256; ++b) out.t[k][b] = Gf2Times(m.m, b << (8 * k));
+  }
+  return out;
+}
+
+const ShiftTables& StripeShift() {
+  static const ShiftTables shift = MakeShiftTables();
   return shift;
+}
+
+inline uint32_t Shift(const ShiftTables& s, uint32_t v) {
+  return s.t[0][v & 0xFF] ^ s.t[1][(v >> 8) & 0xFF] ^ s.t[2][(v >> 16) & 0xFF] ^ s.t[3][v >> 24];
 }
 
 __attribute__((target("sse4.2"))) uint32_t RawOneStream(uint32_t c, const unsigned char* p,
@@ -108,7 +127,7 @@ __attribute__((target("sse4.2"))) uint32_t RawOneStream(uint32_t c, const unsign
 
 __attribute__((target("sse4.2"))) uint32_t RawHardware(uint32_t c, const unsigned char* p,
                                                        size_t n) {
-  const ShiftMatrix& shift = StripeShift();
+  const ShiftTables& shift = StripeShift();
   while (n >= 3 * kStripe) {
     uint64_t a = c, b = 0, d = 0;
     const unsigned char* pa = p;
@@ -124,8 +143,8 @@ __attribute__((target("sse4.2"))) uint32_t RawHardware(uint32_t c, const unsigne
       d = _mm_crc32_u64(d, vd);
     }
     // Raw CRCs are linear: crc(A‖B) = shift(crc(A), |B|) ^ crc(B) when B's stream starts at 0.
-    uint32_t r = Gf2Times(shift.m, static_cast<uint32_t>(a)) ^ static_cast<uint32_t>(b);
-    r = Gf2Times(shift.m, r) ^ static_cast<uint32_t>(d);
+    uint32_t r = Shift(shift, static_cast<uint32_t>(a)) ^ static_cast<uint32_t>(b);
+    r = Shift(shift, r) ^ static_cast<uint32_t>(d);
     c = r;
     p += 3 * kStripe;
     n -= 3 * kStripe;
