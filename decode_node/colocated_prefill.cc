@@ -61,6 +61,9 @@ absl::Status ColocatedPrefill::Start(ColocatedCall call, ColocatedSink sink) {
           return;
         }
         const int32_t first = c->resume_token.value_or(r->first_token);
+        if (!c->resume_token.has_value() && c->sampling.logprobs >= 0 && s->on_logprobs) {
+          s->on_logprobs(r->first_logprobs);
+        }
         s->on_token(first);
         DecodeRequest dr;
         dr.id = c->request_id;
@@ -74,6 +77,7 @@ absl::Status ColocatedPrefill::Start(ColocatedCall call, ColocatedSink sink) {
         if (UsesPenalties(dr.sampling)) dr.context = c->prompt;
         DecodeCallbacks cb;
         cb.on_token = s->on_token;
+        cb.on_logprobs = s->on_logprobs;
         cb.on_done = s->on_done;
         // Under mu_, so a Cancel cannot fall between the prefill's end and the decode's start.
         // On error Add has not taken the blocks.

@@ -47,6 +47,8 @@ struct ColocatedCall {
 struct ColocatedSink {
   std::function<void(int32_t token)> on_token;
   std::function<void(absl::Status status, FinishReason reason, int32_t generated)> on_done;
+  // Optional; as DecodeSink::on_logprobs (the prefill's first token included, unless resumed).
+  std::function<void(const TokenLogprobs& logprobs)> on_logprobs;
 };
 
 class ColocatedPrefill {

@@ -99,7 +99,8 @@ absl::Status DecodeNode::StartColocated(ColocatedCall call, DecodeSink sink) {
                                          call.max_new_tokens, "max_new_tokens",
                                          config_.max_context));
   return colocated_->Start(std::move(call),
-                           ColocatedSink{std::move(sink.on_token), std::move(sink.on_done)});
+                           ColocatedSink{std::move(sink.on_token), std::move(sink.on_done),
+                                         std::move(sink.on_logprobs)});
 }
 
 absl::StatusOr<std::shared_ptr<const TransferMetadata>> DecodeNode::Metadata(const KvHandle& kv) {
@@ -302,6 +303,11 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(call.sampling));
   TANDEM_RETURN_IF_ERROR(ValidateSamplingIds(call.sampling, config_.vocab_size));
   if (kv.num_tokens < 1) return absl::InvalidArgumentError("KV handle covers no tokens");
+  if (call.pipelined && call.sampling.logprobs >= 0) {
+    return absl::InvalidArgumentError(
+        "logprobs with pipelined transfer: the prefill's progress stream does not carry the "
+        "first token's log-probabilities (send the call unpipelined)");
+  }
   if (UsesPenalties(call.sampling) &&
       static_cast<int64_t>(call.context_ids.size()) != kv.num_tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -406,6 +412,7 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   std::function<void(int32_t)> on_token = std::move(sink.on_token);
   DecodeCallbacks cb;
   cb.on_token = on_token;
+  cb.on_logprobs = std::move(sink.on_logprobs);
   cb.on_done = std::move(sink.on_done);
   if (call.pipelined) on_token(first_token);
   TANDEM_RETURN_IF_ERROR(engine_->Add(std::move(req), std::move(cb)));

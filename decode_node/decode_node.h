@@ -68,6 +68,10 @@ struct DecodeNodeOptions {
 struct DecodeSink {
   std::function<void(int32_t token)> on_token;
   std::function<void(absl::Status status, FinishReason reason, int32_t generated)> on_done;
+  // Optional; with sampling.logprobs >= 0, called just before on_token with that token's
+  // log-probabilities (not for a resumed call's known first token, nor a pipelined one's: a
+  // pipelined call with logprobs is refused).
+  std::function<void(const TokenLogprobs& logprobs)> on_logprobs;
 };
 
 struct DecodeCall {

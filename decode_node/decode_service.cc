@@ -3,6 +3,7 @@
 #include <atomic>
 #include <deque>
 #include <memory>
+#include <optional>
 
 #include "absl/synchronization/mutex.h"
 #include "common/request_log.h"
@@ -45,7 +46,9 @@ absl::StatusOr<KvHandle> KvHandleFromProto(const v1::KvHandle& p) {
 // Events from the engine thread to the handler thread that owns the gRPC writer.
 struct EventQueue {
   absl::Mutex mu;
-  std::deque<int32_t> tokens ABSL_GUARDED_BY(mu);
+  std::deque<v1::DecodeEvent> tokens ABSL_GUARDED_BY(mu);
+  // From the sink's on_logprobs, for the token that comes next.
+  std::optional<v1::TokenLogprobs> next_logprobs ABSL_GUARDED_BY(mu);
   bool done ABSL_GUARDED_BY(mu) = false;
   absl::Status status ABSL_GUARDED_BY(mu);
   FinishReason reason ABSL_GUARDED_BY(mu) = FinishReason::kLength;
@@ -168,7 +171,16 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
                    uncounted = std::make_shared<std::atomic<bool>>(req->pipelined())](int32_t t) {
     if (metrics != nullptr && !uncounted->exchange(false)) metrics->generation_tokens->Increment();
     absl::MutexLock lock(&q->mu);
-    q->tokens.push_back(t);
+    v1::DecodeEvent& ev = q->tokens.emplace_back();
+    ev.set_token(t);
+    if (q->next_logprobs.has_value()) {
+      *ev.mutable_logprobs() = *std::move(q->next_logprobs);
+      q->next_logprobs.reset();
+    }
+  };
+  sink.on_logprobs = [q](const TokenLogprobs& logprobs) {
+    absl::MutexLock lock(&q->mu);
+    q->next_logprobs = ToProto(logprobs);
   };
   sink.on_done = [q](absl::Status s, FinishReason reason, int32_t generated) {
     absl::MutexLock lock(&q->mu);
@@ -199,7 +211,7 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
 
   bool cancel_sent = false;
   while (true) {
-    std::deque<int32_t> tokens;
+    std::deque<v1::DecodeEvent> tokens;
     bool done = false;
     {
       absl::MutexLock lock(&q->mu);
@@ -210,9 +222,7 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
       tokens.swap(q->tokens);
       done = q->done;
     }
-    for (int32_t t : tokens) {
-      v1::DecodeEvent ev;
-      ev.set_token(t);
+    for (const v1::DecodeEvent& ev : tokens) {
       if (!cancel_sent && !writer->Write(ev)) {
         node->Cancel(call.request_id);  // the stream is gone: stop generating
         cancel_sent = true;

@@ -184,6 +184,7 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(const std::string& request_i
           released_early = early_releases_.Take(request_id, absl::Now()) && r.ok();
           if (r.ok()) {
             out.first_token = r->first_token;
+            out.first_logprobs = std::move(r->first_logprobs);
             out.num_tokens = r->num_tokens;
             out.cached_tokens = r->cached_tokens;
             out.lease_expiry = absl::Now() + lease;

@@ -62,6 +62,7 @@ struct PrefillNodeOptions {
 
 struct PrefillOutcome {
   int32_t first_token = 0;
+  TokenLogprobs first_logprobs;  // first_token's, with sampling.logprobs >= 0
   std::vector<int32_t> block_table;
   int64_t num_tokens = 0;
   int64_t cached_tokens = 0;  // of num_tokens, served from the prefix cache

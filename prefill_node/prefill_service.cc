@@ -87,6 +87,9 @@ grpc::Status PrefillServiceImpl::RunPrefill(grpc::ServerContext* ctx, const v1::
     resp->set_kv_pending(true);
   } else {
     resp->set_first_token(out->first_token);
+    if (req->sampling().has_logprobs()) {
+      *resp->mutable_first_logprobs() = ToProto(out->first_logprobs);
+    }
   }
   v1::KvHandle* kv = resp->mutable_kv();
   kv->set_engine_id(node->engine_id());

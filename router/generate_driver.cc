@@ -74,10 +74,11 @@ absl::Status Driver::NodeError(v1::InstanceRole role, const std::string& node,
   return absl::Status(s.code(), absl::StrCat(RoleName(role), " node ", node, ": ", s.message()));
 }
 
-void Driver::SendToken(int32_t id, int32_t index) {
+void Driver::SendToken(int32_t id, int32_t index, const v1::TokenLogprobs* logprobs) {
   v1::GenerateResponse response;
   v1::TokenChunk* chunk = response.mutable_token();
   chunk->set_id(id);
+  if (logprobs != nullptr) *chunk->mutable_logprobs() = *logprobs;
   chunk->set_text(detokenizer_->Push(id));
   chunk->set_index(index);
   const absl::Time now = absl::Now();
@@ -202,7 +203,8 @@ void Driver::Prefill(RequestState& state, bool pipelined) {
   }
   const int32_t index = static_cast<int32_t>(state.streamed().size());
   if (const std::optional<int32_t> token = state.OnPrefillOk(response->first_token())) {
-    SendToken(*token, index);
+    SendToken(*token, index,
+              response->has_first_logprobs() ? &response->first_logprobs() : nullptr);
   }
 }
 
@@ -211,7 +213,7 @@ bool Driver::OnDecodeEvent(RequestState& state, const v1::DecodeEvent& event) {
     case v1::DecodeEvent::kToken: {
       const int32_t token = event.token();
       if (const std::optional<int32_t> index = state.OnDecodeToken(token)) {
-        SendToken(token, *index);
+        SendToken(token, *index, event.has_logprobs() ? &event.logprobs() : nullptr);
       }
       return state.phase() == RequestPhase::kDecode;
     }
@@ -362,7 +364,7 @@ void Driver::Colocated(RequestState& state) {
         }
         const int32_t index = static_cast<int32_t>(state.streamed().size());
         if (const std::optional<int32_t> token = state.OnPrefillOk(next.event.token())) {
-          SendToken(*token, index);
+          SendToken(*token, index, next.event.has_logprobs() ? &next.event.logprobs() : nullptr);
         }
         state.OnKvReleased();  // the KV never left the node
         if (state.phase() == RequestPhase::kDecode) continue;
@@ -503,8 +505,10 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
       Colocated(state);
     } else if (state.phase() == RequestPhase::kPrefill) {
       // A resume prefills the prompt and the tokens streamed so far: unpipelined, as its
-      // sampled token is ignored (request_state.h).
-      Prefill(state, deps_.options.pipelined_transfer && state.streamed().empty());
+      // sampled token is ignored (request_state.h); so is a request with logprobs, since the
+      // prefill's progress stream does not carry the first token's.
+      Prefill(state, deps_.options.pipelined_transfer && state.streamed().empty() &&
+                         prepared_.sampling.logprobs < 0);
     } else {
       Decode(state);
     }

@@ -84,7 +84,8 @@ class Driver {
   // Sleeps the backoff after the `failures`-th retryable failure; false when the client
   // cancelled meanwhile.
   bool Backoff(int failures);
-  void SendToken(int32_t id, int32_t index);
+  // `logprobs`: the token's, when the request asked for them (else nullptr).
+  void SendToken(int32_t id, int32_t index, const v1::TokenLogprobs* logprobs = nullptr);
   // Status of a failed node call as the request sees it: a retryable failure names the node,
   // anything else reaches the client exactly as the node sent it.
   absl::Status NodeError(v1::InstanceRole role, const std::string& node, const absl::Status& s,

@@ -39,4 +39,22 @@ v1::SamplingParams ToProto(const SamplingParams& s) {
   return p;
 }
 
+v1::TokenLogprobs ToProto(const TokenLogprobs& l) {
+  v1::TokenLogprobs p;
+  p.set_logprob(l.logprob);
+  for (const auto& [id, logprob] : l.top) {
+    p.add_top_ids(id);
+    p.add_top_logprobs(logprob);
+  }
+  return p;
+}
+
+TokenLogprobs FromProto(const v1::TokenLogprobs& p) {
+  TokenLogprobs l;
+  l.logprob = p.logprob();
+  const int n = std::min(p.top_ids_size(), p.top_logprobs_size());
+  for (int i = 0; i < n; ++i) l.top.emplace_back(p.top_ids(i), p.top_logprobs(i));
+  return l;
+}
+
 }  // namespace tandem

@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "proto/convert/sampling_proto.h"
+#include "router/http/openai_logprobs.h"
 #include "router/http/openai_prepare.h"
 #include "router/http/openai_response.h"
 #include "router/http/stop_matcher.h"
@@ -22,13 +24,15 @@ constexpr char kJson[] = "application/json";
 class OpenAiSink : public GenerateSink {
  public:
   OpenAiSink(HttpExchange& exchange, const OpenAiRequest& request, CompletionMeta meta,
-             HttpExchange::Headers headers, CallCanceller& canceller)
+             HttpExchange::Headers headers, CallCanceller& canceller, const Tokenizer& tokenizer)
       : exchange_(exchange),
         request_(request),
         meta_(std::move(meta)),
         headers_(std::move(headers)),
         canceller_(canceller),
-        stop_(request.stop, request.include_stop_str_in_output) {}
+        stop_(request.stop, request.include_stop_str_in_output) {
+    if (request.sampling.logprobs >= 0) logprobs_.emplace(request.endpoint, tokenizer);
+  }
 
   void Prefilled(int32_t cached_tokens) override { cached_tokens_ = cached_tokens; }
 
@@ -38,6 +42,10 @@ class OpenAiSink : public GenerateSink {
     if (stop_.stopped()) return;
     if (response.has_token()) {
       ++tokens_;
+      if (logprobs_.has_value()) {
+        logprobs_->Add(response.token().id(), FromProto(response.token().logprobs()),
+                       response.token().text());
+      }
       Emit(stop_.Push(response.token().text()));
       if (stop_.stopped()) {
         // The rest of the generation is not wanted: end the request now.
@@ -70,10 +78,15 @@ class OpenAiSink : public GenerateSink {
       }
     }
     if (!request_.stream) {
-      exchange_.Respond(200, kJson, CompletionBody(meta_, text_, finish_reason, usage), headers_);
+      exchange_.Respond(200, kJson,
+                        CompletionBody(meta_, text_, finish_reason, usage, TakeLogprobs()),
+                        headers_);
       return;
     }
     StartStream();
+    if (logprobs_.has_value() && logprobs_->pending()) {  // tokens whose text was held back
+      Write(SseEvent(ChunkBody(meta_, "", false, "", request_.include_usage, TakeLogprobs())));
+    }
     Write(SseEvent(ChunkBody(meta_, "", false, finish_reason, request_.include_usage)));
     if (request_.include_usage) Write(SseEvent(UsageChunkBody(meta_, usage)));
     Write(kSseDone);
@@ -90,8 +103,14 @@ class OpenAiSink : public GenerateSink {
     }
     StartStream();
     if (!text.empty()) {
-      Write(SseEvent(ChunkBody(meta_, text, false, "", request_.include_usage)));
+      Write(SseEvent(ChunkBody(meta_, text, false, "", request_.include_usage, TakeLogprobs())));
     }
+  }
+
+  // The logprobs object of the tokens not sent yet (serialized); empty without logprobs.
+  std::string TakeLogprobs() {
+    if (!logprobs_.has_value()) return std::string();
+    return logprobs_->Take().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
 
   // Headers and, for chat, the role chunk: sent with the first token, so that an error before
@@ -136,6 +155,7 @@ class OpenAiSink : public GenerateSink {
   const HttpExchange::Headers headers_;
   CallCanceller& canceller_;
   StopMatcher stop_;
+  std::optional<LogprobsBuilder> logprobs_;  // with request.sampling.logprobs >= 0
   std::optional<v1::GenerateFinal> final_;
   std::string text_;  // non-streaming: the whole answer
   int32_t tokens_ = 0;
@@ -269,7 +289,8 @@ void ServeCompletion(const RouterDeps& deps, OpenAiEndpoint endpoint, ActiveRequ
   active.Add(&canceller);
   // A client that closes the connection cancels the request, even before its first token.
   exchange.OnClientGone([&canceller] { canceller.Cancel(); });
-  OpenAiSink sink(exchange, request, std::move(meta), headers, canceller);
+  OpenAiSink sink(exchange, request, std::move(meta), headers, canceller,
+                  deps.model->tokenizer());
   const grpc::Status status =
       RunGenerate(deps, prepared->generate, absl::InfiniteFuture(), &canceller, &sink);
   exchange.OnClientGone(nullptr);

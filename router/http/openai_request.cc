@@ -174,21 +174,10 @@ absl::Status ParseStop(const Json& body, std::vector<std::string>& stop) {
 // Fields Tandem does not implement that would change the response: rejected when they ask for
 // anything (a value other than null and the field's neutral value).
 absl::Status RejectUnsupported(const Json& body) {
-  // Completions' logprobs is a count: 0 still asks for the sampled tokens' log probabilities.
-  for (const char* field : {"logprobs", "echo"}) {
+  for (const char* field : {"echo"}) {
     const auto it = body.find(field);
     if (it == body.end() || it->is_null() || (it->is_boolean() && !it->get<bool>())) continue;
     return OpenAiInvalidParam(field, absl::StrCat("'", field, "' is not supported"));
-  }
-  // The sampler's fields not implemented yet, with their neutral value.
-  const std::pair<const char*, double> numbers[] = {{"top_logprobs", 0}};
-  for (const auto& [field, neutral] : numbers) {
-    const auto it = body.find(field);
-    if (it == body.end() || it->is_null()) continue;
-    if (!it->is_number() || it->get<double>() != neutral) {
-      return OpenAiInvalidParam(field, absl::StrCat("'", field, "' is not supported (must be ",
-                                                    neutral, ")"));
-    }
   }
   const auto best_of = body.find("best_of");
   if (best_of != body.end() && best_of->is_number() && best_of->get<double>() != 1) {
@@ -249,6 +238,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
   if (seed->has_value()) r.seed = static_cast<uint64_t>(**seed);
   if (absl::Status s = ParseStop(json, r.stop); !s.ok()) return s;
   if (absl::Status s = ParseOpenAiSamplerFields(json, r); !s.ok()) return s;
+  if (absl::Status s = ParseOpenAiLogprobs(json, r); !s.ok()) return s;
   absl::StatusOr<bool> ignore_eos = OptionalBool(json, "ignore_eos");
   if (!ignore_eos.ok()) return ignore_eos.status();
   r.ignore_eos = *ignore_eos;

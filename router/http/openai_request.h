@@ -10,10 +10,10 @@
 // string, a token-id array, or a one-element array of either), max_tokens /
 // max_completion_tokens (the latter wins), temperature, top_p, top_k (-1 = disabled, as vLLM),
 // seed, stop (string or strings), ignore_eos, min_p, repetition_penalty, presence_penalty,
-// frequency_penalty, logit_bias, min_tokens, stop_token_ids (openai_sampling.h), n (1 only),
-// stream, stream_options.include_usage, add_special_tokens, include_stop_str_in_output,
-// truncate_prompt_tokens, request_id. Refused when they ask for anything: logprobs, echo,
-// best_of > 1, the sampler fields not implemented.
+// frequency_penalty, logit_bias, min_tokens, stop_token_ids, logprobs, top_logprobs
+// (openai_sampling.h), n (1 only), stream, stream_options.include_usage, add_special_tokens,
+// include_stop_str_in_output, truncate_prompt_tokens, request_id. Refused when they ask for
+// anything: echo, best_of > 1.
 //
 // Errors are INVALID_ARGUMENT naming the field; the field is also attached as the status payload
 // kOpenAiParamPayload (the OpenAI error object's `param`). Range checks the router's gRPC path

@@ -86,8 +86,11 @@ std::string CompletionId(OpenAiEndpoint endpoint, absl::string_view request_id) 
 }
 
 std::string CompletionBody(const CompletionMeta& meta, absl::string_view text,
-                           absl::string_view finish_reason, const CompletionUsage& usage) {
-  Json choice{{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishReason(finish_reason)}};
+                           absl::string_view finish_reason, const CompletionUsage& usage,
+                           absl::string_view logprobs_json) {
+  Json choice{{"index", 0},
+              {"logprobs", logprobs_json.empty() ? Json(nullptr) : Json::parse(logprobs_json)},
+              {"finish_reason", FinishReason(finish_reason)}};
   if (IsChat(meta)) {
     choice["message"] = Json{{"role", "assistant"}, {"content", std::string(text)}};
   } else {
@@ -100,8 +103,11 @@ std::string CompletionBody(const CompletionMeta& meta, absl::string_view text,
 }
 
 std::string ChunkBody(const CompletionMeta& meta, absl::string_view text, bool role,
-                      absl::string_view finish_reason, bool usage_field) {
-  Json choice{{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishReason(finish_reason)}};
+                      absl::string_view finish_reason, bool usage_field,
+                      absl::string_view logprobs_json) {
+  Json choice{{"index", 0},
+              {"logprobs", logprobs_json.empty() ? Json(nullptr) : Json::parse(logprobs_json)},
+              {"finish_reason", FinishReason(finish_reason)}};
   if (IsChat(meta)) {
     Json delta = Json::object();
     if (role) delta["role"] = "assistant";

@@ -35,15 +35,19 @@ struct CompletionUsage {
 
 std::string CompletionId(OpenAiEndpoint endpoint, absl::string_view request_id);
 
-// A whole (stream: false) response: chat.completion or text_completion.
+// A whole (stream: false) response: chat.completion or text_completion. `logprobs_json`: the
+// choice's serialized logprobs object (openai_logprobs.h); empty = null.
 std::string CompletionBody(const CompletionMeta& meta, absl::string_view text,
-                           absl::string_view finish_reason, const CompletionUsage& usage);
+                           absl::string_view finish_reason, const CompletionUsage& usage,
+                           absl::string_view logprobs_json = {});
 
 // One streaming chunk. Chat: `role` adds "role": "assistant" to the delta (the first chunk);
 // `finish_reason` empty = null (a content chunk); with `usage_field` the chunk carries
 // "usage": null (stream_options.include_usage asks for it on every chunk but the last).
+// `logprobs_json` as CompletionBody's, for the tokens of this chunk.
 std::string ChunkBody(const CompletionMeta& meta, absl::string_view text, bool role,
-                      absl::string_view finish_reason, bool usage_field);
+                      absl::string_view finish_reason, bool usage_field,
+                      absl::string_view logprobs_json = {});
 // The last chunk with stream_options.include_usage: no choices, the usage.
 std::string UsageChunkBody(const CompletionMeta& meta, const CompletionUsage& usage);
 

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -100,6 +101,44 @@ absl::Status ParseOpenAiSamplerFields(const Json& body, OpenAiRequest& request) 
   }
   if (absl::Status st = LogitBias(body, s); !st.ok()) return st;
   return StopTokenIds(body, request.stop_token_ids);
+}
+
+absl::Status ParseOpenAiLogprobs(const Json& body, OpenAiRequest& request) {
+  auto count = [](const Json& v, const char* field) -> absl::StatusOr<int32_t> {
+    const std::optional<int32_t> n = Int32(v);
+    if (!n.has_value() || *n < 0 || *n > kMaxLogprobs) {
+      return OpenAiInvalidParam(field, absl::StrCat("'", field, "' must be an integer in [0, ",
+                                                    kMaxLogprobs, "]"));
+    }
+    return *n;
+  };
+  const auto logprobs = body.find("logprobs");
+  const bool has_logprobs = logprobs != body.end() && !logprobs->is_null();
+  if (request.endpoint == OpenAiEndpoint::kCompletions) {
+    // A count; false (what chat clients send for "none") asks for nothing.
+    if (!has_logprobs || (logprobs->is_boolean() && !logprobs->get<bool>())) {
+      return absl::OkStatus();
+    }
+    absl::StatusOr<int32_t> n = count(*logprobs, "logprobs");
+    if (!n.ok()) return n.status();
+    request.sampling.logprobs = *n;
+    return absl::OkStatus();
+  }
+  if (has_logprobs && !logprobs->is_boolean()) {
+    return OpenAiInvalidParam("logprobs", "'logprobs' must be a boolean");
+  }
+  const bool wanted = has_logprobs && logprobs->get<bool>();
+  int32_t top = 0;
+  if (const auto it = body.find("top_logprobs"); it != body.end() && !it->is_null()) {
+    absl::StatusOr<int32_t> n = count(*it, "top_logprobs");
+    if (!n.ok()) return n.status();
+    if (*n > 0 && !wanted) {
+      return OpenAiInvalidParam("top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
+    }
+    top = *n;
+  }
+  if (wanted) request.sampling.logprobs = top;
+  return absl::OkStatus();
 }
 
 }  // namespace tandem

@@ -1,7 +1,7 @@
 // Parsing of the OpenAI request fields that drive the sampler beyond temperature/top_p/top_k/seed
 // (vLLM's names and semantics, model/sampling.h): min_p, repetition_penalty, presence_penalty,
 // frequency_penalty, logit_bias ({"token id": bias}, clamped to [-100, 100] as vLLM does),
-// min_tokens and stop_token_ids. Pure; thread-safe.
+// min_tokens and stop_token_ids; and logprobs / top_logprobs. Pure; thread-safe.
 //
 // Type errors are INVALID_ARGUMENT naming the field (OpenAiInvalidParam). Ranges are left to the
 // router's checks (ValidateSamplingParams, ValidateSamplingForModel), which name the field too,
@@ -19,5 +19,12 @@ namespace tandem {
 // request.stop_token_ids, from `body` (a JSON object). Absent or null fields keep their defaults.
 [[nodiscard]] absl::Status ParseOpenAiSamplerFields(const nlohmann::json& body,
                                                     OpenAiRequest& request);
+
+// Sets request.sampling.logprobs (-1: none) from `body`: chat's `logprobs` (a boolean) and
+// `top_logprobs` (0..kMaxLogprobs, only with logprobs true, as vLLM), completions' `logprobs`
+// (a count, 0..kMaxLogprobs; 0 = the sampled tokens' only). INVALID_ARGUMENT naming the field
+// otherwise. REQUIRES: request.endpoint set.
+[[nodiscard]] absl::Status ParseOpenAiLogprobs(const nlohmann::json& body,
+                                               OpenAiRequest& request);
 
 }  // namespace tandem

@@ -487,6 +487,63 @@ class OpenAiApiTest(unittest.TestCase):
                 c.completions.create(model=MODEL, prompt="x", max_tokens=2, **kw)
             self.assertIn(message, cm.exception.body["message"], kw)
 
+    # ---- logprobs (model/logprobs.h: the raw model distribution) -----------------------------
+
+    def test_logprobs_chat_whole_and_streamed(self):
+        c = client()
+        kw = dict(model=MODEL, messages=MESSAGES, max_tokens=8, temperature=0, logprobs=True,
+                  top_logprobs=3, extra_body={"ignore_eos": True})
+        whole = c.chat.completions.create(**kw).choices[0]
+        content = whole.logprobs.content
+        self.assertEqual(len(content), 8)
+        # The tokens' raw bytes make the text (ill-formed UTF-8 shown as U+FFFD in both).
+        self.assertEqual(b"".join(bytes(e.bytes) for e in content).decode("utf-8", "replace"),
+                         whole.message.content)
+        for e in content:
+            self.assertLessEqual(e.logprob, 0)
+            self.assertEqual(len(e.top_logprobs), 3)
+            tops = [t.logprob for t in e.top_logprobs]
+            self.assertEqual(tops, sorted(tops, reverse=True))
+            # Greedy: the sampled token is the most likely one (first token from the prefill
+            # node, the rest from the decode node).
+            self.assertEqual(e.logprob, tops[0])
+            self.assertEqual(e.token, e.top_logprobs[0].token)
+        chunks = list(c.chat.completions.create(stream=True, **kw))
+        streamed = [e for ch in chunks if ch.choices and ch.choices[0].logprobs
+                    for e in ch.choices[0].logprobs.content]
+        self.assertEqual([(e.token, e.logprob) for e in streamed],
+                         [(e.token, e.logprob) for e in content])
+        # Without logprobs the field is null.
+        plain = c.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2)
+        self.assertIsNone(plain.choices[0].logprobs)
+
+    def test_logprobs_completions_shape_and_raw_distribution(self):
+        c = client()
+        r = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=6, temperature=0.9,
+                                 seed=7, logprobs=2, extra_body={"ignore_eos": True})
+        lp = r.choices[0].logprobs
+        self.assertEqual(len(lp.tokens), 6)
+        self.assertEqual(len(lp.token_logprobs), 6)
+        self.assertEqual(len(lp.top_logprobs), 6)
+        self.assertEqual(lp.text_offset[0], 0)
+        self.assertEqual(lp.text_offset, sorted(lp.text_offset))
+        for sampled, top in zip(lp.token_logprobs, lp.top_logprobs):
+            self.assertTrue(1 <= len(top) <= 2)
+            self.assertLessEqual(sampled, max(top.values()) + 1e-6)
+        # Raw: logit_bias forces Z, but Z's reported logprob is the model's, and the most likely
+        # token is still the unbiased greedy one.
+        z = self.token_id("Z")
+        greedy = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=1, temperature=0,
+                                      logprobs=1, extra_body={"ignore_eos": True})
+        forced = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=1, temperature=0,
+                                      logprobs=1, logit_bias={str(z): 100},
+                                      extra_body={"ignore_eos": True})
+        self.assertEqual(forced.choices[0].text, "Z")
+        self.assertEqual(forced.choices[0].logprobs.top_logprobs[0],
+                         greedy.choices[0].logprobs.top_logprobs[0])
+        self.assertLess(forced.choices[0].logprobs.token_logprobs[0],
+                        greedy.choices[0].logprobs.token_logprobs[0])
+
     def test_zz_disconnect_mid_stream_cancels_and_frees_blocks(self):
         wait_for(idle, 20, "an idle fleet before the disconnect test")
         c = client()

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "model/logprobs.h"
 #include "model/token_history.h"
 
 #include "gmock/gmock.h"
@@ -318,6 +319,29 @@ TEST(SamplingTest, MatchesThePlainReferenceOnRandomLogits) {
     sampled_differently_from_greedy += token != ArgMax(c.logits);
   }
   EXPECT_GT(sampled_differently_from_greedy, 500);  // the cases exercise more than argmax
+}
+
+TEST(LogprobsTest, LogSoftmaxOfTheRawLogitsWithTheMostLikelyTokens) {
+  const std::vector<float> logits = {1.f, 3.f, -2.f, 3.f, 0.5f};
+  double z = 0;
+  for (float l : logits) z += std::exp(static_cast<double>(l));
+  const TokenLogprobs got = ComputeLogprobs(logits, 4, 3);
+  EXPECT_NEAR(got.logprob, 0.5 - std::log(z), 1e-6);
+  ASSERT_EQ(got.top.size(), 3u);
+  // Most likely first, ties by lower id.
+  EXPECT_EQ(got.top[0].first, 1);
+  EXPECT_EQ(got.top[1].first, 3);
+  EXPECT_EQ(got.top[2].first, 0);
+  EXPECT_NEAR(got.top[0].second, 3.0 - std::log(z), 1e-6);
+  EXPECT_NEAR(got.top[2].second, 1.0 - std::log(z), 1e-6);
+  double mass = 0;
+  for (size_t i = 0; i < logits.size(); ++i) mass += std::exp(ComputeLogprobs(logits, i, 0).logprob);
+  EXPECT_NEAR(mass, 1.0, 1e-6);
+  EXPECT_TRUE(ComputeLogprobs(logits, 0, 0).top.empty());
+  EXPECT_EQ(ComputeLogprobs(logits, 0, 99).top.size(), logits.size());
+  // Large logits do not overflow.
+  const std::vector<float> big = {1000.f, 999.f};
+  EXPECT_NEAR(ComputeLogprobs(big, 0, 0).logprob, -std::log1p(std::exp(-1.0)), 1e-5);
 }
 
 TEST(SamplingTest, CounterUniformIsInTheUnitInterval) {

@@ -79,5 +79,21 @@ TEST(OpenAiSamplingTest, TypeErrorsNameTheField) {
   }
 }
 
+TEST(OpenAiSamplingTest, LogprobsPerEndpoint) {
+  auto chat = [](const std::string& extra) {
+    return ParseOpenAiRequest(OpenAiEndpoint::kChatCompletions,
+                              R"({"messages": [{"role": "user", "content": "x"}])" + extra + "}");
+  };
+  EXPECT_EQ(chat("")->sampling.logprobs, -1);
+  EXPECT_EQ(chat(R"(, "logprobs": false)")->sampling.logprobs, -1);
+  EXPECT_EQ(chat(R"(, "logprobs": true)")->sampling.logprobs, 0);
+  EXPECT_EQ(chat(R"(, "logprobs": true, "top_logprobs": 5)")->sampling.logprobs, 5);
+  EXPECT_EQ(chat(R"(, "logprobs": false, "top_logprobs": 0)")->sampling.logprobs, -1);
+  EXPECT_EQ(Completion(R"({"prompt": "a"})")->sampling.logprobs, -1);
+  EXPECT_EQ(Completion(R"({"prompt": "a", "logprobs": 0})")->sampling.logprobs, 0);
+  EXPECT_EQ(Completion(R"({"prompt": "a", "logprobs": 20})")->sampling.logprobs, 20);
+  EXPECT_EQ(Param(Completion(R"({"prompt": "a", "logprobs": -1})").status()), "logprobs");
+}
+
 }  // namespace
 }  // namespace tandem
