@@ -1,11 +1,22 @@
 // The forward pass through the paged cache against a dense double-precision recompute
-// (tests/engine/reference_forward.h), on one rank.
+// (tests/engine/reference_forward.h), on one rank; and against llama.cpp's own logits for
+// synthetic models of each architecture (fixtures from bench/peer/reference_logits.sh).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
 #include <random>
+#include <sstream>
+#include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "engine/instance.h"
+#include "model/format/gguf_file.h"
+#include "model/format/gguf_llama.h"
 #include "model/format/rope_scaling.h"
+#include "model/tools/synthetic_model.h"
 #include "gtest/gtest.h"
 #include "tests/engine/reference_forward.h"
 #include "tests/engine/test_model.h"
@@ -167,6 +178,123 @@ TEST(ForwardTest, BatchedDecodeEqualsEachAlone) {
     const auto ref = ReferenceLogits(w, seqs[r]);
     EXPECT_LT(RelError(l->data(), ref.back()), kTolerance);
   }
+}
+
+// ---- llama.cpp as the oracle ----
+// tests/engine/testdata/llamacpp/*.txt (bench/peer/reference_logits.sh): llama.cpp's logits at
+// two prompt positions and its greedy tokens for a synthetic model recorded by its
+// tandem-make-model options. Tandem rebuilds the same model in memory and must agree within
+// 1e-3 (max |diff| over max |logit|; both compute in f32, so ~1e-6 is typical) and produce the
+// same greedy tokens, on one rank and on a TP x PCP x DCP layout.
+constexpr double kLlamaCppTolerance = 1e-3;
+
+struct LlamaCppFixture {
+  SyntheticModelOptions options;
+  std::vector<int32_t> prompt, greedy;
+  std::map<int, std::vector<double>> logits;  // prompt position -> llama.cpp's logits
+};
+
+std::vector<std::string> Words(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+LlamaCppFixture ReadFixture(const std::string& name) {
+  const std::string path =
+      absl::StrCat(TANDEM_SOURCE_DIR, "/tests/engine/testdata/llamacpp/", name, ".txt");
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  LlamaCppFixture f;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t colon = line.find(':');
+    const std::string key = line.substr(0, colon);
+    const std::vector<std::string> v = Words(line.substr(colon + 1));
+    if (key == "arch") {
+      f.options.arch = v.at(0);
+    } else if (key == "seed") {
+      f.options.seed = std::stoull(v.at(0));
+    } else if (key == "rope_scaling") {
+      f.options.rope_scaling = v.at(0) == "llama3"   ? SyntheticRopeScaling::kLlama3
+                               : v.at(0) == "linear" ? SyntheticRopeScaling::kLinear
+                                                     : SyntheticRopeScaling::kNone;
+    } else if (key == "rope_factor") {
+      f.options.rope_scaling_factor = std::stof(v.at(0));
+    } else if (key == "prompt" || key == "greedy") {
+      for (const std::string& t : v) (key == "prompt" ? f.prompt : f.greedy).push_back(std::stoi(t));
+    } else if (absl::StartsWith(key, "logits ")) {
+      std::vector<double>& row = f.logits[std::stoi(key.substr(7))];
+      for (const std::string& x : v) row.push_back(std::stod(x));
+    } else {
+      ADD_FAILURE() << path << ": unknown line '" << key << "'";
+    }
+  }
+  return f;
+}
+
+int32_t Argmax(const std::vector<float>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+void CheckAgainstLlamaCpp(const std::string& name, const std::string& want_arch) {
+  const LlamaCppFixture f = ReadFixture(name);
+  ASSERT_EQ(f.options.arch, want_arch);
+  ASSERT_EQ(f.logits.size(), 2u);
+  ASSERT_EQ(f.greedy.size(), 4u);
+  absl::StatusOr<GgufWriter> gguf = BuildSyntheticModel(f.options);
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::FromBytes(gguf->Serialize(), name);
+  ASSERT_TRUE(file.ok()) << file.status();
+  absl::StatusOr<LlamaWeights> w = LoadGgufLlama(**file);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const int32_t vocab = w->config.vocab_size;
+  for (const ParallelConfig& parallel :
+       {ParallelConfig{1, 1, 1, 4, 1}, ParallelConfig{2, 2, 2, 16, 1}}) {
+    SCOPED_TRACE(absl::StrCat(name, " on ", parallel.ToString()));
+    InstanceOptions o;
+    o.parallel = parallel;
+    o.kv_bytes_per_rank = int64_t{8} << 20;
+    absl::StatusOr<std::unique_ptr<Instance>> inst = Instance::Create(*w, o);
+    ASSERT_TRUE(inst.ok()) << inst.status();
+    const std::vector<int32_t> table = Table(8, 4);
+    // The prompt in chunks that end at the recorded positions (chunked prefill on the way).
+    int32_t start = 0;
+    std::vector<float> last;
+    for (const auto& [pos, want] : f.logits) {
+      ASSERT_EQ(want.size(), static_cast<size_t>(vocab));
+      StepInput chunk;
+      chunk.requests.push_back(
+          {start, std::vector<int32_t>(f.prompt.begin() + start, f.prompt.begin() + pos + 1),
+           table, true});
+      absl::StatusOr<std::vector<float>> got = (*inst)->Run(chunk);
+      ASSERT_TRUE(got.ok()) << got.status();
+      const double err = RelError(got->data(), want);
+      EXPECT_LT(err, kLlamaCppTolerance) << "position " << pos;
+      std::printf("llama.cpp agreement: %s %s position %d: max |diff| / max |logit| = %.3g\n",
+                  name.c_str(), parallel.ToString().c_str(), pos, err);
+      start = pos + 1;
+      last = *got;
+    }
+    ASSERT_EQ(start, static_cast<int32_t>(f.prompt.size()));
+    std::vector<int32_t> greedy = {Argmax(last)};
+    while (greedy.size() < f.greedy.size()) {
+      StepInput step;
+      step.requests.push_back({start++, {greedy.back()}, table, true});
+      absl::StatusOr<std::vector<float>> got = (*inst)->Run(step);
+      ASSERT_TRUE(got.ok()) << got.status();
+      greedy.push_back(Argmax(*got));
+    }
+    EXPECT_EQ(greedy, f.greedy);
+  }
+}
+
+TEST(ForwardTest, LlamaCppReferenceLlama) { CheckAgainstLlamaCpp("llama", "llama"); }
+TEST(ForwardTest, LlamaCppReferenceQwen2) { CheckAgainstLlamaCpp("qwen2", "qwen2"); }
+TEST(ForwardTest, LlamaCppReferenceQwen3) { CheckAgainstLlamaCpp("qwen3", "qwen3"); }
+TEST(ForwardTest, LlamaCppReferenceLlama3RopeScaling) {
+  CheckAgainstLlamaCpp("llama3_rope", "llama");
 }
 
 TEST(ForwardTest, RejectsBadSteps) {
