@@ -29,9 +29,10 @@ absl::StatusOr<bool> OptionalBool(const GgufFile& f, absl::string_view key, bool
 // The byte-level BPE part: pre-tokenizer, merges and the pre-tokenizer's defaults.
 absl::Status ReadBpe(const GgufFile& f, TokenizerSpec* spec) {
   if (!f.Has("tokenizer.ggml.pre")) {
-    return absl::UnimplementedError(absl::StrCat(
-        f.path(), ": unsupported tokenizer.ggml.pre '' (missing: the converter did not record "
-                  "the pre-tokenizer; reconvert the model with a current llama.cpp)"));
+    return absl::UnimplementedError(
+        absl::StrCat(f.path(),
+                     ": unsupported tokenizer.ggml.pre '' (missing: the converter did not record "
+                     "the pre-tokenizer; reconvert the model with a current llama.cpp)"));
   }
   TANDEM_ASSIGN_OR_RETURN(const absl::string_view pre, f.GetString("tokenizer.ggml.pre"));
   const std::optional<PreTokenizerKind> kind = PreTokenizerForGgufPre(pre);
@@ -84,8 +85,8 @@ absl::Status ReadSpm(const GgufFile& f, TokenizerSpec* spec) {
   TANDEM_ASSIGN_OR_RETURN(const bool remove_extra_ws,
                           OptionalBool(f, "tokenizer.ggml.remove_extra_whitespaces", false));
   if (remove_extra_ws) {
-    return absl::UnimplementedError(absl::StrCat(
-        f.path(), ": unsupported tokenizer.ggml.remove_extra_whitespaces 'true'"));
+    return absl::UnimplementedError(
+        absl::StrCat(f.path(), ": unsupported tokenizer.ggml.remove_extra_whitespaces 'true'"));
   }
   return absl::OkStatus();
 }

@@ -15,7 +15,8 @@
 //                (GGUF pre "qwen35")
 //   kFalcon      [\p{P}$+<=>^~|`]+ isolated, then kGpt2's regex on every piece, then
 //                [0-9][0-9][0-9] isolated (GGUF pre "falcon")
-//   kDeepseekCoder  [\r\n], \s?\p{L}+, \s?\p{P}+, [一-龥ࠀ-一가-퟿]+ and \p{N} isolated in turn
+//   kDeepseekCoder  [\r\n], \s?\p{L}+, \s?\p{P}+, [一-龥ࠀ-一가-퟿]+ and \p{N} isolated in
+//   turn
 //                (GGUF pre "deepseek-coder")
 //   kDeepseekLlm [\r\n], \s?[<DeepSeek's letters>]+, \s?[!-/:-~！-／：-～‘-‟　-。]+, \s+$,
 //                [一-龥ࠀ-一가-퟿]+ and \p{N}+ isolated in turn (GGUF pre "deepseek-llm")

@@ -18,15 +18,15 @@ namespace {
 // Control tokens that end a turn or a document in common chat vocabularies (the texts of
 // llama.cpp's end-of-generation list for the families Tandem tokenizes).
 constexpr absl::string_view kStopTexts[] = {
-    "<|im_end|>",      // ChatML (Qwen, SmolLM)
-    "<|endoftext|>",   // GPT-2 style, Qwen, Phi-3
-    "<|eot_id|>",      // Llama 3: end of turn
-    "<|eom_id|>",      // Llama 3.1: end of message (tool call)
-    "<|end_of_text|>", // Llama 3
-    "<|end|>",         // Phi-3
-    "<end_of_turn>",   // Gemma
-    "</s>",            // SentencePiece vocabularies
-    "<EOT>",           // CodeLlama infill
+    "<|im_end|>",       // ChatML (Qwen, SmolLM)
+    "<|endoftext|>",    // GPT-2 style, Qwen, Phi-3
+    "<|eot_id|>",       // Llama 3: end of turn
+    "<|eom_id|>",       // Llama 3.1: end of message (tool call)
+    "<|end_of_text|>",  // Llama 3
+    "<|end|>",          // Phi-3
+    "<end_of_turn>",    // Gemma
+    "</s>",             // SentencePiece vocabularies
+    "<EOT>",            // CodeLlama infill
 };
 
 // Bytes of a SentencePiece-style byte token "<0xHH>", or the text itself.

@@ -56,12 +56,12 @@ struct TokenizerSpec {
   std::vector<std::pair<std::string, std::string>> merges;  // BPE: rank order
   std::vector<float> scores;  // SentencePiece: id -> score (higher merges first); empty = all 0
   PreTokenizerKind pre = PreTokenizerKind::kGpt2;  // BPE only
-  int32_t bos_id = -1;  // -1 = none
+  int32_t bos_id = -1;                             // -1 = none
   int32_t eos_id = -1;
   int32_t pad_id = -1;
-  int32_t unk_id = -1;   // SentencePiece: stands for a byte without a byte token
-  bool add_bos = false;  // the model expects BOS in front of every prompt
-  bool add_eos = false;  // ... and EOS after it
+  int32_t unk_id = -1;            // SentencePiece: stands for a byte without a byte token
+  bool add_bos = false;           // the model expects BOS in front of every prompt
+  bool add_eos = false;           // ... and EOS after it
   bool add_space_prefix = false;  // SentencePiece (see above)
   bool ignore_merges = false;     // BPE: a piece that is a token is kept whole (Llama 3)
   // Special tokens that swallow the whitespace after them when matched in text (llama.cpp's
@@ -131,7 +131,7 @@ class Tokenizer {
   std::optional<SpmMerger> spm_;
   // Special tokens matched in text: (text, id), longest first.
   std::vector<std::pair<std::string, int32_t>> specials_;
-  std::vector<bool> rstrip_;  // id -> swallows the whitespace after it
+  std::vector<bool> rstrip_;                    // id -> swallows the whitespace after it
   std::array<bool, 256> special_first_byte_{};  // a special token may start with this byte
   absl::flat_hash_map<std::string, int32_t> special_ids_;
   int32_t bos_id_ = -1, eos_id_ = -1;

@@ -15,6 +15,7 @@ struct CodepointRange {
 // The letter class DeepSeek LLM's tokenizer.json spells out character by character in its
 // second Split regex (a subset of the cased letters Lu/Ll/Lt: e.g. Armenian capitals but not
 // Armenian small letters), as code point ranges.
+// clang-format off
 inline constexpr CodepointRange kDeepseekLlmLetterRanges[] = {
     {0x41, 0x5A}, {0x61, 0x7A}, {0xB5, 0xB5}, {0xC0, 0xD6}, {0xD8, 0xF6}, {0xF8, 0x1BA},
     {0x1BC, 0x1BF}, {0x1C4, 0x293}, {0x295, 0x2AF}, {0x370, 0x373}, {0x376, 0x377}, {0x37B, 0x37D},
@@ -34,6 +35,7 @@ inline constexpr CodepointRange kDeepseekLlmLetterRanges[] = {
     {0x104B0, 0x104D3}, {0x104D8, 0x104FB}, {0x10C80, 0x10CB2}, {0x10CC0, 0x10CF2},
     {0x118A0, 0x118DF}, {0x1E900, 0x1E943},
 };
+// clang-format on
 
 template <size_t N>
 bool InRanges(const CodepointRange (&ranges)[N], char32_t cp) {

@@ -72,10 +72,9 @@ std::string SpmTokenizerGgufImage() {
     scores.push_back(0);
   }
   // Pieces that merge in several orders: scores decide.
-  const char* const pieces[] = {"\xE2\x96\x81", "e", "h", "l", "o", "w", "r", "d", "1", "2",
-                                "he", "ll", "lo", "hell", "hello", "\xE2\x96\x81h",
-                                "\xE2\x96\x81hello", "\xE2\x96\x81w", "or", "\xE2\x96\x81wor",
-                                "\xE2\x96\x81world", "12", "\xE2\x96\x81\xE2\x96\x81"};
+  const char* const pieces[] = {"▁",      "e",  "h",  "l",    "o",      "w",    "r",     "d",
+                                "1",      "2",  "he", "ll",   "lo",     "hell", "hello", "▁h",
+                                "▁hello", "▁w", "or", "▁wor", "▁world", "12",   "▁▁"};
   float score = -1;
   for (const char* p : pieces) {
     tokens.push_back(p);
