@@ -165,4 +165,13 @@ bool IsKnownField(OpenAiEndpoint endpoint, const std::string& field) {
   return Find(endpoint, field) != nullptr;
 }
 
+std::vector<std::string> KnownFields(OpenAiEndpoint endpoint) {
+  const unsigned want = endpoint == OpenAiEndpoint::kChatCompletions ? kChat : kCmpl;
+  std::vector<std::string> names;
+  for (const Field& f : kFields) {
+    if ((f.endpoints & want) != 0) names.emplace_back(f.name);
+  }
+  return names;
+}
+
 }  // namespace tandem

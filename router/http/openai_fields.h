@@ -32,4 +32,7 @@ std::vector<std::string> UnknownFields(OpenAiEndpoint endpoint, const nlohmann::
 // Whether `field` is a top-level field `endpoint` knows.
 bool IsKnownField(OpenAiEndpoint endpoint, const std::string& field);
 
+// Every top-level field `endpoint` knows (for the docs check).
+std::vector<std::string> KnownFields(OpenAiEndpoint endpoint);
+
 }  // namespace tandem
