@@ -231,6 +231,30 @@ TEST_F(LlamaCppVocabTest, UnclaimedVocabulariesAreRefusedByName) {
 
 // Every vocabulary with reference data is either claimed or refused: a new one in llama.cpp's
 // data must be decided on, not silently ignored.
+// The vocabularies llama.cpp ships without reference tokenisations: those Tandem cannot prove
+// are refused by name; baichuan's SentencePiece vocabulary loads (the algorithm proven above).
+TEST_F(LlamaCppVocabTest, VocabulariesWithoutReferenceData) {
+  const Refused refused[] = {
+      {"aquila", "tokenizer.ggml.pre '' (missing"},
+      {"gpt-neox", "tokenizer.ggml.pre '' (missing"},
+      {"nomic-bert-moe", "tokenizer.ggml.model 't5'"},
+  };
+  for (const Refused& r : refused) {
+    SCOPED_TRACE(r.name);
+    absl::StatusOr<std::unique_ptr<GgufFile>> file =
+        GgufFile::Open(absl::StrCat(DataDir(), "/ggml-vocab-", r.name, ".gguf"));
+    ASSERT_OK(file);
+    EXPECT_STATUS_IS(TokenizerFromGguf(**file), absl::StatusCode::kUnimplemented,
+                     absl::StrCat("unsupported ", r.named));
+  }
+  absl::StatusOr<std::unique_ptr<GgufFile>> baichuan =
+      GgufFile::Open(absl::StrCat(DataDir(), "/ggml-vocab-baichuan.gguf"));
+  ASSERT_OK(baichuan);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tok = TokenizerFromGguf(**baichuan);
+  ASSERT_OK(tok);
+  EXPECT_EQ((*tok)->model(), TokenizerModel::kSentencePiece);
+}
+
 TEST_F(LlamaCppVocabTest, EveryReferenceVocabularyIsClaimedOrRefused) {
   std::vector<std::string> known;
   for (const char* name : kClaimed) known.push_back(name);
