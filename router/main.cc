@@ -18,6 +18,7 @@
 #include "common/flag_dashes.h"
 #include "common/prometheus_text.h"
 #include "router/http/router_http.h"
+#include "router/router_log.h"
 #include "router/router_options.h"
 #include "router/router_server.h"
 #include "router/served_model.h"
@@ -30,6 +31,9 @@ ABSL_FLAG(std::string, model, "",
           "GGUF model file or HF checkpoint directory (only tokenizer and metadata are read)");
 ABSL_FLAG(std::string, model_name, "",
           "served model name (default: the GGUF general.name or the HF directory's name)");
+ABSL_FLAG(std::string, chat_template, "",
+          "Jinja chat template file rendering chat requests, replacing the model's own "
+          "(default: the model's chat template; ChatML when it has none)");
 ABSL_FLAG(std::string, prefill, "", "static prefill nodes, comma-separated host:port");
 ABSL_FLAG(std::string, decode, "", "static decode nodes, comma-separated host:port");
 ABSL_FLAG(std::string, prefill_policy, "kv_aware",
@@ -151,8 +155,10 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_model).empty())
     return Fail(absl::InvalidArgumentError("--model is required"));
   auto model =
-      tandem::ServedModel::Load(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_model_name));
+      tandem::ServedModel::Load(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_model_name),
+                                absl::GetFlag(FLAGS_chat_template));
   if (!model.ok()) return Fail(model.status());
+  tandem::LogToStderr((*model)->chat().Describe());
   absl::StatusOr<tandem::RouterAccess> access = AccessFromFlags();
   if (!access.ok()) return Fail(access.status());
   const int32_t max_body_mb = absl::GetFlag(FLAGS_http_max_body_mb);

@@ -47,7 +47,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const ServedModel& model,
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(out.sampling));
   TANDEM_RETURN_IF_ERROR(ValidateSamplingForModel(out.sampling, request.stop_token_ids(),
                                                   request.max_tokens(), limits));
-  out.prompt = model.Tokenize(input);
+  TANDEM_ASSIGN_OR_RETURN(out.prompt, model.Tokenize(input));
   TANDEM_RETURN_IF_ERROR(ValidatePromptIds(out.prompt, limits));
   TANDEM_RETURN_IF_ERROR(
       ValidateLengths(static_cast<int64_t>(out.prompt.size()), request.max_tokens(), limits));

@@ -7,18 +7,28 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "model/chat_template/chat_setup.h"
 #include "model/format/model_loader.h"
-#include "model/tokenizer/chat.h"
 #include "model/tokenizer/gguf_tokenizer.h"
 
 namespace tandem {
 
-absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const std::string& path,
-                                                               const std::string& name) {
+absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(
+    const std::string& path, const std::string& name, const std::string& chat_template_file) {
+  std::unique_ptr<ServedModel> model;
   struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return FromHfDirectory(path, name);
-  TANDEM_ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> file, GgufFile::Open(path));
-  return FromGguf(*file, name);
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    TANDEM_ASSIGN_OR_RETURN(model, FromHfDirectory(path, name));
+  } else {
+    TANDEM_ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+    TANDEM_ASSIGN_OR_RETURN(model, FromGguf(*file, name));
+  }
+  if (!chat_template_file.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(const ChatTemplateSource source,
+                            ChatTemplateFromFile(chat_template_file));
+    TANDEM_ASSIGN_OR_RETURN(model->chat_, MakeChatFormatter(source, model->tokenizer_.get()));
+  }
+  return model;
 }
 
 absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::FromHfDirectory(const std::string& dir,
@@ -39,8 +49,11 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::FromHfDirectory(const 
   }
   limits.vocab_size = loaded.tokenizer->vocab_size();
   limits.name = name.empty() ? loaded.weights.config.name : name;
-  return std::unique_ptr<ServedModel>(new ServedModel(
-      std::move(loaded.tokenizer), std::move(limits), std::move(loaded.default_system_prompt)));
+  TANDEM_ASSIGN_OR_RETURN(const ChatTemplateSource source, ChatTemplateFromHfDirectory(dir));
+  TANDEM_ASSIGN_OR_RETURN(std::shared_ptr<const ChatFormatter> chat,
+                          MakeChatFormatter(source, loaded.tokenizer.get()));
+  return std::unique_ptr<ServedModel>(
+      new ServedModel(std::move(loaded.tokenizer), std::move(limits), std::move(chat)));
 }
 
 absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::FromGguf(const GgufFile& file,
@@ -67,30 +80,28 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::FromGguf(const GgufFil
     TANDEM_ASSIGN_OR_RETURN(const absl::string_view general_name, file.GetString("general.name"));
     limits.name = std::string(general_name);
   }
-  std::string default_system;
-  if (file.Has("tokenizer.chat_template")) {
-    TANDEM_ASSIGN_OR_RETURN(const absl::string_view chat_template,
-                            file.GetString("tokenizer.chat_template"));
-    default_system = DefaultSystemPrompt(chat_template);
-  }
+  TANDEM_ASSIGN_OR_RETURN(const ChatTemplateSource source, ChatTemplateFromGguf(file));
+  TANDEM_ASSIGN_OR_RETURN(std::shared_ptr<const ChatFormatter> chat,
+                          MakeChatFormatter(source, tokenizer.get()));
   return std::unique_ptr<ServedModel>(
-      new ServedModel(std::move(tokenizer), std::move(limits), std::move(default_system)));
+      new ServedModel(std::move(tokenizer), std::move(limits), std::move(chat)));
 }
 
-std::vector<int32_t> ServedModel::Tokenize(const PromptInput& prompt) const {
+absl::StatusOr<std::vector<int32_t>> ServedModel::Tokenize(const PromptInput& prompt) const {
   switch (prompt.kind) {
     case PromptInput::Kind::kText:
       return tokenizer_->Encode(prompt.text, /*parse_special=*/true);
-    case PromptInput::Kind::kChat:
-      return tokenizer_->Encode(
-          FormatChatMl(prompt.chat, /*add_generation_prompt=*/true, default_system_),
-          /*parse_special=*/true);
+    case PromptInput::Kind::kChat: {
+      TANDEM_ASSIGN_OR_RETURN(const std::string text,
+                              chat_->Format(prompt.chat, /*add_generation_prompt=*/true));
+      return tokenizer_->Encode(text, /*parse_special=*/true, /*with_bos=*/chat_->add_bos());
+    }
     case PromptInput::Kind::kTokenIds:
       return prompt.token_ids;
     case PromptInput::Kind::kUnset:
       break;
   }
-  return {};
+  return std::vector<int32_t>();
 }
 
 }  // namespace tandem

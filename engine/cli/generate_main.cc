@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "common/flag_dashes.h"
 #include "engine/combined_engine.h"
+#include "model/chat_template/chat_setup.h"
 #include "model/format/model_loader.h"
 #include "model/tokenizer/chat.h"
 #include "model/tokenizer/streaming_decoder.h"
@@ -23,8 +24,12 @@
 ABSL_FLAG(std::string, model, "", "GGUF model file or HF checkpoint directory");
 ABSL_FLAG(std::string, prompt, "", "prompt text");
 ABSL_FLAG(std::string, prompt_ids, "", "prompt as comma-separated token ids");
-ABSL_FLAG(bool, chat, false, "wrap --prompt as a user turn of a ChatML conversation");
+ABSL_FLAG(bool, chat, false,
+          "render --prompt as a user turn with the model's chat template (ChatML when it has "
+          "none)");
 ABSL_FLAG(std::string, system, "", "system message for --chat");
+ABSL_FLAG(std::string, chat_template, "",
+          "Jinja chat template file for --chat, replacing the model's own");
 ABSL_FLAG(int32_t, max_tokens, 64, "tokens to generate");
 ABSL_FLAG(float, temperature, 0.f, "sampling temperature (0 = greedy)");
 ABSL_FLAG(int32_t, top_k, 0, "top-k (0 = off)");
@@ -74,15 +79,25 @@ int main(int argc, char** argv) {
   } else {
     if (tok == nullptr) return Fail("the model has no tokenizer; use --prompt-ids");
     std::string text = absl::GetFlag(FLAGS_prompt);
+    bool with_bos = true;
     if (absl::GetFlag(FLAGS_chat)) {
+      absl::StatusOr<std::shared_ptr<const tandem::ChatFormatter>> chat = tandem::LoadChatFormatter(
+          absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_chat_template), tok);
+      if (!chat.ok()) return Fail(chat.status().ToString());
+      std::fprintf(stderr, "%s\n", (*chat)->Describe().c_str());
       std::vector<tandem::ChatMessage> messages;
       if (!absl::GetFlag(FLAGS_system).empty())
         messages.push_back({"system", absl::GetFlag(FLAGS_system)});
       messages.push_back({"user", text});
-      text = tandem::FormatChatMl(messages, /*add_generation_prompt=*/true,
-                                  model->default_system_prompt);
+      absl::StatusOr<std::string> formatted =
+          (*chat)->Format(messages, /*add_generation_prompt=*/true);
+      if (!formatted.ok()) return Fail(formatted.status().ToString());
+      text = *std::move(formatted);
+      with_bos = (*chat)->add_bos();
+    } else if (!absl::GetFlag(FLAGS_chat_template).empty()) {
+      return Fail("--chat_template applies to --chat");
     }
-    prompt = tok->Encode(text, /*parse_special=*/true);
+    prompt = tok->Encode(text, /*parse_special=*/true, with_bos);
   }
 
   tandem::InstanceOptions io;

@@ -29,12 +29,18 @@ v1::GenerateRequest ToGenerateRequest(const OpenAiRequest& r, const std::vector<
 
 }  // namespace
 
-std::vector<int32_t> TokenizeOpenAiPrompt(const ServedModel& model, const OpenAiRequest& request) {
-  std::vector<int32_t> ids = model.Tokenize(request.prompt);
+absl::StatusOr<std::vector<int32_t>> TokenizeOpenAiPrompt(const ServedModel& model,
+                                                          const OpenAiRequest& request) {
+  absl::StatusOr<std::vector<int32_t>> tokenized = model.Tokenize(request.prompt);
+  if (!tokenized.ok()) return tokenized.status();
+  std::vector<int32_t> ids = *std::move(tokenized);
   // add_special_tokens false: without the BOS the tokenizer put first (it adds exactly one, in
-  // front, when the model asks for it); token ids are used as given.
-  if (!request.add_special_tokens.value_or(true) &&
-      request.prompt.kind != PromptInput::Kind::kTokenIds && model.tokenizer().add_bos() &&
+  // front, when the model asks for it); token ids are used as given, and a chat template's own
+  // BOS stays (the tokenizer added none).
+  const bool tokenizer_bos =
+      request.prompt.kind == PromptInput::Kind::kText ||
+      (request.prompt.kind == PromptInput::Kind::kChat && model.chat().add_bos());
+  if (!request.add_special_tokens.value_or(true) && tokenizer_bos && model.tokenizer().add_bos() &&
       !ids.empty()) {
     ids.erase(ids.begin());
   }
@@ -59,7 +65,9 @@ absl::StatusOr<PreparedOpenAiRequest> PrepareOpenAiRequest(const ServedModel& mo
        {ValidateModelName(request->model, limits), ValidatePromptInput(request->prompt)}) {
     if (!s.ok()) return s;
   }
-  const std::vector<int32_t> ids = TokenizeOpenAiPrompt(model, *request);
+  absl::StatusOr<std::vector<int32_t>> tokenized = TokenizeOpenAiPrompt(model, *request);
+  if (!tokenized.ok()) return tokenized.status();
+  const std::vector<int32_t> ids = *std::move(tokenized);
   // Unset max_tokens: up to the end of the context, as vLLM (at least 1, so a prompt that fills
   // the context gets the router's context-length error).
   const int32_t max_tokens = request->max_tokens.value_or(static_cast<int32_t>(

@@ -30,9 +30,11 @@ struct PreparedOpenAiRequest {
 };
 
 // The prompt's token ids as the nodes get them: ServedModel::Tokenize, without the BOS it added
-// when add_special_tokens is false, then cut to its last truncate_prompt_tokens tokens.
+// when add_special_tokens is false (a chat template writes its own BOS: that one stays), then
+// cut to its last truncate_prompt_tokens tokens. Errors: the chat template's (Tokenize).
 // REQUIRES: the prompt passed ValidatePromptInput.
-std::vector<int32_t> TokenizeOpenAiPrompt(const ServedModel& model, const OpenAiRequest& request);
+absl::StatusOr<std::vector<int32_t>> TokenizeOpenAiPrompt(const ServedModel& model,
+                                                          const OpenAiRequest& request);
 
 [[nodiscard]] absl::StatusOr<PreparedOpenAiRequest> PrepareOpenAiRequest(
     const ServedModel& model, OpenAiEndpoint endpoint, absl::string_view body,

@@ -19,12 +19,13 @@ namespace {
   std::abort();
 }
 
-// SmolLM2's template shape: a default system message when the conversation has none.
+// SmolLM2's template: a default system message when the conversation has none.
 constexpr char kChatTemplate[] =
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
     "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
     "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
-    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}";
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 }  // namespace
 

@@ -31,13 +31,15 @@ TEST(ServedModelTest, TokenizesEachPromptKind) {
   PromptInput text;
   text.kind = PromptInput::Kind::kText;
   text.text = "hex<|im_end|>";
-  EXPECT_THAT(model->Tokenize(text), ElementsAre(259, ByteToken('x'), 2));  // specials parsed
+  EXPECT_THAT(*model->Tokenize(text), ElementsAre(259, ByteToken('x'), 2));  // specials parsed
 
+  // Without a chat template: the ChatML fallback.
+  EXPECT_FALSE(model->chat().uses_template());
   PromptInput chat;
   chat.kind = PromptInput::Kind::kChat;
   chat.chat = {{"user", "hi"}};
   // <|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n
-  const std::vector<int32_t> ids = model->Tokenize(chat);
+  const std::vector<int32_t> ids = *model->Tokenize(chat);
   ASSERT_GE(ids.size(), 4u);
   EXPECT_EQ(ids.front(), 1);
   EXPECT_EQ(model->tokenizer().Decode(ids),
@@ -46,25 +48,78 @@ TEST(ServedModelTest, TokenizesEachPromptKind) {
   PromptInput raw;
   raw.kind = PromptInput::Kind::kTokenIds;
   raw.token_ids = {7, 8, 9};
-  EXPECT_THAT(model->Tokenize(raw), ElementsAre(7, 8, 9));
+  EXPECT_THAT(*model->Tokenize(raw), ElementsAre(7, 8, 9));
 }
 
-TEST(ServedModelTest, ChatGetsTheTemplatesDefaultSystemMessage) {
+// SmolLM2's shape: ChatML with a default system message when the conversation has none.
+constexpr char kTinyTemplate[] =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are Tiny.<|im_end|>\n' }}{% endif %}{{ '<|im_start|>' + "
+    "message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+TEST(ServedModelTest, ChatIsRenderedWithTheModelsTemplate) {
+  const std::unique_ptr<ServedModel> model = MakeTestModel(256, kTinyTemplate);
+  ASSERT_NE(model, nullptr);
+  EXPECT_TRUE(model->chat().uses_template());
+  PromptInput chat;
+  chat.kind = PromptInput::Kind::kChat;
+  chat.chat = {{"user", "hi"}};
+  EXPECT_EQ(model->tokenizer().Decode(*model->Tokenize(chat)),
+            "<|im_start|>system\nYou are Tiny.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  chat.chat.insert(chat.chat.begin(), ChatMessage{"system", "Be brief."});
+  EXPECT_EQ(model->tokenizer().Decode(*model->Tokenize(chat)),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+            "<|im_start|>assistant\n");
+}
+
+// The template writes BOS itself ({{ bos_token }}): the tokenizer adds none on top, even for a
+// model that asks for BOS in front of text prompts; the marker becomes the BOS id.
+TEST(ServedModelTest, TemplateBosIsTheOnlyBos) {
   const std::unique_ptr<ServedModel> model = MakeTestModel(
-      256,
-      "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are Tiny.<|im_end|>\n' "
-      "}}{% endif %}{% for message in messages %}...{% endfor %}");
+      256, "{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}",
+      /*add_bos=*/true);
   ASSERT_NE(model, nullptr);
   PromptInput chat;
   chat.kind = PromptInput::Kind::kChat;
   chat.chat = {{"user", "hi"}};
-  EXPECT_EQ(model->tokenizer().Decode(model->Tokenize(chat)),
-            "<|im_start|>system\nYou are Tiny.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
-            "<|im_start|>assistant\n");
-  chat.chat.insert(chat.chat.begin(), ChatMessage{"system", "Be brief."});
-  EXPECT_EQ(model->tokenizer().Decode(model->Tokenize(chat)),
-            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
-            "<|im_start|>assistant\n");
+  EXPECT_THAT(*model->Tokenize(chat), ElementsAre(1, ByteToken('h'), ByteToken('i'), 2));
+}
+
+TEST(ServedModelTest, TemplateRefusalsAreInvalidArgumentWithTheTemplatesMessage) {
+  const std::unique_ptr<ServedModel> model = MakeTestModel(
+      256,
+      "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') "
+      "}}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}");
+  ASSERT_NE(model, nullptr);
+  PromptInput chat;
+  chat.kind = PromptInput::Kind::kChat;
+  chat.chat = {{"system", "x"}, {"user", "hi"}};
+  const absl::StatusOr<std::vector<int32_t>> ids = model->Tokenize(chat);
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ids.status().message(), "System role not supported");
+}
+
+TEST(ServedModelTest, UnsupportedTemplateIsRefusedAtLoadNamingTheConstruct) {
+  GgufWriter writer;
+  writer.Set("general.architecture", GgufValue::String("llama"));
+  writer.Set("general.name", GgufValue::String("m"));
+  writer.Set("llama.context_length", GgufValue::Uint32(16));
+  writer.Set("tokenizer.ggml.model", GgufValue::String("gpt2"));
+  writer.Set("tokenizer.ggml.pre", GgufValue::String("gpt-2"));
+  writer.Set("tokenizer.ggml.tokens", GgufValue::StringArray({"a", "b"}));
+  writer.Set("tokenizer.ggml.merges", GgufValue::StringArray({}));
+  writer.Set("tokenizer.chat_template",
+             GgufValue::String("{% for m in messages %}\n{{ m.content | from_json }}{% endfor %}"));
+  absl::StatusOr<std::unique_ptr<GgufFile>> file =
+      GgufFile::FromBytes(writer.Serialize(), "m.gguf");
+  ASSERT_TRUE(file.ok()) << file.status();
+  const absl::StatusOr<std::unique_ptr<ServedModel>> model = ServedModel::FromGguf(**file, "");
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(model.status().message()),
+              ::testing::HasSubstr("unsupported filter 'from_json' at line 2"));
+  EXPECT_THAT(std::string(model.status().message()), ::testing::HasSubstr("m.gguf"));
 }
 
 TEST(ServedModelTest, ExplicitNameWinsAndMissingContextIsNotFound) {
@@ -96,7 +151,8 @@ TEST(ServedModelTest, ExplicitNameWinsAndMissingContextIsNotFound) {
 }
 
 // A HF checkpoint directory: limits from config.json, the tokenizer from tokenizer.json, the
-// default system message from tokenizer_config.json; no weights are needed beyond the headers.
+// chat template from tokenizer_config.json (chat_template.jinja wins; --chat_template FILE
+// overrides both); no weights are needed beyond the headers.
 TEST(ServedModelTest, HfDirectoryServesWithItsTokenizerJson) {
   const ::tandem::testing::ScopedTempDir tmp("served_hf");
   const std::string dir = tmp.path() + "/tiny-hf";
@@ -119,7 +175,7 @@ TEST(ServedModelTest, HfDirectoryServesWithItsTokenizerJson) {
                                        "m": 7, "u": 8, "r": 9, "a": 10, "n": 11},
               "merges": []}})");
   ::tandem::testing::WriteFile(dir + "/tokenizer_config.json", R"({"eos_token": "<|im_end|>",
-    "chat_template": "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nhi<|im_end|>\n' }}{% endif %}"})");
+    "chat_template": "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nhi<|im_end|>\n' }}{% endif %}{% for m in messages %}{{ '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"})");
   const absl::StatusOr<std::unique_ptr<ServedModel>> model = ServedModel::Load(dir, "");
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ((*model)->limits().name, "tiny-hf");
@@ -128,12 +184,29 @@ TEST(ServedModelTest, HfDirectoryServesWithItsTokenizerJson) {
   PromptInput chat;
   chat.kind = PromptInput::Kind::kChat;
   chat.chat = {{"user", "hi"}};
-  EXPECT_EQ((*model)->tokenizer().Decode((*model)->Tokenize(chat)),
+  EXPECT_EQ((*model)->tokenizer().Decode(*(*model)->Tokenize(chat)),
             "<|im_start|>system\nhi<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
             "<|im_start|>assistant\n");
   const absl::StatusOr<std::unique_ptr<ServedModel>> named = ServedModel::Load(dir, "mine");
   ASSERT_TRUE(named.ok()) << named.status();
   EXPECT_EQ((*named)->limits().name, "mine");
+
+  // chat_template.jinja (what newer transformers saves) wins over tokenizer_config.json.
+  ::tandem::testing::WriteFile(dir + "/chat_template.jinja",
+                               "{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}\n");
+  const absl::StatusOr<std::unique_ptr<ServedModel>> jinja = ServedModel::Load(dir, "");
+  ASSERT_TRUE(jinja.ok()) << jinja.status();
+  EXPECT_EQ((*jinja)->tokenizer().Decode(*(*jinja)->Tokenize(chat)), "<|im_start|>user");
+  // --chat_template FILE overrides the model's template.
+  const std::string override_file = tmp.path() + "/override.jinja";
+  ::tandem::testing::WriteFile(override_file, "{{ messages[0].content }}{{ messages[0].content }}");
+  const absl::StatusOr<std::unique_ptr<ServedModel>> overridden =
+      ServedModel::Load(dir, "", override_file);
+  ASSERT_TRUE(overridden.ok()) << overridden.status();
+  EXPECT_THAT((*overridden)->chat().Describe(), ::testing::HasSubstr(override_file));
+  EXPECT_EQ((*overridden)->tokenizer().Decode(*(*overridden)->Tokenize(chat)), "hihi");
+  EXPECT_EQ(ServedModel::Load(dir, "", tmp.path() + "/missing.jinja").status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -1,0 +1,59 @@
+#include "model/chat_template/chat_formatter.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+
+absl::StatusOr<std::shared_ptr<const ChatFormatter>> ChatFormatter::Create(
+    absl::string_view chat_template, absl::string_view origin, std::string bos_token,
+    std::string eos_token) {
+  auto f = std::shared_ptr<ChatFormatter>(new ChatFormatter());
+  f->origin_ = std::string(origin);
+  f->bos_token_ = std::move(bos_token);
+  f->eos_token_ = std::move(eos_token);
+  if (!chat_template.empty()) {
+    absl::StatusOr<std::shared_ptr<const ChatTemplate>> t = ChatTemplate::Parse(chat_template);
+    if (!t.ok()) {
+      return absl::Status(t.status().code(), absl::StrCat(origin, ": ", t.status().message(),
+                                                          " (--chat_template FILE overrides it)"));
+    }
+    f->template_ = *std::move(t);
+  }
+  return std::shared_ptr<const ChatFormatter>(std::move(f));
+}
+
+absl::StatusOr<std::string> ChatFormatter::Format(absl::Span<const ChatMessage> messages,
+                                                  bool add_generation_prompt) const {
+  if (template_ == nullptr) return FormatChatMl(messages, add_generation_prompt);
+  std::vector<jinja::Value> list;
+  list.reserve(messages.size());
+  for (const ChatMessage& m : messages) {
+    jinja::Map message;
+    message.Set("role", jinja::Value(m.role));
+    message.Set("content", jinja::Value(m.content));
+    list.push_back(jinja::Value::Dict(std::move(message)));
+  }
+  jinja::Map vars;
+  vars.Set("messages", jinja::Value::Seq(std::move(list)));
+  vars.Set("tools", jinja::Value::None());
+  vars.Set("documents", jinja::Value::None());
+  vars.Set("add_generation_prompt", jinja::Value(add_generation_prompt));
+  // transformers passes only the special tokens the tokenizer has (Qwen has no BOS).
+  if (!bos_token_.empty()) vars.Set("bos_token", jinja::Value(bos_token_));
+  if (!eos_token_.empty()) vars.Set("eos_token", jinja::Value(eos_token_));
+  return template_->Render(vars);
+}
+
+std::string ChatFormatter::Describe() const {
+  if (template_ == nullptr) {
+    return "chat: the model has no chat template; chat requests are rendered as ChatML "
+           "(fallback; --chat_template FILE gives one)";
+  }
+  return absl::StrCat("chat: requests are rendered with the chat template from ", origin_);
+}
+
+}  // namespace tandem

@@ -1,0 +1,57 @@
+// How a chat request becomes prompt text: the model's own chat template (GGUF
+// tokenizer.chat_template, a HF checkpoint's chat_template.jinja or tokenizer_config.json
+// chat_template, or a --chat_template FILE that overrides them), rendered as transformers'
+// apply_chat_template renders it — messages, add_generation_prompt, bos_token and eos_token,
+// tools and documents None; or, for a model without a template, ChatML (chat.h FormatChatMl),
+// the documented fallback.
+//
+// The text holds special-token markers: encode it with parse_special. A template writes the
+// BOS itself where the model wants one ({{ bos_token }}), so with a template the tokenizer must
+// not add another (transformers tokenizes the rendered chat without special tokens): encode
+// with with_bos = add_bos(). The ChatML fallback keeps the tokenizer's BOS rule.
+//
+// Immutable; thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "model/chat_template/chat_template.h"
+#include "model/tokenizer/chat.h"
+
+namespace tandem {
+
+class ChatFormatter {
+ public:
+  // `chat_template` empty: the ChatML fallback. `origin` says where the template came from, for
+  // Describe() ("GGUF tokenizer.chat_template", "--chat_template /path", ...). Errors: those of
+  // ChatTemplate::Parse, prefixed with the origin.
+  static absl::StatusOr<std::shared_ptr<const ChatFormatter>> Create(
+      absl::string_view chat_template, absl::string_view origin, std::string bos_token,
+      std::string eos_token);
+
+  // Errors (template only): InvalidArgument with the template's message when it refuses the
+  // conversation (raise_exception, e.g. "Conversation roles must alternate user/assistant/..."),
+  // or naming the line and error when it fails on it.
+  absl::StatusOr<std::string> Format(absl::Span<const ChatMessage> messages,
+                                     bool add_generation_prompt = true) const;
+
+  bool uses_template() const { return template_ != nullptr; }
+  // Whether the tokenizer's own BOS rule applies to the formatted text (ChatML fallback only).
+  bool add_bos() const { return template_ == nullptr; }
+  // One line for the process log: "chat: the model's chat template (GGUF
+  // tokenizer.chat_template)" or "chat: the model has no chat template; chat requests are
+  // rendered as ChatML (fallback)".
+  std::string Describe() const;
+
+ private:
+  ChatFormatter() = default;
+  std::shared_ptr<const ChatTemplate> template_;  // null: ChatML
+  std::string origin_;
+  std::string bos_token_, eos_token_;
+};
+
+}  // namespace tandem
