@@ -81,13 +81,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerSpec spec)
     }
     t->rstrip_[id] = true;
   }
-  absl::flat_hash_map<std::string, int32_t> vocab;
-  vocab.reserve(n);
+  absl::flat_hash_map<std::string, int32_t> vocab;  // BPE: byte-level text -> first id
+  if (!spm) vocab.reserve(n);
   t->bytes_.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const int32_t id = static_cast<int32_t>(i);
     const std::string& text = spec.tokens[i];
-    vocab.try_emplace(text, id);
+    if (!spm) vocab.try_emplace(text, id);
     switch (spec.kinds[i]) {
       case TokenKind::kControl:
       case TokenKind::kUserDefined:
