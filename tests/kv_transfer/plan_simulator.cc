@@ -1,6 +1,7 @@
 #include "tests/kv_transfer/plan_simulator.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <numeric>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "attention/dcp_layout.h"
 #include "attention/parallel_layout.h"
 #include "attention/pool_layout.h"
+#include "kv_transfer/kv_digest.h"
 #include "kv_transfer/planner.h"
 
 namespace tandem::testing {
@@ -218,6 +220,43 @@ std::string CheckCopies(const PairCase& c, const TransferPlan& plan, int64_t src
   return "";
 }
 
+// KV digests (kv_digest.h) over the same pools: computed on the source, they verify what the
+// plan landed — the unit definition fits this layout pair — and a flipped byte at the start of a
+// destination copy (always a prompt byte) is DATA_LOSS.
+template <typename T>
+std::string CheckDigests(const PairCase& c, const TransferPlan& plan,
+                         const std::vector<int32_t>& src_table,
+                         const std::vector<std::vector<T>>& src_pools,
+                         std::vector<std::vector<T>>* dst_pools, Rng& rng) {
+  auto views = [](const std::vector<std::vector<T>>& pools) {
+    std::vector<absl::Span<const std::byte>> out;
+    for (const auto& p : pools) {
+      out.emplace_back(reinterpret_cast<const std::byte*>(p.data()), p.size() * sizeof(T));
+    }
+    return out;
+  };
+  const std::vector<uint32_t> gens(src_table.size(), 3);
+  const KvDigestBinding binding{"sim", 9, src_table, gens};
+  const absl::StatusOr<std::vector<uint32_t>> digests =
+      ComputeKvDigests(c.src, views(src_pools), c.num_tokens, binding);
+  if (!digests.ok()) return absl::StrCat("digests: ", digests.status().ToString());
+  const absl::Status ok =
+      VerifyKvDigests(c.src, c.dst, plan, c.num_tokens, binding, *digests, views(*dst_pools));
+  if (!ok.ok()) return absl::StrCat("digests of a correct transfer: ", ok.ToString());
+  int32_t d = static_cast<int32_t>(rng.Below(c.dst.world()));
+  for (int32_t i = 0; i < c.dst.world() && plan.copies[d].empty(); ++i) d = (d + 1) % c.dst.world();
+  if (plan.copies[d].empty()) return "";
+  const TransferCopy& x = plan.copies[d][rng.Below(static_cast<int64_t>(plan.copies[d].size()))];
+  reinterpret_cast<uint8_t*>((*dst_pools)[d].data())[x.dst_offset] ^= 0x20;
+  const absl::Status bad =
+      VerifyKvDigests(c.src, c.dst, plan, c.num_tokens, binding, *digests, views(*dst_pools));
+  reinterpret_cast<uint8_t*>((*dst_pools)[d].data())[x.dst_offset] ^= 0x20;
+  if (bad.code() != absl::StatusCode::kDataLoss) {
+    return absl::StrCat("digests missed a flipped byte of dst rank ", d, ": ", bad.ToString());
+  }
+  return "";
+}
+
 template <typename T>
 std::string Simulate(const PairCase& c) {
   Rng rng(c.seed);
@@ -291,7 +330,8 @@ std::string Simulate(const PairCase& c) {
                          " got ", got, " want ", want);
     }
   });
-  return err;
+  if (!err.empty()) return err;
+  return CheckDigests(c, *plan, src.table, src.pools, &dst.pools, rng);
 }
 
 template <typename T>

@@ -7,7 +7,9 @@
 // destination rank, writes only into allocated destination blocks, no byte written twice; every
 // prompt element written with its code; slots past the prompt written only inside blocks that are
 // one source block slot for slot (the planner's whole-slab case), and then with the same
-// position's tail code. Also checks ordering/merging of copies and the copy-count bounds.
+// position's tail code. Also checks ordering/merging of copies and the copy-count bounds, and
+// that KV digests (kv_digest.h) computed on the source verify what the plan landed, and catch a
+// byte flipped at the start of a random destination copy.
 #pragma once
 
 #include <cstdint>
