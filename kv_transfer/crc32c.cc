@@ -40,9 +40,8 @@ uint32_t RawPortable(uint32_t c, const unsigned char* p, size_t n) {
     uint64_t v;
     std::memcpy(&v, p, 8);
     v ^= c;
-    c = t[7][v & 0xFF] ^ t[6][(v >> 8) & 0xFF] ^ t[5][(v >> 16) & 0xFF] ^
-        t[4][(v >> 24) & 0xFF] ^ t[3][(v >> 32) & 0xFF] ^ t[2][(v >> 40) & 0xFF] ^
-        t[1][(v >> 48) & 0xFF] ^ t[0][v >> 56];
+    c = t[7][v & 0xFF] ^ t[6][(v >> 8) & 0xFF] ^ t[5][(v >> 16) & 0xFF] ^ t[4][(v >> 24) & 0xFF] ^
+        t[3][(v >> 32) & 0xFF] ^ t[2][(v >> 40) & 0xFF] ^ t[1][(v >> 48) & 0xFF] ^ t[0][v >> 56];
     p += 8;
     n -= 8;
   }

@@ -88,8 +88,8 @@ absl::StatusOr<std::vector<uint32_t>> ComputeKvDigests(
     const KvDigestBinding& binding) {
   if (absl::Status s = CheckBinding(src, num_tokens, binding); !s.ok()) return s;
   if (static_cast<int32_t>(pools.size()) != src.world()) {
-    return absl::InvalidArgumentError(absl::StrCat("KV digests: ", pools.size(),
-                                                   " pools for a world of ", src.world()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV digests: ", pools.size(), " pools for a world of ", src.world()));
   }
   const DcpGeometry dcp = src.parallel.dcp_geometry();
   const int64_t blocks = VirtualBlocksFor(dcp, num_tokens);
@@ -101,9 +101,10 @@ absl::StatusOr<std::vector<uint32_t>> ComputeKvDigests(
     const int64_t row_bytes = g.row_elems() * g.elem_bytes();
     for (int64_t i = 0; i < blocks; ++i) {
       const int32_t block = binding.block_table[i];
-      if (block < 0 || (block + int64_t{1}) * g.block_bytes() > static_cast<int64_t>(pools[r].size())) {
-        return absl::InvalidArgumentError(absl::StrCat("KV digests: block ", block,
-                                                       " lies outside rank ", r, "'s pool"));
+      if (block < 0 ||
+          (block + int64_t{1}) * g.block_bytes() > static_cast<int64_t>(pools[r].size())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("KV digests: block ", block, " lies outside rank ", r, "'s pool"));
       }
       const int64_t used_bytes =
           int64_t{UsedSlots(dcp, dcp_rank, i, num_tokens)} * g.head_dim * g.elem_bytes();
@@ -185,8 +186,8 @@ absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst, const Tra
           const auto it = index_of_block.find(static_cast<int32_t>(block));
           if (it == index_of_block.end()) {
             return absl::InternalError(absl::StrCat(
-                "KV digests: destination rank ", d, " read source block ", block,
-                " of rank ", c.src_rank, ", which is not in the prompt's block table"));
+                "KV digests: destination rank ", d, " read source block ", block, " of rank ",
+                c.src_rank, ", which is not in the prompt's block table"));
           }
           pieces.push_back(Piece{KvDigestIndex(src, num_tokens, c.src_rank, it->second, head),
                                  off - slab_begin, piece_end - off, d,
@@ -228,21 +229,22 @@ absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst, const Tra
               used_bytes == row_bytes ? end : std::min(end, (row + 1) * row_bytes);
           if (in_row < used_bytes) {
             const int64_t take =
-                (used_bytes == row_bytes ? row_end : std::min(row_end, row * row_bytes + used_bytes)) -
+                (used_bytes == row_bytes ? row_end
+                                         : std::min(row_end, row * row_bytes + used_bytes)) -
                 off;
             const int64_t stream_pos = row * used_bytes + in_row;
             if (stream_pos != expected) {
-              return absl::InternalError(absl::StrCat(
-                  "KV digests: destination DCP group of rank ", piece.dst_rank,
-                  " covers source rank ", rank, " block ", binding.block_table[table_index],
-                  " head ", head, " out of order (prompt byte ", stream_pos, ", expected ",
-                  expected, ")"));
+              return absl::InternalError(absl::StrCat("KV digests: destination DCP group of rank ",
+                                                      piece.dst_rank, " covers source rank ", rank,
+                                                      " block ", binding.block_table[table_index],
+                                                      " head ", head, " out of order (prompt byte ",
+                                                      stream_pos, ", expected ", expected, ")"));
             }
             const int64_t at = piece.dst_offset + (off - piece.slab_offset);
             if (at < 0 || at + take > static_cast<int64_t>(dst_pools[piece.dst_rank].size())) {
-              return absl::InvalidArgumentError(absl::StrCat(
-                  "KV digests: a copy to destination rank ", piece.dst_rank,
-                  " lies outside its pool"));
+              return absl::InvalidArgumentError(
+                  absl::StrCat("KV digests: a copy to destination rank ", piece.dst_rank,
+                               " lies outside its pool"));
             }
             crc = Crc32c(crc, dst_base + at, static_cast<size_t>(take));
             expected += take;
@@ -251,10 +253,10 @@ absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst, const Tra
         }
       }
       if (expected != total) {
-        return absl::InternalError(absl::StrCat(
-            "KV digests: the destination DCP group of rank ", readers.front(), " read ", expected,
-            " of the ", total, " prompt bytes of source rank ", rank, " block ",
-            binding.block_table[table_index], " head ", head));
+        return absl::InternalError(
+            absl::StrCat("KV digests: the destination DCP group of rank ", readers.front(),
+                         " read ", expected, " of the ", total, " prompt bytes of source rank ",
+                         rank, " block ", binding.block_table[table_index], " head ", head));
       }
       verified += total;
       if (crc != digests[unit]) {
@@ -268,9 +270,9 @@ absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst, const Tra
       }
     }
     if (verified != needed) {
-      return absl::InternalError(absl::StrCat(
-          "KV digests: the destination DCP group of rank ", ranks.front(), " read ", verified,
-          " of the ", needed, " prompt bytes it needs (a truncated plan?)"));
+      return absl::InternalError(absl::StrCat("KV digests: the destination DCP group of rank ",
+                                              ranks.front(), " read ", verified, " of the ", needed,
+                                              " prompt bytes it needs (a truncated plan?)"));
     }
   }
   if (bad.empty()) return absl::OkStatus();
@@ -280,9 +282,9 @@ absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst, const Tra
   }
   return absl::DataLossError(absl::StrCat(
       "KV digest mismatch in ", bad.size(), " of ", count, " units; first: source rank ",
-      first.src_rank, " block ", first.block, " (table index ", first.table_index,
-      ", generation ", first.block_generation, ") head ", first.head,
-      " as read by destination rank(s) ", absl::StrJoin(first.dst_ranks, ",")));
+      first.src_rank, " block ", first.block, " (table index ", first.table_index, ", generation ",
+      first.block_generation, ") head ", first.head, " as read by destination rank(s) ",
+      absl::StrJoin(first.dst_ranks, ",")));
 }
 
 }  // namespace tandem

@@ -73,9 +73,9 @@ struct KvDigestMismatch {
 // is malformed (as ComputeKvDigests), or dst_pools.size() != plan.copies.size(); INTERNAL when
 // a destination DCP group's copies cover a unit's prompt bytes partly or twice (a planner the
 // unit definition above does not fit) or fewer prompt bytes than the group holds (a truncated
-// plan: every prompt byte a destination will read is checked, or the call fails); DATA_LOSS naming the first bad unit (source rank, block,
-// generation, head, destination ranks) and how many were bad. Every bad unit is appended to
-// *mismatches when given.
+// plan: every prompt byte a destination will read is checked, or the call fails); DATA_LOSS naming
+// the first bad unit (source rank, block, generation, head, destination ranks) and how many were
+// bad. Every bad unit is appended to *mismatches when given.
 [[nodiscard]] absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst,
                                            const TransferPlan& plan, int64_t num_tokens,
                                            const KvDigestBinding& binding,

@@ -37,9 +37,9 @@ TEST(Crc32cTest, HardwareMatchesPortableAtEveryLengthAndAlignment) {
   Rng rng(7);
   std::vector<unsigned char> buf(3 * 8192 * 2 + 100);
   for (unsigned char& b : buf) b = static_cast<unsigned char>(rng.Next());
-  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{4095},
-                   size_t{3 * 8192 - 1}, size_t{3 * 8192}, size_t{3 * 8192 + 13},
-                   size_t{6 * 8192 + 50}}) {
+  for (size_t n :
+       {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{4095}, size_t{3 * 8192 - 1},
+        size_t{3 * 8192}, size_t{3 * 8192 + 13}, size_t{6 * 8192 + 50}}) {
     for (size_t align : {size_t{0}, size_t{1}, size_t{5}}) {
       ASSERT_LE(align + n, buf.size());
       EXPECT_EQ(Crc32c(0x1234u, buf.data() + align, n),
@@ -121,8 +121,8 @@ TEST(KvDigestTest, VerifiesAcrossLayoutsAndCatchesEveryFlippedByte) {
   for (const Case& k : Cases()) {
     const KvLayout src = Layout(k.src, k.hkv);
     const KvLayout dst = Layout(k.dst, k.hkv);
-    for (const int64_t n : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{61},
-                            int64_t{100}}) {
+    for (const int64_t n :
+         {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{61}, int64_t{100}}) {
       SCOPED_TRACE(absl::StrCat(src.parallel.ToString(), " -> ", dst.parallel.ToString(),
                                 " hkv=", k.hkv, " n=", n));
       const std::vector<int32_t> sb = Table(src, n, 0);
@@ -131,8 +131,7 @@ TEST(KvDigestTest, VerifiesAcrossLayoutsAndCatchesEveryFlippedByte) {
       for (uint32_t& g : gens) g = static_cast<uint32_t>(rng.Below(5));
       const KvDigestBinding binding{"req-1", 7, sb, gens};
       const Pools sp = MakePools(src, kPoolBlocks, rng);
-      absl::StatusOr<std::vector<uint32_t>> digests =
-          ComputeKvDigests(src, sp.Views(), n, binding);
+      absl::StatusOr<std::vector<uint32_t>> digests = ComputeKvDigests(src, sp.Views(), n, binding);
       ASSERT_TRUE(digests.ok()) << digests.status();
       ASSERT_EQ(std::ssize(*digests), KvDigestCount(src, n));
       absl::StatusOr<TransferPlan> plan = PlanKvTransfer(src, sb, dst, db, n);
