@@ -279,6 +279,7 @@ void AddResponse(const v1::GenerateResponse& response, GenerateOutcome* out) {
   if (response.has_token()) {
     out->tokens.push_back(response.token().id());
     out->indices.push_back(response.token().index());
+    if (response.token().has_logprobs()) out->logprobs.push_back(response.token().logprobs());
     out->text += response.token().text();
   } else if (response.has_final()) {
     out->final = response.final();

@@ -36,6 +36,28 @@ std::vector<std::vector<int32_t>> ReferenceGreedy(const std::string& model_path,
   return out;
 }
 
+ReferenceRun ReferenceSampled(const std::string& model_path, const std::vector<int32_t>& prompt,
+                              const SamplingParams& sampling, int32_t max_tokens) {
+  absl::StatusOr<LoadedModel> model = LoadModel(model_path);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return {};
+  InstanceOptions o;
+  o.kv_bytes_per_rank = int64_t{32} << 20;
+  absl::StatusOr<std::unique_ptr<Instance>> inst = Instance::Create(model->weights, o);
+  EXPECT_TRUE(inst.ok()) << inst.status();
+  if (!inst.ok()) return {};
+  CombinedEngine engine(inst->get(), PrefillOptions{}, DecodeOptions{});
+  GenerateRequest req;
+  req.prompt = prompt;
+  req.sampling = sampling;
+  req.max_new_tokens = max_tokens;
+  req.return_logits = true;
+  absl::StatusOr<GenerateResult> r = engine.GenerateBlocking(req, absl::Minutes(2));
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return {};
+  return ReferenceRun{r->tokens, r->logits};
+}
+
 std::string WriteTempSyntheticModel(const SyntheticModelOptions& options,
                                     const std::string& file_name) {
   const char* tmp = std::getenv("TMPDIR");
