@@ -146,6 +146,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Build(const GgufFile& f) {
   TANDEM_ASSIGN_OR_RETURN(spec.unk_id,
                           OptionalId(f, "tokenizer.ggml.unknown_token_id", spec.unk_id));
   TANDEM_ASSIGN_OR_RETURN(spec.pad_id, OptionalId(f, "tokenizer.ggml.padding_token_id", -1));
+  // End of turn / end of message (Llama 3.1's <|eot_id|>, <|eom_id|>): generation stops there.
+  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    TANDEM_ASSIGN_OR_RETURN(const int32_t id, OptionalId(f, key, -1));
+    if (id >= 0) spec.stop_ids.push_back(id);
+  }
   TANDEM_ASSIGN_OR_RETURN(spec.add_bos,
                           OptionalBool(f, "tokenizer.ggml.add_bos_token", spec.add_bos));
   TANDEM_ASSIGN_OR_RETURN(spec.add_eos,

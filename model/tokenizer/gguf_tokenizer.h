@@ -6,7 +6,8 @@
 //  * model "llama" (SentencePiece): tokens, scores, token_type; BOS 1, EOS 2 and unknown 0
 //    unless the ids are given; add_bos_token true, add_eos_token false and add_space_prefix
 //    true unless given. remove_extra_whitespaces true is refused.
-//  * both: bos/eos/unknown/padding_token_id, add_bos_token, add_eos_token. A model whose
+//  * both: bos/eos/unknown/padding_token_id, add_bos_token, add_eos_token; eot_token_id and
+//    eom_token_id join the stop ids. A model whose
 //    general.name contains "phi-3"/"phi3" (any case) gets llama.cpp's Phi-3 rule: every special
 //    token but <unk>, <s> and <|endoftext|> swallows the whitespace after it.
 // Reads metadata only; no tensor data is touched (vocabulary-only GGUFs load).

@@ -159,6 +159,27 @@ absl::StatusOr<int32_t> IdField(const Struct& s, absl::string_view key) {
   return static_cast<int32_t>(id);
 }
 
+// Every id of an int-or-list field (eos_token_id) appended to *out.
+absl::Status AppendIds(const Struct& s, absl::string_view key, absl::string_view file,
+                       std::vector<int32_t>* out) {
+  const Value* v = FindField(s, key);
+  if (v == nullptr) return absl::OkStatus();
+  std::vector<const Value*> items;
+  if (v->kind_case() == Value::kListValue) {
+    for (const Value& item : v->list_value().values()) items.push_back(&item);
+  } else {
+    items.push_back(v);
+  }
+  for (const Value* item : items) {
+    TANDEM_ASSIGN_OR_RETURN(const int64_t id, JsonInt(*item, absl::StrCat(file, ": ", key)));
+    if (id < 0 || id > INT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": ", key, " ", id, " is invalid"));
+    }
+    out->push_back(static_cast<int32_t>(id));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfJson(absl::string_view json,
@@ -199,6 +220,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfJson(absl::string_view
   spec.eos_id = ids.eos_id;
   spec.pad_id = ids.pad_id;
   spec.add_bos = ids.add_bos;
+  spec.stop_ids = ids.stop_ids;
   return Tokenizer::Create(std::move(spec));
 }
 
@@ -214,6 +236,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfDirectory(const std::s
     TANDEM_ASSIGN_OR_RETURN(ids.bos_id, IdField(config, "bos_token_id"));
     TANDEM_ASSIGN_OR_RETURN(ids.eos_id, IdField(config, "eos_token_id"));
     TANDEM_ASSIGN_OR_RETURN(ids.pad_id, IdField(config, "pad_token_id"));
+    TANDEM_RETURN_IF_ERROR(AppendIds(config, "eos_token_id", "config.json", &ids.stop_ids));
+  }
+  if (PathExists(dir + "/generation_config.json")) {
+    TANDEM_ASSIGN_OR_RETURN(const std::string text,
+                            ReadFileToString(dir + "/generation_config.json", kMaxJsonBytes));
+    TANDEM_ASSIGN_OR_RETURN(const Struct gc, ParseJsonObject(text, "generation_config.json"));
+    TANDEM_RETURN_IF_ERROR(AppendIds(gc, "eos_token_id", "generation_config.json", &ids.stop_ids));
   }
   if (PathExists(dir + "/tokenizer_config.json")) {
     TANDEM_ASSIGN_OR_RETURN(const std::string text,

@@ -8,7 +8,9 @@
 // BOS/EOS are not in tokenizer.json; they come from the checkpoint's config.json
 // (bos_token_id, eos_token_id: an int or a list whose first entry is used) or
 // tokenizer_config.json
-// (bos_token/eos_token texts, add_bos_token).
+// (bos_token/eos_token texts, add_bos_token). Every eos_token_id of config.json and
+// generation_config.json (an int or a list: Llama 3.1 lists <|end_of_text|>, <|eom_id|> and
+// <|eot_id|>) ends generation.
 //
 // Errors: InvalidArgument (malformed JSON or vocabulary), Unimplemented (other models,
 // normalizers or pre-tokenizers), NotFound (missing files).
@@ -16,6 +18,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -28,6 +31,7 @@ struct HfSpecialIds {
   int32_t eos_id = -1;
   int32_t pad_id = -1;
   bool add_bos = false;
+  std::vector<int32_t> stop_ids;  // further ids that end generation
 };
 
 [[nodiscard]] absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfJson(

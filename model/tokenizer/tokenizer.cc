@@ -71,6 +71,12 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerSpec spec)
           absl::StrCat("tokenizer ", name, " id ", id, " is outside the vocabulary [0, ", n, ")"));
     }
   }
+  for (const int32_t id : spec.stop_ids) {
+    if (id < 0 || id >= static_cast<int64_t>(n)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tokenizer stop id ", id, " is outside the vocabulary [0, ", n, ")"));
+    }
+  }
   const bool spm = spec.model == TokenizerModel::kSentencePiece;
   std::unique_ptr<Tokenizer> t(new Tokenizer());
   t->rstrip_.assign(n, false);
@@ -138,6 +144,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerSpec spec)
         !t->IsStop(it->second)) {
       t->stop_ids_.push_back(it->second);
     }
+  }
+  for (const int32_t id : spec.stop_ids) {
+    if (!t->IsStop(id)) t->stop_ids_.push_back(id);
   }
   return t;
 }

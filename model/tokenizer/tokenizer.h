@@ -67,6 +67,9 @@ struct TokenizerSpec {
   // Special tokens that swallow the whitespace after them when matched in text (llama.cpp's
   // RSTRIP attribute; Phi-3's added tokens).
   std::vector<int32_t> rstrip_ids;
+  // Further ids that end generation, as the model declares them (GGUF eot/eom_token_id; HF
+  // config.json / generation_config.json eos_token_id lists).
+  std::vector<int32_t> stop_ids;
 };
 
 class Tokenizer {
@@ -106,9 +109,10 @@ class Tokenizer {
   bool StripsFirstSpace(int32_t first_id, bool skip_special) const;
   // Tokens skip_special drops: control and unknown.
   bool IsSkippable(int32_t id) const;
-  // Every id that ends generation: eos_id plus end-of-turn control tokens of the vocabulary
+  // Every id that ends generation: eos_id, end-of-turn control tokens of the vocabulary
   // (<|im_end|>, <|endoftext|>, <|eot_id|>, <|eom_id|>, <|end_of_text|>, <|end|>,
-  // <end_of_turn>, </s>, <EOT>; only when their token type is control).
+  // <end_of_turn>, </s>, <EOT>; only when their token type is control), and the spec's
+  // stop_ids (what the model file declares).
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
   bool IsStop(int32_t id) const;
 

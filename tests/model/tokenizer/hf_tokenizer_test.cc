@@ -115,5 +115,22 @@ TEST(HfTokenizerTest, DirectoryTakesIdsFromConfigFiles) {
                    "tokenizer.json");
 }
 
+// Every eos_token_id of config.json and generation_config.json ends generation (Llama 3.1's
+// generation_config lists <|end_of_text|>, <|eom_id|> and <|eot_id|>); the first of config.json's
+// list is the EOS.
+TEST(HfTokenizerTest, EveryDeclaredEosIdIsAStop) {
+  const ScopedTempDir dir("hf_tok_stops");
+  WriteFile(dir.path() + "/tokenizer.json", kJson);
+  WriteFile(dir.path() + "/config.json", R"({"eos_token_id": [19, 17]})");
+  WriteFile(dir.path() + "/generation_config.json", R"({"eos_token_id": [18, 19]})");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = TokenizerFromHfDirectory(dir.path());
+  ASSERT_OK(t);
+  EXPECT_EQ((*t)->eos_id(), 19);
+  EXPECT_THAT((*t)->stop_ids(), ::testing::UnorderedElementsAre(19, 17, 18));
+  WriteFile(dir.path() + "/generation_config.json", R"({"eos_token_id": "x"})");
+  EXPECT_STATUS_IS(TokenizerFromHfDirectory(dir.path()), absl::StatusCode::kInvalidArgument,
+                   "generation_config.json: eos_token_id");
+}
+
 }  // namespace
 }  // namespace tandem

@@ -286,5 +286,18 @@ TEST(GgufTokenizerTest, Llama3KeepsWholeTokensAndAddsBosByDefault) {
   EXPECT_EQ(Texts(**gpt2, (*gpt2)->Encode("hello")), (V{"he", "l", "l", "o"}));
 }
 
+// tokenizer.ggml.eot_token_id / eom_token_id (Llama 3.1's <|eot_id|>, <|eom_id|>) end
+// generation along with EOS, whatever their text; an id outside the vocabulary is refused.
+TEST(GgufTokenizerTest, EotAndEomIdsAreStops) {
+  GgufWriter w = SpmGguf();
+  w.Set("tokenizer.ggml.eot_token_id", GgufValue::Uint32(3));
+  w.Set("tokenizer.ggml.eom_token_id", GgufValue::Uint32(5));
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = FromWriter(w);
+  ASSERT_OK(t);
+  EXPECT_THAT((*t)->stop_ids(), ::testing::UnorderedElementsAre(2, 3, 5));
+  w.Set("tokenizer.ggml.eom_token_id", GgufValue::Uint32(6));
+  EXPECT_STATUS_IS(FromWriter(w), absl::StatusCode::kInvalidArgument, "stop id 6");
+}
+
 }  // namespace
 }  // namespace tandem
