@@ -25,8 +25,11 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "model/chat_template/chat_setup.h"
 #include "model/chat_template/chat_template.h"
 #include "model/chat_template/json_value.h"
+#include "model/format/gguf_file.h"
+#include "model/tokenizer/gguf_tokenizer.h"
 
 namespace tandem {
 namespace {
@@ -216,6 +219,74 @@ TEST_F(ChatTemplateOracleTest, AcceptedTemplatesRenderLikeJinja2) {
     EXPECT_NE(std::find(identical_names.begin(), identical_names.end(), required),
               identical_names.end())
         << required << " (a supported family's template) is not accepted and identical";
+  }
+}
+
+// A template rendered for its own vocabulary (llama.cpp's ggml-vocab-*.gguf): every special
+// token the text holds becomes that token's single id (encoded with parse_special, as chat
+// requests are), the text decodes back, and the template's end-of-turn marker is a stop id.
+struct Pairing {
+  const char* template_file;
+  const char* vocab;
+  const char* end_of_turn;
+  bool round_trips;  // Phi-3's special tokens swallow the whitespace after them
+};
+constexpr Pairing kPairings[] = {
+    {"meta-llama-Llama-3.1-8B-Instruct.jinja", "llama-bpe", "<|eot_id|>", true},
+    {"meta-llama-Llama-3.2-3B-Instruct.jinja", "llama-bpe", "<|eot_id|>", true},
+    {"Qwen-Qwen2.5-7B-Instruct.jinja", "qwen2", "<|im_end|>", true},
+    {"Qwen3.5-4B.jinja", "qwen35", "<|im_end|>", true},
+    {"microsoft-Phi-3.5-mini-instruct.jinja", "phi-3", "<|end|>", false},
+};
+
+int64_t Occurrences(absl::string_view text, absl::string_view needle) {
+  int64_t n = 0;
+  for (size_t pos = text.find(needle); pos != absl::string_view::npos;
+       pos = text.find(needle, pos + needle.size())) {
+    ++n;
+  }
+  return n;
+}
+
+TEST_F(ChatTemplateOracleTest, RenderedSpecialTokensMapToTheirIds) {
+  for (const Pairing& p : kPairings) {
+    SCOPED_TRACE(p.template_file);
+    absl::StatusOr<std::unique_ptr<GgufFile>> file =
+        GgufFile::Open(absl::StrCat(DataDir(), "/vocab/ggml-vocab-", p.vocab, ".gguf"));
+    ASSERT_TRUE(file.ok()) << file.status();
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tok = TokenizerFromGguf(**file);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    absl::StatusOr<ChatTemplateSource> source =
+        ChatTemplateFromFile(absl::StrCat(DataDir(), "/templates/", p.template_file));
+    ASSERT_TRUE(source.ok()) << source.status();
+    absl::StatusOr<std::shared_ptr<const ChatFormatter>> chat =
+        MakeChatFormatter(*source, tok->get());
+    ASSERT_TRUE(chat.ok()) << chat.status();
+    const std::vector<ChatMessage> messages = {
+        {"system", "You are concise."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Bye"}};
+    absl::StatusOr<std::string> text = (*chat)->Format(messages, /*add_generation_prompt=*/true);
+    ASSERT_TRUE(text.ok()) << text.status();
+    const std::vector<int32_t> ids =
+        (*tok)->Encode(*text, /*parse_special=*/true, /*with_bos=*/(*chat)->add_bos());
+    if (p.round_trips) EXPECT_EQ((*tok)->Decode(ids), *text);
+    int specials = 0;
+    for (int32_t id = 0; id < (*tok)->vocab_size(); ++id) {
+      if (!(*tok)->IsSpecial(id)) continue;
+      const absl::StatusOr<absl::string_view> marker = (*tok)->TokenText(id);
+      if (!marker.ok() || marker->size() < 2) continue;
+      const int64_t in_text = Occurrences(*text, *marker);
+      if (in_text == 0) continue;
+      ++specials;
+      EXPECT_EQ(std::count(ids.begin(), ids.end(), id), in_text)
+          << "'" << *marker << "' (id " << id << ") occurs " << in_text << " times in the text";
+    }
+    EXPECT_GE(specials, 2);
+    absl::StatusOr<int32_t> eot = (*tok)->SpecialTokenId(p.end_of_turn);
+    ASSERT_TRUE(eot.ok()) << eot.status();
+    EXPECT_TRUE((*tok)->IsStop(*eot)) << p.end_of_turn << " does not end generation";
+    EXPECT_NE(std::find(ids.begin(), ids.end(), *eot), ids.end());
+    std::cout << p.template_file << " on ggml-vocab-" << p.vocab << ": " << ids.size()
+              << " tokens, " << specials << " distinct special tokens, each as its id\n";
   }
 }
 
