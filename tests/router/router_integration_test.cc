@@ -387,6 +387,55 @@ TEST_F(RouterIntegrationTest, DecodeDeathMidStreamResumesOnTheOtherNodeWithoutDu
   EXPECT_TRUE(prefill.releases().empty());
 }
 
+// Sampling penalties read the token history (model/token_history.h): every decode call carries
+// the ids of the KV it takes — the prompt, then the tokens streamed before its first token — so a
+// resumed call's penalties see g0 g1 as before. min_tokens masks the router's stop ids, the
+// client's stop_token_ids included.
+TEST_F(RouterIntegrationTest, PenalisedRequestSendsTheKvTokenIdsToEveryDecodeCall) {
+  FakePrefill prefill("p0", prefill_script_);
+  FakeDecode d0("d0", decode_script_);
+  FakeDecode d1("d1", decode_script_);
+  StartRouter({&prefill}, {&d0, &d1});
+  ASSERT_TRUE(WaitAllHealthy(3));
+  {
+    absl::MutexLock lock(&decode_script_->mu);
+    decode_script_->calls.push_back(DecodeBehaviour{.die_after = 2});
+  }
+  constexpr int kMax = 8;
+  v1::GenerateRequest request = TextRequest("hi", kMax);
+  request.mutable_sampling()->set_repetition_penalty(1.2f);
+  request.mutable_sampling()->set_min_tokens(2);
+  request.mutable_sampling()->add_min_tokens_stop_ids(77);  // the client's: replaced
+  request.add_stop_token_ids(1);
+  const Reply reply = Generate(request);
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  EXPECT_EQ(Ids(reply.tokens), Expected(kMax));
+  const std::vector<v1::DecodeRequest> on_d0 = d0.requests();
+  const std::vector<v1::DecodeRequest> on_d1 = d1.requests();
+  ASSERT_EQ(on_d0.size(), 1u);
+  ASSERT_EQ(on_d1.size(), 1u);
+  const bool d0_first = on_d0[0].next_step() == 1u;
+  const v1::DecodeRequest& first = d0_first ? on_d0[0] : on_d1[0];
+  const v1::DecodeRequest& resumed = d0_first ? on_d1[0] : on_d0[0];
+  EXPECT_THAT(first.context_ids(), ElementsAre(ByteToken('h'), ByteToken('i')));
+  EXPECT_THAT(resumed.context_ids(),
+              ElementsAre(ByteToken('h'), ByteToken('i'), TokenForStep(0), TokenForStep(1)));
+  EXPECT_EQ(resumed.next_step(), 3u);
+  EXPECT_THAT(first.stop_ids(), testing::UnorderedElementsAre(0, 1, 2));
+  const std::vector<v1::PrefillRequest> prefills = prefill.prefills();
+  ASSERT_EQ(prefills.size(), 2u);
+  EXPECT_THAT(prefills[0].sampling().min_tokens_stop_ids(), testing::UnorderedElementsAre(0, 1, 2));
+  EXPECT_EQ(prefills[0].sampling().repetition_penalty(), 1.2f);
+  // Without a penalty the ids are not sent.
+  const Reply plain = Generate(TextRequest("hi", 3));
+  ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
+  const std::vector<v1::DecodeRequest> all_d0 = d0.requests();
+  const std::vector<v1::DecodeRequest> all_d1 = d1.requests();
+  const v1::DecodeRequest& last = all_d0.size() == 2 ? all_d0.back() : all_d1.back();
+  EXPECT_TRUE(last.context_ids().empty());
+  EXPECT_TRUE(last.sampling().min_tokens_stop_ids().empty());
+}
+
 TEST_F(RouterIntegrationTest, ClientCancellationMidStreamCancelsTheDecodeCall) {
   FakePrefill prefill("p0", prefill_script_);
   FakeDecode decode("d0", decode_script_);
