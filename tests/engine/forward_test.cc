@@ -4,19 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <map>
 #include <random>
-#include <sstream>
 #include <string>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/instance.h"
-#include "model/format/gguf_file.h"
-#include "model/format/gguf_llama.h"
 #include "model/format/rope_scaling.h"
-#include "model/tools/synthetic_model.h"
+#include "tests/engine/llamacpp_fixture.h"
 #include "gtest/gtest.h"
 #include "tests/engine/reference_forward.h"
 #include "tests/engine/test_model.h"
@@ -188,67 +182,18 @@ TEST(ForwardTest, BatchedDecodeEqualsEachAlone) {
 // same greedy tokens, on one rank and on a TP x PCP x DCP layout.
 constexpr double kLlamaCppTolerance = 1e-3;
 
-struct LlamaCppFixture {
-  SyntheticModelOptions options;
-  std::vector<int32_t> prompt, greedy;
-  std::map<int, std::vector<double>> logits;  // prompt position -> llama.cpp's logits
-};
-
-std::vector<std::string> Words(const std::string& line) {
-  std::istringstream in(line);
-  std::vector<std::string> out;
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
-
-LlamaCppFixture ReadFixture(const std::string& name) {
-  const std::string path =
-      absl::StrCat(TANDEM_SOURCE_DIR, "/tests/engine/testdata/llamacpp/", name, ".txt");
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << path;
-  LlamaCppFixture f;
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    const size_t colon = line.find(':');
-    const std::string key = line.substr(0, colon);
-    const std::vector<std::string> v = Words(line.substr(colon + 1));
-    if (key == "arch") {
-      f.options.arch = v.at(0);
-    } else if (key == "seed") {
-      f.options.seed = std::stoull(v.at(0));
-    } else if (key == "rope_scaling") {
-      f.options.rope_scaling = v.at(0) == "llama3"   ? SyntheticRopeScaling::kLlama3
-                               : v.at(0) == "linear" ? SyntheticRopeScaling::kLinear
-                                                     : SyntheticRopeScaling::kNone;
-    } else if (key == "rope_factor") {
-      f.options.rope_scaling_factor = std::stof(v.at(0));
-    } else if (key == "prompt" || key == "greedy") {
-      for (const std::string& t : v) (key == "prompt" ? f.prompt : f.greedy).push_back(std::stoi(t));
-    } else if (absl::StartsWith(key, "logits ")) {
-      std::vector<double>& row = f.logits[std::stoi(key.substr(7))];
-      for (const std::string& x : v) row.push_back(std::stod(x));
-    } else {
-      ADD_FAILURE() << path << ": unknown line '" << key << "'";
-    }
-  }
-  return f;
-}
-
 int32_t Argmax(const std::vector<float>& v) {
   return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
 void CheckAgainstLlamaCpp(const std::string& name, const std::string& want_arch) {
-  const LlamaCppFixture f = ReadFixture(name);
+  const testing::LlamaCppFixture f = testing::ReadLlamaCppFixture(name);
   ASSERT_EQ(f.options.arch, want_arch);
   ASSERT_EQ(f.logits.size(), 2u);
   ASSERT_EQ(f.greedy.size(), 4u);
-  absl::StatusOr<GgufWriter> gguf = BuildSyntheticModel(f.options);
-  ASSERT_TRUE(gguf.ok()) << gguf.status();
-  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::FromBytes(gguf->Serialize(), name);
-  ASSERT_TRUE(file.ok()) << file.status();
-  absl::StatusOr<LlamaWeights> w = LoadGgufLlama(**file);
-  ASSERT_TRUE(w.ok()) << w.status();
+  const LlamaWeights weights = testing::LoadFixtureModel(f);
+  const LlamaWeights* w = &weights;
+  ASSERT_FALSE(w->layers.empty());
   const int32_t vocab = w->config.vocab_size;
   for (const ParallelConfig& parallel :
        {ParallelConfig{1, 1, 1, 4, 1}, ParallelConfig{2, 2, 2, 16, 1}}) {

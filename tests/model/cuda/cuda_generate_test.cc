@@ -124,11 +124,33 @@ TEST(CudaGenerateReferenceTest, EnoughPromptsHaveClearMargins) {
       << kMinMargin;
 }
 
+// Every architecture feature at once (issue 23): Qwen2's QKV biases, Qwen3's per-head Q/K
+// RMSNorm, rotate-half RoPE and Llama 3 RoPE frequency divisors — the CUDA backend runs them
+// with its RmsNorm over head rows and its RoPE kernel's factor argument.
+LlamaConfig FeaturesConfig() {
+  LlamaConfig c = testing::SmallConfig();
+  c.rope_style = RopeStyle::kRotateHalf;
+  c.has_qkv_bias = true;
+  c.has_qk_norm = true;
+  for (int32_t i = 0; i < c.head_dim / 2; ++i) {
+    c.rope_freq_factors.push_back(i < 2 ? 1.f : (i < 4 ? 2.5f : 8.f));
+  }
+  return c;
+}
+
+TEST(CudaGenerateReferenceTest, FeaturesModelHasClearMargins) {
+  const Reference ref = CpuReference(testing::RandomWeights(FeaturesConfig(), 11));
+  EXPECT_EQ(static_cast<int>(ref.runs.size()), kPrompts)
+      << "fewer than " << kPrompts << " of " << kCandidates << " candidates keep a margin of "
+      << kMinMargin;
+}
+
 class CudaGenerateTest : public testing::CudaTest {
  protected:
-  void ExpectSameAsCpu(const ParallelConfig& parallel) {
+  void ExpectSameAsCpu(const ParallelConfig& parallel,
+                       const LlamaConfig& config = testing::SmallConfig()) {
     SCOPED_TRACE(parallel.ToString());
-    const LlamaWeights w = testing::RandomWeights(testing::SmallConfig(), 11);
+    const LlamaWeights w = testing::RandomWeights(config, 11);
     const Reference ref = CpuReference(w);
     ASSERT_EQ(static_cast<int>(ref.runs.size()), kPrompts);
     const std::vector<GenRun> got = Generate(w, "cuda", parallel, ref.prompts);
@@ -156,6 +178,12 @@ class CudaGenerateTest : public testing::CudaTest {
 TEST_F(CudaGenerateTest, SingleGpuMatchesCpu) {
   ExpectSameAsCpu(ParallelConfig{1, 1, 1, 16, 1});
   ExpectSameAsCpu(ParallelConfig{1, 1, 1, 4, 2});
+}
+
+TEST_F(CudaGenerateTest, ArchitectureFeaturesMatchCpu) {
+  ExpectSameAsCpu(ParallelConfig{1, 1, 1, 16, 1}, FeaturesConfig());
+  const int gpus = testing::CudaDeviceCount();
+  if (gpus >= 2) ExpectSameAsCpu(ParallelConfig{2, 1, 1, 16, 1}, FeaturesConfig());
 }
 
 TEST_F(CudaGenerateTest, MultiGpuLayoutsMatchCpu) {

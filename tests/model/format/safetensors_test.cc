@@ -99,6 +99,8 @@ void ExpectMatches(const LlamaWeights& w, const TinyHf& hf) {
     if (e.name == "model.layers.1.mlp.down_proj.weight") t = &w.layers[1].w_down;
     if (e.name == "model.layers.0.self_attn.k_proj.weight") t = &w.layers[0].wk;
     if (e.name == "model.layers.1.self_attn.v_proj.bias") t = &w.layers[1].bv;
+    if (e.name == "model.layers.1.self_attn.q_norm.weight") t = &w.layers[1].q_norm;
+    if (e.name == "model.layers.0.self_attn.k_norm.weight") t = &w.layers[0].k_norm;
     if (t == nullptr) continue;
     EXPECT_EQ(t->shape, e.shape) << e.name;
     EXPECT_EQ(t->data, e.values) << e.name;  // values are exact in every dtype used
@@ -127,6 +129,20 @@ TEST(HfLlamaTest, LoadsASingleFileCheckpoint) {
   EXPECT_FALSE(c.tied_embeddings);
   absl::StatusOr<LlamaWeights> w = (*ck)->LoadWeights();
   ASSERT_OK(w);
+  ExpectMatches(*w, hf);
+}
+
+TEST(HfLlamaTest, LoadsAQwen3CheckpointWithQkNorms) {
+  const ScopedTempDir tmp("hf_qwen3");
+  const TinyHf hf = MakeTinyHf(/*tied=*/true, /*bias=*/false, /*qwen3=*/true);
+  WriteCheckpoint(tmp.path(), hf);
+  absl::StatusOr<std::unique_ptr<HfCheckpoint>> ck = HfCheckpoint::Open(tmp.path());
+  ASSERT_OK(ck);
+  EXPECT_EQ((*ck)->config().architecture, "qwen3");
+  EXPECT_TRUE((*ck)->config().has_qk_norm);
+  absl::StatusOr<LlamaWeights> w = (*ck)->LoadWeights();
+  ASSERT_OK(w);
+  EXPECT_EQ(w->layers[1].q_norm.shape, (std::vector<int64_t>{4}));
   ExpectMatches(*w, hf);
 }
 
