@@ -476,6 +476,41 @@ TEST_F(DecodeNodeTest, FailedCopyIsUnavailable) {
   ExpectAllBlocksFree(*node);
 }
 
+// Sampling penalties read the ids of the KV's tokens (DecodeCall.context_ids): without exactly
+// kv.num_tokens of them the call is refused before anything is pulled; with them it decodes.
+TEST_F(DecodeNodeTest, PenaltiesNeedTheKvTokenIdsAndAreRefusedBeforeAnyPullWithout) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  const KvHandle kv = prefill_->Lease(kFast, "r1", 40);
+  DecodeCall call;
+  call.request_id = kv.request_id;
+  call.first_token = 7;
+  call.kv = kv;
+  call.max_new_tokens = 4;
+  call.sampling.repetition_penalty = 1.3f;
+  call.sampling.presence_penalty = 0.5f;
+  call.context_ids.assign(static_cast<size_t>(kv.num_tokens) - 1, 5);
+  auto done = std::make_shared<absl::Notification>();
+  auto sink = [done] {
+    DecodeSink s;
+    s.on_token = [](int32_t) {};
+    s.on_done = [done](absl::Status, FinishReason, int32_t) { done->Notify(); };
+    return s;
+  };
+  EXPECT_THAT(node->Start(call, sink(), [] { return false; }),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("context_ids")));
+  EXPECT_EQ(net_.bytes("p-fast"), 0);
+  call.pipelined = true;
+  call.sampling.logprobs = 1;
+  call.context_ids.push_back(5);
+  EXPECT_THAT(node->Start(call, sink(), [] { return false; }),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("pipelined")));
+  call.pipelined = false;
+  ASSERT_OK(node->Start(call, sink(), [] { return false; }));
+  EXPECT_TRUE(done->WaitForNotificationWithTimeout(kBound));
+  ExpectAllBlocksFree(*node);
+}
+
 TEST_F(DecodeNodeTest, CorruptMetadataIsInvalidArgumentBeforeAnyBlockIsTaken) {
   std::unique_ptr<DecodeNode> node = NewNode();
   ASSERT_NE(node, nullptr);
