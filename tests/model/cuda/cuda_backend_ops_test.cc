@@ -121,6 +121,34 @@ TEST_F(CudaBackendOpsTest, RopeMatchesCpuInBothStyles) {
   }
 }
 
+// RoPE frequency divisors (Llama 3.x rope_scaling, linear scaling) in the CUDA kernel's factor
+// argument give the CPU table's rotation; and without factors after a call with them, the plain
+// one (the CPU table rebuilds, the kernel takes no state).
+TEST_F(CudaBackendOpsTest, RopeFrequencyFactorsMatchCpu) {
+  const std::vector<int64_t> positions = {0, 1, 17, 4095, 100000, 3};
+  const int64_t m = static_cast<int64_t>(positions.size());
+  for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
+    for (int32_t head_dim : {6, 128}) {
+      std::vector<float> factors;
+      for (int32_t i = 0; i < head_dim / 2; ++i) factors.push_back(1.f + 0.25f * (i % 29));
+      for (const float* f : {static_cast<const float*>(factors.data()),
+                             static_cast<const float*>(nullptr)}) {
+        const std::vector<float> x = RandomFloats(m * 3 * head_dim, head_dim);
+        const RopeParams params{500000.f, style, f};
+        std::vector<std::vector<float>> got;
+        for (ComputeBackend* b : {cpu_.get(), gpu_.get()}) {
+          auto bx = Put(*b, x);
+          ASSERT_TRUE(b->Rope(bx->f32(), m, 3, head_dim, positions.data(), params).ok());
+          got.push_back(Get<float>(*b, *bx, x.size()));
+        }
+        ExpectNear(got[1], got[0], 1e-5,
+                   "rope factors=" + std::to_string(f != nullptr) +
+                       " head_dim=" + std::to_string(head_dim));
+      }
+    }
+  }
+}
+
 // The position upload is cached while unchanged: alternating positions must never reuse a stale
 // device copy.
 TEST_F(CudaBackendOpsTest, RopeWithChangingPositionsNeverReusesStaleOnes) {
