@@ -269,7 +269,7 @@ absl::Status DecodeNode::VerifyDigests(const TransferMetadata& source, const KvH
   const absl::Status s = VerifyKvDigests(
       source.layout, layout(), plan, kv.num_tokens,
       KvDigestBinding{kv.request_id, kv.generation, kv.block_table, kv.block_generations},
-      digests, pools, &bad);
+      digests, pools, &bad, DefaultKvDigestThreads());
   stats->digest_micros = absl::ToInt64Microseconds(absl::Now() - start);
   if (s.ok()) {
     stats->digests_verified = true;

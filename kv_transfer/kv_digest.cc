@@ -1,7 +1,9 @@
 #include "kv_transfer/kv_digest.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -62,6 +64,29 @@ absl::Status CheckBinding(const KvLayout& src, int64_t num_tokens, const KvDiges
   return absl::OkStatus();
 }
 
+// Threads worth using for `bytes` of CRC work: at most `threads`, one per 16 MiB.
+int32_t Workers(int32_t threads, int64_t bytes) {
+  constexpr int64_t kBytesPerThread = int64_t{16} << 20;
+  return static_cast<int32_t>(
+      std::max<int64_t>(1, std::min<int64_t>(threads, bytes / kBytesPerThread)));
+}
+
+// Runs fn(k) for k in [0, n), split in `workers` contiguous chunks (this thread takes the
+// first). fn must be safe to run concurrently for different k.
+void ForEachChunk(int64_t n, int32_t workers, const std::function<void(int64_t)>& fn) {
+  auto run = [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) fn(k);
+  };
+  const int64_t per = (n + workers - 1) / std::max(workers, 1);
+  std::vector<std::thread> pool;
+  for (int32_t w = 1; w < workers; ++w) {
+    const int64_t begin = std::min(n, w * per), end = std::min(n, (w + 1) * per);
+    if (begin < end) pool.emplace_back(run, begin, end);
+  }
+  run(0, std::min(n, per));
+  for (std::thread& t : pool) t.join();
+}
+
 struct Piece {
   int64_t unit = 0;
   int64_t slab_offset = 0;  // inside the unit's head slab
@@ -71,6 +96,10 @@ struct Piece {
 };
 
 }  // namespace
+
+int32_t DefaultKvDigestThreads() {
+  return static_cast<int32_t>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 8));
+}
 
 int64_t KvDigestCount(const KvLayout& src, int64_t num_tokens) {
   return src.world() * VirtualBlocksFor(src.parallel.dcp_geometry(), num_tokens) *
@@ -85,7 +114,7 @@ int64_t KvDigestIndex(const KvLayout& src, int64_t num_tokens, int32_t rank, int
 
 absl::StatusOr<std::vector<uint32_t>> ComputeKvDigests(
     const KvLayout& src, absl::Span<const absl::Span<const std::byte>> pools, int64_t num_tokens,
-    const KvDigestBinding& binding) {
+    const KvDigestBinding& binding, int32_t threads) {
   if (absl::Status s = CheckBinding(src, num_tokens, binding); !s.ok()) return s;
   if (static_cast<int32_t>(pools.size()) != src.world()) {
     return absl::InvalidArgumentError(
@@ -93,12 +122,10 @@ absl::StatusOr<std::vector<uint32_t>> ComputeKvDigests(
   }
   const DcpGeometry dcp = src.parallel.dcp_geometry();
   const int64_t blocks = VirtualBlocksFor(dcp, num_tokens);
-  std::vector<uint32_t> out;
-  out.reserve(static_cast<size_t>(KvDigestCount(src, num_tokens)));
+  // All ranks of a valid layout share one geometry (as many heads each).
+  const PoolGeometry g = RankPoolGeometry(src, 0);
+  const int64_t row_bytes = g.row_elems() * g.elem_bytes();
   for (int32_t r = 0; r < src.world(); ++r) {
-    const PoolGeometry g = RankPoolGeometry(src, r);
-    const int32_t dcp_rank = PlaceRank(src.parallel, src.dims, r).dcp_rank;
-    const int64_t row_bytes = g.row_elems() * g.elem_bytes();
     for (int64_t i = 0; i < blocks; ++i) {
       const int32_t block = binding.block_table[i];
       if (block < 0 ||
@@ -106,22 +133,30 @@ absl::StatusOr<std::vector<uint32_t>> ComputeKvDigests(
         return absl::InvalidArgumentError(
             absl::StrCat("KV digests: block ", block, " lies outside rank ", r, "'s pool"));
       }
-      const int64_t used_bytes =
-          int64_t{UsedSlots(dcp, dcp_rank, i, num_tokens)} * g.head_dim * g.elem_bytes();
-      for (int32_t h = 0; h < g.num_kv_heads; ++h) {
-        const std::byte* slab = pools[r].data() + HeadsOfBlock(g, block, h, h + 1).offset;
-        uint32_t crc = Seed(binding, r, i, h);
-        if (used_bytes == row_bytes) {
-          crc = Crc32c(crc, slab, static_cast<size_t>(g.head_slab_bytes()));
-        } else {
-          for (int32_t row = 0; row < 2 * g.num_layers; ++row) {
-            crc = Crc32c(crc, slab + row * row_bytes, static_cast<size_t>(used_bytes));
-          }
-        }
-        out.push_back(crc);
-      }
     }
   }
+  const int64_t count = KvDigestCount(src, num_tokens);
+  std::vector<uint32_t> out(static_cast<size_t>(count));
+  // Unit index = (r · blocks + i) · heads + h (KvDigestIndex).
+  ForEachChunk(count, Workers(threads, count * g.head_slab_bytes()), [&](int64_t u) {
+    const int32_t h = static_cast<int32_t>(u % g.num_kv_heads);
+    const int64_t i = (u / g.num_kv_heads) % blocks;
+    const int32_t r = static_cast<int32_t>(u / g.num_kv_heads / blocks);
+    const int32_t dcp_rank = PlaceRank(src.parallel, src.dims, r).dcp_rank;
+    const int64_t used_bytes =
+        int64_t{UsedSlots(dcp, dcp_rank, i, num_tokens)} * g.head_dim * g.elem_bytes();
+    const std::byte* slab =
+        pools[r].data() + HeadsOfBlock(g, binding.block_table[i], h, h + 1).offset;
+    uint32_t crc = Seed(binding, r, i, h);
+    if (used_bytes == row_bytes) {
+      crc = Crc32c(crc, slab, static_cast<size_t>(g.head_slab_bytes()));
+    } else {
+      for (int32_t row = 0; row < 2 * g.num_layers; ++row) {
+        crc = Crc32c(crc, slab + row * row_bytes, static_cast<size_t>(used_bytes));
+      }
+    }
+    out[static_cast<size_t>(u)] = crc;
+  });
   return out;
 }
 
@@ -129,7 +164,7 @@ absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst, const Tra
                              int64_t num_tokens, const KvDigestBinding& binding,
                              absl::Span<const uint32_t> digests,
                              absl::Span<const absl::Span<const std::byte>> dst_pools,
-                             std::vector<KvDigestMismatch>* mismatches) {
+                             std::vector<KvDigestMismatch>* mismatches, int32_t threads) {
   if (absl::Status s = CheckBinding(src, num_tokens, binding); !s.ok()) return s;
   const int64_t count = KvDigestCount(src, num_tokens);
   if (static_cast<int64_t>(digests.size()) != count) {
@@ -199,8 +234,25 @@ absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst, const Tra
     std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
       return std::tie(a.unit, a.slab_offset) < std::tie(b.unit, b.slab_offset);
     });
-    for (size_t p = 0; p < pieces.size();) {
-      const int64_t unit = pieces[p].unit;
+    // Units in order: pieces[starts[k], starts[k + 1]) belong to the k-th unit read.
+    std::vector<size_t> starts;
+    for (size_t p = 0; p < pieces.size(); ++p) {
+      if (p == 0 || pieces[p].unit != pieces[p - 1].unit) starts.push_back(p);
+    }
+    starts.push_back(pieces.size());
+    const int64_t units = static_cast<int64_t>(starts.size()) - 1;
+    struct UnitCheck {
+      absl::Status status;
+      int64_t total = 0;  // prompt bytes of the unit
+      bool match = false;
+      std::vector<int32_t> readers;
+    };
+    std::vector<UnitCheck> checks(static_cast<size_t>(units));
+    int64_t group_bytes = 0;
+    for (const Piece& piece : pieces) group_bytes += piece.length;
+    ForEachChunk(units, Workers(threads, group_bytes), [&](int64_t k) {
+      UnitCheck& out = checks[static_cast<size_t>(k)];
+      const int64_t unit = pieces[starts[k]].unit;
       const int32_t rank = static_cast<int32_t>(unit / (blocks * heads));
       const int64_t table_index = (unit / heads) % blocks;
       const int32_t head = static_cast<int32_t>(unit % heads);
@@ -208,14 +260,14 @@ absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst, const Tra
           int64_t{UsedSlots(dcp, PlaceRank(src.parallel, src.dims, rank).dcp_rank, table_index,
                             num_tokens)} *
           g.head_dim * g.elem_bytes();
-      const int64_t total = used_bytes * 2 * g.num_layers;
+      out.total = used_bytes * 2 * g.num_layers;
       uint32_t crc = Seed(binding, rank, table_index, head);
       int64_t expected = 0;  // prompt bytes of the unit consumed, in source order
-      std::vector<int32_t> readers;
-      for (; p < pieces.size() && pieces[p].unit == unit; ++p) {
+      for (size_t p = starts[k]; p < starts[k + 1]; ++p) {
         const Piece& piece = pieces[p];
-        if (std::find(readers.begin(), readers.end(), piece.dst_rank) == readers.end()) {
-          readers.push_back(piece.dst_rank);
+        if (std::find(out.readers.begin(), out.readers.end(), piece.dst_rank) ==
+            out.readers.end()) {
+          out.readers.push_back(piece.dst_rank);
         }
         const std::byte* dst_base = dst_pools[piece.dst_rank].data();
         // The piece's intersection with each row's prompt part, in order.
@@ -234,17 +286,19 @@ absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst, const Tra
                 off;
             const int64_t stream_pos = row * used_bytes + in_row;
             if (stream_pos != expected) {
-              return absl::InternalError(absl::StrCat("KV digests: destination DCP group of rank ",
-                                                      piece.dst_rank, " covers source rank ", rank,
-                                                      " block ", binding.block_table[table_index],
-                                                      " head ", head, " out of order (prompt byte ",
-                                                      stream_pos, ", expected ", expected, ")"));
+              out.status = absl::InternalError(absl::StrCat(
+                  "KV digests: destination DCP group of rank ", piece.dst_rank,
+                  " covers source rank ", rank, " block ", binding.block_table[table_index],
+                  " head ", head, " out of order (prompt byte ", stream_pos, ", expected ",
+                  expected, ")"));
+              return;
             }
             const int64_t at = piece.dst_offset + (off - piece.slab_offset);
             if (at < 0 || at + take > static_cast<int64_t>(dst_pools[piece.dst_rank].size())) {
-              return absl::InvalidArgumentError(
+              out.status = absl::InvalidArgumentError(
                   absl::StrCat("KV digests: a copy to destination rank ", piece.dst_rank,
                                " lies outside its pool"));
+              return;
             }
             crc = Crc32c(crc, dst_base + at, static_cast<size_t>(take));
             expected += take;
@@ -252,22 +306,29 @@ absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst, const Tra
           off = row_end;
         }
       }
-      if (expected != total) {
-        return absl::InternalError(
-            absl::StrCat("KV digests: the destination DCP group of rank ", readers.front(),
-                         " read ", expected, " of the ", total, " prompt bytes of source rank ",
+      if (expected != out.total) {
+        out.status = absl::InternalError(
+            absl::StrCat("KV digests: the destination DCP group of rank ", out.readers.front(),
+                         " read ", expected, " of the ", out.total, " prompt bytes of source rank ",
                          rank, " block ", binding.block_table[table_index], " head ", head));
+        return;
       }
-      verified += total;
-      if (crc != digests[unit]) {
-        KvDigestMismatch& m = bad[unit];
-        m.src_rank = rank;
-        m.table_index = table_index;
-        m.block = binding.block_table[table_index];
-        m.block_generation = binding.block_generations[table_index];
-        m.head = head;
-        m.dst_ranks.insert(m.dst_ranks.end(), readers.begin(), readers.end());
-      }
+      out.match = crc == digests[unit];
+    });
+    for (int64_t k = 0; k < units; ++k) {
+      const UnitCheck& c = checks[static_cast<size_t>(k)];
+      if (!c.status.ok()) return c.status;
+      verified += c.total;
+      if (c.match) continue;
+      const int64_t unit = pieces[starts[k]].unit;
+      const int64_t table_index = (unit / heads) % blocks;
+      KvDigestMismatch& m = bad[unit];
+      m.src_rank = static_cast<int32_t>(unit / (blocks * heads));
+      m.table_index = table_index;
+      m.block = binding.block_table[table_index];
+      m.block_generation = binding.block_generations[table_index];
+      m.head = static_cast<int32_t>(unit % heads);
+      m.dst_ranks.insert(m.dst_ranks.end(), c.readers.begin(), c.readers.end());
     }
     if (verified != needed) {
       return absl::InternalError(absl::StrCat("KV digests: the destination DCP group of rank ",

@@ -20,7 +20,8 @@
 // Verification (VerifyKvDigests) runs on the decode side after the whole plan has landed: per
 // destination DCP group, the pieces of that group's copies inside each unit are put back in
 // source order and their bytes read from the destination pools, so every destination copy of a
-// prompt byte is checked (replicas included). Thread-safe (no shared state).
+// prompt byte is checked (replicas included). Thread-safe (no shared state); large inputs are
+// split over up to `threads` threads (units are independent).
 #pragma once
 
 #include <cstddef>
@@ -50,12 +51,16 @@ int64_t KvDigestCount(const KvLayout& src, int64_t num_tokens);
 int64_t KvDigestIndex(const KvLayout& src, int64_t num_tokens, int32_t rank, int64_t table_index,
                       int32_t head);
 
+// Threads the nodes give ComputeKvDigests / VerifyKvDigests: the hardware's, at most 8. Both
+// functions use at most one thread per 16 MiB of bytes to CRC (the calling thread included).
+int32_t DefaultKvDigestThreads();
+
 // The prefill side: digests of every unit, read from `pools` (pools[r] = rank r's pool, from
 // its base). INVALID_ARGUMENT for pools.size() != world, a binding whose tables are shorter than
 // the prompt needs or of different lengths, or a block whose bytes lie outside its pool.
 [[nodiscard]] absl::StatusOr<std::vector<uint32_t>> ComputeKvDigests(
     const KvLayout& src, absl::Span<const absl::Span<const std::byte>> pools, int64_t num_tokens,
-    const KvDigestBinding& binding);
+    const KvDigestBinding& binding, int32_t threads = 1);
 
 // One unit whose pulled bytes did not match.
 struct KvDigestMismatch {
@@ -81,6 +86,7 @@ struct KvDigestMismatch {
                                            const KvDigestBinding& binding,
                                            absl::Span<const uint32_t> digests,
                                            absl::Span<const absl::Span<const std::byte>> dst_pools,
-                                           std::vector<KvDigestMismatch>* mismatches = nullptr);
+                                           std::vector<KvDigestMismatch>* mismatches = nullptr,
+                                           int32_t threads = 1);
 
 }  // namespace tandem

@@ -495,7 +495,8 @@ absl::StatusOr<std::vector<uint32_t>> PrefillNode::Digests(
     pools.emplace_back(static_cast<const std::byte*>(p.base()), static_cast<size_t>(p.bytes()));
   }
   return ComputeKvDigests(source_->metadata().layout, pools, num_tokens,
-                          KvDigestBinding{request_id, lease_generation, blocks, block_generations});
+                          KvDigestBinding{request_id, lease_generation, blocks, block_generations},
+                          DefaultKvDigestThreads());
 }
 
 bool PrefillNode::ReleaseRequest(const std::string& request_id) {

@@ -155,7 +155,8 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
   auto compute_digests = [&]() -> absl::StatusOr<absl::Duration> {
     const absl::Time start = absl::Now();
     TANDEM_ASSIGN_OR_RETURN(digests,
-                            ComputeKvDigests(sc.src, source_views, sc.tokens, binding));
+                            ComputeKvDigests(sc.src, source_views, sc.tokens, binding,
+                                             DefaultKvDigestThreads()));
     return absl::Now() - start;
   };
   const std::vector<absl::Span<const std::byte>> dst_views = {
@@ -163,7 +164,8 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
   auto check_digests = [&]() -> absl::StatusOr<absl::Duration> {
     const absl::Time start = absl::Now();
     TANDEM_RETURN_IF_ERROR(
-        VerifyKvDigests(sc.src, sc.dst, plan, sc.tokens, binding, digests, dst_views));
+        VerifyKvDigests(sc.src, sc.dst, plan, sc.tokens, binding, digests, dst_views, nullptr,
+                        DefaultKvDigestThreads()));
     return absl::Now() - start;
   };
 

@@ -209,5 +209,33 @@ TEST(KvDigestTest, MalformedInputIsRefusedPrecisely) {
             absl::StatusCode::kInternal);
 }
 
+// 64 MiB of KV: split over four threads, the same digests and the same verdicts as one.
+TEST(KvDigestTest, ThreadsGiveTheSameDigestsAndVerdicts) {
+  Rng rng(5);
+  const KvLayout l{ParallelConfig{1, 1, 1, 16, 16}, ModelDims{32, 64, 8, 128}, KvDType::kF32};
+  const int64_t n = 16 * 16 - 3;
+  std::vector<int32_t> table(16);
+  for (int32_t i = 0; i < 16; ++i) table[i] = 15 - i;
+  const std::vector<uint32_t> gens(16, 2);
+  const KvDigestBinding binding{"big", 4, table, gens};
+  const Pools src = MakePools(l, 16, rng);
+  absl::StatusOr<std::vector<uint32_t>> one = ComputeKvDigests(l, src.Views(), n, binding, 1);
+  absl::StatusOr<std::vector<uint32_t>> four = ComputeKvDigests(l, src.Views(), n, binding, 4);
+  ASSERT_TRUE(one.ok() && four.ok());
+  EXPECT_EQ(*one, *four);
+  absl::StatusOr<TransferPlan> plan = PlanKvTransfer(l, table, l, table, n);
+  ASSERT_TRUE(plan.ok());
+  Pools dst = MakePools(l, 16, rng);
+  Execute(*plan, src, &dst);
+  EXPECT_TRUE(VerifyKvDigests(l, l, *plan, n, binding, *four, dst.Views(), nullptr, 4).ok());
+  dst.bytes[0][KvByteOffset(RankPoolGeometry(l, 0), table[9], 5, 31, 1, 15)] ^= std::byte{1};
+  std::vector<KvDigestMismatch> bad;
+  EXPECT_EQ(VerifyKvDigests(l, l, *plan, n, binding, *four, dst.Views(), &bad, 4).code(),
+            absl::StatusCode::kDataLoss);
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_EQ(bad[0].table_index, 9);
+  EXPECT_EQ(bad[0].head, 5);
+}
+
 }  // namespace
 }  // namespace tandem
