@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "attention/pool_layout.h"
@@ -22,6 +23,7 @@
 #include "kv_transfer/fake/fake_kv_puller.h"
 #include "kv_transfer/fake/fake_kv_source.h"
 #include "model/tools/synthetic_model.h"
+#include "tests/engine/llamacpp_fixture.h"
 #include "tests/kv_transfer/status_matchers.h"
 
 namespace tandem::testing {
@@ -371,6 +373,37 @@ TEST_F(PrefillNodeTest, KvPulledIntoTwoDecodeLayoutsDecodesTheSameTokens) {
   EXPECT_GE(streams[0].size(), 2u);
   EXPECT_EQ(streams[0], streams[1]);
   EXPECT_EQ(prefill->Load().free_blocks, prefill->Load().total_blocks);
+}
+
+// Issue 23: each architecture's pieces (Qwen2's QKV biases, Qwen3's per-head Q/K norms, Llama 3's
+// RoPE divisors) through a mismatched pair — prefill TP 1 x PCP 2 x DCP 2, decode TP 2 (heads
+// split) — decode llama.cpp's own greedy tokens for the same model and prompt
+// (tests/engine/testdata/llamacpp, written by bench/peer/reference_logits.sh).
+TEST_F(PrefillNodeTest, EachArchitectureDecodesLlamaCppsTokensAcrossMismatchedLayouts) {
+  // NewNode and NewDecode load *model_path_: pointed at each architecture's model below, and put
+  // back however the test ends.
+  absl::Cleanup restore = [saved = *model_path_] { *model_path_ = saved; };
+  for (const char* name : {"qwen2", "qwen3", "llama3_rope"}) {
+    SCOPED_TRACE(name);
+    const LlamaCppFixture f = ReadLlamaCppFixture(name);
+    ASSERT_EQ(f.greedy.size(), 4u);
+    const std::string path =
+        absl::StrCat(::testing::TempDir(), "/prefill_node_test_", name, "_", getpid(), ".gguf");
+    ASSERT_OK(WriteSyntheticModel(f.options, path));
+    *model_path_ = path;
+    std::unique_ptr<PrefillNode> prefill =
+        NewNode(absl::Seconds(30), /*prefix_cache=*/false, ParallelConfig{1, 2, 2, 8, 1});
+    ASSERT_NE(prefill, nullptr);
+    std::unique_ptr<DecodeNode> decode =
+        NewDecode(std::make_shared<InProcessPrefill>(prefill.get()), 2);
+    ASSERT_NE(decode, nullptr);
+    absl::StatusOr<PrefillOutcome> out =
+        prefill->Prefill(name, f.prompt, SamplingParams{}, 0, 4, absl::ZeroDuration(),
+                         absl::Now() + kBound, [] { return false; });
+    ASSERT_OK(out);
+    EXPECT_EQ(Decode(*prefill, *decode, name, *out, 4), f.greedy);
+    std::remove(path.c_str());
+  }
 }
 
 // Pipelined transfer: an early handle (StartPipelined) pulled chunk by chunk while the prefill
