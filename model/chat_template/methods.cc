@@ -119,7 +119,8 @@ absl::StatusOr<std::string> FormatSpec(const Value& v, absl::string_view spec) {
     } else if (type == 'f' || type == 'F' || type == 'e' || type == '%') {
       double d = std::fabs(v.as_float());
       if (type == '%') d *= 100;
-      body = absl::StrFormat(type == 'e' ? "%.*e" : "%.*f", precision < 0 ? 6 : precision, d);
+      const int digits = precision < 0 ? 6 : precision;
+      body = type == 'e' ? absl::StrFormat("%.*e", digits, d) : absl::StrFormat("%.*f", digits, d);
       if (type == '%') body += "%";
     } else if (type == 0 && v.is_float() && precision < 0) {
       body = FloatRepr(std::fabs(v.as_float()));

@@ -427,7 +427,8 @@ absl::StatusOr<Value> PercentFormat(const Value& fmt, const Value& args) {
       case 'x':
       case 'X':
         if (!arg.is_integral()) return TypeError("%x format: an integer is required");
-        piece = absl::StrFormat(conv == 'x' ? "%x" : "%X", arg.as_int());
+        piece =
+            conv == 'x' ? absl::StrFormat("%x", arg.as_int()) : absl::StrFormat("%X", arg.as_int());
         break;
       default:
         return absl::InvalidArgumentError(

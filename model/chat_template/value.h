@@ -51,8 +51,8 @@ class Map {
   const Value* FindKey(const Value& key) const;  // any key
   void Set(std::string key, Value value);        // replaces in place or appends
   void SetKey(Value key, Value value);
-  const std::vector<std::pair<Value, Value>>& entries() const { return entries_; }
-  size_t size() const { return entries_.size(); }
+  const std::vector<std::pair<Value, Value>>& entries() const;
+  size_t size() const;
 
  private:
   std::vector<std::pair<Value, Value>> entries_;
@@ -172,6 +172,10 @@ class Value {
       v_;
   bool markup_ = false;
 };
+
+// Defined here, where Value is complete.
+inline const std::vector<std::pair<Value, Value>>& Map::entries() const { return entries_; }
+inline size_t Map::size() const { return entries_.size(); }
 
 // Whether Python can hash the value (be a dict key): not a list, dict or dict view.
 bool IsHashable(const Value& v);

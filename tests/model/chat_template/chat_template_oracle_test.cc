@@ -268,7 +268,9 @@ TEST_F(ChatTemplateOracleTest, RenderedSpecialTokensMapToTheirIds) {
     ASSERT_TRUE(text.ok()) << text.status();
     const std::vector<int32_t> ids =
         (*tok)->Encode(*text, /*parse_special=*/true, /*with_bos=*/(*chat)->add_bos());
-    if (p.round_trips) EXPECT_EQ((*tok)->Decode(ids), *text);
+    if (p.round_trips) {
+      EXPECT_EQ((*tok)->Decode(ids), *text);
+    }
     int specials = 0;
     for (int32_t id = 0; id < (*tok)->vocab_size(); ++id) {
       if (!(*tok)->IsSpecial(id)) continue;
