@@ -46,9 +46,9 @@ absl::Status DecodeEngine::Add(DecodeRequest request, DecodeCallbacks callbacks)
   const bool penalties = UsesPenalties(request.sampling);
   if (penalties) {
     if (static_cast<int64_t>(request.context.size()) != request.prompt_len) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sampling penalties need the context's token ids: got ", request.context.size(),
-          " for a prompt_len of ", request.prompt_len));
+      return absl::InvalidArgumentError(
+          absl::StrCat("sampling penalties need the context's token ids: got ",
+                       request.context.size(), " for a prompt_len of ", request.prompt_len));
     }
     if (request.next_step < 1 || request.next_step - 1 > request.context.size()) {
       return absl::InvalidArgumentError(absl::StrCat("next_step ", request.next_step,
@@ -171,8 +171,8 @@ void DecodeEngine::Loop() {
       if (a.request.return_logits && a.callbacks.on_logits) {
         a.callbacks.on_logits(std::vector<float>(row.begin(), row.end()));
       }
-      const int32_t token = SampleToken(row, a.request.sampling,
-                                        a.request.next_step + a.generated - 1, &a.history);
+      const int32_t token =
+          SampleToken(row, a.request.sampling, a.request.next_step + a.generated - 1, &a.history);
       ++a.generated;
       a.last_token = token;
       if (UsesPenalties(a.request.sampling)) a.history.AddOutput(token);

@@ -245,8 +245,7 @@ void PrefillEngine::Loop() {
         r.num_tokens = p.computed;
         const SamplingParams& sampling = p.request.sampling;
         if (UsesPenalties(sampling)) {
-          const TokenHistory history(p.request.prompt,
-                                     static_cast<int64_t>(p.request.sample_step));
+          const TokenHistory history(p.request.prompt, static_cast<int64_t>(p.request.sample_step));
           r.first_token = SampleToken(row, sampling, p.request.sample_step, &history);
         } else {
           r.first_token = SampleToken(row, sampling, p.request.sample_step);

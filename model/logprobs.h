@@ -14,7 +14,7 @@
 namespace tandem {
 
 struct TokenLogprobs {
-  float logprob = 0.f;                           // the sampled token's
+  float logprob = 0.f;                         // the sampled token's
   std::vector<std::pair<int32_t, float>> top;  // the most likely ids, most likely first (ties:
                                                // lower id first)
 

@@ -100,12 +100,11 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
   }
   for (const auto& [id, bias] : p.logit_bias) {
     if (id < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("logit_bias token id ", id, " is negative"));
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias token id ", id, " is negative"));
     }
     if (!(bias >= -100.f && bias <= 100.f)) {
-      return absl::InvalidArgumentError(absl::StrCat("logit_bias for token ", id,
-                                                     " must be in [-100, 100] (got ", bias, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias for token ", id, " must be in [-100, 100] (got ", bias, ")"));
     }
   }
   if (p.min_tokens < 0) {
@@ -119,8 +118,8 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
     }
   }
   if (p.logprobs < -1 || p.logprobs > kMaxLogprobs) {
-    return absl::InvalidArgumentError(absl::StrCat("logprobs must be in [0, ", kMaxLogprobs,
-                                                   "] (got ", p.logprobs, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("logprobs must be in [0, ", kMaxLogprobs, "] (got ", p.logprobs, ")"));
   }
   return absl::OkStatus();
 }
@@ -128,16 +127,14 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
 absl::Status ValidateSamplingIds(const SamplingParams& p, int64_t vocab_size) {
   for (const auto& [id, bias] : p.logit_bias) {
     if (id >= vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("logit_bias token id ", id,
-                                                     " is out of vocabulary (size ", vocab_size,
-                                                     ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "logit_bias token id ", id, " is out of vocabulary (size ", vocab_size, ")"));
     }
   }
   for (const int32_t id : p.min_tokens_stop_ids) {
     if (id >= vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("min_tokens_stop_ids token id ", id,
-                                                     " is out of vocabulary (size ", vocab_size,
-                                                     ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "min_tokens_stop_ids token id ", id, " is out of vocabulary (size ", vocab_size, ")"));
     }
   }
   return absl::OkStatus();
@@ -168,9 +165,7 @@ std::vector<float> ProcessLogits(absl::Span<const float> logits, const SamplingP
   // Repetition: ids in the prompt or the output, each once (as vLLM's mask).
   if (p.repetition_penalty != 1.f) {
     const float inverse = 1.f / p.repetition_penalty;
-    auto penalise = [&](int32_t id) {
-      out[id] *= out[id] > 0.f ? inverse : p.repetition_penalty;
-    };
+    auto penalise = [&](int32_t id) { out[id] *= out[id] > 0.f ? inverse : p.repetition_penalty; };
     for (const int32_t id : history->prompt_ids()) penalise(id);
     for (const auto& [id, count] : history->output_counts()) {
       if (!history->prompt_ids().contains(id)) penalise(id);

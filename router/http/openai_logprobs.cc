@@ -42,8 +42,8 @@ void LogprobsBuilder::Add(int32_t id, const TokenLogprobs& logprobs, const std::
   if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
     Json top = Json::array();
     for (const auto& [t, lp] : logprobs.top) {
-      top.push_back(Json{{"token", token_string(t)}, {"logprob", Finite(lp)},
-                         {"bytes", token_bytes(t)}});
+      top.push_back(
+          Json{{"token", token_string(t)}, {"logprob", Finite(lp)}, {"bytes", token_bytes(t)}});
     }
     current_["content"].push_back(Json{{"token", token_string(id)},
                                        {"logprob", Finite(logprobs.logprob)},

@@ -12,9 +12,8 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "model/logprobs.h"
 #include "model/tokenizer/tokenizer.h"

@@ -50,12 +50,12 @@ absl::Status LogitBias(const Json& body, SamplingParams& sampling) {
   for (const auto& [key, value] : it->items()) {
     int32_t id = 0;
     if (!absl::SimpleAtoi(key, &id)) {
-      return OpenAiInvalidParam(
-          "logit_bias", absl::StrCat("'logit_bias' key '", key, "' is not a token id"));
+      return OpenAiInvalidParam("logit_bias",
+                                absl::StrCat("'logit_bias' key '", key, "' is not a token id"));
     }
     if (!value.is_number()) {
-      return OpenAiInvalidParam("logit_bias",
-                                absl::StrCat("'logit_bias' value for '", key, "' must be a number"));
+      return OpenAiInvalidParam(
+          "logit_bias", absl::StrCat("'logit_bias' value for '", key, "' must be a number"));
     }
     // vLLM clamps each bias to [-100, 100].
     const float bias = static_cast<float>(std::clamp(value.get<double>(), -100.0, 100.0));
@@ -107,8 +107,8 @@ absl::Status ParseOpenAiLogprobs(const Json& body, OpenAiRequest& request) {
   auto count = [](const Json& v, const char* field) -> absl::StatusOr<int32_t> {
     const std::optional<int32_t> n = Int32(v);
     if (!n.has_value() || *n < 0 || *n > kMaxLogprobs) {
-      return OpenAiInvalidParam(field, absl::StrCat("'", field, "' must be an integer in [0, ",
-                                                    kMaxLogprobs, "]"));
+      return OpenAiInvalidParam(
+          field, absl::StrCat("'", field, "' must be an integer in [0, ", kMaxLogprobs, "]"));
     }
     return *n;
   };

@@ -24,7 +24,6 @@ namespace tandem {
 // `top_logprobs` (0..kMaxLogprobs, only with logprobs true, as vLLM), completions' `logprobs`
 // (a count, 0..kMaxLogprobs; 0 = the sampled tokens' only). INVALID_ARGUMENT naming the field
 // otherwise. REQUIRES: request.endpoint set.
-[[nodiscard]] absl::Status ParseOpenAiLogprobs(const nlohmann::json& body,
-                                               OpenAiRequest& request);
+[[nodiscard]] absl::Status ParseOpenAiLogprobs(const nlohmann::json& body, OpenAiRequest& request);
 
 }  // namespace tandem

@@ -59,8 +59,8 @@ class LayoutMatrixTest : public ::testing::TestWithParam<Pair> {
     model_ = new std::string(SyntheticModelPath());
     reference_ =
         new std::vector<std::vector<int32_t>>(ReferenceGreedy(*model_, Prompts(), kMaxTokens));
-    sampled_ = new ReferenceRun(
-        ReferenceSampled(*model_, Prompts()[2], Penalised(), kSampledTokens));
+    sampled_ =
+        new ReferenceRun(ReferenceSampled(*model_, Prompts()[2], Penalised(), kSampledTokens));
   }
   static std::string* model_;
   static std::vector<std::vector<int32_t>>* reference_;

@@ -6,9 +6,9 @@
 
 #include "absl/synchronization/notification.h"
 #include "engine/combined_engine.h"
-#include "model/token_history.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/token_history.h"
 #include "tests/engine/test_model.h"
 
 namespace tandem {

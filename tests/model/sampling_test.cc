@@ -8,11 +8,10 @@
 #include <random>
 #include <vector>
 
-#include "model/logprobs.h"
-#include "model/token_history.h"
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/logprobs.h"
+#include "model/token_history.h"
 
 namespace tandem {
 namespace {
@@ -145,7 +144,7 @@ TEST(SamplingTest, PresenceAndFrequencyPenaltiesSeeOnlyTheOutput) {
   const std::vector<int32_t> context = {0, 1, 1, 2};
   const TokenHistory h(context, 3);
   const std::vector<float> out = ProcessLogits(logits, p, 3, &h);
-  EXPECT_FLOAT_EQ(out[0], 1.f);                   // prompt only: untouched
+  EXPECT_FLOAT_EQ(out[0], 1.f);                     // prompt only: untouched
   EXPECT_FLOAT_EQ(out[1], 1.f - 0.5f - 2 * 0.25f);  // twice in the output
   EXPECT_FLOAT_EQ(out[2], 1.f - 0.5f - 0.25f);
 }
@@ -284,7 +283,8 @@ Case RandomCase(std::mt19937& rng) {
   p.repetition_penalty = pick(2) == 0 ? 0.5f + 1.5f * unit(rng) : 1.f;
   p.presence_penalty = pick(2) == 0 ? 4.f * unit(rng) - 2.f : 0.f;
   p.frequency_penalty = pick(2) == 0 ? 4.f * unit(rng) - 2.f : 0.f;
-  for (int i = pick(4); i > 0; --i) p.logit_bias.push_back({pick(vocab), 200.f * unit(rng) - 100.f});
+  for (int i = pick(4); i > 0; --i)
+    p.logit_bias.push_back({pick(vocab), 200.f * unit(rng) - 100.f});
   std::sort(p.logit_bias.begin(), p.logit_bias.end());
   p.logit_bias.erase(std::unique(p.logit_bias.begin(), p.logit_bias.end(),
                                  [](auto& a, auto& b) { return a.first == b.first; }),
@@ -335,7 +335,8 @@ TEST(LogprobsTest, LogSoftmaxOfTheRawLogitsWithTheMostLikelyTokens) {
   EXPECT_NEAR(got.top[0].second, 3.0 - std::log(z), 1e-6);
   EXPECT_NEAR(got.top[2].second, 1.0 - std::log(z), 1e-6);
   double mass = 0;
-  for (size_t i = 0; i < logits.size(); ++i) mass += std::exp(ComputeLogprobs(logits, i, 0).logprob);
+  for (size_t i = 0; i < logits.size(); ++i)
+    mass += std::exp(ComputeLogprobs(logits, i, 0).logprob);
   EXPECT_NEAR(mass, 1.0, 1e-6);
   EXPECT_TRUE(ComputeLogprobs(logits, 0, 0).top.empty());
   EXPECT_EQ(ComputeLogprobs(logits, 0, 99).top.size(), logits.size());
