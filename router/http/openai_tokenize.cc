@@ -46,7 +46,9 @@ absl::StatusOr<TokenizeAnswer> Tokenize(const ServedModel& model, absl::string_v
        {ValidateModelName(request->model, model.limits()), ValidatePromptInput(request->prompt)}) {
     if (!s.ok()) return s;
   }
-  const std::vector<int32_t> ids = TokenizeOpenAiPrompt(model, *request);
+  absl::StatusOr<std::vector<int32_t>> tokenized = TokenizeOpenAiPrompt(model, *request);
+  if (!tokenized.ok()) return tokenized.status();
+  const std::vector<int32_t> ids = *std::move(tokenized);
   Json answer{
       {"count", ids.size()}, {"max_model_len", model.limits().context_length}, {"tokens", ids}};
   if (token_strs) {

@@ -20,6 +20,8 @@
 #include "common/prometheus_text.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "router/http/openai_prepare.h"
+#include "router/http/openai_tokenize.h"
 #include "router/http/router_http.h"
 #include "router/router_server.h"
 #include "serving/api_keys.h"
@@ -290,6 +292,44 @@ TEST_F(RouterHttpTest, NonStreamingClientTimingOutCancelsTheRequest) {
            /*timeout_ms=*/500);
   EXPECT_EQ(reply.code, CURLE_OPERATION_TIMEDOUT);
   EXPECT_TRUE(decode_->WaitForCancelled(1, kWait));
+}
+
+// The ids a completion request sends (and /tokenize reports) with add_special_tokens and
+// truncate_prompt_tokens, on a model that asks for BOS.
+TEST(TokenizeOpenAiPromptTest, AddSpecialTokensAndTruncation) {
+  const std::unique_ptr<ServedModel> model = MakeTestModel(4, "", /*add_bos=*/true);
+  ASSERT_NE(model, nullptr);
+  const auto ids = [&model](OpenAiEndpoint endpoint, const std::string& body) {
+    absl::StatusOr<OpenAiRequest> r = ParseOpenAiRequest(endpoint, body);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return std::vector<int32_t>{};
+    absl::StatusOr<std::vector<int32_t>> tokens = TokenizeOpenAiPrompt(*model, *r);
+    EXPECT_TRUE(tokens.ok()) << tokens.status();
+    return tokens.ok() ? *tokens : std::vector<int32_t>{};
+  };
+  constexpr OpenAiEndpoint kCmpl = OpenAiEndpoint::kCompletions;
+  const int32_t h = ByteToken('h'), i = ByteToken('i');
+  EXPECT_EQ(ids(kCmpl, R"({"prompt": "hi"})"), (std::vector<int32_t>{1, h, i}));
+  EXPECT_EQ(ids(kCmpl, R"({"prompt": "hi", "add_special_tokens": true})"),
+            (std::vector<int32_t>{1, h, i}));
+  EXPECT_EQ(ids(kCmpl, R"({"prompt": "hi", "add_special_tokens": false})"),
+            (std::vector<int32_t>{h, i}));
+  // Token ids are used as given either way.
+  EXPECT_EQ(ids(kCmpl, R"({"prompt": [7, 8], "add_special_tokens": false})"),
+            (std::vector<int32_t>{7, 8}));
+  // truncate_prompt_tokens keeps the last k (BOS counts as a prompt token); -1 = the context (4).
+  EXPECT_EQ(ids(kCmpl, R"({"prompt": "hi", "truncate_prompt_tokens": 2})"),
+            (std::vector<int32_t>{h, i}));
+  EXPECT_EQ(ids(kCmpl, R"({"prompt": [1, 2, 3, 4, 5, 6], "truncate_prompt_tokens": -1})"),
+            (std::vector<int32_t>{3, 4, 5, 6}));
+  EXPECT_EQ(ids(kCmpl, R"({"prompt": [1, 2], "truncate_prompt_tokens": 5})"),
+            (std::vector<int32_t>{1, 2}));
+  // /tokenize reports the same ids.
+  absl::StatusOr<TokenizeAnswer> answer =
+      Tokenize(*model, R"({"prompt": "hi", "add_special_tokens": false})");
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(Json::parse(answer->body)["tokens"], Json::array({h, i}));
+  EXPECT_EQ(Json::parse(answer->body)["max_model_len"], 4);
 }
 
 TEST_F(RouterHttpTest, WrongMethodIs405AndUnknownPathIs404WithErrorObjects) {

@@ -12,7 +12,7 @@
 namespace tandem::testing_router {
 
 std::unique_ptr<ServedModel> MakeTestModel(int64_t context_length,
-                                           const std::string& chat_template) {
+                                           const std::string& chat_template, bool add_bos) {
   std::vector<std::string> tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
   std::vector<int32_t> types(3, static_cast<int32_t>(TokenKind::kControl));
   for (int b = 0; b < 256; ++b) {
@@ -33,6 +33,7 @@ std::unique_ptr<ServedModel> MakeTestModel(int64_t context_length,
   writer.Set("tokenizer.ggml.merges", GgufValue::StringArray({"h e"}));
   writer.Set("tokenizer.ggml.bos_token_id", GgufValue::Uint32(1));
   writer.Set("tokenizer.ggml.eos_token_id", GgufValue::Uint32(2));
+  if (add_bos) writer.Set("tokenizer.ggml.add_bos_token", GgufValue::Bool(true));
   if (!chat_template.empty()) {
     writer.Set("tokenizer.chat_template", GgufValue::String(chat_template));
   }

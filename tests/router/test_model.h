@@ -19,8 +19,10 @@ inline constexpr char kTestModelName[] = "tiny-test";
 // The token of one byte.
 constexpr int32_t ByteToken(char c) { return 3 + static_cast<uint8_t>(c); }
 
-// `chat_template` (tokenizer.chat_template) is omitted when empty.
+// `chat_template` (tokenizer.chat_template) is omitted when empty. `add_bos`: the model asks for
+// BOS (id 1) in front of every text and chat prompt (tokenizer.ggml.add_bos_token).
 std::unique_ptr<ServedModel> MakeTestModel(int64_t context_length,
-                                           const std::string& chat_template = "");
+                                           const std::string& chat_template = "",
+                                           bool add_bos = false);
 
 }  // namespace tandem::testing_router
