@@ -252,13 +252,12 @@ absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvH
 
 absl::Status DecodeNode::VerifyDigests(const TransferMetadata& source, const KvHandle& kv,
                                        const std::vector<int32_t>& blocks,
-                                       const std::vector<uint32_t>& digests,
-                                       TransferStats* stats) {
+                                       const std::vector<uint32_t>& digests, TransferStats* stats) {
   const absl::Time start = absl::Now();
   // The whole prompt's plan: for a pipelined pull it reads every prompt byte from the same source
   // rank and offset as the union of its range plans (planner.h), so it maps what landed.
-  TANDEM_ASSIGN_OR_RETURN(TransferPlan plan, PlanKvTransfer(source.layout, kv.block_table,
-                                                            layout(), blocks, kv.num_tokens));
+  TANDEM_ASSIGN_OR_RETURN(TransferPlan plan, PlanKvTransfer(source.layout, kv.block_table, layout(),
+                                                            blocks, kv.num_tokens));
   std::vector<absl::Span<const std::byte>> pools;
   for (int32_t d = 0; d < instance_->world(); ++d) {
     const KvPoolView pool = instance_->transfer_pool(d);
@@ -268,8 +267,8 @@ absl::Status DecodeNode::VerifyDigests(const TransferMetadata& source, const KvH
   std::vector<KvDigestMismatch> bad;
   const absl::Status s = VerifyKvDigests(
       source.layout, layout(), plan, kv.num_tokens,
-      KvDigestBinding{kv.request_id, kv.generation, kv.block_table, kv.block_generations},
-      digests, pools, &bad, DefaultKvDigestThreads());
+      KvDigestBinding{kv.request_id, kv.generation, kv.block_table, kv.block_generations}, digests,
+      pools, &bad, DefaultKvDigestThreads());
   stats->digest_micros = absl::ToInt64Microseconds(absl::Now() - start);
   if (s.ok()) {
     stats->digests_verified = true;
@@ -310,9 +309,9 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   }
   if (UsesPenalties(call.sampling) &&
       static_cast<int64_t>(call.context_ids.size()) != kv.num_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "context_ids: sampling penalties need the ids of the ", kv.num_tokens,
-        " tokens the KV covers, got ", call.context_ids.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("context_ids: sampling penalties need the ids of the ", kv.num_tokens,
+                     " tokens the KV covers, got ", call.context_ids.size()));
   }
   TANDEM_RETURN_IF_ERROR(
       CheckContextFit(kv.num_tokens, call.max_new_tokens, "max_new_tokens", config_.max_context));
@@ -355,8 +354,8 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   const absl::Time t0 = absl::Now();
   absl::Status pulled;
   if (call.pipelined) {
-    pulled = PullPipelined(*meta, kv, blocks, cancelled, &cancel_pull, &first_token, &digests,
-                           &stats);
+    pulled =
+        PullPipelined(*meta, kv, blocks, cancelled, &cancel_pull, &first_token, &digests, &stats);
   } else {
     TANDEM_ASSIGN_OR_RETURN(TransferPlan plan, PlanKvTransfer(meta->layout, kv.block_table, dst,
                                                               blocks, kv.num_tokens));

@@ -187,7 +187,7 @@ class DecodeNode {
   mutable absl::Mutex mu_;
   std::map<std::pair<std::string, uint64_t>, std::shared_ptr<const TransferMetadata>> metadata_
       ABSL_GUARDED_BY(mu_);
-  int32_t waiting_ ABSL_GUARDED_BY(mu_) = 0;     // calls waiting for capacity or pulling
+  int32_t waiting_ ABSL_GUARDED_BY(mu_) = 0;  // calls waiting for capacity or pulling
   std::atomic<int64_t> kv_digest_mismatches_{0};
   std::atomic<int64_t> kv_digests_verified_{0};
   std::unique_ptr<ColocatedPrefill> colocated_;  // with colocated_prefill; destroyed first

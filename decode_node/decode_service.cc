@@ -120,8 +120,7 @@ grpc::Status DecodeServiceImpl::Decode(grpc::ServerContext* ctx, const v1::Decod
     line.Add("digests_verified", "true")
         .AddMillis("digest_ms", absl::Microseconds(record.transfer->digest_micros));
   }
-  line.AddMillis("decode_ms", record.decode)
-      .AddMillis("total_ms", absl::Now() - record.start);
+  line.AddMillis("decode_ms", record.decode).AddMillis("total_ms", absl::Now() - record.start);
   if (!status.ok()) line.Add("error", status.error_message());
   WriteLogLine("tandem-decode", line.str());
   return status;

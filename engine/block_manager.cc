@@ -92,8 +92,8 @@ absl::StatusOr<std::vector<uint32_t>> BlockManager::Generations(
 absl::StatusOr<std::vector<int32_t>> BlockManager::FreedSince(
     absl::Span<const int32_t> blocks, absl::Span<const uint32_t> generations) const {
   if (blocks.size() != generations.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(blocks.size(), " blocks but ",
-                                                   generations.size(), " generations"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(blocks.size(), " blocks but ", generations.size(), " generations"));
   }
   absl::MutexLock lock(&mu_);
   std::vector<int32_t> freed;

@@ -10,8 +10,7 @@ void KvProgress::Advance(int64_t tokens_ready) {
   state_.tokens_ready = tokens_ready;
 }
 
-void KvProgress::Finish(int64_t num_tokens, int32_t first_token,
-                        std::vector<uint32_t> kv_digests) {
+void KvProgress::Finish(int64_t num_tokens, int32_t first_token, std::vector<uint32_t> kv_digests) {
   absl::MutexLock lock(&mu_);
   if (state_.final()) return;
   state_.tokens_ready = num_tokens;

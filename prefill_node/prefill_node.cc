@@ -266,8 +266,8 @@ absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
   struct Wait {
     absl::Notification done;
     bool answered = false;
-    uint64_t generation = 0;  // 0: no lease was taken
-    std::vector<int32_t> blocks;               // the lease's, from admission
+    uint64_t generation = 0;                  // 0: no lease was taken
+    std::vector<int32_t> blocks;              // the lease's, from admission
     std::vector<uint32_t> block_generations;  // parallel to blocks
     absl::StatusOr<PrefillOutcome> outcome = absl::UnknownError("pending");
   };
@@ -344,8 +344,8 @@ absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
         std::vector<uint32_t> digests;
         if (failure.ok()) {
           // On the engine's thread: the decode side needs them with the final progress message.
-          absl::StatusOr<std::vector<uint32_t>> d = Digests(
-              request_id, gen, wait->blocks, wait->block_generations, r->num_tokens);
+          absl::StatusOr<std::vector<uint32_t>> d =
+              Digests(request_id, gen, wait->blocks, wait->block_generations, r->num_tokens);
           if (d.ok()) {
             digests = *std::move(d);
           } else {
@@ -427,8 +427,7 @@ bool PrefillNode::ReleaseKv(const std::string& request_id, uint64_t epoch, uint6
     // the reads is seen here, and the release reports the lease as not held. Blocks freed that
     // way are not freed again (their next owner holds them now).
     if (blocks.has_value() && !handle_generations.empty()) {
-      if (!std::equal(blocks->begin(), blocks->end(), handle_blocks.begin(),
-                      handle_blocks.end())) {
+      if (!std::equal(blocks->begin(), blocks->end(), handle_blocks.begin(), handle_blocks.end())) {
         fenced = "the handle names other blocks than the lease holds";
       } else {
         absl::StatusOr<std::vector<int32_t>> freed =

@@ -143,8 +143,8 @@ int Main(const char* self) {
           absl::ToDoubleMilliseconds(r->digest_check.best),
           absl::ToDoubleMilliseconds(r->digest_check.median), 100.0 * r->digest_check_vs_pull,
           absl::ToDoubleMilliseconds(r->digest_compute.best),
-          absl::ToDoubleMilliseconds(r->digest_compute.median),
-          100.0 * r->digest_compute_vs_pull, GBps(r->bytes, r->digest_compute.best));
+          absl::ToDoubleMilliseconds(r->digest_compute.median), 100.0 * r->digest_compute_vs_pull,
+          GBps(r->bytes, r->digest_compute.best));
       if (absl::GetFlag(FLAGS_passes)) {
         for (size_t i = 0; i < r->planned_passes.size(); ++i) {
           std::printf(
@@ -161,8 +161,8 @@ int Main(const char* self) {
         matched_result = absl::StrFormat("RESULT transfer_vs_raw_ucx=%.3f", r->planned_vs_raw);
       }
       if (transport == testing::Transport::kSharedMemory && sc.name == "matched tp1->tp1") {
-        results.push_back(absl::StrFormat("RESULT kv_digest_check_vs_transfer=%.4f",
-                                          r->digest_check_vs_pull));
+        results.push_back(
+            absl::StrFormat("RESULT kv_digest_check_vs_transfer=%.4f", r->digest_check_vs_pull));
         results.push_back(absl::StrFormat("RESULT kv_digest_compute_vs_transfer=%.4f",
                                           r->digest_compute_vs_pull));
       }

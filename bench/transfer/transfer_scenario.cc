@@ -154,18 +154,16 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
   std::vector<uint32_t> digests;
   auto compute_digests = [&]() -> absl::StatusOr<absl::Duration> {
     const absl::Time start = absl::Now();
-    TANDEM_ASSIGN_OR_RETURN(digests,
-                            ComputeKvDigests(sc.src, source_views, sc.tokens, binding,
-                                             DefaultKvDigestThreads()));
+    TANDEM_ASSIGN_OR_RETURN(digests, ComputeKvDigests(sc.src, source_views, sc.tokens, binding,
+                                                      DefaultKvDigestThreads()));
     return absl::Now() - start;
   };
   const std::vector<absl::Span<const std::byte>> dst_views = {
       absl::Span<const std::byte>(local, static_cast<size_t>(pool->bytes()))};
   auto check_digests = [&]() -> absl::StatusOr<absl::Duration> {
     const absl::Time start = absl::Now();
-    TANDEM_RETURN_IF_ERROR(
-        VerifyKvDigests(sc.src, sc.dst, plan, sc.tokens, binding, digests, dst_views, nullptr,
-                        DefaultKvDigestThreads()));
+    TANDEM_RETURN_IF_ERROR(VerifyKvDigests(sc.src, sc.dst, plan, sc.tokens, binding, digests,
+                                           dst_views, nullptr, DefaultKvDigestThreads()));
     return absl::Now() - start;
   };
 

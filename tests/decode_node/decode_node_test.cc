@@ -404,8 +404,8 @@ TEST_F(DecodeNodeTest, ByteFlippedInThePrefillPoolMidPullIsCaughtAndDiscarded) {
   decoding.join();
   EXPECT_THAT(out.started, StatusIs(absl::StatusCode::kAborted,
                                     AllOf(HasSubstr("prefill prefill-fast:1"),
-                                          HasSubstr("digest mismatch in 1 of"),
-                                          HasSubstr("head 1"), HasSubstr("destination rank(s) 1"))));
+                                          HasSubstr("digest mismatch in 1 of"), HasSubstr("head 1"),
+                                          HasSubstr("destination rank(s) 1"))));
   EXPECT_EQ(node->kv_digest_mismatches(), 1);
   EXPECT_EQ(node->kv_digests_verified(), 0);
   EXPECT_EQ(prefill_->releases(), 1);

@@ -666,9 +666,9 @@ TEST_F(PrefillNodeTest, ByteFlippedInThePoolFailsTheTransferAndTheRetryDecodesTh
   pool[KvByteOffset(g, out->block_table[1], 0, 1, 1, 4) + 2] ^= std::byte{0x04};
   absl::StatusOr<TransferStats> started;
   EXPECT_TRUE(Decode(*prefill, *decode, "r1", *out, 6, &started).empty());
-  EXPECT_THAT(started, StatusIs(absl::StatusCode::kAborted,
-                                AllOf(HasSubstr("prefill prefill:1"),
-                                      HasSubstr("source rank 1 block"))));
+  EXPECT_THAT(started,
+              StatusIs(absl::StatusCode::kAborted,
+                       AllOf(HasSubstr("prefill prefill:1"), HasSubstr("source rank 1 block"))));
   EXPECT_EQ(decode->kv_digest_mismatches(), 1);
   EXPECT_EQ(prefill->Load().leases, 0);  // the failed transfer released the lease
   EXPECT_TRUE(WaitFor([&] { return decode->free_blocks() == free_before; }));
@@ -688,9 +688,9 @@ TEST_F(PrefillNodeTest, ByteFlippedInThePoolFailsTheTransferAndTheRetryDecodesTh
 TEST_F(PrefillNodeTest, BlockFreedAndReusedUnderALiveHandleFailsTheTransferNotTheTokens) {
   for (const bool digests : {true, false}) {
     SCOPED_TRACE(digests ? "digests on" : "digests off: generation fencing alone");
-    std::unique_ptr<PrefillNode> prefill = NewNode(absl::Seconds(30), /*prefix_cache=*/false,
-                                                   ParallelConfig{2, 1, 1, 16, 16}, 1 << 20,
-                                                   digests);
+    std::unique_ptr<PrefillNode> prefill =
+        NewNode(absl::Seconds(30), /*prefix_cache=*/false, ParallelConfig{2, 1, 1, 16, 16}, 1 << 20,
+                digests);
     ASSERT_NE(prefill, nullptr);
     auto client = std::make_shared<InProcessPrefill>(prefill.get());
     std::unique_ptr<DecodeNode> decode = NewDecode(client, 1);
