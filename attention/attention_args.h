@@ -1,6 +1,7 @@
 // Arguments of a paged attention call, shared by the CPU and CUDA kernels: a view of one rank's
-// KV pool and the query rows' metadata (DESIGN.md §4, §5). Pointers inside are raw: the pool base
-// is device memory of the backend that runs the kernel; the row metadata is host memory.
+// KV pool and the query rows' metadata (docs/design.md#kv-pool-layout, #rank-local-attention).
+// Pointers inside are raw: the pool base is device memory of the backend that runs the kernel; the
+// row metadata is host memory.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,5 @@
-// DCP token ownership inside one DCP group (DESIGN.md §3). Pure index math, host/device-callable.
+// DCP token ownership inside one DCP group (docs/design.md#token-ownership). Pure index math,
+// host/device-callable.
 //
 // A DCP group of N ranks stores each token on exactly one rank. With block size B and
 // interleave I (B % I == 0), the block table indexes *virtual* blocks of V = B·N tokens; inside a

@@ -1,4 +1,4 @@
-// Exact merge of attention partials by log-sum-exp (DESIGN.md §5). Pure.
+// Exact merge of attention partials by log-sum-exp (docs/design.md#lse-merge). Pure.
 //
 // Each partial i holds, per (row, head) "item", an output o_i normalised over its own keys and
 // its natural-log LSE L_i (−inf when it had no keys). The exact result is

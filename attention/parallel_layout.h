@@ -1,5 +1,6 @@
-// Placement of one instance's ranks (DESIGN.md §3): which query and KV heads each rank holds and
-// which DCP group / DCP rank it belongs to. Pure; shared by the engines and the transfer planner.
+// Placement of one instance's ranks (docs/design.md#parallel-layout): which query and KV heads each
+// rank holds and which DCP group / DCP rank it belongs to. Pure; shared by the engines and the
+// transfer planner.
 //
 // Global rank g = c·tp + t (c = PCP index, t = TP index; TP varies fastest).
 //   * tp | Hq; query heads of rank t: [t·Hq/tp, (t+1)·Hq/tp).

@@ -1,4 +1,4 @@
-// Prefill context parallelism partition (DESIGN.md §3). Pure.
+// Prefill context parallelism partition (docs/design.md#pcp-partition). Pure.
 //
 // A request whose forward pass covers q tokens is cut into 2·pcp chunks of ceil(q/(2·pcp))
 // tokens (the tail chunks may be short or empty); PCP rank c computes chunks c and 2·pcp−1−c,

@@ -1,4 +1,4 @@
-// Byte layout of one rank's KV pool (DESIGN.md §4). Pure, host/device-callable.
+// Byte layout of one rank's KV pool (docs/design.md#kv-pool-layout). Pure, host/device-callable.
 //
 // The pool is one contiguous region; block b starts at b·BlockBytes. Inside a block the order is
 // head-major:  [local_kv_head][layer][K=0,V=1][offset_in_block 0..B)[head_dim].

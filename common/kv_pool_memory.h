@@ -1,7 +1,8 @@
 // Memory behind one rank's KV pool. The engine only needs a base pointer and a size; where the
 // memory comes from is the server's choice: plain backend memory for a combined instance, memory
 // a KV transport allocated on prefill/decode instances so peers can read it one-sidedly
-// (DESIGN.md §6). Here, below both engine/ and kv_transfer/, so neither includes the other.
+// (docs/design.md#pools-and-ucx). Here, below both engine/ and kv_transfer/, so neither includes
+// the other.
 #pragma once
 
 #include <cstdint>

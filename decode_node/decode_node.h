@@ -1,7 +1,8 @@
-// A decode instance (DESIGN.md §1, §5, §6): a TP×DCP instance whose KV pools a transport
-// allocates (one KvPuller per rank, made by the injected KvPullerFactory), a DecodeEngine, and
-// the handshake/transfer path that turns a prefill instance's KvHandle into local KV, talking to
-// the prefill through the injected PrefillClient (gRPC in tandem-decode, fakes in tests):
+// A decode instance (docs/design.md#request-lifecycle, #kv-transfer): a TP×DCP instance whose KV
+// pools a transport allocates (one KvPuller per rank, made by the injected KvPullerFactory), a
+// DecodeEngine, and the handshake/transfer path that turns a prefill instance's KvHandle into local
+// KV, talking to the prefill through the injected PrefillClient (gRPC in tandem-decode, fakes in
+// tests):
 //
 //   transfer metadata (cached per prefill engine id + epoch; compatibility hash checked once) →
 //   lease kept alive from here until the pull ends (LeaseKeeper) → blocks for prompt +

@@ -1,5 +1,5 @@
 // LeaseKeeper: keeps a prefill instance's lease on one prompt's KV alive while a decode call
-// waits for capacity and pulls (DESIGN.md §6), however long the pull takes.
+// waits for capacity and pulls (docs/design.md#lease-protocol), however long the pull takes.
 //
 // A thread renews the lease through the PrefillClient on NextLeaseRenewal's schedule: when half
 // of what the last grant left has passed, and at least one rpc_timeout before the expiry (each

@@ -1,4 +1,4 @@
-// Allocation of virtual KV blocks for one instance (DESIGN.md §3). Pure.
+// Allocation of virtual KV blocks for one instance (docs/design.md#token-ownership). Pure.
 //
 // A virtual block holds B·dcp tokens: B tokens on each rank of a DCP group, at the same block id
 // in every rank's pool (and every DCP group of the instance uses the same ids). Blocks are

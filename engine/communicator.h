@@ -1,4 +1,4 @@
-// Collectives between the rank threads of one instance (DESIGN.md §1, §3).
+// Collectives between the rank threads of one instance (docs/design.md#instances).
 //
 // A Communicator is one rank's handle on one group (TP, PCP or DCP group of an instance, or the
 // whole world). Every member must call the same collectives in the same order with the same

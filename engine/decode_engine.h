@@ -1,7 +1,7 @@
-// Continuous-batched decode on one instance (DESIGN.md §1, §5). Requests join and leave between
-// steps; each step feeds every running request's last token at its next position (the new K/V
-// is written on its owner rank, then DCP attention runs), samples, and finishes requests on a
-// stop token or their token budget, freeing their KV blocks.
+// Continuous-batched decode on one instance (docs/design.md#request-lifecycle, #dcp-attention).
+// Requests join and leave between steps; each step feeds every running request's last token at its
+// next position (the new K/V is written on its owner rank, then DCP attention runs), samples, and
+// finishes requests on a stop token or their token budget, freeing their KV blocks.
 //
 // A request arrives with its prompt's KV already in this instance's pools (transferred from a
 // prefill instance, or computed by a PrefillEngine on the same instance) and a block table that

@@ -1,5 +1,6 @@
-// One Tandem instance: a process-local group of tp × pcp rank threads (DESIGN.md §1, §3), each
-// with its backend, weight shard, KV pool and communicators, executing forward steps together.
+// One Tandem instance: a process-local group of tp × pcp rank threads (docs/design.md#instances,
+// #parallel-layout), each with its backend, weight shard, KV pool and communicators, executing
+// forward steps together.
 //
 // Rank threads are persistent: created once, each runs its setup (backend, weights, pool) and
 // then every step on the same thread, so per-thread state (OpenMP team, CUDA context) persists.
@@ -29,7 +30,8 @@
 
 namespace tandem {
 
-// Whether a pool_allocator's memory is the KV pool itself or a host mirror of it (DESIGN.md §6).
+// Whether a pool_allocator's memory is the KV pool itself or a host mirror of it
+// (docs/design.md#pools-and-ucx).
 enum class KvStaging {
   kAuto,    // a mirror only when the backend's memory is not host memory (GPU pools)
   kAlways,  // a mirror even on the CPU backend: exercises the GPU path's staging on any machine

@@ -1,4 +1,5 @@
-// Communicator over NCCL for the rank threads of one instance, one GPU per rank (DESIGN.md §1).
+// Communicator over NCCL for the rank threads of one instance, one GPU per rank
+// (docs/design.md#instances).
 // Built only with the CUDA backend; engine/backend_registry.cc is the only user outside tests.
 //
 // Semantics are those of engine/communicator.h, with these specifics:

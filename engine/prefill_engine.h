@@ -1,8 +1,8 @@
-// Prefill scheduling on one instance (DESIGN.md §1, §3): prompts are queued, given KV blocks,
-// chunked to at most `max_prefill_tokens` tokens per step (several prompts share a step), run
-// through the PCP/DCP forward, and their first token is sampled. The blocks stay allocated when a
-// request completes: the caller owns them (hands them to a decode engine, or frees them via
-// BlockManager when the KV has been transferred or its lease expired).
+// Prefill scheduling on one instance (docs/design.md#request-lifecycle, #pcp-partition): prompts
+// are queued, given KV blocks, chunked to at most `max_prefill_tokens` tokens per step (several
+// prompts share a step), run through the PCP/DCP forward, and their first token is sampled. The
+// blocks stay allocated when a request completes: the caller owns them (hands them to a decode
+// engine, or frees them via BlockManager when the KV has been transferred or its lease expired).
 //
 // A request that cannot get blocks waits in FIFO order; past `queue_timeout` it fails with
 // RESOURCE_EXHAUSTED. Cancel() removes a request at the next step boundary and frees its blocks.

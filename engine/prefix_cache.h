@@ -3,9 +3,9 @@
 // later prompts that start with the same tokens so that only the uncached suffix is computed.
 // Pure: std + abseil + engine_core.
 //
-// Granularity: one entry is one *virtual* block (DESIGN.md §3: B·dcp tokens, DCP-sharded across
-// the ranks of every DCP group at the same block id), so `block_tokens` = B·dcp. A block's KV
-// depends on every token before it (attention, RoPE position), which the chain covers.
+// Granularity: one entry is one *virtual* block (docs/design.md#token-ownership: B·dcp tokens,
+// DCP-sharded across the ranks of every DCP group at the same block id), so `block_tokens` = B·dcp.
+// A block's KV depends on every token before it (attention, RoPE position), which the chain covers.
 //
 // Ownership: the cache holds one BlockManager reference on each cached block. A request that
 // reuses cached blocks takes its own reference through Acquire (under the cache's lock), so a

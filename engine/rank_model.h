@@ -1,5 +1,5 @@
-// The Llama forward pass of one rank of an instance (DESIGN.md §3, §5), written once against
-// ComputeBackend and Communicator.
+// The Llama forward pass of one rank of an instance (docs/design.md#parallel-layout,
+// #dcp-attention), written once against ComputeBackend and Communicator.
 //
 // Per step and layer: QKV of the rank's heads for its rows (its PCP chunks) → RoPE → K/V
 // all-gathered over the PCP group, each rank writing the positions it owns under DCP → attention

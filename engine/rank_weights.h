@@ -1,4 +1,5 @@
-// One rank's share of the model weights, prepared on its backend (DESIGN.md §3 TP sharding).
+// One rank's share of the model weights, prepared on its backend (TP sharding:
+// docs/design.md#model-and-compute).
 //
 // * Column-parallel: wq (the rank's query heads), wk/wv (its KV heads — replicated rows when
 //   tp > num_kv_heads), w_gate/w_up (a contiguous slice of the intermediate dimension; slices may

@@ -1,6 +1,6 @@
-// The ranks of one instance grouped by the KV head range they hold (DESIGN.md §3). All ranks that
-// hold a given KV head hold the same head range, and they form whole DCP groups ("replicas"), each
-// of which stores every token once. The planner reads a head from one replica.
+// The ranks of one instance grouped by the KV head range they hold (docs/design.md#dcp-groups). All
+// ranks that hold a given KV head hold the same head range, and they form whole DCP groups
+// ("replicas"), each of which stores every token once. The planner reads a head from one replica.
 // Pure; built from PlaceRank / DcpGroupRanks so it cannot drift from the engines' placement.
 #pragma once
 

@@ -1,6 +1,6 @@
-// KvPuller: the decode side of a KV transfer, independent of the transport (DESIGN.md §6). One
-// per decode rank. Implementations: UcxKvPuller (ucx/, one-sided UCX gets), FakeKvPuller (fake/,
-// in-process copies with injectable faults, for node-level tests).
+// KvPuller: the decode side of a KV transfer, independent of the transport
+// (docs/design.md#pulling-kv). One per decode rank. Implementations: UcxKvPuller (ucx/, one-sided
+// UCX gets), FakeKvPuller (fake/, in-process copies with injectable faults, for node-level tests).
 //
 // Execute(source, copies, local_pool, options) copies copies[i].length bytes from source rank
 // copies[i].src_rank's pool at src_offset to local_pool at dst_offset, for every i. Contract

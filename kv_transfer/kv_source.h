@@ -1,4 +1,5 @@
-// KvSource: the prefill side of a KV transfer, independent of the transport (DESIGN.md §6).
+// KvSource: the prefill side of a KV transfer, independent of the transport
+// (docs/design.md#kv-transfer).
 //
 // A source owns one KV pool per global rank of a prefill instance and the TransferMetadata that
 // lets a decode instance's KvPuller (kv_puller.h) read them: per rank whatever the transport

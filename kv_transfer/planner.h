@@ -1,7 +1,7 @@
-// KV transfer planner (DESIGN.md §6): which byte ranges each destination rank reads from which
-// source rank so that, afterwards, every destination pool holds exactly what the destination
-// would have written had it computed the prompt itself. Pure function of the two layouts, the two
-// block tables and the token count; no I/O. Thread-safe (no shared state).
+// KV transfer planner (docs/design.md#transfer-planner): which byte ranges each destination rank
+// reads from which source rank so that, afterwards, every destination pool holds exactly what the
+// destination would have written had it computed the prompt itself. Pure function of the two
+// layouts, the two block tables and the token count; no I/O. Thread-safe (no shared state).
 //
 // Defined by ownership sets: destination rank d needs every (KV head in its range, layer, K|V,
 // token it owns under its own DCP placement) for tokens [0, num_tokens). Each such element lives

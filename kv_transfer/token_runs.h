@@ -1,6 +1,6 @@
 // Token runs: how one destination physical block's slots map onto source physical blocks when the
-// two sides place tokens differently (DESIGN.md §3 DCP placement, possibly different block size,
-// DCP degree and interleave). Pure index math used by the planner (planner.h).
+// two sides place tokens differently (docs/design.md#token-ownership, possibly different block
+// size, DCP degree and interleave). Pure index math used by the planner (planner.h).
 //
 // A run is a maximal range of consecutive slots of one destination block whose tokens sit, in the
 // same order, in consecutive slots of one source physical block on one source DCP rank. Inside a

@@ -1,4 +1,5 @@
-// Domain types of the KV transfer layer (DESIGN.md §6). Pure: std + abseil + attention core.
+// Domain types of the KV transfer layer (docs/design.md#handshake). Pure: std + abseil + attention
+// core.
 //
 // A prefill instance publishes TransferMetadata once per epoch; a decode instance plans copies
 // between the two layouts (planner.h) and executes them with one-sided gets (ucx/).

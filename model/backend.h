@@ -1,7 +1,7 @@
 // The compute backend of one rank: device memory, prepared weights and the ops of a Llama-family
-// forward pass (DESIGN.md §2). The forward (engine/rank_model.*) is written once against this
-// interface; the CPU backend runs it on host memory with oneDNN GEMMs and Tandem's kernels, the
-// CUDA backend on one GPU with cuBLAS and Tandem's CUDA kernels.
+// forward pass (docs/design.md#model-and-compute). The forward (engine/rank_model.*) is written
+// once against this interface; the CPU backend runs it on host memory with oneDNN GEMMs and
+// Tandem's kernels, the CUDA backend on one GPU with cuBLAS and Tandem's CUDA kernels.
 //
 // Pointers passed to ops are device pointers of this backend ("device" = host memory for the CPU
 // backend) unless a parameter says `host`. Index arrays (token ids, positions, slots, block

@@ -1,4 +1,5 @@
-// KV leases of a prefill instance (DESIGN.md §6). Pure; not thread-safe (the node locks it).
+// KV leases of a prefill instance (docs/design.md#lease-protocol). Pure; not thread-safe (the node
+// locks it).
 //
 // A lease holds a request's KV blocks until the decode side releases them or the lease expires.
 // Each lease has a generation, unique for the table's lifetime: ReleaseKv / RenewLease quote it,

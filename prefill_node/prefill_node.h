@@ -1,10 +1,11 @@
-// A prefill instance (DESIGN.md §1, §6): a TP×PCP instance whose KV pools a transport allocates
-// and publishes as TransferMetadata (a KvSource from the injected KvSourceFactory: UCX in
-// tandem-prefill, in-process fakes in tests), a PrefillEngine, and the lease table that holds each
-// finished prompt's KV until a decode instance releases it or the lease expires. With the prefix
-// cache on (--prefix_cache), full blocks of finished prompts stay cached after their lease ends and
-// later prompts sharing the prefix reuse them (engine/prefix_cache.h, docs/prefix_cache.md); the
-// KvHandle of such a prompt names the cached blocks too, so the decode side pulls the whole prompt.
+// A prefill instance (docs/design.md#request-lifecycle, #lease-protocol): a TP×PCP instance whose
+// KV pools a transport allocates and publishes as TransferMetadata (a KvSource from the injected
+// KvSourceFactory: UCX in tandem-prefill, in-process fakes in tests), a PrefillEngine, and the
+// lease table that holds each finished prompt's KV until a decode instance releases it or the lease
+// expires. With the prefix cache on (--prefix_cache), full blocks of finished prompts stay cached
+// after their lease ends and later prompts sharing the prefix reuse them (engine/prefix_cache.h,
+// docs/prefix_cache.md); the KvHandle of such a prompt names the cached blocks too, so the decode
+// side pulls the whole prompt.
 //
 // Thread-safety: all public methods are thread-safe (gRPC handlers call them concurrently).
 #pragma once

@@ -1,6 +1,6 @@
 // The life of one Generate request across prefill and decode nodes, including retries and
-// mid-stream resume (DESIGN.md §1, §7). Pure: the driver performs the calls and reports their
-// outcomes; this class decides what to call next and which tokens reach the client.
+// mid-stream resume (docs/design.md#retry-and-resume). Pure: the driver performs the calls and
+// reports their outcomes; this class decides what to call next and which tokens reach the client.
 //
 // Generated tokens g[0], g[1], ... use sampling draws 0, 1, ...: prefill samples g[0] with
 // PrefillRequest.sample_step = 0; decode gets first_token = g[0] (already streamed) and samples

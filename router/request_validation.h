@@ -1,5 +1,6 @@
 // Validation of Router.Generate requests, producing the exact status the client receives
-// (DESIGN.md §7: bad input gets a precise status, never a crash). Pure functions; thread-safe.
+// (docs/design.md#error-codes: bad input gets a precise status, never a crash). Pure functions;
+// thread-safe.
 // The token-id, budget and length checks are common/request_checks.h, shared with the nodes.
 //
 // The router checks in this order, returning the first failure:

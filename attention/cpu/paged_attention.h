@@ -1,4 +1,5 @@
-// CPU paged attention over one rank's KV pool, with LSE output (DESIGN.md §4, §5).
+// CPU paged attention over one rank's KV pool, with LSE output (docs/design.md#kv-pool-layout,
+// #rank-local-attention).
 //
 // Each query row belongs to a request and has a global position p. It attends to that request's
 // tokens that THIS rank owns under DCP and whose global position is <= p (causal on global

@@ -1,5 +1,5 @@
-// CUDA kernels of the attention path (DESIGN.md §4, §5), with exactly the semantics of the CPU
-// kernels (attention/cpu/paged_attention.h, attention/lse_merge.h):
+// CUDA kernels of the attention path (docs/design.md#kv-pool-layout, #attention), with exactly the
+// semantics of the CPU kernels (attention/cpu/paged_attention.h, attention/lse_merge.h):
 //   * paged attention with LSE over one rank's block-major, head-major KV pool with DCP
 //     ownership: row i attends its request's local tokens j < LocalLen(position_i + 1), at slot
 //     SlotOfLocal(j); f32/f16/bf16 KV, fp32 accumulation; lse natural log; no keys → lse = −inf

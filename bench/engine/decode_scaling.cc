@@ -1,6 +1,6 @@
 // decode_scaling: what decode context parallelism buys, measured on running instances of a
 // synthetic model (8 query heads, 2 KV heads, tp = 8 so each KV head has 4 replicas and DCP 4
-// is valid; DESIGN.md §3).
+// is valid; docs/design.md#dcp-groups).
 //
 // 1. Capacity. For dcp = 1, 2, 4 an instance is created with the same per-rank KV budget
 //    (--capacity_kv_mib) and its prefill engine is fed identical prompts of --capacity_prompt

@@ -1,4 +1,4 @@
-// gemm_choice_bench: the measurement behind DESIGN §2's GEMM library choice. For the shapes of
+// gemm_choice_bench: why oneDNN (docs/design.md#model-and-compute). For the shapes of
 // the real model's projections it times y[m][n] = x[m][k]·Wᵀ with
 //   (a) Tandem's DnnlLinear (oneDNN matmul, weights packed once, primitives cached per m), and
 //   (b) OpenBLAS cblas_sgemm on the same row-major weights (built only when OpenBLAS is found),

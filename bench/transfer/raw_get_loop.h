@@ -1,6 +1,7 @@
-// The baseline the KV transfer is measured against (DESIGN.md §8): the simplest raw ucp_get
-// loop — one ucp_get_nbx per copy, no window, no completion callbacks, no checks — followed by
-// one worker flush, over the same UCX-allocated memory, transport and copy list.
+// The baseline the KV transfer is measured against (docs/design.md#performance-measurement): the
+// simplest raw ucp_get loop — one ucp_get_nbx per copy, no window, no completion callbacks, no
+// checks — followed by one worker flush, over the same UCX-allocated memory, transport and copy
+// list.
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,7 @@
 // transfer_bench: the KV transfer against the simplest raw ucp_get loop and memcpy, measured in
-// one run on the same UCX-allocated memory and transport (DESIGN.md §8). The source side runs
-// in a child process (this executable with --source_peer). RESULT lines (medians of per-pass
-// ratios, each against a baseline timed in the same pass):
+// one run on the same UCX-allocated memory and transport (docs/design.md#performance-measurement).
+// The source side runs in a child process (this executable with --source_peer). RESULT lines
+// (medians of per-pass ratios, each against a baseline timed in the same pass):
 //   transfer_vs_raw_ucx — matched layout, shared memory, planned ÷ raw ucp_get loop (last line);
 //   token_granular_<transport>_vs_raw_ucx — the token-granular scenario against the raw loop over
 //     the same copy list and transport;

@@ -1,6 +1,6 @@
 // A pinned host mirror of one rank's device KV pool, for KV transfer over a transport that can
-// only read and write host memory (DESIGN.md §6: Debian's UCX has no CUDA support, so GPU pools
-// are staged through pinned host memory).
+// only read and write host memory (docs/design.md#pools-and-ucx: Debian's UCX has no CUDA support,
+// so GPU pools are staged through pinned host memory).
 //
 // Usage on a prefill rank: after the step that wrote the KV has been synchronised
 // (backend.Synchronize()), ToHost(ranges) copies the blocks to be served into the mirror, whose

@@ -1,5 +1,5 @@
 // UcxKvPuller: the UCX implementation of KvPuller (kv_transfer/kv_puller.h), the decode side of
-// the KV transfer (DESIGN.md §6). One per decode rank.
+// the KV transfer (docs/design.md#pulling-kv). One per decode rank.
 //
 // Owns a UCX context and worker and a cache of connections (endpoint + unpacked rkey) keyed by
 // (source engine id, epoch, source rank). Execute() pulls a planned list of copies from one

@@ -1,5 +1,6 @@
 // RemoteRank: a destination worker's connection to one source rank — the endpoint and the
-// unpacked rkey of that rank's pool (DESIGN.md §6: cached per (destination rank, source rank)).
+// unpacked rkey of that rank's pool (docs/design.md#pulling-kv: cached per destination rank and
+// source rank).
 //
 // Error handling: the endpoint asks for UCP_ERR_HANDLING_MODE_PEER when the worker's context
 // has a transport that can detect peer failure (TCP): UCX then calls our error callback (inside

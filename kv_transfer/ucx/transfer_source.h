@@ -1,5 +1,5 @@
 // UcxTransferSource: the UCX implementation of KvSource (kv_transfer/kv_source.h), the prefill
-// side of the KV transfer (DESIGN.md §6). One per prefill instance.
+// side of the KV transfer (docs/design.md#pulling-kv). One per prefill instance.
 //
 // For every global rank it owns a UCX context, a worker, the rank's KV pool (allocated through
 // UCX, see ucx_pool.h) and a progress thread on the worker, and it publishes the instance's

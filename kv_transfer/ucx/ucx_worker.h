@@ -1,4 +1,4 @@
-// RAII owners of a UCX context and a UCX worker (one pair per rank, DESIGN.md §6).
+// RAII owners of a UCX context and a UCX worker (one pair per rank, docs/design.md#pulling-kv).
 //
 // Ownership: UcxContext owns a ucp_context_h (ucp_cleanup on destruction). UcxWorker owns a
 // ucp_worker_h and holds a shared reference to its context, so a context always outlives its

@@ -1,5 +1,5 @@
-// y[m][n] = x[m][k]·Wᵀ + b through oneDNN's matmul (DESIGN.md §2: chosen by measurement over
-// Debian's OpenBLAS, see docs/PERFORMANCE.md "GEMM library").
+// y[m][n] = x[m][k]·Wᵀ + b through oneDNN's matmul (docs/design.md#model-and-compute: chosen by
+// measurement over Debian's OpenBLAS, see docs/PERFORMANCE.md "GEMM library").
 //
 // W is reordered once, at construction, into the blocked layout oneDNN's brgemm kernels want;
 // that layout does not depend on m, so one packed copy serves every batch size. Primitives are

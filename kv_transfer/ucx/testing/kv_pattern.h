@@ -3,8 +3,9 @@
 //
 // Element (global KV head h, layer l, K|V k, token position p, dim d) holds the low
 // KvDTypeBytes(dtype) bytes of RowCode(h, l, k, p) + d·0x9e3779b9. Bytes no element claims hold
-// kPoison. Pools use the DESIGN.md §4 layout of the given rank (RankPoolGeometry) and the
-// request's virtual block table (shared by all ranks of an instance, DCP ownership per §3).
+// kPoison. Pools use the docs/design.md#kv-pool-layout layout of the given rank (RankPoolGeometry)
+// and the request's virtual block table (shared by all ranks of an instance, DCP ownership:
+// docs/design.md#token-ownership).
 // Thread-safety: free functions over their arguments.
 #pragma once
 

@@ -11,7 +11,7 @@ namespace tandem::gpu {
 namespace {
 
 TEST(AttentionLaunchPlanTest, MaxVisibleTokensFollowsDcpOwnershipAndSkipsPadding) {
-  // DESIGN.md §3 worked example: LocalLen(10) over N=4, I=1 is [3, 3, 2, 2].
+  // docs/design.md#token-ownership worked example: LocalLen(10) over N=4, I=1 is [3, 3, 2, 2].
   const std::vector<int32_t> request = {0, 0, 0};
   const std::vector<int64_t> position = {9, -1, 2};
   const std::vector<int64_t> want = {3, 3, 2, 2};
