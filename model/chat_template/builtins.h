@@ -37,6 +37,11 @@ absl::StatusOr<Value> GetSlice(const Value& obj, const Value& start, const Value
                                const Value& step);
 
 // ---- operators ---------------------------------------------------------------------------------
+// The longest string or list an operator builds (`*`, `+`, `~`): a template cannot run away
+// with memory (MemoryError).
+inline constexpr size_t kMaxBuiltSize = size_t{64} << 20;
+absl::Status CheckBuiltSize(size_t size);
+
 // op in + - * / // % **
 absl::StatusOr<Value> BinaryOp(absl::string_view op, const Value& a, const Value& b);
 absl::StatusOr<Value> Negate(const Value& a);

@@ -29,9 +29,9 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Parse(absl::st
   return std::shared_ptr<const ChatTemplate>(std::move(tmpl));
 }
 
-absl::StatusOr<std::string> ChatTemplate::Render(const jinja::Map& variables,
-                                                 const std::tm& now) const {
-  absl::StatusOr<std::string> out = jinja::Interpret(body_, variables, now);
+absl::StatusOr<std::string> ChatTemplate::Render(const jinja::Map& variables, const std::tm& now,
+                                                 const jinja::RenderLimits& limits) const {
+  absl::StatusOr<std::string> out = jinja::Interpret(body_, variables, now, limits);
   if (out.ok() || IsRaisedByTemplate(out.status())) return out;
   return absl::InvalidArgumentError(absl::StrCat("chat template ", out.status().message()));
 }

@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "model/chat_template/ast.h"
+#include "model/chat_template/interpreter.h"
 #include "model/chat_template/value.h"
 
 namespace tandem {
@@ -47,7 +48,9 @@ class ChatTemplate {
   // Errors: InvalidArgument with the template's own message for raise_exception(...) (the
   // template refuses the conversation: IsRaisedByTemplate), InvalidArgument "chat template line
   // N: ..." when evaluation fails (an undefined value used, a type error, ...).
-  absl::StatusOr<std::string> Render(const jinja::Map& variables, const std::tm& now) const;
+  // `limits` bounds the work (interpreter.h RenderLimits).
+  absl::StatusOr<std::string> Render(const jinja::Map& variables, const std::tm& now,
+                                     const jinja::RenderLimits& limits = {}) const;
   // The same with the current local date (Python's datetime.now()).
   absl::StatusOr<std::string> Render(const jinja::Map& variables) const;
 

@@ -93,6 +93,7 @@ absl::StatusOr<Value> Batch(const Value& v, const CallArgs& args) {
       const std::vector<Value> a,
       BindArgs("batch", args, {{"linecount", std::nullopt}, {"fill_with", Value::None()}}));
   if (!a[0].is_integral() || a[0].as_int() <= 0) return TypeError("batch: linecount must be > 0");
+  TANDEM_RETURN_IF_ERROR(CheckBuiltSize(static_cast<size_t>(a[0].as_int())));
   TANDEM_ASSIGN_OR_RETURN(const std::vector<Value> items, Iterate(v));
   std::vector<Value> out, cur;
   for (const Value& item : items) {
@@ -271,6 +272,8 @@ absl::StatusOr<Value> Indent(const Value& v, const CallArgs& args) {
   if (a[0].is_string()) {
     indention = a[0].str();
   } else if (a[0].is_integral()) {
+    TANDEM_RETURN_IF_ERROR(
+        CheckBuiltSize(static_cast<size_t>(std::max<int64_t>(0, a[0].as_int()))));
     indention = std::string(static_cast<size_t>(std::max<int64_t>(0, a[0].as_int())), ' ');
   } else {
     return TypeError("indent width must be an int or a str");
@@ -361,6 +364,7 @@ absl::StatusOr<Value> Join(const Value& v, const CallArgs& args) {
     if (i > 0) out += sep;
     TANDEM_ASSIGN_OR_RETURN(const Value item, LookupPath(items[i], a[1]));
     TANDEM_ASSIGN_OR_RETURN(const std::string s, ToStr(item));
+    TANDEM_RETURN_IF_ERROR(CheckBuiltSize(out.size() + s.size()));
     out += s;
   }
   return Value(std::move(out));
@@ -514,6 +518,10 @@ absl::StatusOr<Value> Replace(const Value& v, const CallArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(const std::string old, ToStr(a[0]));
   TANDEM_ASSIGN_OR_RETURN(const std::string repl, ToStr(a[1]));
   if (!a[2].is_none() && !a[2].is_integral()) return TypeError("count must be an integer");
+  if (repl.size() > old.size()) {
+    TANDEM_RETURN_IF_ERROR(
+        CheckBuiltSize(s.size() + static_cast<size_t>(PyCount(s, old)) * repl.size()));
+  }
   return Value(PyReplace(s, old, repl, a[2].is_none() ? -1 : a[2].as_int()));
 }
 
@@ -638,6 +646,8 @@ absl::StatusOr<Value> ToJsonFilter(const Value& v, const CallArgs& args) {
   o.ensure_ascii = Truthy(a[0]);
   o.sort_keys = Truthy(a[3]);
   if (a[1].is_integral()) {
+    TANDEM_RETURN_IF_ERROR(
+        CheckBuiltSize(static_cast<size_t>(std::max<int64_t>(0, a[1].as_int()))));
     o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, a[1].as_int())), ' ');
   } else if (a[1].is_string()) {
     o.indent = a[1].str();

@@ -139,6 +139,10 @@ class Interpreter {
   // ---- statements ----------------------------------------------------------------------------
   absl::StatusOr<Flow> ExecBody(const Body& body, const FramePtr& frame, std::string* out) {
     for (const StmtPtr& s : body) {
+      if (++steps_ > limits_.max_steps) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "line ", s->line, ": the template ran more than ", limits_.max_steps, " statements"));
+      }
       absl::StatusOr<Flow> flow = Exec(*s, frame, out);
       if (!flow.ok()) {
         if (IsRaised(flow.status()) || HasLine(flow.status())) return flow.status();
@@ -552,6 +556,7 @@ class Interpreter {
         for (const ExprPtr& item : e.items) {
           TANDEM_ASSIGN_OR_RETURN(const Value v, Eval(*item, frame));
           TANDEM_ASSIGN_OR_RETURN(const std::string s, ToStr(v));
+          TANDEM_RETURN_IF_ERROR(CheckBuiltSize(out.size() + s.size()));
           out += s;
         }
         return Value(std::move(out));
@@ -594,6 +599,7 @@ class Interpreter {
   const std::tm now_;
   const RenderLimits limits_;
   int depth_ = 0;
+  int64_t steps_ = 0;
 };
 
 }  // namespace

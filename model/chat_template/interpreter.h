@@ -16,10 +16,13 @@ namespace tandem::jinja {
 // The payload marking a status that raise_exception() produced (its message is the template's).
 inline constexpr char kRaisedPayload[] = "type.tandem/jinja.raise_exception";
 
+// Bounds on one render, so that no template (nor conversation) can run away with memory or
+// time; far above what real chat templates need.
 struct RenderLimits {
   size_t max_output_bytes = size_t{64} << 20;
-  int max_call_depth = 200;
-  int64_t max_range = 1 << 20;
+  int max_call_depth = 200;         // nested macro calls
+  int64_t max_range = 1 << 20;      // items of one range()
+  int64_t max_steps = 100'000'000;  // statements executed
 };
 
 // Renders `body` with `variables` (a dict: messages, add_generation_prompt, ...). `now` is what

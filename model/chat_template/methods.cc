@@ -84,14 +84,17 @@ absl::StatusOr<std::string> FormatSpec(const Value& v, absl::string_view spec) {
     ++i;
   }
   int64_t width = 0;
-  while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9')
+  while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') {
     width = width * 10 + (spec[i++] - '0');
+    TANDEM_RETURN_IF_ERROR(CheckBuiltSize(static_cast<size_t>(width)));
+  }
   int precision = -1;
   if (i < spec.size() && spec[i] == '.') {
     ++i;
     precision = 0;
     while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') {
       precision = precision * 10 + (spec[i++] - '0');
+      if (precision > 1000) return absl::InvalidArgumentError("ValueError: precision too big");
     }
   }
   char type = 0;
@@ -259,6 +262,7 @@ absl::StatusOr<Value> Pad(const Value& self, absl::string_view method, const Cal
     return TypeError("The fill character must be exactly one character long");
   }
   const int64_t len = CodePointCount(self.str());
+  TANDEM_RETURN_IF_ERROR(CheckBuiltSize(static_cast<size_t>(std::max<int64_t>(0, a[0].as_int()))));
   const int64_t pad = a[0].as_int() - len;
   if (pad <= 0) return self;
   auto fills = [&](int64_t n) {
@@ -341,7 +345,12 @@ absl::StatusOr<Value> StrMethod(const Value& self, absl::string_view name, const
     TANDEM_RETURN_IF_ERROR(NeedStr(name, a[0]));
     TANDEM_RETURN_IF_ERROR(NeedStr(name, a[1]));
     if (!a[2].is_integral()) return TypeError("count must be an integer");
-    return Str(self, PyReplace(s, Arg(self, a[0]), Arg(self, a[1]), a[2].as_int()));
+    const std::string old = Arg(self, a[0]), repl = Arg(self, a[1]);
+    if (repl.size() > old.size()) {
+      TANDEM_RETURN_IF_ERROR(
+          CheckBuiltSize(s.size() + static_cast<size_t>(PyCount(s, old)) * repl.size()));
+    }
+    return Str(self, PyReplace(s, old, repl, a[2].as_int()));
   }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" ||
       name == "swapcase") {
@@ -386,6 +395,7 @@ absl::StatusOr<Value> StrMethod(const Value& self, absl::string_view name, const
                                       TypeName(items[i]), " found"));
       }
       if (i > 0) out += s;
+      TANDEM_RETURN_IF_ERROR(CheckBuiltSize(out.size() + items[i].str().size()));
       out += Arg(self, items[i]);
     }
     return Str(self, std::move(out));
@@ -419,6 +429,8 @@ absl::StatusOr<Value> StrMethod(const Value& self, absl::string_view name, const
     TANDEM_ASSIGN_OR_RETURN(const std::vector<Value> a,
                             BindArgs(name, args, {{"width", std::nullopt}}));
     if (!a[0].is_integral()) return TypeError("an integer is required");
+    TANDEM_RETURN_IF_ERROR(
+        CheckBuiltSize(static_cast<size_t>(std::max<int64_t>(0, a[0].as_int()))));
     const int64_t pad = a[0].as_int() - CodePointCount(s);
     if (pad <= 0) return self;
     const size_t sign = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;

@@ -1,5 +1,6 @@
 // Lookups (getattr/getitem/slices with the sandbox's rules), Python's arithmetic operators,
 // printf-style formatting and argument binding.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -77,6 +78,9 @@ absl::Status ZeroDivision() {
 }
 
 absl::StatusOr<Value> Repeat(const Value& seq, int64_t n) {
+  const size_t unit = seq.is_string() ? seq.str().size() : seq.seq().items.size();
+  if (n > 0 && unit > 0)
+    TANDEM_RETURN_IF_ERROR(CheckBuiltSize(unit * std::min<uint64_t>(n, kMaxBuiltSize + 1)));
   if (seq.is_string()) {
     std::string out;
     for (int64_t i = 0; i < n; ++i) out += seq.str();
@@ -96,6 +100,12 @@ double PyFloorMod(double a, double b) {
 }
 
 }  // namespace
+
+absl::Status CheckBuiltSize(size_t size) {
+  if (size <= kMaxBuiltSize) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("MemoryError: a value of ", size,
+                                                 " bytes or items (at most ", kMaxBuiltSize, ")"));
+}
 
 absl::Status TypeError(absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat("TypeError: ", message));
@@ -247,9 +257,11 @@ absl::StatusOr<Value> BinaryOp(absl::string_view op, const Value& a, const Value
         return Value::Markup(absl::StrCat(a.is_markup() ? a.str() : HtmlEscape(a.str()),
                                           b.is_markup() ? b.str() : HtmlEscape(b.str())));
       }
+      TANDEM_RETURN_IF_ERROR(CheckBuiltSize(a.str().size() + b.str().size()));
       return Value(absl::StrCat(a.str(), b.str()));
     }
     if (a.is_list_like() && b.is_list_like() && a.seq().kind == b.seq().kind) {
+      TANDEM_RETURN_IF_ERROR(CheckBuiltSize(a.seq().items.size() + b.seq().items.size()));
       std::vector<Value> out = a.seq().items;
       out.insert(out.end(), b.seq().items.begin(), b.seq().items.end());
       return Value::Seq(std::move(out), a.seq().kind);
@@ -378,14 +390,19 @@ absl::StatusOr<Value> PercentFormat(const Value& fmt, const Value& args) {
     while (i < f.size() && absl::string_view("-+ #0").find(f[i]) != absl::string_view::npos) {
       flags.push_back(f[i++]);
     }
-    int width = 0;
-    while (i < f.size() && f[i] >= '0' && f[i] <= '9') width = width * 10 + (f[i++] - '0');
+    int64_t width = 0;
+    while (i < f.size() && f[i] >= '0' && f[i] <= '9') {
+      width = width * 10 + (f[i++] - '0');
+      TANDEM_RETURN_IF_ERROR(CheckBuiltSize(static_cast<size_t>(width)));
+    }
     int precision = -1;
     if (i < f.size() && f[i] == '.') {
       precision = 0;
       ++i;
-      while (i < f.size() && f[i] >= '0' && f[i] <= '9')
+      while (i < f.size() && f[i] >= '0' && f[i] <= '9') {
         precision = precision * 10 + (f[i++] - '0');
+        if (precision > 1000) return absl::InvalidArgumentError("ValueError: precision too big");
+      }
     }
     if (i >= f.size()) return absl::InvalidArgumentError("ValueError: incomplete format");
     const char conv = f[i];

@@ -159,6 +159,8 @@ class Parser {
   // ---- statements --------------------------------------------------------------------------
   // Parses until a block tag whose name is in `end` (left as the current token).
   absl::StatusOr<Body> Subparse(std::initializer_list<absl::string_view> end) {
+    const DepthGuard guard(this);
+    if (TooDeep()) return Fail("statements nested too deeply");
     Body body;
     while (cur().type != TokenType::kEof) {
       const Token& tok = cur();
@@ -579,6 +581,8 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> ParseUnary(bool with_filter) {
+    const DepthGuard guard(this);
+    if (TooDeep()) return Fail("expression nested too deeply");
     const int line = cur().line;
     ExprPtr node;
     if (IsOp("-") || IsOp("+")) {
@@ -598,6 +602,8 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> ParsePrimary(bool with_namespace) {
+    const DepthGuard guard(this);
+    if (TooDeep()) return Fail("expression nested too deeply");
     const Token& tok = cur();
     const int line = tok.line;
     if (tok.type == TokenType::kName) {
@@ -919,6 +925,16 @@ class Parser {
   std::vector<Token> t_;
   size_t i_ = 0;
   int loop_depth_ = 0;
+  // Nesting of the recursive descent, bounded so that no template can exhaust the stack (the
+  // interpreter recurses as deep as the tree).
+  static constexpr int kMaxDepth = 200;
+  int depth_ = 0;
+  bool TooDeep() const { return depth_ > kMaxDepth; }
+  struct DepthGuard {
+    explicit DepthGuard(Parser* p) : parser(p) { ++parser->depth_; }
+    ~DepthGuard() { --parser->depth_; }
+    Parser* parser;
+  };
 };
 
 // ---- validation --------------------------------------------------------------------------------

@@ -227,6 +227,17 @@ std::string FloatRepr(double d) {
 
 namespace {
 
+// Python stops runaway recursion (RecursionError); so do printing and comparing here, for
+// values a template nested too deeply.
+constexpr int kMaxNesting = 1000;
+thread_local int repr_depth = 0;
+thread_local int equals_depth = 0;
+struct NestingGuard {
+  explicit NestingGuard(int* depth) : depth(depth) { ++*depth; }
+  ~NestingGuard() { --*depth; }
+  int* depth;
+};
+
 absl::Status NoRepr(const Value& v) {
   return absl::InvalidArgumentError(absl::StrCat("cannot print a ", TypeName(v),
                                                  " object (its Python text is not reproducible)"));
@@ -259,6 +270,10 @@ absl::StatusOr<std::string> MapRepr(const Map& m) {
 }  // namespace
 
 absl::StatusOr<std::string> Repr(const Value& v) {
+  const NestingGuard guard(&repr_depth);
+  if (repr_depth > kMaxNesting) {
+    return absl::InvalidArgumentError("RecursionError: value nested too deeply to print");
+  }
   switch (v.kind()) {
     case Value::Kind::kUndefined:
       return std::string("Undefined");
@@ -322,6 +337,8 @@ absl::StatusOr<std::string> ToStr(const Value& v) {
 }
 
 bool Equals(const Value& a, const Value& b) {
+  const NestingGuard guard(&equals_depth);
+  if (equals_depth > kMaxNesting) return false;
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_float() == b.as_float();
     return a.as_int() == b.as_int();

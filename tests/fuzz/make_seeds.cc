@@ -190,6 +190,34 @@ void TokenizeSeeds() {
   Write("tokenize", "text-and-ids.bin", with_ids);
 }
 
+// Templates with the constructs real chat templates use; a user message after the NUL.
+void ChatTemplateSeeds() {
+  Write("chat_template", "chatml-default-system.jinja",
+        std::string("{% for message in messages %}{% if loop.first and messages[0]['role'] != "
+                    "'system' %}{{ '<|im_start|>system\nYou are helpful.<|im_end|>\n' }}{% endif "
+                    "%}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
+                    "'<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ "
+                    "'<|im_start|>assistant\n' }}{% endif %}") +
+            '\0' + "Caf\xc3\xa9 <|im_end|> {{ 1 }}");
+  Write("chat_template", "tools-namespace.jinja",
+        "{{- bos_token }}\n{%- set ns = namespace(system='', n=0) %}\n{%- for m in messages %}\n"
+        "  {%- if m.role == 'system' %}{%- set ns.system = m.content | trim %}{%- continue %}"
+        "{%- endif %}\n  {%- set ns.n = ns.n + 1 %}\n  {{- '[' ~ m.role | upper ~ '] ' ~ "
+        "m.content ~ eos_token }}\n{%- endfor %}\n{%- if tools is not none %}\n  {%- for t in "
+        "tools %}{{ t | tojson(indent=2) }}{% endfor %}\n{%- endif %}\n{{ ns.system }} "
+        "{{ ns.n }}");
+  Write("chat_template", "macros-filters.jinja",
+        "{% macro render(m, prefix='> ') %}{{ prefix }}{{ m.content[:20] | replace('\\n', ' ') "
+        "}}{% endmacro %}{% for m in messages | selectattr('role', 'equalto', 'user') %}{{ "
+        "render(m) }}{% if not loop.last %}\n{% endif %}{% endfor %}{{ messages | map(attribute="
+        "'role') | join(',') }}{{ '%s/%d' % ('a', 2) }}{{ '{}:{}'.format(1, none) }}"
+        "{% if messages[0].content is string and 'x' not in messages[0].content %}!{% endif %}");
+  Write("chat_template", "raise.jinja",
+        "{% if messages[1]['role'] != 'user' %}{{ raise_exception('roles must alternate') }}"
+        "{% endif %}{{ strftime_now('%d %b %Y') }}{{ range(3) | list }}{{ {'b': 1, 'a': [1.5]} "
+        "| dictsort }}");
+}
+
 void RequestSeeds() {
   v1::GenerateRequest text;
   text.set_text("Tell me a story about a <|im_start|> token.");
@@ -294,6 +322,7 @@ int main(int argc, char** argv) {
   tandem::SafetensorsSeeds();
   tandem::HfTokenizerSeeds();
   tandem::TokenizeSeeds();
+  tandem::ChatTemplateSeeds();
   tandem::RequestSeeds();
   tandem::OpenAiSeeds();
   tandem::TransferSeeds();

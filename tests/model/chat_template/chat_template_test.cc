@@ -152,6 +152,30 @@ TEST(ChatTemplateTest, EvaluationErrorsNameTheLineAndAreNotRaised) {
               HasSubstr("SecurityError"));
 }
 
+// No template runs away with the stack, memory or time: nesting, built sizes and work are bounded.
+TEST(ChatTemplateTest, RunawayTemplatesFailInsteadOfExhaustingTheProcess) {
+  EXPECT_THAT(
+      ChatTemplate::Parse("{{ " + std::string(1000, '(') + "1" + std::string(1000, ')') + " }}")
+          .status()
+          .message(),
+      HasSubstr("nested too deeply"));
+  EXPECT_THAT(Render("{{ 'x' * 1000000000000 }}", "{}").status().message(),
+              HasSubstr("MemoryError"));
+  EXPECT_THAT(Render("{{ 'x'.center(1000000000000) }}", "{}").status().message(),
+              HasSubstr("MemoryError"));
+  EXPECT_THAT(Render("{{ range(10000000) | length }}", "{}").status().message(),
+              HasSubstr("range() longer than"));
+  EXPECT_THAT(Render("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "{}").status().message(),
+              HasSubstr("RecursionError"));
+  jinja::RenderLimits limits;
+  limits.max_steps = 1000;
+  absl::StatusOr<std::shared_ptr<const ChatTemplate>> t = ChatTemplate::Parse(
+      "{% for i in range(100) %}{% for j in range(100) %}.{% endfor %}{% endfor %}");
+  ASSERT_TRUE(t.ok());
+  EXPECT_THAT((*t)->Render(jinja::Map(), FixedNow(), limits).status().message(),
+              HasSubstr("more than 1000 statements"));
+}
+
 // SmolLM2-135M-Instruct's tokenizer.chat_template, as its GGUF ships it.
 constexpr char kSmolLm2Template[] =
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
