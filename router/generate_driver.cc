@@ -534,12 +534,12 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
   final->set_finish_reason(std::string(FinishReasonName(state.finish_reason())));
   final->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(prepared_.prompt.size()));
   final->mutable_usage()->set_completion_tokens(static_cast<int32_t>(state.streamed().size()));
+  final->mutable_usage()->set_cached_tokens(prompt_cached_tokens_.value_or(0));
   final->set_request_id(request_id_);
   final->set_text_tail(detokenizer_->Flush());
   final->set_retries(state.retries());
   if (first_token_at_ != absl::InfinitePast()) {
     final->set_ttft_us(absl::ToInt64Microseconds(first_token_at_ - start_));
-  final->mutable_usage()->set_cached_tokens(prompt_cached_tokens_.value_or(0));
   }
   final->set_total_us(absl::ToInt64Microseconds(absl::Now() - start_));
   sink_->Send(std::move(response));
