@@ -65,8 +65,8 @@ struct PrefillResult {
   std::vector<int32_t> block_table;  // covers prompt + reserve_tokens
   int64_t num_tokens = 0;            // prompt length = tokens whose KV is in the blocks
   int32_t first_token = 0;
-  std::vector<float> logits;  // [vocab] when return_logits
-  int64_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache (not computed)
+  std::vector<float> logits;     // [vocab] when return_logits
+  int64_t cached_tokens = 0;     // prompt tokens whose KV came from the prefix cache (not computed)
   TokenLogprobs first_logprobs;  // first_token's, with sampling.logprobs >= 0
 };
 

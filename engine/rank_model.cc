@@ -183,9 +183,9 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
     if (p == nullptr) return buffer_status_;
   }
 
-  const RopeParams rope{config_.rope_theta, config_.rope_style,
-                        config_.rope_freq_factors.empty() ? nullptr
-                                                          : config_.rope_freq_factors.data()};
+  const RopeParams rope{
+      config_.rope_theta, config_.rope_style,
+      config_.rope_freq_factors.empty() ? nullptr : config_.rope_freq_factors.data()};
   ComputeBackend& be = *backend_;
   be.BeginForward(m);
   if (weights_.embedding_rows != nullptr) {

@@ -45,9 +45,8 @@ absl::Status ValidateSamplingForModel(const SamplingParams& sampling,
   if (absl::Status s = ValidateSamplingIds(sampling, limits.vocab_size); !s.ok()) return s;
   for (const int32_t id : stop_token_ids) {
     if (id < 0 || id >= limits.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("stop_token_ids: token id ", id,
-                                                     " is out of vocabulary (size ",
-                                                     limits.vocab_size, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stop_token_ids: token id ", id, " is out of vocabulary (size ", limits.vocab_size, ")"));
     }
   }
   if (sampling.min_tokens > max_tokens) {

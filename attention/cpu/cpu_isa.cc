@@ -80,13 +80,13 @@ absl::StatusOr<CpuIsa> ParseForcedCpuIsa(const char* value) {
   } else if (std::strcmp(value, "portable") == 0) {
     isa = CpuIsa::kPortable;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "TANDEM_CPU_ISA='", value, "': expected avx512, avx2 or portable"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TANDEM_CPU_ISA='", value, "': expected avx512, avx2 or portable"));
   }
   if (!CpuSupports(isa)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("TANDEM_CPU_ISA=", value, ": this CPU cannot run that path (it has ",
-                     CpuIsaName(DetectedCpuIsa()), ")"));
+    return absl::FailedPreconditionError(absl::StrCat("TANDEM_CPU_ISA=", value,
+                                                      ": this CPU cannot run that path (it has ",
+                                                      CpuIsaName(DetectedCpuIsa()), ")"));
   }
   return isa;
 }

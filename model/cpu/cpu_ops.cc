@@ -35,11 +35,10 @@ void RmsNorm(const float* x, const float* w, int64_t m, int64_t n, float eps, fl
 void RopeTable::Ensure(int64_t max_position, int32_t head_dim, float theta,
                        const float* freq_factors) {
   const int32_t half = head_dim / 2;
-  const bool same_factors =
-      freq_factors == nullptr
-          ? factors_.empty()
-          : (factors_.size() == static_cast<size_t>(half) &&
-             std::equal(factors_.begin(), factors_.end(), freq_factors));
+  const bool same_factors = freq_factors == nullptr
+                                ? factors_.empty()
+                                : (factors_.size() == static_cast<size_t>(half) &&
+                                   std::equal(factors_.begin(), factors_.end(), freq_factors));
   if (half != half_ || theta != theta_ || !same_factors) {
     half_ = half;
     theta_ = theta;

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <compare>
 #include <cstdio>
 #include <cstdlib>
-#include <compare>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>

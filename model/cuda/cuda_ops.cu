@@ -138,9 +138,8 @@ absl::Status LaunchRope(float* x, int64_t m, int32_t heads, int32_t head_dim,
   RopeFactors factors{};
   if (params.freq_factors != nullptr) {
     if (head_dim / 2 > kMaxRopeFactors) {
-      return absl::InvalidArgumentError(absl::StrCat("rope: head_dim ", head_dim,
-                                                     " with frequency factors exceeds ",
-                                                     2 * kMaxRopeFactors));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rope: head_dim ", head_dim, " with frequency factors exceeds ", 2 * kMaxRopeFactors));
     }
     std::copy_n(params.freq_factors, head_dim / 2, factors.v);
   }

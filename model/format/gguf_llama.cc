@@ -61,8 +61,8 @@ absl::Status ReadRopeScaling(const GgufFile& f, const std::string& p, LlamaConfi
       absl::StatusOr<std::vector<float>> linear =
           LinearRopeFreqFactors(c->head_dim, static_cast<float>(factor));
       if (!linear.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(f.path(), ": ", p, "rope.scaling.factor: ",
-                                                       linear.status().message()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(f.path(), ": ", p, "rope.scaling.factor: ", linear.status().message()));
       }
       if (factors.empty()) factors.assign(linear->size(), 1.f);
       for (size_t i = 0; i < factors.size(); ++i) factors[i] *= (*linear)[i];
@@ -124,12 +124,10 @@ absl::StatusOr<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
     if (!f.Has(p + key)) continue;
     TANDEM_ASSIGN_OR_RETURN(const int64_t v, f.GetInt(p + key));
     if (std::string_view(key) == "expert_count" && v == 0) continue;
-    return absl::UnimplementedError(absl::StrCat(f.path(), ": ", p, key, " = ", v,
-                                                 " is not supported (",
-                                                 std::string_view(key) == "expert_count"
-                                                     ? "mixture of experts"
-                                                     : "sliding-window attention",
-                                                 ")"));
+    return absl::UnimplementedError(absl::StrCat(
+        f.path(), ": ", p, key, " = ", v, " is not supported (",
+        std::string_view(key) == "expert_count" ? "mixture of experts" : "sliding-window attention",
+        ")"));
   }
   TANDEM_RETURN_IF_ERROR(ReadRopeScaling(f, p, &c));
   // GGUF llama files are converted with Q/K rows permuted for adjacent-pair rotation; qwen2 and

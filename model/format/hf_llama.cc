@@ -65,9 +65,10 @@ absl::Status RefuseSlidingWindow(const google::protobuf::Struct& s, const LlamaC
   }
   TANDEM_ASSIGN_OR_RETURN(const int64_t window, JsonInt(*v, "config.json: sliding_window"));
   if (window > 0 && window < c.max_context) {
-    return absl::UnimplementedError(absl::StrCat(
-        "config.json: sliding_window ", window, " is not supported (sliding-window attention "
-        "shorter than max_position_embeddings ", c.max_context, ")"));
+    return absl::UnimplementedError(absl::StrCat("config.json: sliding_window ", window,
+                                                 " is not supported (sliding-window attention "
+                                                 "shorter than max_position_embeddings ",
+                                                 c.max_context, ")"));
   }
   return absl::OkStatus();
 }
@@ -89,7 +90,8 @@ absl::Status ReadRopeScaling(const google::protobuf::Struct& s, LlamaConfig* c) 
   if (t == nullptr) {
     return absl::InvalidArgumentError("config.json: rope_scaling has neither rope_type nor type");
   }
-  TANDEM_ASSIGN_OR_RETURN(const std::string type, JsonString(*t, "config.json: rope_scaling.rope_type"));
+  TANDEM_ASSIGN_OR_RETURN(const std::string type,
+                          JsonString(*t, "config.json: rope_scaling.rope_type"));
   absl::StatusOr<std::vector<float>> factors;
   if (type == "default") {
     return absl::OkStatus();
@@ -105,9 +107,9 @@ absl::Status ReadRopeScaling(const google::protobuf::Struct& s, LlamaConfig* c) 
                             Int32Field(rs, "original_max_position_embeddings", std::nullopt));
     factors = Llama3RopeFreqFactors(c->head_dim, c->rope_theta, l3);
   } else {
-    return absl::UnimplementedError(absl::StrCat(
-        "config.json: rope_scaling.rope_type '", type,
-        "' is not supported (supported: default, linear, llama3)"));
+    return absl::UnimplementedError(
+        absl::StrCat("config.json: rope_scaling.rope_type '", type,
+                     "' is not supported (supported: default, linear, llama3)"));
   }
   if (!factors.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("config.json: ", factors.status().message()));

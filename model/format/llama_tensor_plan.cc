@@ -157,9 +157,9 @@ absl::Status ValidateLlamaConfig(const LlamaConfig& c) {
   }
   if (!c.rope_freq_factors.empty()) {
     if (c.rope_freq_factors.size() != static_cast<size_t>(c.head_dim / 2)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model config: rope_freq_factors has ", c.rope_freq_factors.size(),
-          " entries, expected head_dim/2 = ", c.head_dim / 2));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: rope_freq_factors has ", c.rope_freq_factors.size(),
+                       " entries, expected head_dim/2 = ", c.head_dim / 2));
     }
     for (size_t i = 0; i < c.rope_freq_factors.size(); ++i) {
       const float f = c.rope_freq_factors[i];

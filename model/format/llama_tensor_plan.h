@@ -44,8 +44,9 @@ struct LlamaTensorSlot {
 };
 
 // Every tensor `config` requires: biases only when config.has_qkv_bias, Q/K norms only when
-// config.has_qk_norm, the output matrix only when !config.tied_embeddings. Resizes weights->layers to config.num_layers.
-// REQUIRES: CheckLayersFitTensors(config, ...) is OK (the layers are allocated up front).
+// config.has_qk_norm, the output matrix only when !config.tied_embeddings. Resizes weights->layers
+// to config.num_layers. REQUIRES: CheckLayersFitTensors(config, ...) is OK (the layers are
+// allocated up front).
 std::vector<LlamaTensorSlot> PlanLlamaTensors(const LlamaConfig& config, LlamaWeights* weights);
 
 // A checkpoint holding `tensors` tensors cannot back more layers than that: InvalidArgument

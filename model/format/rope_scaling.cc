@@ -28,14 +28,14 @@ absl::StatusOr<std::vector<float>> Llama3RopeFreqFactors(int32_t head_dim, float
   }
   if (!(s.low_freq_factor > 0.f) || !(s.high_freq_factor > s.low_freq_factor) ||
       !std::isfinite(s.high_freq_factor)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rope_scaling: low_freq_factor ", s.low_freq_factor, " and high_freq_factor ",
-        s.high_freq_factor, " must satisfy 0 < low < high"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope_scaling: low_freq_factor ", s.low_freq_factor, " and high_freq_factor ",
+                     s.high_freq_factor, " must satisfy 0 < low < high"));
   }
   if (s.original_max_position <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rope_scaling: original_max_position_embeddings is ", s.original_max_position,
-        " (must be positive)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope_scaling: original_max_position_embeddings is ", s.original_max_position,
+                     " (must be positive)"));
   }
   if (!(theta > 0.f)) {
     return absl::InvalidArgumentError(absl::StrCat("rope scaling: theta is ", theta));

@@ -146,9 +146,8 @@ absl::StatusOr<GgufWriter> BuildSyntheticModel(const SyntheticModelOptions& o) {
         std::max(1, static_cast<int>(static_cast<float>(o.context) / o.rope_scaling_factor));
     TANDEM_ASSIGN_OR_RETURN(const std::vector<float> factors,
                             Llama3RopeFreqFactors(o.head_dim, o.rope_theta, l3));
-    TANDEM_RETURN_IF_ERROR(w.AddF32Tensor("rope_freqs.weight",
-                                          {static_cast<int64_t>(factors.size())}, factors,
-                                          GgmlType::kF32));
+    TANDEM_RETURN_IF_ERROR(w.AddF32Tensor(
+        "rope_freqs.weight", {static_cast<int64_t>(factors.size())}, factors, GgmlType::kF32));
   }
   w.Set("tokenizer.ggml.model", GgufValue::String("gpt2"));
   w.Set("tokenizer.ggml.pre", GgufValue::String("smollm"));

@@ -78,9 +78,8 @@ class OpenAiSink : public GenerateSink {
       }
     }
     if (!request_.stream) {
-      exchange_.Respond(200, kJson,
-                        CompletionBody(meta_, text_, finish_reason, usage, TakeLogprobs()),
-                        headers_);
+      exchange_.Respond(
+          200, kJson, CompletionBody(meta_, text_, finish_reason, usage, TakeLogprobs()), headers_);
       return;
     }
     StartStream();
@@ -289,8 +288,7 @@ void ServeCompletion(const RouterDeps& deps, OpenAiEndpoint endpoint, ActiveRequ
   active.Add(&canceller);
   // A client that closes the connection cancels the request, even before its first token.
   exchange.OnClientGone([&canceller] { canceller.Cancel(); });
-  OpenAiSink sink(exchange, request, std::move(meta), headers, canceller,
-                  deps.model->tokenizer());
+  OpenAiSink sink(exchange, request, std::move(meta), headers, canceller, deps.model->tokenizer());
   const grpc::Status status =
       RunGenerate(deps, prepared->generate, absl::InfiniteFuture(), &canceller, &sink);
   exchange.OnClientGone(nullptr);

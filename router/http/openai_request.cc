@@ -1,8 +1,8 @@
 #include "router/http/openai_request.h"
 
 #include <limits>
-#include <utility>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"

@@ -39,7 +39,7 @@ struct ClusterSpec {
 struct GenerateOutcome {
   grpc::Status status;
   std::vector<int32_t> tokens;
-  std::vector<int32_t> indices;  // TokenChunk.index of each token
+  std::vector<int32_t> indices;             // TokenChunk.index of each token
   std::vector<v1::TokenLogprobs> logprobs;  // TokenChunk.logprobs of each token (when asked)
   std::string text;
   v1::GenerateFinal final;

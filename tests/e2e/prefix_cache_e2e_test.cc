@@ -136,8 +136,7 @@ TEST_F(PrefixCacheE2eTest, LongPromptOverTcp) {
   for (int round = 0; round < 3; ++round) {
     const GenerateOutcome out =
         (*cluster)->Generate(IdsRequest(prompt[0], kMaxTokens), absl::Seconds(120));
-    ASSERT_TRUE(out.status.ok()) << "round " << round << ": " << out.status.error_message()
-                                 << "\n"
+    ASSERT_TRUE(out.status.ok()) << "round " << round << ": " << out.status.error_message() << "\n"
                                  << (*cluster)->LogTails();
     EXPECT_EQ(out.tokens, reference[0]) << "round " << round;
   }

@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/instance.h"
+#include "gtest/gtest.h"
 #include "model/format/rope_scaling.h"
 #include "tests/engine/llamacpp_fixture.h"
-#include "gtest/gtest.h"
 #include "tests/engine/reference_forward.h"
 #include "tests/engine/test_model.h"
 
@@ -211,8 +211,8 @@ void CheckAgainstLlamaCpp(const std::string& name, const std::string& want_arch)
       ASSERT_EQ(want.size(), static_cast<size_t>(vocab));
       StepInput chunk;
       chunk.requests.push_back(
-          {start, std::vector<int32_t>(f.prompt.begin() + start, f.prompt.begin() + pos + 1),
-           table, true});
+          {start, std::vector<int32_t>(f.prompt.begin() + start, f.prompt.begin() + pos + 1), table,
+           true});
       absl::StatusOr<std::vector<float>> got = (*inst)->Run(chunk);
       ASSERT_TRUE(got.ok()) << got.status();
       const double err = RelError(got->data(), want);

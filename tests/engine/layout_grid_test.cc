@@ -149,9 +149,9 @@ TEST(LayoutGridTest, ArchitectureFeaturesMatchTheSingleRankRunUnderSplits) {
     llama3.rope_freq_factors.push_back(i < 2 ? 1.f : (i < 4 ? 2.5f : 8.f));
   }
   archs.push_back({"llama3-rope", llama3});
-  const std::vector<Layout> layouts = {{2, 1, 1, 4, 1},   // head split
-                                       {4, 1, 2, 16, 2},  // KV heads replicated, DCP
-                                       {1, 2, 1, 4, 4},   // PCP
+  const std::vector<Layout> layouts = {{2, 1, 1, 4, 1},    // head split
+                                       {4, 1, 2, 16, 2},   // KV heads replicated, DCP
+                                       {1, 2, 1, 4, 4},    // PCP
                                        {2, 2, 2, 16, 1}};  // TP x PCP x DCP
   for (const Arch& arch : archs) {
     const LlamaWeights w = RandomWeights(arch.config, 91);
@@ -171,8 +171,8 @@ TEST(LayoutGridTest, ArchitectureFeaturesMatchTheSingleRankRunUnderSplits) {
           double scale = 1.0, diff = 0.0;
           for (size_t v = 0; v < want[i].logits[s].size(); ++v) {
             scale = std::max(scale, std::abs(static_cast<double>(want[i].logits[s][v])));
-            diff = std::max(diff, std::abs(static_cast<double>(got[i].logits[s][v]) -
-                                           want[i].logits[s][v]));
+            diff = std::max(
+                diff, std::abs(static_cast<double>(got[i].logits[s][v]) - want[i].logits[s][v]));
           }
           EXPECT_LT(diff / scale, kLogitTolerance) << arch.name << " " << p.ToString();
         }

@@ -194,8 +194,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"include_usage_type", kCmpl,
                 R"({"prompt": "a", "stream_options": {"include_usage": "yes"}})",
                 "stream_options.include_usage", "boolean"},
-        BadCase{"logprobs", kCmpl, R"({"prompt": "a", "logprobs": 21})", "logprobs",
-                "[0, 20]"},
+        BadCase{"logprobs", kCmpl, R"({"prompt": "a", "logprobs": 21})", "logprobs", "[0, 20]"},
         BadCase{"echo", kCmpl, R"({"prompt": "a", "echo": true})", "echo", "not supported"},
         BadCase{"model_type", kChat, R"({"model": 3, "messages": []})", "model", "string"},
         // Nothing silently ignored: a known field asking for what Tandem does not do.

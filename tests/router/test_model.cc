@@ -11,8 +11,8 @@
 
 namespace tandem::testing_router {
 
-std::unique_ptr<ServedModel> MakeTestModel(int64_t context_length,
-                                           const std::string& chat_template, bool add_bos) {
+std::unique_ptr<ServedModel> MakeTestModel(int64_t context_length, const std::string& chat_template,
+                                           bool add_bos) {
   std::vector<std::string> tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
   std::vector<int32_t> types(3, static_cast<int32_t>(TokenKind::kControl));
   for (int b = 0; b < 256; ++b) {

@@ -131,8 +131,8 @@ TEST_F(CudaBackendOpsTest, RopeFrequencyFactorsMatchCpu) {
     for (int32_t head_dim : {6, 128}) {
       std::vector<float> factors;
       for (int32_t i = 0; i < head_dim / 2; ++i) factors.push_back(1.f + 0.25f * (i % 29));
-      for (const float* f : {static_cast<const float*>(factors.data()),
-                             static_cast<const float*>(nullptr)}) {
+      for (const float* f :
+           {static_cast<const float*>(factors.data()), static_cast<const float*>(nullptr)}) {
         const std::vector<float> x = RandomFloats(m * 3 * head_dim, head_dim);
         const RopeParams params{500000.f, style, f};
         std::vector<std::vector<float>> got;

@@ -170,11 +170,11 @@ TEST(GgufLlamaTest, LoadsQwen2AndQwen3) {
   EXPECT_EQ(w->layers[1].k_norm.shape, (std::vector<int64_t>{32}));
   for (const float x : w->layers[1].k_norm.data) EXPECT_NEAR(x, 1.f, 0.1f);
   // A qwen3 file without its Q/K norms is incomplete.
-  const std::string no_norm = EditGguf(
-      Synthetic(o), KeepKey,
-      [](const std::string& name, std::vector<int64_t>&, GgmlType&, std::string&) {
-        return name != "blk.0.attn_k_norm.weight";
-      });
+  const std::string no_norm =
+      EditGguf(Synthetic(o), KeepKey,
+               [](const std::string& name, std::vector<int64_t>&, GgmlType&, std::string&) {
+                 return name != "blk.0.attn_k_norm.weight";
+               });
   EXPECT_STATUS_IS(Load(no_norm), absl::StatusCode::kNotFound,
                    "missing tensor 'blk.0.attn_k_norm.weight'");
 }

@@ -184,7 +184,8 @@ TEST(HfLlamaTest, ParsesQwenMistralAndLlama3Configs) {
   EXPECT_TRUE(c->has_qkv_bias);  // Qwen2's projections always carry biases
   EXPECT_FALSE(c->has_qk_norm);
   EXPECT_EQ(c->rope_style, RopeStyle::kRotateHalf);
-  c = ParseHfLlamaConfig("{" + base + R"(,"model_type":"qwen3","head_dim":8,"attention_bias":false})");
+  c = ParseHfLlamaConfig("{" + base +
+                         R"(,"model_type":"qwen3","head_dim":8,"attention_bias":false})");
   ASSERT_OK(c);
   EXPECT_EQ(c->architecture, "qwen3");
   EXPECT_FALSE(c->has_qkv_bias);
@@ -263,11 +264,12 @@ TEST(HfLlamaTest, CheckpointErrors) {
                                 hf.tensors.size(), " tensors the checkpoint holds"));
   // Unsupported config.
   WriteFile(dir + "/config.json", R"({"model_type":"gemma2"})");
-  EXPECT_STATUS_IS(HfCheckpoint::Open(dir), absl::StatusCode::kUnimplemented,
-                   "model_type 'gemma2' is not supported (supported: llama, mistral, qwen2, qwen3)");
+  EXPECT_STATUS_IS(
+      HfCheckpoint::Open(dir), absl::StatusCode::kUnimplemented,
+      "model_type 'gemma2' is not supported (supported: llama, mistral, qwen2, qwen3)");
   WriteFile(dir + "/config.json",
-            absl::StrReplaceAll(hf.config_json, {{R"("rope_scaling":null)",
-                                                  R"("rope_scaling":{"type":"yarn"})"}}));
+            absl::StrReplaceAll(hf.config_json,
+                                {{R"("rope_scaling":null)", R"("rope_scaling":{"type":"yarn"})"}}));
   EXPECT_STATUS_IS(HfCheckpoint::Open(dir), absl::StatusCode::kUnimplemented,
                    "rope_scaling.rope_type 'yarn' is not supported");
   WriteFile(dir + "/config.json", R"({"model_type":"llama","vocab_size":16})");
