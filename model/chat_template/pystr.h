@@ -12,12 +12,13 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "model/tokenizer/utf8.h"
 
 namespace tandem::jinja {
 
 std::u32string DecodeUtf8(absl::string_view s);
 std::string EncodeUtf8(std::u32string_view s);
-void AppendUtf8(char32_t cp, std::string* out);
+using ::tandem::AppendUtf8;  // model/tokenizer/utf8.h
 // Number of code points.
 int64_t CodePointCount(absl::string_view s);
 
