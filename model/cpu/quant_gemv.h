@@ -1,5 +1,6 @@
 // Small-batch linear layers straight from GGML block formats: y[m][n] = x[m][k]·Wᵀ (+ b, + an
-// epilogue) with W kept as the file stores it (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, F16, BF16).
+// epilogue) with W kept as the file stores it (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K,
+// F16, BF16; the 5-bit types in quant_gemv_q5.h).
 //
 // Each kernel loads a weight row's blocks, expands every 32-element chunk to f32 in vector
 // registers with exactly the arithmetic of model/format/dequant.cc (so the weights it multiplies

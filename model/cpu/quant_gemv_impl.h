@@ -516,6 +516,12 @@ void DequantRows(const QuantMatrix& w, int64_t n0, int64_t n1, float* out) {
   }
 }
 
+// The 5-bit types (quant_gemv_q5.h, included at the end of this header).
+template <class I>
+internal::GemvFn SelectQ5(GgmlType type);
+template <class I>
+internal::DequantFn SelectQ5Dequant(GgmlType type);
+
 template <class I>
 internal::DequantFn SelectDequant(GgmlType type, bool packed) {
   if (packed) {
@@ -546,7 +552,7 @@ internal::DequantFn SelectDequant(GgmlType type, bool packed) {
     case GgmlType::kBF16:
       return &DequantRows<I, Bf16<I>>;
     default:
-      return nullptr;
+      return SelectQ5Dequant<I>(type);
   }
 }
 
@@ -580,9 +586,11 @@ internal::GemvFn Select(GgmlType type, bool packed) {
     case GgmlType::kBF16:
       return &Gemv<I, Bf16<I>>;
     default:
-      return nullptr;
+      return SelectQ5<I>(type);
   }
 }
 
 }  // namespace
 }  // namespace tandem::quant::impl
+
+#include "model/cpu/quant_gemv_q5.h"  // IWYU pragma: keep (the definitions of SelectQ5*)

@@ -97,6 +97,66 @@ void DequantQ4_K(const uint8_t* src, float* dst, int64_t blocks) {
   }
 }
 
+// Q5_0 / Q5_1: the 5th bit of element j (0..31) is bit j of the little-endian u32 qh; element j
+// (j < 16) takes the low nibble of qs[j], element j + 16 the high nibble.
+uint32_t LoadQh(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+void DequantQ5_0(const uint8_t* src, float* dst, int64_t blocks) {
+  for (int64_t b = 0; b < blocks; ++b, src += 22, dst += 32) {
+    const float d = LoadF16(src);
+    const uint32_t qh = LoadQh(src + 2);
+    const uint8_t* qs = src + 6;
+    for (int j = 0; j < 16; ++j) {
+      const int x0 = static_cast<int>((qs[j] & 0x0f) | (((qh >> j) & 1) << 4)) - 16;
+      const int x1 = static_cast<int>((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16;
+      dst[j] = d * static_cast<float>(x0);
+      dst[j + 16] = d * static_cast<float>(x1);
+    }
+  }
+}
+
+void DequantQ5_1(const uint8_t* src, float* dst, int64_t blocks) {
+  for (int64_t b = 0; b < blocks; ++b, src += 24, dst += 32) {
+    const float d = LoadF16(src);
+    const float m = LoadF16(src + 2);
+    const uint32_t qh = LoadQh(src + 4);
+    const uint8_t* qs = src + 8;
+    for (int j = 0; j < 16; ++j) {
+      const uint32_t x0 = (qs[j] & 0x0f) | (((qh >> j) & 1) << 4);
+      const uint32_t x1 = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+      dst[j] = d * static_cast<float>(x0) + m;
+      dst[j + 16] = d * static_cast<float>(x1) + m;
+    }
+  }
+}
+
+// Q5_K: Q4_K's scales and nibbles, plus a 5th bit: element l of sub-block j (0..7) takes bit j
+// of qh[l] (l = 0..31).
+void DequantQ5_K(const uint8_t* src, float* dst, int64_t blocks) {
+  for (int64_t b = 0; b < blocks; ++b, src += 176, dst += 256) {
+    const float d = LoadF16(src);
+    const float dmin = LoadF16(src + 2);
+    const uint8_t* scales = src + 4;
+    const uint8_t* qh = src + 16;
+    const uint8_t* qs = src + 48;
+    for (int j = 0; j < 8; ++j) {
+      int sc, mn;
+      Q4KScaleMin(j, scales, &sc, &mn);
+      const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(mn);
+      const uint8_t* q = qs + 32 * (j / 2);
+      const int shift = 4 * (j % 2);
+      for (int l = 0; l < 32; ++l) {
+        const int x = ((q[l] >> shift) & 0x0f) | (((qh[l] >> j) & 1) << 4);
+        dst[32 * j + l] = d1 * static_cast<float>(x) - m1;
+      }
+    }
+  }
+}
+
 void DequantQ6_K(const uint8_t* src, float* dst, int64_t blocks) {
   for (int64_t b = 0; b < blocks; ++b, src += 210, dst += 256) {
     const uint8_t* ql = src;
@@ -131,9 +191,9 @@ void DequantQ6_K(const uint8_t* src, float* dst, int64_t blocks) {
 absl::Status ValidateDequantize(GgmlType type, int64_t numel, size_t src_bytes) {
   const GgmlTypeInfo& info = GgmlTypeTraits(type);
   if (!info.dequantizable) {
-    return absl::UnimplementedError(
-        absl::StrCat("cannot dequantise tensor type ", info.name,
-                     " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)"));
+    return absl::UnimplementedError(absl::StrCat(
+        "cannot dequantise tensor type ", info.name,
+        " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)"));
   }
   const absl::StatusOr<int64_t> bytes = GgmlByteSize(type, numel);
   if (!bytes.ok()) return bytes.status();
@@ -170,8 +230,17 @@ absl::Status Dequantize(GgmlType type, absl::Span<const uint8_t> src, absl::Span
     case GgmlType::kQ4_1:
       DequantQ4_1(src.data(), dst.data(), blocks);
       break;
+    case GgmlType::kQ5_0:
+      DequantQ5_0(src.data(), dst.data(), blocks);
+      break;
+    case GgmlType::kQ5_1:
+      DequantQ5_1(src.data(), dst.data(), blocks);
+      break;
     case GgmlType::kQ4_K:
       DequantQ4_K(src.data(), dst.data(), blocks);
+      break;
+    case GgmlType::kQ5_K:
+      DequantQ5_K(src.data(), dst.data(), blocks);
       break;
     case GgmlType::kQ6_K:
       DequantQ6_K(src.data(), dst.data(), blocks);

@@ -36,8 +36,8 @@ namespace tandem {
 [[nodiscard]] absl::StatusOr<LlamaWeights> LoadGgufLlama(const GgufFile& file,
                                                          bool keep_quantized = false);
 
-// Whether a matrix of `type` stays in its block format under keep_quantized: Q4_0, Q4_1, Q8_0,
-// Q4_K, Q6_K, F16, BF16.
+// Whether a matrix of `type` stays in its block format under keep_quantized: Q4_0, Q4_1, Q5_0,
+// Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, F16, BF16.
 bool KeepsQuantized(GgmlType type);
 
 }  // namespace tandem

@@ -146,6 +146,73 @@ TEST(DequantTest, Q6_K) {
   }
 }
 
+// The 5-bit value of element e in the Q5 tests: every value 0..31 occurs, the fifth bit in both
+// halves of a block.
+int Q5Value(int e) { return (e * 11 + 3) % 32; }
+
+// Q5_0 / Q5_1: element j < 16 takes the low nibble of qs[j], j + 16 the high one; the fifth bit
+// of element e is bit e of the little-endian u32 qh.
+std::string Q5Block(bool with_min) {
+  const size_t at = with_min ? 4 : 2;
+  std::string block(with_min ? 24 : 22, '\0');
+  PutHalf(block, 0, 0.25f);
+  if (with_min) PutHalf(block, 2, -1.5f);
+  uint32_t qh = 0;
+  uint8_t* qs = reinterpret_cast<uint8_t*>(block.data() + at + 4);
+  for (int e = 0; e < 32; ++e) {
+    const int q = Q5Value(e);
+    qh |= static_cast<uint32_t>(q >> 4) << e;
+    qs[e % 16] |= static_cast<uint8_t>((q & 0xF) << (e < 16 ? 0 : 4));
+  }
+  std::memcpy(block.data() + at, &qh, 4);
+  return block;
+}
+
+TEST(DequantTest, Q5_0AndQ5_1) {
+  const std::vector<float> x0 = DequantBlock(GgmlType::kQ5_0, Q5Block(false), 32);
+  const std::vector<float> x1 = DequantBlock(GgmlType::kQ5_1, Q5Block(true), 32);
+  EXPECT_EQ(x0[0], 0.25f * (3 - 16));
+  EXPECT_EQ(x1[2], 0.25f * 25 - 1.5f);
+  for (int e = 0; e < 32; ++e) {
+    EXPECT_EQ(x0[e], 0.25f * static_cast<float>(Q5Value(e) - 16)) << e;
+    EXPECT_EQ(x1[e], 0.25f * static_cast<float>(Q5Value(e)) + -1.5f) << e;
+  }
+}
+
+// Q5_K: Q4_K's scales, mins and nibble order (sub-block 2i in the low nibbles of qs[32i..],
+// 2i+1 in the high ones), and the fifth bit of element l of sub-block j in bit j of qh[l].
+TEST(DequantTest, Q5_K) {
+  const int sc[8] = {1, 2, 3, 4, 20, 33, 47, 63};
+  const int mn[8] = {0, 2, 4, 6, 17, 31, 50, 62};
+  std::string block(176, '\0');
+  PutHalf(block, 0, 0.5f);   // d
+  PutHalf(block, 2, 0.25f);  // dmin
+  uint8_t* s = reinterpret_cast<uint8_t*>(block.data() + 4);
+  for (int j = 0; j < 4; ++j) {
+    s[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    s[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
+    s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+  }
+  uint8_t* qh = reinterpret_cast<uint8_t*>(block.data() + 16);
+  uint8_t* qs = reinterpret_cast<uint8_t*>(block.data() + 48);
+  for (int j = 0; j < 8; ++j) {
+    for (int l = 0; l < 32; ++l) {
+      const int q = Q5Value(32 * j + l);
+      qs[32 * (j / 2) + l] |= static_cast<uint8_t>((q & 0xF) << (j % 2 ? 4 : 0));
+      qh[l] |= static_cast<uint8_t>((q >> 4) << j);
+    }
+  }
+  const std::vector<float> x = DequantBlock(GgmlType::kQ5_K, block, 256);
+  EXPECT_EQ(x[0], 1.5f);           // 0.5·1·3 − 0.25·0
+  EXPECT_EQ(x[128 + 1], 135.75f);  // sub-block 4, l=1: 0.5·20·14 − 0.25·17
+  for (int j = 0; j < 8; ++j) {
+    for (int l = 0; l < 32; ++l) {
+      const float d1 = 0.5f * static_cast<float>(sc[j]), m1 = 0.25f * static_cast<float>(mn[j]);
+      EXPECT_EQ(x[32 * j + l], d1 * static_cast<float>(Q5Value(32 * j + l)) - m1) << j << " " << l;
+    }
+  }
+}
+
 TEST(DequantTest, RejectsWrongSizesAndUnsupportedTypes) {
   std::vector<float> out(32);
   const std::string short_block(33, '\0');
@@ -154,9 +221,9 @@ TEST(DequantTest, RejectsWrongSizesAndUnsupportedTypes) {
   std::vector<float> odd(31);
   EXPECT_STATUS_IS(Dequantize(GgmlType::kQ8_0, Bytes(short_block), absl::MakeSpan(odd)),
                    absl::StatusCode::kInvalidArgument, "not a whole number of 32-element blocks");
-  const std::string q5(22, '\0');
-  EXPECT_STATUS_IS(Dequantize(GgmlType::kQ5_0, Bytes(q5), absl::MakeSpan(out)),
-                   absl::StatusCode::kUnimplemented, "cannot dequantise tensor type Q5_0");
+  const std::string iq4(18, '\0');
+  EXPECT_STATUS_IS(Dequantize(GgmlType::kIQ4_NL, Bytes(iq4), absl::MakeSpan(out)),
+                   absl::StatusCode::kUnimplemented, "cannot dequantise tensor type IQ4_NL");
 }
 
 TEST(DequantTest, Q8_0QuantiseRoundTripsWithinHalfAStep) {

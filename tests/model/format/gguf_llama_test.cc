@@ -135,13 +135,13 @@ TEST(GgufLlamaTest, UndequantisableType) {
       Synthetic(), KeepKey,
       [](const std::string& name, std::vector<int64_t>& shape, GgmlType& type, std::string& raw) {
         if (name == "blk.0.attn_q.weight") {
-          type = GgmlType::kQ5_0;
-          raw.assign(static_cast<size_t>(shape[0] * shape[1] / 32 * 22), '\0');
+          type = GgmlType::kIQ4_NL;
+          raw.assign(static_cast<size_t>(shape[0] * shape[1] / 32 * 18), '\0');
         }
         return true;
       });
   EXPECT_STATUS_IS(Load(b), absl::StatusCode::kUnimplemented,
-                   "tensor 'blk.0.attn_q.weight' has type Q5_0, which Tandem cannot dequantise");
+                   "tensor 'blk.0.attn_q.weight' has type IQ4_NL, which Tandem cannot dequantise");
 }
 
 TEST(GgufLlamaTest, LoadsQwen2AndQwen3) {
