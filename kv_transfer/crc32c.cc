@@ -80,6 +80,29 @@ ShiftMatrix MakeShift(int log2_len) {
   return out;
 }
 
+// ZeroShift(k): the matrix advancing a raw CRC over 2^k zero bytes, as byte tables.
+struct ZeroShifts {
+  static constexpr int kPowers = 64;
+  uint32_t t[kPowers][4][256];
+};
+
+const ZeroShifts& ZeroShiftsOnce() {
+  static const ZeroShifts* shifts = [] {
+    auto* z = new ZeroShifts;
+    ShiftMatrix m = MakeShift(0);
+    for (int k = 0; k < ZeroShifts::kPowers; ++k) {
+      for (int j = 0; j < 4; ++j) {
+        for (uint32_t b = 0; b < 256; ++b) z->t[k][j][b] = Gf2Times(m.m, b << (8 * j));
+      }
+      ShiftMatrix sq{};
+      for (int i = 0; i < 32; ++i) sq.m[i] = Gf2Times(m.m, m.m[i]);
+      m = sq;
+    }
+    return z;
+  }();
+  return *shifts;
+}
+
 #if defined(__x86_64__)
 // Bytes per stream per round of the three-stream loop; the shift matrix is built once for it.
 constexpr int kLog2Stripe = 13;
@@ -168,6 +191,17 @@ uint32_t Crc32c(uint32_t crc, const void* data, size_t n) {
   if (HaveSse42()) return ~RawHardware(~crc, static_cast<const unsigned char*>(data), n);
 #endif
   return Crc32cPortable(crc, data, n);
+}
+
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  const ZeroShifts& z = ZeroShiftsOnce();
+  uint32_t v = crc_a;
+  for (int k = 0; len_b != 0 && v != 0; ++k, len_b >>= 1) {
+    if ((len_b & 1u) == 0) continue;
+    const auto& t = z.t[k];
+    v = t[0][v & 0xFF] ^ t[1][(v >> 8) & 0xFF] ^ t[2][(v >> 16) & 0xFF] ^ t[3][v >> 24];
+  }
+  return v ^ crc_b;
 }
 
 bool Crc32cIsHardware() {

@@ -22,6 +22,12 @@ namespace tandem {
 // Crc32c(Crc32c(0, a, n), b, m) == Crc32c(0, a‖b, n + m).
 uint32_t Crc32c(uint32_t crc, const void* data, size_t n);
 
+// Crc32c(c, B) from c and Crc32c(0, B) for |B| = len_b, without B's bytes: CRCs are affine, so
+// Crc32c(c, B) == shift(c over len_b zero bytes) ^ Crc32c(0, B) (zlib's crc32_combine, for this
+// polynomial). What lets a block's content CRC, computed once when it was written, be bound to a
+// later request (kv_digest.h). O(log len_b).
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
 // The portable implementation (what Crc32c uses without SSE4.2). For tests and benchmarks.
 uint32_t Crc32cPortable(uint32_t crc, const void* data, size_t n);
 

@@ -112,9 +112,33 @@ int64_t KvDigestIndex(const KvLayout& src, int64_t num_tokens, int32_t rank, int
   return (rank * blocks + table_index) * HeadsPerRank(src) + head;
 }
 
+absl::StatusOr<KvBlockChecks> ComputeKvBlockChecks(
+    const KvLayout& src, absl::Span<const absl::Span<const std::byte>> pools, int32_t block) {
+  if (static_cast<int32_t>(pools.size()) != src.world()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV digests: ", pools.size(), " pools for a world of ", src.world()));
+  }
+  const PoolGeometry g = RankPoolGeometry(src, 0);
+  KvBlockChecks out;
+  out.reserve(static_cast<size_t>(src.world() * g.num_kv_heads));
+  for (int32_t r = 0; r < src.world(); ++r) {
+    if (block < 0 ||
+        (block + int64_t{1}) * g.block_bytes() > static_cast<int64_t>(pools[r].size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KV digests: block ", block, " lies outside rank ", r, "'s pool"));
+    }
+    for (int32_t h = 0; h < g.num_kv_heads; ++h) {
+      const std::byte* slab = pools[r].data() + HeadsOfBlock(g, block, h, h + 1).offset;
+      out.push_back(Crc32c(0, slab, static_cast<size_t>(g.head_slab_bytes())));
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<uint32_t>> ComputeKvDigests(
     const KvLayout& src, absl::Span<const absl::Span<const std::byte>> pools, int64_t num_tokens,
-    const KvDigestBinding& binding, int32_t threads) {
+    const KvDigestBinding& binding, int32_t threads, absl::Span<const KvBlockChecks> known,
+    std::vector<KvBlockChecks>* checks_out) {
   if (absl::Status s = CheckBinding(src, num_tokens, binding); !s.ok()) return s;
   if (static_cast<int32_t>(pools.size()) != src.world()) {
     return absl::InvalidArgumentError(
@@ -125,6 +149,22 @@ absl::StatusOr<std::vector<uint32_t>> ComputeKvDigests(
   // All ranks of a valid layout share one geometry (as many heads each).
   const PoolGeometry g = RankPoolGeometry(src, 0);
   const int64_t row_bytes = g.row_elems() * g.elem_bytes();
+  const int64_t units_per_block = src.world() * int64_t{g.num_kv_heads};
+  // Whether table index i is a full virtual block of this prompt.
+  auto full = [&](int64_t i) { return (i + 1) * VirtualBlockTokens(dcp) <= num_tokens; };
+  auto known_at = [&](int64_t i) -> const KvBlockChecks* {
+    return i < static_cast<int64_t>(known.size()) && !known[i].empty() ? &known[i] : nullptr;
+  };
+  for (int64_t i = 0; i < blocks; ++i) {
+    if (const KvBlockChecks* k = known_at(i); k != nullptr) {
+      if (!full(i) || static_cast<int64_t>(k->size()) != units_per_block) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("KV digests: recorded checks for table index ", i, " (", k->size(),
+                         " values) but it is ", full(i) ? "" : "not ", "a full block of ",
+                         units_per_block, " units"));
+      }
+    }
+  }
   for (int32_t r = 0; r < src.world(); ++r) {
     for (int64_t i = 0; i < blocks; ++i) {
       const int32_t block = binding.block_table[i];
@@ -136,27 +176,58 @@ absl::StatusOr<std::vector<uint32_t>> ComputeKvDigests(
     }
   }
   const int64_t count = KvDigestCount(src, num_tokens);
-  std::vector<uint32_t> out(static_cast<size_t>(count));
+  std::vector<uint32_t> checks(static_cast<size_t>(count));
+  int64_t read_units = 0;
+  for (int64_t i = 0; i < blocks; ++i) read_units += known_at(i) == nullptr ? units_per_block : 0;
   // Unit index = (r · blocks + i) · heads + h (KvDigestIndex).
-  ForEachChunk(count, Workers(threads, count * g.head_slab_bytes()), [&](int64_t u) {
+  ForEachChunk(count, Workers(threads, read_units * g.head_slab_bytes()), [&](int64_t u) {
     const int32_t h = static_cast<int32_t>(u % g.num_kv_heads);
     const int64_t i = (u / g.num_kv_heads) % blocks;
     const int32_t r = static_cast<int32_t>(u / g.num_kv_heads / blocks);
+    if (const KvBlockChecks* k = known_at(i); k != nullptr) {
+      checks[static_cast<size_t>(u)] = (*k)[static_cast<size_t>(r * g.num_kv_heads + h)];
+      return;
+    }
     const int32_t dcp_rank = PlaceRank(src.parallel, src.dims, r).dcp_rank;
     const int64_t used_bytes =
         int64_t{UsedSlots(dcp, dcp_rank, i, num_tokens)} * g.head_dim * g.elem_bytes();
     const std::byte* slab =
         pools[r].data() + HeadsOfBlock(g, binding.block_table[i], h, h + 1).offset;
-    uint32_t crc = Seed(binding, r, i, h);
+    uint32_t crc = 0;
     if (used_bytes == row_bytes) {
-      crc = Crc32c(crc, slab, static_cast<size_t>(g.head_slab_bytes()));
+      crc = Crc32c(0, slab, static_cast<size_t>(g.head_slab_bytes()));
     } else {
       for (int32_t row = 0; row < 2 * g.num_layers; ++row) {
         crc = Crc32c(crc, slab + row * row_bytes, static_cast<size_t>(used_bytes));
       }
     }
-    out[static_cast<size_t>(u)] = crc;
+    checks[static_cast<size_t>(u)] = crc;
   });
+  std::vector<uint32_t> out(static_cast<size_t>(count));
+  for (int64_t u = 0; u < count; ++u) {
+    const int32_t h = static_cast<int32_t>(u % g.num_kv_heads);
+    const int64_t i = (u / g.num_kv_heads) % blocks;
+    const int32_t r = static_cast<int32_t>(u / g.num_kv_heads / blocks);
+    const int64_t used_bytes =
+        int64_t{UsedSlots(dcp, PlaceRank(src.parallel, src.dims, r).dcp_rank, i, num_tokens)} *
+        g.head_dim * g.elem_bytes();
+    out[static_cast<size_t>(u)] =
+        Crc32cCombine(Seed(binding, r, i, h), checks[static_cast<size_t>(u)],
+                      static_cast<uint64_t>(used_bytes * 2 * g.num_layers));
+  }
+  if (checks_out != nullptr) {
+    checks_out->assign(static_cast<size_t>(blocks), KvBlockChecks());
+    for (int64_t i = 0; i < blocks; ++i) {
+      if (!full(i)) continue;
+      KvBlockChecks& c = (*checks_out)[static_cast<size_t>(i)];
+      c.reserve(static_cast<size_t>(units_per_block));
+      for (int32_t r = 0; r < src.world(); ++r) {
+        for (int32_t h = 0; h < g.num_kv_heads; ++h) {
+          c.push_back(checks[static_cast<size_t>(KvDigestIndex(src, num_tokens, r, i, h))]);
+        }
+      }
+    }
+  }
   return out;
 }
 

@@ -55,12 +55,30 @@ int64_t KvDigestIndex(const KvLayout& src, int64_t num_tokens, int32_t rank, int
 // functions use at most one thread per 16 MiB of bytes to CRC (the calling thread included).
 int32_t DefaultKvDigestThreads();
 
+// A block's *checks*: Crc32c(0, ·) of each of its units' bytes, unbound — one per (rank, head),
+// rank-major (index r · heads + h). A unit's digest is Crc32cCombine(seed, check, its length),
+// so checks recorded when a full block was written (the prefix cache keeps them) bind to any
+// later request without reading the block again, and a block corrupted since no longer matches.
+using KvBlockChecks = std::vector<uint32_t>;
+
+// The checks of full virtual block `block` read from `pools` (as ComputeKvDigests).
+// INVALID_ARGUMENT for pools.size() != world or a block outside a pool.
+[[nodiscard]] absl::StatusOr<KvBlockChecks> ComputeKvBlockChecks(
+    const KvLayout& src, absl::Span<const absl::Span<const std::byte>> pools, int32_t block);
+
 // The prefill side: digests of every unit, read from `pools` (pools[r] = rank r's pool, from
 // its base). INVALID_ARGUMENT for pools.size() != world, a binding whose tables are shorter than
 // the prompt needs or of different lengths, or a block whose bytes lie outside its pool.
+//
+// known[i], when i < known.size() and non-empty, are the checks of table index i recorded
+// earlier: its units are bound from them and its bytes not read (INVALID_ARGUMENT when block i
+// is not full in this prompt or the count is not world · heads). checks_out, when given, gets
+// one entry per table index of the prompt: the checks of each full block (known or computed),
+// empty for a partial last block.
 [[nodiscard]] absl::StatusOr<std::vector<uint32_t>> ComputeKvDigests(
     const KvLayout& src, absl::Span<const absl::Span<const std::byte>> pools, int64_t num_tokens,
-    const KvDigestBinding& binding, int32_t threads = 1);
+    const KvDigestBinding& binding, int32_t threads = 1, absl::Span<const KvBlockChecks> known = {},
+    std::vector<KvBlockChecks>* checks_out = nullptr);
 
 // One unit whose pulled bytes did not match.
 struct KvDigestMismatch {

@@ -49,6 +49,18 @@ TEST(Crc32cTest, HardwareMatchesPortableAtEveryLengthAndAlignment) {
   }
 }
 
+TEST(Crc32cTest, CombineEqualsChainingWithoutTheBytes) {
+  Rng rng(9);
+  std::vector<unsigned char> buf(70000);
+  for (unsigned char& b : buf) b = static_cast<unsigned char>(rng.Next());
+  for (size_t n : {size_t{0}, size_t{1}, size_t{8}, size_t{777}, size_t{65536}, buf.size()}) {
+    for (uint32_t seed : {0u, 1u, 0xDEADBEEFu}) {
+      EXPECT_EQ(Crc32cCombine(seed, Crc32c(0, buf.data(), n), n), Crc32c(seed, buf.data(), n))
+          << "n=" << n << " seed=" << seed;
+    }
+  }
+}
+
 KvLayout Layout(ParallelConfig p, int32_t hkv) {
   return KvLayout{p, ModelDims{2, 8 * hkv, hkv, 4}, KvDType::kF32};
 }
@@ -207,6 +219,70 @@ TEST(KvDigestTest, MalformedInputIsRefusedPrecisely) {
   truncated.copies[0].back().length /= 2;
   EXPECT_EQ(VerifyKvDigests(l, l, truncated, 20, ok, *digests, dst.Views()).code(),
             absl::StatusCode::kInternal);
+}
+
+// Checks recorded for full blocks (what the prefix cache keeps) bind to another request's
+// digests exactly as reading the bytes would; a block changed since its checks were recorded
+// then fails verification on the destination.
+TEST(KvDigestTest, RecordedBlockChecksGiveTheSameDigestsAndCatchLaterCorruption) {
+  Rng rng(13);
+  for (const Case& k : Cases()) {
+    const KvLayout src = Layout(k.src, k.hkv);
+    const KvLayout dst = Layout(k.dst, k.hkv);
+    const int64_t v = VirtualBlockTokens(src.parallel.dcp_geometry());
+    const int64_t n = 3 * v + 1;  // three full blocks and a partial one
+    SCOPED_TRACE(absl::StrCat(src.parallel.ToString(), " -> ", dst.parallel.ToString()));
+    const std::vector<int32_t> sb = Table(src, n, 0);
+    const std::vector<uint32_t> gens(sb.size(), 3);
+    Pools sp = MakePools(src, kPoolBlocks, rng);
+    std::vector<KvBlockChecks> first;
+    ASSERT_TRUE(ComputeKvDigests(src, sp.Views(), n, {"first", 1, sb, gens}, 1, {}, &first).ok());
+    ASSERT_EQ(first.size(), 4u);
+    EXPECT_TRUE(first[3].empty());
+    for (int64_t i = 0; i < 3; ++i) {
+      absl::StatusOr<KvBlockChecks> c = ComputeKvBlockChecks(src, sp.Views(), sb[i]);
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_EQ(*c, first[i]);
+    }
+    // A later request reusing blocks 0 and 1: the same digests as computed from the bytes.
+    const KvDigestBinding later{"later", 9, sb, gens};
+    const std::vector<KvBlockChecks> known = {first[0], first[1]};
+    absl::StatusOr<std::vector<uint32_t>> bound =
+        ComputeKvDigests(src, sp.Views(), n, later, 1, known);
+    absl::StatusOr<std::vector<uint32_t>> read = ComputeKvDigests(src, sp.Views(), n, later);
+    ASSERT_TRUE(bound.ok() && read.ok());
+    EXPECT_EQ(*bound, *read);
+    // Block 1 corrupted while cached (on every rank: the planner may read any replica):
+    // digests from its recorded checks no longer verify.
+    for (auto& pool : sp.bytes) {
+      pool[static_cast<size_t>(sb[1] * RankPoolGeometry(src, 0).block_bytes())] ^= std::byte{0x20};
+    }
+    bound = ComputeKvDigests(src, sp.Views(), n, later, 1, known);
+    ASSERT_TRUE(bound.ok());
+    absl::StatusOr<TransferPlan> plan = PlanKvTransfer(src, sb, dst, Table(dst, n, 1), n);
+    ASSERT_TRUE(plan.ok());
+    Pools dp = MakePools(dst, kPoolBlocks, rng);
+    Execute(*plan, sp, &dp);
+    std::vector<KvDigestMismatch> bad;
+    EXPECT_EQ(VerifyKvDigests(src, dst, *plan, n, later, *bound, dp.Views(), &bad).code(),
+              absl::StatusCode::kDataLoss);
+    ASSERT_FALSE(bad.empty());
+    EXPECT_EQ(bad[0].table_index, 1);
+    EXPECT_NE(*ComputeKvBlockChecks(src, sp.Views(), sb[1]), first[1]);
+  }
+  // Checks for a block that is not full, or of the wrong size: refused by name.
+  const KvLayout l = Layout({1, 1, 1, 16, 16}, 2);
+  const std::vector<int32_t> table = {4, 5};
+  const std::vector<uint32_t> gens = {1, 1};
+  const Pools pools = MakePools(l, 8, rng);
+  const std::vector<KvBlockChecks> partial = {{}, {1, 2}};
+  EXPECT_EQ(
+      ComputeKvDigests(l, pools.Views(), 20, {"r", 1, table, gens}, 1, partial).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  const std::vector<KvBlockChecks> wrong_size = {{1, 2, 3}};
+  EXPECT_EQ(
+      ComputeKvDigests(l, pools.Views(), 20, {"r", 1, table, gens}, 1, wrong_size).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 // 64 MiB of KV: split over four threads, the same digests and the same verdicts as one.
