@@ -46,7 +46,8 @@ class OpenAiSink : public GenerateSink {
         logprobs_->Add(response.token().id(), FromProto(response.token().logprobs()),
                        response.token().text());
       }
-      Emit(stop_.Push(response.token().text()));
+      // vLLM: stop strings are matched once min_tokens tokens were generated.
+      Emit(stop_.Push(response.token().text(), tokens_ > request_.sampling.min_tokens));
       if (stop_.stopped()) {
         // The rest of the generation is not wanted: end the request now.
         canceller_.Cancel();
@@ -56,7 +57,7 @@ class OpenAiSink : public GenerateSink {
     const v1::GenerateFinal& final = response.final();
     final_ = final;
     cached_tokens_ = final.usage().cached_tokens();
-    Emit(stop_.Push(final.text_tail()));
+    Emit(stop_.Push(final.text_tail(), tokens_ > request_.sampling.min_tokens));
     if (!stop_.stopped()) Emit(stop_.Flush());
   }
 

@@ -14,14 +14,18 @@ StopMatcher::StopMatcher(std::vector<std::string> stops, bool include_stop)
   }
 }
 
-std::string StopMatcher::Push(absl::string_view text) {
+std::string StopMatcher::Push(absl::string_view text, bool match_text) {
   if (stopped_) return "";
   pending_.append(text.data(), text.size());
   if (stops_.empty()) return std::exchange(pending_, "");
+  if (!match_text) unmatched_ = pending_.size();
   size_t match = std::string::npos;
   size_t match_end = 0;
   for (const std::string& stop : stops_) {
-    const size_t at = pending_.find(stop);
+    if (!match_text) break;
+    // The first occurrence that ends after the unmatched text.
+    const size_t from = unmatched_ >= stop.size() ? unmatched_ - stop.size() + 1 : 0;
+    const size_t at = pending_.find(stop, from);
     if (at == std::string::npos || at > match) continue;
     if (at < match) match_end = 0;
     match = at;
@@ -46,9 +50,13 @@ std::string StopMatcher::Push(absl::string_view text) {
   }
   std::string out = pending_.substr(0, pending_.size() - hold);
   pending_.erase(0, pending_.size() - hold);
+  unmatched_ -= std::min(unmatched_, out.size());
   return out;
 }
 
-std::string StopMatcher::Flush() { return std::exchange(pending_, ""); }
+std::string StopMatcher::Flush() {
+  unmatched_ = 0;
+  return std::exchange(pending_, "");
+}
 
 }  // namespace tandem

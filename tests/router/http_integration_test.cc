@@ -519,6 +519,16 @@ TEST_F(RouterHttpTest, VllmFieldsAreHonoured) {
   EXPECT_EQ(Json::parse(with_stop.body)["choices"][0]["text"],
             text.substr(0, text.find(stop) + stop.size()));
   EXPECT_EQ(Json::parse(with_stop.body)["choices"][0]["finish_reason"], "stop");
+  // min_tokens 4: the stop string in tokens 2-3 is not matched (vLLM); a later occurrence that
+  // ends after the 4th token's text would be.
+  const HttpReply min_tokens =
+      Post(http_->port(), "/v1/completions",
+           Json{{"prompt", "hi"}, {"max_tokens", 6}, {"stop", stop}, {"min_tokens", 4}}.dump());
+  ASSERT_EQ(min_tokens.status, 200) << min_tokens.body;
+  const size_t later = text.find(stop, 3);
+  EXPECT_EQ(Json::parse(min_tokens.body)["choices"][0]["text"], text.substr(0, later));
+  EXPECT_EQ(Json::parse(min_tokens.body)["choices"][0]["finish_reason"],
+            later == std::string::npos ? "length" : "stop");
 }
 
 // Requests refused before they run — no or a wrong API key (401), a body over the limit (413), a

@@ -90,5 +90,31 @@ TEST(StopMatcherTest, IncludeStopEmitsTheMatchedString) {
   EXPECT_EQ(split.Push("ND tail"), "END");
 }
 
+TEST(StopMatcherTest, TextBeforeMinTokensIsNeverMatched) {
+  // vLLM: stop strings are searched only once min_tokens tokens were generated; a stop string
+  // wholly inside the earlier text does not count.
+  StopMatcher m({"ab"});
+  EXPECT_EQ(m.Push("xab", /*match=*/false), "xab");
+  EXPECT_FALSE(m.stopped());
+  EXPECT_EQ(m.Push("ab", /*match=*/false), "ab");
+  EXPECT_EQ(m.Push("cd"), "cd");
+  EXPECT_FALSE(m.stopped());
+  EXPECT_EQ(m.Push("zabq"), "z");
+  EXPECT_TRUE(m.stopped());
+}
+
+TEST(StopMatcherTest, MatchEndingAfterMinTokensMayBeginBefore) {
+  // The held-back "a" was pushed before min_tokens; the match ends in a matched piece.
+  StopMatcher m({"ab"});
+  EXPECT_EQ(m.Push("xa", /*match=*/false), "x");
+  EXPECT_EQ(m.Push("b tail"), "");
+  EXPECT_TRUE(m.stopped());
+  // Same text pushed unmatched throughout: no stop.
+  StopMatcher never({"ab"});
+  EXPECT_EQ(never.Push("xa", /*match=*/false), "x");
+  EXPECT_EQ(never.Push("b tail", /*match=*/false), "ab tail");
+  EXPECT_FALSE(never.stopped());
+}
+
 }  // namespace
 }  // namespace tandem
