@@ -25,6 +25,9 @@ PromptInput PromptFromProto(const v1::GenerateRequest& request) {
       for (const v1::ChatMessage& m : request.chat().messages()) {
         prompt.chat.push_back({m.role(), m.content()});
       }
+      prompt.add_generation_prompt =
+          !request.chat().has_add_generation_prompt() || request.chat().add_generation_prompt();
+      prompt.continue_final_message = request.chat().continue_final_message();
       break;
     case v1::GenerateRequest::PROMPT_NOT_SET:
       break;

@@ -30,6 +30,10 @@ absl::Status ValidatePromptInput(const PromptInput& prompt) {
                                                          "' (valid: system, user, assistant)"));
         }
       }
+      if (prompt.continue_final_message && prompt.add_generation_prompt) {
+        return absl::InvalidArgumentError(
+            "chat.continue_final_message and chat.add_generation_prompt cannot both be true");
+      }
       return absl::OkStatus();
   }
   return absl::InvalidArgumentError("unknown prompt kind");

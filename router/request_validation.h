@@ -47,6 +47,10 @@ struct PromptInput {
   std::string text;                // kText
   std::vector<int32_t> token_ids;  // kTokenIds
   std::vector<ChatMessage> chat;   // kChat
+  // kChat: open the assistant's turn; or (vLLM's continue_final_message, not with
+  // add_generation_prompt) leave the last message open for the model to continue.
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
 };
 
 // `requested` empty means "the default model" and always passes.

@@ -93,7 +93,9 @@ absl::StatusOr<std::vector<int32_t>> ServedModel::Tokenize(const PromptInput& pr
       return tokenizer_->Encode(prompt.text, /*parse_special=*/true);
     case PromptInput::Kind::kChat: {
       TANDEM_ASSIGN_OR_RETURN(const std::string text,
-                              chat_->Format(prompt.chat, /*add_generation_prompt=*/true));
+                              prompt.continue_final_message
+                                  ? chat_->FormatContinuingLast(prompt.chat)
+                                  : chat_->Format(prompt.chat, prompt.add_generation_prompt));
       return tokenizer_->Encode(text, /*parse_special=*/true, /*with_bos=*/chat_->add_bos());
     }
     case PromptInput::Kind::kTokenIds:

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 namespace tandem {
@@ -46,6 +47,33 @@ absl::StatusOr<std::string> ChatFormatter::Format(absl::Span<const ChatMessage> 
   if (!bos_token_.empty()) vars.Set("bos_token", jinja::Value(bos_token_));
   if (!eos_token_.empty()) vars.Set("eos_token", jinja::Value(eos_token_));
   return template_->Render(vars);
+}
+
+absl::StatusOr<std::string> CutAfterFinalMessage(absl::string_view rendered,
+                                                 absl::string_view final_content) {
+  const absl::string_view stripped = absl::StripAsciiWhitespace(final_content);
+  const size_t at = rendered.rfind(stripped);
+  if (at == absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        "continue_final_message: the final message does not appear in the conversation as the "
+        "chat template renders it (the template drops part of it)");
+  }
+  const absl::string_view lead_stripped = absl::StripLeadingAsciiWhitespace(final_content);
+  // The template kept the message's trailing whitespace (or it has none): keep it too.
+  if (rendered.substr(at, lead_stripped.size()) == final_content) {
+    return std::string(rendered.substr(0, at + lead_stripped.size()));
+  }
+  return std::string(rendered.substr(0, at + stripped.size()));
+}
+
+absl::StatusOr<std::string> ChatFormatter::FormatContinuingLast(
+    absl::Span<const ChatMessage> messages) const {
+  if (messages.empty()) {
+    return absl::InvalidArgumentError("continue_final_message: the conversation has no messages");
+  }
+  absl::StatusOr<std::string> text = Format(messages, /*add_generation_prompt=*/false);
+  if (!text.ok()) return text.status();
+  return CutAfterFinalMessage(*text, messages.back().content);
 }
 
 std::string ChatFormatter::Describe() const {

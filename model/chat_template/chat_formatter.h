@@ -24,6 +24,13 @@
 
 namespace tandem {
 
+// transformers' cut for continue_final_message: `rendered` up to the end of the last occurrence
+// of `final_content` (its ASCII whitespace stripped, as transformers' str.strip(); the leading
+// whitespace only, when the template kept the trailing one). INVALID_ARGUMENT naming
+// continue_final_message when it does not occur. Pure.
+absl::StatusOr<std::string> CutAfterFinalMessage(absl::string_view rendered,
+                                                 absl::string_view final_content);
+
 class ChatFormatter {
  public:
   // `chat_template` empty: the ChatML fallback. `origin` says where the template came from, for
@@ -38,6 +45,11 @@ class ChatFormatter {
   // or naming the line and error when it fails on it.
   absl::StatusOr<std::string> Format(absl::Span<const ChatMessage> messages,
                                      bool add_generation_prompt = true) const;
+  // vLLM's continue_final_message: the conversation rendered without a generation prompt and cut
+  // right after the last message's content, so the model continues that message (an assistant
+  // prefix) instead of closing it. Errors: Format's, and INVALID_ARGUMENT naming
+  // continue_final_message when the template drops part of the last message.
+  absl::StatusOr<std::string> FormatContinuingLast(absl::Span<const ChatMessage> messages) const;
 
   bool uses_template() const { return template_ != nullptr; }
   // Whether the tokenizer's own BOS rule applies to the formatted text (ChatML fallback only).

@@ -69,6 +69,8 @@ constexpr Field kFields[] = {
     {"request_id", kBoth, nullptr, ""},
     {"echo", kBoth, nullptr, ""},
     {"best_of", kBoth, nullptr, ""},
+    {"add_generation_prompt", kChat, nullptr, ""},
+    {"continue_final_message", kChat, nullptr, ""},
     // The sampler's fields (parsed, or refused until implemented, by ParseOpenAiRequest).
     {"min_p", kBoth, nullptr, ""},
     {"repetition_penalty", kBoth, nullptr, ""},
@@ -118,9 +120,6 @@ constexpr Field kFields[] = {
     {"kv_transfer_params", kBoth, Empty, "Tandem transfers KV itself"},
     {"vllm_xargs", kBoth, Empty, "vLLM's extension arguments are not implemented"},
     {"suffix", kCmpl, Empty, "inserting text after the completion is not implemented"},
-    {"add_generation_prompt", kChat, NullOrTrue,
-     "must be true: the assistant turn is always opened"},
-    {"continue_final_message", kChat, Empty, "continuing the last message is not implemented"},
     {"documents", kChat, Empty, "documents for the chat template are not implemented"},
     {"chat_template", kChat, Empty, "a request's own chat template is not supported"},
     {"chat_template_kwargs", kChat, Empty, "chat template arguments are not supported"},

@@ -114,6 +114,27 @@ absl::Status ParseMessages(const Json& body, PromptInput& prompt,
   return absl::OkStatus();
 }
 
+// add_generation_prompt (default true) and continue_final_message (default false); vLLM refuses
+// both true.
+absl::Status ParseGenerationPrompt(const Json& body, PromptInput& prompt) {
+  if (const auto it = body.find("add_generation_prompt"); it != body.end() && !it->is_null()) {
+    if (!it->is_boolean()) {
+      return OpenAiInvalidParam("add_generation_prompt",
+                                "'add_generation_prompt' must be a boolean");
+    }
+    prompt.add_generation_prompt = it->get<bool>();
+  }
+  absl::StatusOr<bool> cont = OptionalBool(body, "continue_final_message");
+  if (!cont.ok()) return cont.status();
+  prompt.continue_final_message = *cont;
+  if (prompt.continue_final_message && prompt.add_generation_prompt) {
+    return OpenAiInvalidParam("continue_final_message",
+                              "'continue_final_message' and 'add_generation_prompt' cannot both "
+                              "be true (set add_generation_prompt to false)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status TokenIds(const Json& array, PromptInput& prompt) {
   prompt.kind = PromptInput::Kind::kTokenIds;
   for (const Json& id : array) {
@@ -218,6 +239,9 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
                            : ParsePrompt(json, r.prompt);
       !s.ok()) {
     return s;
+  }
+  if (endpoint == OpenAiEndpoint::kChatCompletions) {
+    if (absl::Status s = ParseGenerationPrompt(json, r.prompt); !s.ok()) return s;
   }
   for (const char* field : {"max_tokens", "max_completion_tokens"}) {
     absl::StatusOr<std::optional<int64_t>> v = OptionalInt(json, field);

@@ -5,6 +5,7 @@
 // decode idle timeout). Every wait is bounded.
 #include <curl/curl.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -423,10 +424,35 @@ TEST_F(RouterHttpTest, TokenizeAndDetokenize) {
   const HttpReply bad_model =
       Post(http_->port(), "/tokenize", R"({"model": "other", "prompt": "x"})");
   EXPECT_EQ(bad_model.status, 404);
+  // add_generation_prompt false drops the assistant turn's opening; continue_final_message leaves
+  // the last message open, its text the prompt's end.
+  const Json user = Json::array({{{"role", "user"}, {"content", "hi"}}});
+  const HttpReply opened = Post(http_->port(), "/tokenize", Json{{"messages", user}}.dump());
+  const HttpReply closed = Post(http_->port(), "/tokenize",
+                                Json{{"messages", user}, {"add_generation_prompt", false}}.dump());
+  ASSERT_EQ(opened.status, 200) << opened.body;
+  ASSERT_EQ(closed.status, 200) << closed.body;
+  const std::vector<int32_t> opened_ids = Json::parse(opened.body)["tokens"];
+  const std::vector<int32_t> closed_ids = Json::parse(closed.body)["tokens"];
+  ASSERT_LT(closed_ids.size(), opened_ids.size());
+  EXPECT_TRUE(std::equal(closed_ids.begin(), closed_ids.end(), opened_ids.begin()));
+  Json prefix = user;
+  prefix.push_back({{"role", "assistant"}, {"content", "The answer is"}});
+  const HttpReply continued = Post(
+      http_->port(), "/tokenize",
+      Json{{"messages", prefix}, {"add_generation_prompt", false}, {"continue_final_message", true}}
+          .dump());
+  ASSERT_EQ(continued.status, 200) << continued.body;
+  const HttpReply text = Post(http_->port(), "/detokenize",
+                              Json{{"tokens", Json::parse(continued.body)["tokens"]}}.dump());
+  ASSERT_EQ(text.status, 200) << text.body;
+  EXPECT_TRUE(absl::EndsWith(Json::parse(text.body)["prompt"].get<std::string>(), "The answer is"))
+      << text.body;
   const HttpReply refused =
-      Post(http_->port(), "/tokenize", R"({"messages": [], "add_generation_prompt": false})");
+      Post(http_->port(), "/tokenize",
+           Json{{"messages", prefix}, {"continue_final_message", true}}.dump());
   EXPECT_EQ(refused.status, 400);
-  EXPECT_EQ(Json::parse(refused.body)["error"]["param"], "add_generation_prompt");
+  EXPECT_EQ(Json::parse(refused.body)["error"]["param"], "continue_final_message");
   EXPECT_EQ(Post(http_->port(), "/tokenize", std::nullopt).status, 405);
   // One chat completion ran; tokenising sent nothing to a node.
   EXPECT_EQ(prefill_->prefills().size(), 1u);

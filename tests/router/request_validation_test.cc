@@ -61,6 +61,12 @@ TEST(ValidatePromptInputTest, ChatRoles) {
   p.chat.push_back({"tool", "x"});
   ExpectInvalid(ValidatePromptInput(p),
                 "chat message 3 has role 'tool' (valid: system, user, assistant)");
+  p.chat.pop_back();
+  p.continue_final_message = true;  // add_generation_prompt still true
+  ExpectInvalid(ValidatePromptInput(p),
+                "chat.continue_final_message and chat.add_generation_prompt cannot both be true");
+  p.add_generation_prompt = false;
+  EXPECT_TRUE(ValidatePromptInput(p).ok());
 }
 
 TEST(ValidatePromptInputTest, NonEmptyTextAndIdsPass) {

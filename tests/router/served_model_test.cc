@@ -74,6 +74,29 @@ TEST(ServedModelTest, ChatIsRenderedWithTheModelsTemplate) {
             "<|im_start|>assistant\n");
 }
 
+// add_generation_prompt false: no assistant turn; continue_final_message: the last message left
+// open (transformers' cut, the message's trailing whitespace kept when the template keeps it).
+TEST(ServedModelTest, GenerationPromptAndContinuingTheFinalMessage) {
+  const std::unique_ptr<ServedModel> model = MakeTestModel(256, kTinyTemplate);
+  ASSERT_NE(model, nullptr);
+  PromptInput chat;
+  chat.kind = PromptInput::Kind::kChat;
+  chat.chat = {{"user", "hi"}};
+  chat.add_generation_prompt = false;
+  EXPECT_EQ(model->tokenizer().Decode(*model->Tokenize(chat)),
+            "<|im_start|>system\nYou are Tiny.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n");
+  chat.chat.push_back({"assistant", "Sure, "});
+  chat.continue_final_message = true;
+  EXPECT_EQ(model->tokenizer().Decode(*model->Tokenize(chat)),
+            "<|im_start|>system\nYou are Tiny.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+            "<|im_start|>assistant\nSure, ");
+  EXPECT_EQ(*CutAfterFinalMessage("<a> x y </a>", " x y\n"), "<a> x y");  // trimmed by the template
+  const absl::StatusOr<std::string> missing = CutAfterFinalMessage("<a>x</a>", "gone");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(missing.status().message()),
+              ::testing::HasSubstr("continue_final_message"));
+}
+
 // The template writes BOS itself ({{ bos_token }}): the tokenizer adds none on top, even for a
 // model that asks for BOS in front of text prompts; the marker becomes the BOS id.
 TEST(ServedModelTest, TemplateBosIsTheOnlyBos) {
