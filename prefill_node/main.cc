@@ -15,6 +15,7 @@
 #include "serving/instance_flags.h"
 #include "serving/node_metrics.h"
 #include "serving/node_process.h"
+#include "serving/served_model_name.h"
 #include "serving/server_runner.h"
 
 ABSL_FLAG(int32_t, max_prefill_tokens, 2048,
@@ -70,7 +71,13 @@ int main(int argc, char** argv) {
   process.start = [&](const std::string& advertise) -> absl::StatusOr<std::string> {
     tandem::PrefillNodeOptions o;
     o.model_path = absl::GetFlag(FLAGS_model);
-    o.model_name = absl::GetFlag(FLAGS_model_name);
+    absl::StatusOr<std::string> served_name = tandem::ResolveServedModelName(
+        absl::GetFlag(FLAGS_served_model_name), absl::GetFlag(FLAGS_model_name), o.model_path);
+    if (!served_name.ok()) return served_name.status();
+    o.model_name = *std::move(served_name);
+    if (!absl::GetFlag(FLAGS_model_name).empty()) {
+      std::fprintf(stderr, "tandem-prefill: --model_name is deprecated; use --served_model_name\n");
+    }
     o.engine_id = absl::GetFlag(FLAGS_engine_id);
     o.advertised_address = advertise;
     o.instance = *instance;

@@ -23,14 +23,18 @@
 #include "router/router_server.h"
 #include "router/served_model.h"
 #include "serving/api_keys.h"
+#include "serving/served_model_name.h"
 #include "serving/server_runner.h"
 #include "serving/tls_flags.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50050", "gRPC listen address host:port (port 0 = any)");
 ABSL_FLAG(std::string, model, "",
           "GGUF model file or HF checkpoint directory (only tokenizer and metadata are read)");
-ABSL_FLAG(std::string, model_name, "",
-          "served model name (default: the GGUF general.name or the HF directory's name)");
+ABSL_FLAG(std::string, served_model_name, "",
+          "name the model is served as: listed by /v1/models, required as a request's model, and "
+          "expected from the nodes (default: the model file's name without .gguf, or the HF "
+          "directory's name; spaces become '-')");
+ABSL_FLAG(std::string, model_name, "", "deprecated alias of --served_model_name");
 ABSL_FLAG(std::string, chat_template, "",
           "Jinja chat template file rendering chat requests, replacing the model's own "
           "(default: the model's chat template; ChatML when it has none)");
@@ -154,9 +158,15 @@ int main(int argc, char** argv) {
   if (!options.ok()) return Fail(options.status());
   if (absl::GetFlag(FLAGS_model).empty())
     return Fail(absl::InvalidArgumentError("--model is required"));
-  auto model =
-      tandem::ServedModel::Load(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_model_name),
-                                absl::GetFlag(FLAGS_chat_template));
+  const absl::StatusOr<std::string> served_name =
+      tandem::ResolveServedModelName(absl::GetFlag(FLAGS_served_model_name),
+                                     absl::GetFlag(FLAGS_model_name), absl::GetFlag(FLAGS_model));
+  if (!served_name.ok()) return Fail(served_name.status());
+  if (!absl::GetFlag(FLAGS_model_name).empty()) {
+    tandem::LogToStderr("--model_name is deprecated; use --served_model_name");
+  }
+  auto model = tandem::ServedModel::Load(absl::GetFlag(FLAGS_model), *served_name,
+                                         absl::GetFlag(FLAGS_chat_template));
   if (!model.ok()) return Fail(model.status());
   tandem::LogToStderr((*model)->chat().Describe());
   absl::StatusOr<tandem::RouterAccess> access = AccessFromFlags();

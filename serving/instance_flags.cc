@@ -4,7 +4,11 @@
 #include "absl/strings/str_cat.h"
 
 ABSL_FLAG(std::string, model, "", "GGUF model file or HF checkpoint directory");
-ABSL_FLAG(std::string, model_name, "", "served model name (default: the model's own name)");
+ABSL_FLAG(std::string, served_model_name, "",
+          "name the model is served as, reported to the router, which must serve the same name "
+          "(default: the model file's name without .gguf, or the HF directory's name; spaces "
+          "become '-')");
+ABSL_FLAG(std::string, model_name, "", "deprecated alias of --served_model_name");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "gRPC listen address host:port (0 = any port)");
 ABSL_FLAG(std::string, advertise, "", "address to advertise (default: listen host + bound port)");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");

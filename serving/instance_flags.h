@@ -2,7 +2,9 @@
 // come from a config file through --flagfile=FILE, one "--name=value" per line).
 //
 //   --model PATH            GGUF file or HF checkpoint directory
-//   --model_name NAME       served model name (default: the model's general.name)
+//   --served_model_name NAME  served model name (default: the file's name without .gguf or the
+//                           HF directory's name, serving/served_model_name.h); --model_name is
+//                           its deprecated alias
 //   --listen HOST:PORT      gRPC listen address (port 0 = any free port)
 //   --advertise HOST:PORT   address other nodes should use (default: the listen host + bound port)
 //   --port_file PATH        write the bound port here once serving
@@ -33,6 +35,7 @@
 #include "kv_transfer/ucx/ucx_worker.h"
 
 ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, served_model_name);
 ABSL_DECLARE_FLAG(std::string, model_name);
 ABSL_DECLARE_FLAG(std::string, listen);
 ABSL_DECLARE_FLAG(std::string, advertise);

@@ -31,9 +31,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$make_model" --out "$tmp/model.gguf" >/dev/null
+# Served as the file's name without .gguf (--served_model_name's default): the test's MODEL.
+"$make_model" --out "$tmp/tandem-synthetic.gguf" >/dev/null
 cat >"$tmp/openai.conf" <<CONF
-model=$tmp/model.gguf
+model=$tmp/tandem-synthetic.gguf
 startup_timeout_s=60
 router   listen=127.0.0.1:0 health_interval_ms=200 unhealthy_wait_ms=2000
 prefill  tp=1 kv_budget_mb=8 ucx_tls=sm,self
