@@ -48,6 +48,18 @@ std::vector<int32_t> PrefixCache::Acquire(absl::Span<const int32_t> tokens,
   for (int64_t i = 0; i < limit; ++i) {
     Entry* e = Match(tokens, chain, i, parent);
     if (e == nullptr) break;
+    if (options_.verify && !e->checks.empty() && !options_.verify(e->block, e->checks)) {
+      // Corrupted while cached: drop it and the rest of its chain (their parent is gone), so
+      // the prompt computes these tokens again and a later one caches them afresh.
+      ++stats_.corrupt_blocks;
+      for (int64_t j = i; j < static_cast<int64_t>(chain.size()); ++j) {
+        Entry* next = Match(tokens, chain, j, parent);
+        if (next == nullptr) break;
+        parent = next->serial;
+        Drop(chain[static_cast<size_t>(j)]);
+      }
+      break;
+    }
     matched.push_back(e);
     out.push_back(e->block);
     parent = e->serial;
@@ -62,6 +74,15 @@ std::vector<int32_t> PrefixCache::Acquire(absl::Span<const int32_t> tokens,
   return out;
 }
 
+void PrefixCache::Drop(uint64_t hash) {
+  auto e = entries_.find(hash);
+  const int32_t block = e->second.block;
+  lru_.erase(e->second.lru);
+  hash_of_block_.erase(block);
+  entries_.erase(e);
+  blocks_->Release({&block, 1});
+}
+
 int32_t PrefixCache::Evict(int32_t count, bool all_or_nothing) {
   std::vector<std::list<uint64_t>::iterator> victims;
   for (auto it = lru_.end(); it != lru_.begin() && static_cast<int32_t>(victims.size()) < count;) {
@@ -73,6 +94,7 @@ int32_t PrefixCache::Evict(int32_t count, bool all_or_nothing) {
   for (auto it : victims) {
     auto e = entries_.find(*it);
     freed.push_back(e->second.block);
+    hash_of_block_.erase(e->second.block);
     entries_.erase(e);
     lru_.erase(it);
   }
@@ -117,12 +139,35 @@ void PrefixCache::Insert(absl::Span<const int32_t> tokens, absl::Span<const uint
       fresh.tokens.assign(begin, begin + options_.block_tokens);
       lru_.push_front(hash);
       fresh.lru = lru_.begin();
+      hash_of_block_[block] = hash;
       e = &entries_.emplace(hash, std::move(fresh)).first->second;
     }
     path.push_back(e);
     parent = e->serial;
   }
   for (auto it = path.rbegin(); it != path.rend(); ++it) Touch(**it);
+}
+
+void PrefixCache::RecordChecks(absl::Span<const int32_t> table,
+                               absl::Span<const std::vector<uint32_t>> checks) {
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < table.size() && i < checks.size(); ++i) {
+    if (checks[i].empty()) continue;
+    const auto h = hash_of_block_.find(table[i]);
+    if (h == hash_of_block_.end()) continue;
+    Entry& e = entries_.at(h->second);
+    if (e.checks.empty()) e.checks = checks[i];
+  }
+}
+
+std::vector<std::vector<uint32_t>> PrefixCache::Checks(absl::Span<const int32_t> table) const {
+  std::vector<std::vector<uint32_t>> out(table.size());
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < table.size(); ++i) {
+    const auto h = hash_of_block_.find(table[i]);
+    if (h != hash_of_block_.end()) out[i] = entries_.at(h->second).checks;
+  }
+  return out;
 }
 
 void PrefixCache::RecordLookup(int64_t prompt_tokens, int64_t hit_tokens) {

@@ -22,10 +22,18 @@
 // is over its own limit (max_blocks). Lookups and inserts touch a chain's entries deepest first,
 // so a parent is always more recent than its children and chains are trimmed from the tail.
 //
+// Integrity (issue 28): a block's KV bytes can be corrupted while it sits in the cache. The node
+// records each cached block's checks (kv_transfer/kv_digest.h KvBlockChecks, computed when the
+// block was first written) with RecordChecks; Acquire re-reads a matched block through
+// options.verify and, on a mismatch, drops it and the rest of its chain and reuses nothing from
+// there on (the prompt computes those tokens again), counting corrupt_blocks. Checks(table)
+// hands the recorded checks back, so a hit's digests bind to them rather than to the bytes.
+//
 // Thread-safe. Lock order: the cache's mutex, then BlockManager's.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <unordered_map>
 #include <vector>
@@ -42,14 +50,18 @@ struct PrefixCacheOptions {
   uint64_t salt = 0;         // PrefixSalt(model, KV layout, dtype): see prefill_node
   int64_t block_tokens = 0;  // tokens per cached block: B·dcp (> 0)
   int64_t max_blocks = 0;    // cap on cached blocks; 0 = bounded by the pool only
+  // Whether cached block `block`'s bytes still give `checks` (recorded by RecordChecks). Null:
+  // hits are not re-verified. Called under the cache's lock; must not call into the cache.
+  std::function<bool(int32_t block, absl::Span<const uint32_t> checks)> verify;
 };
 
 // Cumulative counters and the current size, for metrics and Status.
 struct PrefixCacheStats {
-  int64_t query_tokens = 0;  // prompt tokens of admitted requests (looked up)
-  int64_t hit_tokens = 0;    // of those, tokens whose KV came from the cache
-  int64_t evictions = 0;     // blocks evicted
-  int64_t blocks = 0;        // blocks cached now
+  int64_t query_tokens = 0;    // prompt tokens of admitted requests (looked up)
+  int64_t hit_tokens = 0;      // of those, tokens whose KV came from the cache
+  int64_t evictions = 0;       // blocks evicted
+  int64_t blocks = 0;          // blocks cached now
+  int64_t corrupt_blocks = 0;  // matched blocks whose bytes no longer gave their checks
 };
 
 // The cached blocks' hashes, most recently used first (PrefixCacheDigest in common.proto).
@@ -92,6 +104,14 @@ class PrefixCache {
   void Insert(absl::Span<const int32_t> tokens, absl::Span<const uint64_t> chain,
               absl::Span<const int32_t> table);
 
+  // Records the checks of the cached blocks among `table` that have none yet (the first write's):
+  // checks[i] belongs to table[i]; empty entries are skipped.
+  void RecordChecks(absl::Span<const int32_t> table,
+                    absl::Span<const std::vector<uint32_t>> checks);
+
+  // The recorded checks of each block of `table` that is cached with checks (empty otherwise).
+  std::vector<std::vector<uint32_t>> Checks(absl::Span<const int32_t> table) const;
+
   // Counts an admitted request: `prompt_tokens` looked up, `hit_tokens` of them reused.
   void RecordLookup(int64_t prompt_tokens, int64_t hit_tokens);
 
@@ -110,12 +130,15 @@ class PrefixCache {
     uint64_t serial = 0;         // unique for the cache's lifetime (0 = "no parent")
     uint64_t parent_serial = 0;  // the entry of the previous block; 0 for the first block
     std::vector<int32_t> tokens;
+    std::vector<uint32_t> checks;       // KvBlockChecks of the first write; empty until recorded
     std::list<uint64_t>::iterator lru;  // position in lru_ (front = most recent)
   };
   // Verified entry for block i of `tokens` whose parent is `parent_serial`, or nullptr.
   Entry* Match(absl::Span<const int32_t> tokens, absl::Span<const uint64_t> chain, int64_t i,
                uint64_t parent_serial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the entry at `hash` and releases the cache's reference on its block.
+  void Drop(uint64_t hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts up to `count` least recently used entries only the cache holds; returns how many.
   // With all_or_nothing, evicts nothing unless `count` can be evicted.
   int32_t Evict(int32_t count, bool all_or_nothing) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -126,6 +149,7 @@ class PrefixCache {
   mutable absl::Mutex mu_;
   std::unordered_map<uint64_t, Entry> entries_ ABSL_GUARDED_BY(mu_);  // by block hash
   std::list<uint64_t> lru_ ABSL_GUARDED_BY(mu_);                      // hashes, most recent first
+  std::unordered_map<int32_t, uint64_t> hash_of_block_ ABSL_GUARDED_BY(mu_);
   uint64_t next_serial_ ABSL_GUARDED_BY(mu_) = 1;
   PrefixCacheStats stats_ ABSL_GUARDED_BY(mu_);
 };

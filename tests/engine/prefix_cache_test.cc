@@ -1,8 +1,10 @@
 // PrefixCache (engine/prefix_cache.h) over a real BlockManager: chain lookup with token
 // verification, reference counts, LRU eviction under allocation pressure and under its own cap,
-// never evicting a block someone else holds, and the digest's MRU order.
+// never evicting a block someone else holds, the digest's MRU order, and recorded block checks
+// that refuse a block corrupted while cached.
 #include "engine/prefix_cache.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "common/prefix_hash.h"
@@ -229,6 +231,54 @@ TEST(PrefixCacheTest, CountsLookupsAndReleasesEverythingOnDestruction) {
   }
   EXPECT_EQ(bm.free_blocks(), 8);
   EXPECT_EQ(bm.free_errors(), 0);
+}
+
+// Issue 28: a matched block is re-verified against the checks recorded when it was written; a
+// corrupted one (the fake `verify` says so) is dropped with the rest of its chain, the prompt
+// reuses only the blocks before it, and the next prefill caches the chain afresh.
+TEST(PrefixCacheTest, ABlockCorruptedWhileCachedIsDroppedOnItsNextHit) {
+  BlockManager bm(16);
+  std::vector<int32_t> corrupted;
+  std::vector<int32_t> verified;
+  PrefixCacheOptions o{.salt = 5, .block_tokens = kV};
+  o.verify = [&](int32_t block, absl::Span<const uint32_t> checks) {
+    verified.push_back(block);
+    EXPECT_THAT(checks, ElementsAre(static_cast<uint32_t>(block) * 10, 7u));
+    return std::find(corrupted.begin(), corrupted.end(), block) == corrupted.end();
+  };
+  PrefixCache cache(&bm, o);
+  const std::vector<int32_t> p = Tokens(14, 30);  // 3 full blocks + 2 tokens
+  std::vector<int32_t> t = Prefill(cache, p);
+  ASSERT_THAT(t, ElementsAre(0, 1, 2, 3));
+  EXPECT_THAT(cache.Checks(t), ElementsAre(IsEmpty(), IsEmpty(), IsEmpty(), IsEmpty()));
+  // The node records the first write's checks; the partial block is not cached (ignored), and a
+  // second record does not replace the first.
+  std::vector<std::vector<uint32_t>> checks;
+  for (int32_t b : t) checks.push_back({static_cast<uint32_t>(b) * 10, 7u});
+  cache.RecordChecks(t, checks);
+  cache.RecordChecks(t, std::vector<std::vector<uint32_t>>(4, {1u, 1u}));
+  EXPECT_THAT(cache.Checks(t)[1], ElementsAre(10u, 7u));
+  EXPECT_THAT(cache.Checks(t)[3], IsEmpty());
+  bm.Release(t);
+
+  int64_t hits = -1;
+  t = Prefill(cache, p, &hits);
+  EXPECT_EQ(hits, 3);
+  EXPECT_THAT(verified, ElementsAre(0, 1, 2));
+  bm.Release(t);
+
+  // Block 1 corrupted: block 0 is reused, 1 and 2 are dropped (freed: only the cache held them).
+  corrupted = {1};
+  verified.clear();
+  t = Prefill(cache, p, &hits);
+  EXPECT_EQ(hits, 1);
+  EXPECT_THAT(verified, ElementsAre(0, 1));
+  EXPECT_EQ(cache.stats().corrupt_blocks, 1);
+  EXPECT_EQ(t[0], 0);
+  EXPECT_EQ(cache.stats().blocks, 3);          // 0 and the recomputed 1 and 2, cached afresh
+  EXPECT_THAT(cache.Checks(t)[1], IsEmpty());  // their checks come from the new write
+  bm.Release(t);
+  EXPECT_EQ(bm.free_blocks(), 16 - 3);  // nothing leaked: the dropped blocks were freed
 }
 
 }  // namespace
