@@ -16,6 +16,15 @@ namespace {
 // How often a waiting handler re-checks its client's cancellation.
 constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
 
+std::vector<absl::Span<const std::byte>> PoolViews(const KvSource& source) {
+  std::vector<absl::Span<const std::byte>> pools;
+  for (int32_t r = 0; r < source.world(); ++r) {
+    const KvPoolMemory& p = source.pool(r);
+    pools.emplace_back(static_cast<const std::byte*>(p.base()), static_cast<size_t>(p.bytes()));
+  }
+  return pools;
+}
+
 // Request ids released while their prefill ran (EarlyReleases): each is used up when that
 // prefill ends, normally within its own deadline, far sooner than the TTL; the bounds only cap
 // what a flood of releases could hold (an id is ~50 bytes: under a MiB).
@@ -102,6 +111,19 @@ absl::StatusOr<std::unique_ptr<PrefillNode>> PrefillNode::Create(PrefillNodeOpti
     pc.salt = PrefixSalt(PrefixCacheIdentity(model.identity, layout));
     pc.block_tokens = VirtualBlockTokens(o.instance.parallel.dcp_geometry());
     pc.max_blocks = o.prefix_cache_max_blocks;
+    // Issue 28: a hit re-reads each cached block against the checks of its first write, so KV
+    // corrupted while cached is computed again rather than digested as-is and served.
+    pc.verify = [source, layout](int32_t block, absl::Span<const uint32_t> checks) {
+      const absl::StatusOr<KvBlockChecks> now =
+          ComputeKvBlockChecks(layout, PoolViews(*source), block);
+      if (now.ok() && absl::MakeConstSpan(*now) == checks) return true;
+      const std::string line = absl::StrCat(
+          "tandem-prefill: prefix cache: block ", block, " no longer matches the checks of its ",
+          "first write (", now.ok() ? "corrupted while cached" : now.status().ToString(),
+          "); dropped, its tokens will be computed again\n");
+      std::fwrite(line.data(), 1, line.size(), stderr);
+      return false;
+    };
     node->prefix_cache_ = std::make_unique<PrefixCache>(node->blocks_.get(), pc);
   }
   node->engine_ = std::make_unique<PrefillEngine>(node->instance_.get(), node->blocks_.get(),
@@ -133,6 +155,7 @@ NodeLoad PrefillNode::Load() const {
     l.prefix_hit_tokens = s.hit_tokens;
     l.prefix_evictions = s.evictions;
     l.prefix_cached_blocks = s.blocks;
+    l.prefix_corrupt_blocks = s.corrupt_blocks;
   }
   l.total_blocks = blocks_->total_blocks();
   l.block_free_errors = blocks_->free_errors();
@@ -488,14 +511,17 @@ absl::StatusOr<std::vector<uint32_t>> PrefillNode::Digests(
     const std::string& request_id, uint64_t lease_generation, const std::vector<int32_t>& blocks,
     const std::vector<uint32_t>& block_generations, int64_t num_tokens) const {
   if (!options_.kv_digests) return std::vector<uint32_t>();
-  std::vector<absl::Span<const std::byte>> pools;
-  for (int32_t r = 0; r < source_->world(); ++r) {
-    const KvPoolMemory& p = source_->pool(r);
-    pools.emplace_back(static_cast<const std::byte*>(p.base()), static_cast<size_t>(p.bytes()));
-  }
-  return ComputeKvDigests(source_->metadata().layout, pools, num_tokens,
-                          KvDigestBinding{request_id, lease_generation, blocks, block_generations},
-                          DefaultKvDigestThreads());
+  // Cached blocks are bound from the checks of their first write (not read again: a hit was
+  // verified against them); the blocks this prompt wrote and the cache took get theirs recorded.
+  const std::vector<KvBlockChecks> known =
+      prefix_cache_ != nullptr ? prefix_cache_->Checks(blocks) : std::vector<KvBlockChecks>();
+  std::vector<KvBlockChecks> checks;
+  absl::StatusOr<std::vector<uint32_t>> digests = ComputeKvDigests(
+      source_->metadata().layout, PoolViews(*source_), num_tokens,
+      KvDigestBinding{request_id, lease_generation, blocks, block_generations},
+      DefaultKvDigestThreads(), known, prefix_cache_ != nullptr ? &checks : nullptr);
+  if (digests.ok() && prefix_cache_ != nullptr) prefix_cache_->RecordChecks(blocks, checks);
+  return digests;
 }
 
 bool PrefillNode::ReleaseRequest(const std::string& request_id) {

@@ -89,6 +89,8 @@ struct NodeLoad {
   // cache / computed, blocks evicted; blocks cached now.
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0, computed_prompt_tokens = 0;
   int64_t prefix_evictions = 0, prefix_cached_blocks = 0;
+  // Cached blocks a hit found changed since their first write (dropped, computed again).
+  int64_t prefix_corrupt_blocks = 0;
   int64_t pending_prompt_tokens = 0;  // PrefillEngine::pending_prompt_tokens
 };
 

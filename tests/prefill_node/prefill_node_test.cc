@@ -681,6 +681,49 @@ TEST_F(PrefillNodeTest, ByteFlippedInThePoolFailsTheTransferAndTheRetryDecodesTh
   EXPECT_EQ(prefill->Load().block_free_errors, 0);
 }
 
+// Issue 28: a prefix-cache block corrupted while cached. The hit re-reads the block against
+// the checks of its first write, drops it and computes its tokens again: the tokens and the
+// digests stay right (a cache that digested the bytes as-is would hand the corruption on as
+// valid KV). An undisturbed hit is bound from the recorded checks and verifies too.
+TEST_F(PrefillNodeTest, ABlockCorruptedWhileCachedIsComputedAgainNotServed) {
+  std::unique_ptr<PrefillNode> prefill = NewNode(absl::Seconds(30), /*prefix_cache=*/true);
+  ASSERT_NE(prefill, nullptr);
+  auto client = std::make_shared<InProcessPrefill>(prefill.get());
+  std::unique_ptr<DecodeNode> decode = NewDecode(client, 1);
+  ASSERT_NE(decode, nullptr);
+  absl::StatusOr<PrefillOutcome> cold = Prefill(*prefill, "r0");
+  ASSERT_OK(cold);
+  EXPECT_EQ(cold->cached_tokens, 0);
+  const std::vector<int32_t> expected = Decode(*prefill, *decode, "r0", *cold, 6);
+  ASSERT_EQ(expected.size(), 6u);
+
+  absl::StatusOr<PrefillOutcome> hit = Prefill(*prefill, "r1");
+  ASSERT_OK(hit);
+  EXPECT_EQ(hit->cached_tokens, 32);  // both full blocks of the 37-token prompt
+  EXPECT_EQ(Decode(*prefill, *decode, "r1", *hit, 6), expected);
+
+  // Rank 1's head, layer 1, V, slot 4 of the second cached block.
+  const PoolGeometry g = RankPoolGeometry(prefill->layout(), 1);
+  auto* pool = static_cast<std::byte*>(prefill->TestOnlyPool(1).base());
+  pool[KvByteOffset(g, cold->block_table[1], 0, 1, 1, 4) + 2] ^= std::byte{0x04};
+  absl::StatusOr<PrefillOutcome> after = Prefill(*prefill, "r2");
+  ASSERT_OK(after);
+  EXPECT_EQ(after->cached_tokens, 16);  // the first block only
+  EXPECT_EQ(prefill->Load().prefix_corrupt_blocks, 1);
+  EXPECT_EQ(Decode(*prefill, *decode, "r2", *after, 6), expected);
+  EXPECT_EQ(decode->kv_digest_mismatches(), 0);
+
+  // Cached afresh by r2: the whole prefix hits again.
+  absl::StatusOr<PrefillOutcome> again = Prefill(*prefill, "r3");
+  ASSERT_OK(again);
+  EXPECT_EQ(again->cached_tokens, 32);
+  EXPECT_EQ(Decode(*prefill, *decode, "r3", *again, 6), expected);
+  EXPECT_EQ(prefill->Load().prefix_corrupt_blocks, 1);
+  EXPECT_TRUE(WaitFor([&] { return prefill->Load().leases == 0; }));
+  EXPECT_EQ(prefill->Load().free_blocks, prefill->Load().total_blocks);
+  EXPECT_EQ(prefill->Load().block_free_errors, 0);
+}
+
 // Generation fencing (issue 28): r1's blocks are freed while its lease is still held (a lease
 // bookkeeping bug, injected) and r2's prompt is prefilled into them. Pulling r1's handle then
 // fails — by its digests, and with digests off by the generation check at ReleaseKv — never
