@@ -199,6 +199,7 @@ absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvH
                                        const std::vector<int32_t>& blocks,
                                        const std::function<bool()>& cancelled,
                                        std::atomic<bool>* cancel, int32_t* first_token,
+                                       std::optional<TokenLogprobs>* first_logprobs,
                                        std::vector<uint32_t>* digests, TransferStats* stats) {
   // The prefill runs for as long as its prompt takes; every wait below is bounded on its own
   // (stall_timeout between progress messages), this only caps a stream that keeps repeating.
@@ -244,6 +245,7 @@ absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvH
     }
     if (next->done) {
       *first_token = next->first_token;
+      *first_logprobs = next->first_logprobs;
       *digests = next->kv_digests;
       return absl::OkStatus();
     }
@@ -302,11 +304,6 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(call.sampling));
   TANDEM_RETURN_IF_ERROR(ValidateSamplingIds(call.sampling, config_.vocab_size));
   if (kv.num_tokens < 1) return absl::InvalidArgumentError("KV handle covers no tokens");
-  if (call.pipelined && call.sampling.logprobs >= 0) {
-    return absl::InvalidArgumentError(
-        "logprobs with pipelined transfer: the prefill's progress stream does not carry the "
-        "first token's log-probabilities (send the call unpipelined)");
-  }
   if (UsesPenalties(call.sampling) &&
       static_cast<int64_t>(call.context_ids.size()) != kv.num_tokens) {
     return absl::InvalidArgumentError(
@@ -350,12 +347,13 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   };
   TransferStats stats;
   int32_t first_token = call.first_token;
+  std::optional<TokenLogprobs> first_logprobs;  // pipelined: the prefill's, for first_token
   std::vector<uint32_t> digests = kv.kv_digests;
   const absl::Time t0 = absl::Now();
   absl::Status pulled;
   if (call.pipelined) {
-    pulled =
-        PullPipelined(*meta, kv, blocks, cancelled, &cancel_pull, &first_token, &digests, &stats);
+    pulled = PullPipelined(*meta, kv, blocks, cancelled, &cancel_pull, &first_token,
+                           &first_logprobs, &digests, &stats);
   } else {
     TANDEM_ASSIGN_OR_RETURN(TransferPlan plan, PlanKvTransfer(meta->layout, kv.block_table, dst,
                                                               blocks, kv.num_tokens));
@@ -373,6 +371,12 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   TANDEM_RETURN_IF_ERROR(pulled);
   if (call.pipelined) {
     TANDEM_RETURN_IF_ERROR(CheckTokenId(first_token, config_.vocab_size, "prefill's first token"));
+    if (call.sampling.logprobs >= 0 && !first_logprobs.has_value()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "prefill ", kv.prefill_address,
+          " sent no log-probabilities with its first token (a build that predates them in "
+          "KvProgress): send the call unpipelined"));
+    }
   }
   // Before the lease is released and before any decode step reads the KV. A prefill that sends
   // no digests (--kv_digests=false) is trusted as before.
@@ -413,7 +417,10 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   cb.on_token = on_token;
   cb.on_logprobs = std::move(sink.on_logprobs);
   cb.on_done = std::move(sink.on_done);
-  if (call.pipelined) on_token(first_token);
+  if (call.pipelined) {
+    if (first_logprobs.has_value() && cb.on_logprobs) cb.on_logprobs(*first_logprobs);
+    on_token(first_token);
+  }
   TANDEM_RETURN_IF_ERROR(engine_->Add(std::move(req), std::move(cb)));
   blocks_owned = false;  // the engine frees them when the request ends
   return stats;

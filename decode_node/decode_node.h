@@ -31,6 +31,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,8 +71,8 @@ struct DecodeSink {
   std::function<void(int32_t token)> on_token;
   std::function<void(absl::Status status, FinishReason reason, int32_t generated)> on_done;
   // Optional; with sampling.logprobs >= 0, called just before on_token with that token's
-  // log-probabilities (not for a resumed call's known first token, nor a pipelined one's: a
-  // pipelined call with logprobs is refused).
+  // log-probabilities (not for a resumed call's known first token; a pipelined call's first
+  // token has the prefill's, from its final progress message).
   std::function<void(const TokenLogprobs& logprobs)> on_logprobs;
 };
 
@@ -157,13 +158,14 @@ class DecodeNode {
                     const std::function<bool()>& cancelled, std::atomic<bool>* cancel);
   // Pipelined transfer: pulls kv's prompt part by part as its prefill reports progress (each
   // range planned with PlanKvTransferRange), until the prefill is done; its first token in
-  // *first_token. Each wait for progress is bounded by stall_timeout (the prefill node repeats
-  // its progress every kWatchHeartbeat); `cancelled` and *cancel (lease lost) are checked between.
+  // *first_token (its log-probabilities, when sent, in *first_logprobs). Each wait for progress is
+  // bounded by stall_timeout (the prefill node repeats its progress every kWatchHeartbeat);
+  // `cancelled` and *cancel (lease lost) are checked between.
   absl::Status PullPipelined(const TransferMetadata& source, const KvHandle& kv,
                              const std::vector<int32_t>& blocks,
                              const std::function<bool()>& cancelled, std::atomic<bool>* cancel,
-                             int32_t* first_token, std::vector<uint32_t>* digests,
-                             TransferStats* stats);
+                             int32_t* first_token, std::optional<TokenLogprobs>* first_logprobs,
+                             std::vector<uint32_t>* digests, TransferStats* stats);
   // Checks the pulled KV (whole prompt, in the local pools) against kv's digests; counts and
   // logs a mismatch. ABORTED naming the prefill on a mismatch or a malformed digest list.
   absl::Status VerifyDigests(const TransferMetadata& source, const KvHandle& kv,

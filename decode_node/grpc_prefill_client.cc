@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kv_transfer/ucx/metadata_proto.h"
+#include "proto/convert/sampling_proto.h"
 #include "serving/grpc_status.h"
 
 namespace tandem {
@@ -56,7 +57,10 @@ class GrpcKvWatch final : public KvWatch {
       latest_.tokens_ready = std::max(latest_.tokens_ready, msg.tokens_ready());
       latest_.done = msg.done();
       latest_.first_token = msg.first_token();
-      if (msg.done()) latest_.kv_digests.assign(msg.kv_digests().begin(), msg.kv_digests().end());
+      if (msg.done()) {
+        latest_.kv_digests.assign(msg.kv_digests().begin(), msg.kv_digests().end());
+        if (msg.has_first_logprobs()) latest_.first_logprobs = FromProto(msg.first_logprobs());
+      }
       fresh_ = true;
     }
     const absl::Status end = FromGrpcStatus(reader_->Finish());

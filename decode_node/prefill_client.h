@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kv_transfer/transfer_types.h"
+#include "model/logprobs.h"
 
 namespace tandem {
 
@@ -43,6 +44,8 @@ struct KvProgressEvent {
   bool done = false;         // the prefill finished; first_token is its sampled token
   int32_t first_token = 0;
   std::vector<uint32_t> kv_digests;  // with done: the KV digests (empty: digests off)
+  // With done: first_token's log-probabilities, when the request asked for them.
+  std::optional<TokenLogprobs> first_logprobs;
 };
 
 // A pipelined prefill's progress stream. Destroying it cancels the stream (bounded: it waits

@@ -10,12 +10,14 @@ void KvProgress::Advance(int64_t tokens_ready) {
   state_.tokens_ready = tokens_ready;
 }
 
-void KvProgress::Finish(int64_t num_tokens, int32_t first_token, std::vector<uint32_t> kv_digests) {
+void KvProgress::Finish(int64_t num_tokens, int32_t first_token, std::vector<uint32_t> kv_digests,
+                        std::optional<TokenLogprobs> first_logprobs) {
   absl::MutexLock lock(&mu_);
   if (state_.final()) return;
   state_.tokens_ready = num_tokens;
   state_.first_token = first_token;
   state_.kv_digests = std::move(kv_digests);
+  state_.first_logprobs = std::move(first_logprobs);
   state_.done = true;
 }
 

@@ -7,12 +7,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "model/logprobs.h"
 
 namespace tandem {
 
@@ -21,7 +23,9 @@ struct KvProgressSnapshot {
   bool done = false;  // finished: first_token is the sampled token
   int32_t first_token = 0;
   std::vector<uint32_t> kv_digests;  // with done: the KV digests (empty: digests off)
-  absl::Status status;               // not OK: failed (final)
+  // With done: first_token's log-probabilities, when the request asked for them.
+  std::optional<TokenLogprobs> first_logprobs;
+  absl::Status status;  // not OK: failed (final)
 
   bool final() const { return done || !status.ok(); }
   friend bool operator==(const KvProgressSnapshot&, const KvProgressSnapshot&) = default;
@@ -31,7 +35,8 @@ class KvProgress {
  public:
   // Ignored once final or when it would not grow.
   void Advance(int64_t tokens_ready);
-  void Finish(int64_t num_tokens, int32_t first_token, std::vector<uint32_t> kv_digests = {});
+  void Finish(int64_t num_tokens, int32_t first_token, std::vector<uint32_t> kv_digests = {},
+              std::optional<TokenLogprobs> first_logprobs = std::nullopt);
   // Ignored once final. REQUIRES: !status.ok().
   void Fail(absl::Status status);
 

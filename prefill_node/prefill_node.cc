@@ -337,7 +337,8 @@ absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
     ++prefilling_[request_id];
   }
   const absl::Status submitted = engine_->Submit(
-      std::move(req), [this, wait, progress, request_id, lease](absl::StatusOr<PrefillResult> r) {
+      std::move(req), [this, wait, progress, request_id, lease,
+                       logprobs = sampling.logprobs >= 0](absl::StatusOr<PrefillResult> r) {
         // The engine's reference (a successful result's table): the lease holds its own.
         if (r.ok()) blocks_->Release(r->block_table);
         const uint64_t gen = wait->generation;
@@ -378,7 +379,8 @@ absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
         }
         if (failure.ok()) {
           MaybeFlipKvByte(wait->blocks.back());
-          progress->Finish(r->num_tokens, r->first_token, std::move(digests));
+          progress->Finish(r->num_tokens, r->first_token, std::move(digests),
+                           logprobs ? std::optional(r->first_logprobs) : std::nullopt);
         } else {
           progress->Fail(failure);
         }

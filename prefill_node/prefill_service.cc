@@ -129,6 +129,9 @@ grpc::Status PrefillServiceImpl::WatchKv(grpc::ServerContext* ctx, const v1::Wat
         if (now.done) {
           msg.set_first_token(now.first_token);
           for (uint32_t d : now.kv_digests) msg.add_kv_digests(d);
+          if (now.first_logprobs.has_value()) {
+            *msg.mutable_first_logprobs() = ToProto(*now.first_logprobs);
+          }
         }
         if (!writer->Write(msg)) {
           return grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away");

@@ -505,10 +505,9 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
       Colocated(state);
     } else if (state.phase() == RequestPhase::kPrefill) {
       // A resume prefills the prompt and the tokens streamed so far: unpipelined, as its
-      // sampled token is ignored (request_state.h); so is a request with logprobs, since the
-      // prefill's progress stream does not carry the first token's.
-      Prefill(state, deps_.options.pipelined_transfer && state.streamed().empty() &&
-                         prepared_.sampling.logprobs < 0);
+      // sampled token is ignored (request_state.h). Logprobs stay pipelined: the prefill's
+      // final progress message carries the first token's.
+      Prefill(state, deps_.options.pipelined_transfer && state.streamed().empty());
     } else {
       Decode(state);
     }

@@ -91,7 +91,8 @@ void Driver::PipelinedDecode(RequestState& state) {
       first_event = absl::Now();
       const int32_t index = static_cast<int32_t>(state.streamed().size());
       if (const std::optional<int32_t> token = state.OnPrefillOk(*prefill_token)) {
-        SendToken(*token, index);
+        SendToken(*token, index,
+                  w.message.has_first_logprobs() ? &w.message.first_logprobs() : nullptr);
       }
       if (state.phase() != RequestPhase::kDecode) {
         // Done at the first token (a stop id, or max_tokens 1): stop the decode call (the decode
@@ -142,7 +143,7 @@ void Driver::PipelinedDecode(RequestState& state) {
         first_event = absl::Now();
         const int32_t index = static_cast<int32_t>(state.streamed().size());
         if (const std::optional<int32_t> token = state.OnPrefillOk(next.event.token())) {
-          SendToken(*token, index);
+          SendToken(*token, index, next.event.has_logprobs() ? &next.event.logprobs() : nullptr);
         }
         state.OnKvReleased();
         if (state.phase() == RequestPhase::kDecode) continue;

@@ -158,6 +158,60 @@ TEST_F(PipelinedDecodeTest, PullsEachRangeAsItIsReadyAndStreamsThePrefillsFirstT
   ExpectAllBlocksFree(*node);
 }
 
+// logprobs stay pipelined: the final progress message carries the first token's, and they reach
+// the sink just before that token. A prefill that does not send them fails the call (before any
+// token) instead of streaming a first token without them.
+TEST_F(PipelinedDecodeTest, FirstTokensLogprobsComeWithTheFinalProgress) {
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  const TokenLogprobs first{-0.25f, {{9, -0.25f}, {4, -1.5f}}};
+  KvProgressEvent done{40, true, 9};
+  done.first_logprobs = first;
+  prefill_->ScriptWatch({KvProgressEvent{13, false, 0}, done});
+  const KvHandle kv = prefill_->Lease(kFast, "r1", 40);
+  auto events = std::make_shared<std::vector<std::string>>();
+  auto got = std::make_shared<std::vector<TokenLogprobs>>();
+  auto finished = std::make_shared<absl::Notification>();
+  DecodeCall call;
+  call.request_id = kv.request_id;
+  call.first_token = -1;
+  call.pipelined = true;
+  call.kv = kv;
+  call.max_new_tokens = 3;
+  call.sampling.logprobs = 1;
+  auto make_sink = [&] {
+    DecodeSink sink;
+    sink.on_token = [events](int32_t t) { events->push_back(absl::StrCat("token ", t)); };
+    sink.on_logprobs = [events, got](const TokenLogprobs& l) {
+      events->push_back("logprobs");
+      got->push_back(l);
+    };
+    sink.on_done = [finished](absl::Status, FinishReason, int32_t) { finished->Notify(); };
+    return sink;
+  };
+  ASSERT_OK(node->Start(call, make_sink(), [] { return false; }));
+  ASSERT_TRUE(finished->WaitForNotificationWithTimeout(kBound));
+  ASSERT_EQ(events->size(), 6u);
+  EXPECT_EQ((*events)[0], "logprobs");
+  EXPECT_EQ((*events)[1], "token 9");
+  ASSERT_EQ(got->size(), 3u);
+  EXPECT_EQ((*got)[0], first);
+  EXPECT_EQ((*got)[1].top.size(), 1u);  // the decode engine's own, one top entry as asked
+  ExpectAllBlocksFree(*node);
+
+  events->clear();
+  done.first_logprobs.reset();
+  prefill_->ScriptWatch({done});
+  call.kv = prefill_->Lease(kFast, "r2", 40);
+  call.request_id = call.kv.request_id;
+  EXPECT_THAT(node->Start(call, make_sink(), [] { return false; }),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("sent no log-probabilities with its first token")));
+  EXPECT_TRUE(events->empty());
+  EXPECT_EQ(prefill_->leases(), 0);
+  ExpectAllBlocksFree(*node);
+}
+
 // The final progress message carries the digests; they are checked over the whole prompt after
 // the last range landed, before the first decode step. A byte that changed after the prefill
 // computed them fails the transfer.
@@ -346,12 +400,7 @@ TEST_F(DecodeNodeTest, PenaltiesNeedTheKvTokenIdsAndAreRefusedBeforeAnyPullWitho
   EXPECT_THAT(node->Start(call, sink(), [] { return false; }),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("context_ids")));
   EXPECT_EQ(net_.bytes("p-fast"), 0);
-  call.pipelined = true;
-  call.sampling.logprobs = 1;
   call.context_ids.push_back(5);
-  EXPECT_THAT(node->Start(call, sink(), [] { return false; }),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("pipelined")));
-  call.pipelined = false;
   ASSERT_OK(node->Start(call, sink(), [] { return false; }));
   EXPECT_TRUE(done->WaitForNotificationWithTimeout(kBound));
   ExpectAllBlocksFree(*node);

@@ -7,6 +7,7 @@
 //     prefill still runs (tandem_kv_pipelined_chunks_before_prefill_done_total > 0).
 //   * A prefill node killed mid-pipeline: the request is prefilled again on the other node and
 //     its tokens still equal the reference; the cluster ends idle.
+//   * A request with logprobs is pipelined too, with the same log-probabilities as unpipelined.
 #include <map>
 #include <random>
 #include <string>
@@ -147,6 +148,53 @@ TEST(PipelinedTransferTest, OneTokenRequestEndsAtThePrefillsToken) {
   }
   const absl::Status idle = (*cluster)->WaitIdle(absl::Seconds(15));
   EXPECT_TRUE(idle.ok()) << idle << "\n" << (*cluster)->LogTails();
+}
+
+// logprobs stay pipelined: the prefill's final progress carries the first token's, so every
+// token of a pipelined request — the first one streamed from the router's watch (max_tokens 1)
+// or from the decode node — has the same log-probabilities as the unpipelined path gives, and
+// the decode node counts the requests as pipelined transfers.
+TEST(PipelinedTransferTest, LogprobsStayPipelinedAndMatchTheUnpipelinedPath) {
+  const std::string model = SyntheticModelPath();
+  const std::vector<int32_t> prompt = RandomPrompt(70, 4);
+  const std::vector<int32_t> reference = ReferenceGreedy(model, {prompt}, 6)[0];
+  std::vector<std::vector<v1::TokenLogprobs>> runs;  // [pipelined][token]
+  for (const bool pipelined : {false, true}) {
+    SCOPED_TRACE(pipelined ? "pipelined" : "unpipelined");
+    ClusterSpec spec;
+    spec.model_path = model;
+    spec.prefill = {NodeSpec{{"--tp=2", "--max_prefill_tokens=13"}}};
+    spec.decode = {NodeSpec{{"--tp=1"}}};
+    spec.router_flags = {absl::StrCat("--pipelined_transfer=", pipelined ? "true" : "false")};
+    absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(spec);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    std::vector<v1::TokenLogprobs> got;
+    for (const int max_tokens : {1, 6}) {
+      v1::GenerateRequest request = IdsRequest(prompt, max_tokens);
+      request.mutable_sampling()->set_logprobs(2);
+      const GenerateOutcome out = (*cluster)->Generate(request, absl::Seconds(60));
+      ASSERT_TRUE(out.status.ok()) << out.status.error_message() << "\n" << (*cluster)->LogTails();
+      EXPECT_EQ(out.tokens,
+                std::vector<int32_t>(reference.begin(), reference.begin() + max_tokens));
+      ASSERT_EQ(out.logprobs.size(), out.tokens.size());
+      for (const v1::TokenLogprobs& l : out.logprobs) {
+        EXPECT_EQ(l.top_ids_size(), 2) << l.DebugString();
+        got.push_back(l);
+      }
+    }
+    EXPECT_EQ(DecodeCounter(**cluster, 0, "tandem_kv_pipelined_transfers_total"),
+              pipelined ? 2.0 : 0.0)
+        << (*cluster)->LogTails();
+    const absl::Status idle = (*cluster)->WaitIdle(absl::Seconds(15));
+    EXPECT_TRUE(idle.ok()) << idle << "\n" << (*cluster)->LogTails();
+    runs.push_back(std::move(got));
+  }
+  ASSERT_EQ(runs.size(), 2u);
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    EXPECT_EQ(runs[0][i].SerializeAsString(), runs[1][i].SerializeAsString())
+        << "token " << i << ": " << runs[0][i].DebugString() << " vs " << runs[1][i].DebugString();
+  }
 }
 
 // A model whose prefill of a long prompt in small chunks takes long enough to watch: pulls

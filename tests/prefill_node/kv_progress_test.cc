@@ -25,6 +25,15 @@ TEST(KvProgressTest, GrowsOnlyAndStopsOnceFinal) {
   EXPECT_TRUE(s.status.ok());
 }
 
+TEST(KvProgressTest, FinishKeepsTheFirstTokensLogprobs) {
+  KvProgress p;
+  EXPECT_FALSE(p.Get().first_logprobs.has_value());
+  const TokenLogprobs l{-0.5f, {{7, -0.5f}}};
+  p.Finish(40, 7, {}, l);
+  ASSERT_TRUE(p.Get().first_logprobs.has_value());
+  EXPECT_EQ(*p.Get().first_logprobs, l);
+}
+
 TEST(KvProgressTest, FailureIsFinal) {
   KvProgress p;
   p.Advance(3);

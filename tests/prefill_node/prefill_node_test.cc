@@ -74,8 +74,8 @@ class InProcessPrefill final : public PrefillClient {
       if (!now.status.ok()) return now.status;
       if (now == seen_ && !now.done) return std::optional<KvProgressEvent>();
       seen_ = now;
-      return std::optional<KvProgressEvent>(
-          KvProgressEvent{now.tokens_ready, now.done, now.first_token, now.kv_digests});
+      return std::optional<KvProgressEvent>(KvProgressEvent{
+          now.tokens_ready, now.done, now.first_token, now.kv_digests, now.first_logprobs});
     }
 
    private:
@@ -383,7 +383,7 @@ TEST_F(PrefillNodeTest, EachArchitectureDecodesLlamaCppsTokensAcrossMismatchedLa
   // NewNode and NewDecode load *model_path_: pointed at each architecture's model below, and put
   // back however the test ends.
   absl::Cleanup restore = [saved = *model_path_] { *model_path_ = saved; };
-  for (const char* name : {"qwen2", "qwen3", "llama3_rope"}) {
+  for (const char* name : {"qwen2", "qwen3", "phi3", "llama3_rope"}) {
     SCOPED_TRACE(name);
     const LlamaCppFixture f = ReadLlamaCppFixture(name);
     ASSERT_EQ(f.greedy.size(), 4u);
@@ -442,15 +442,18 @@ TEST_F(PrefillNodeTest, PipelinedPullDecodesLikeTheUnpipelinedPath) {
       ASSERT_OK(decode);
       const int32_t free_before = (*decode)->free_blocks();
       std::vector<std::vector<int32_t>> streams;
+      // Log-probabilities too: a pipelined call's first token gets the prefill's from the final
+      // progress message, the same as an unpipelined prefill returns.
+      std::vector<std::vector<TokenLogprobs>> logprob_streams;
+      SamplingParams sampling;
+      sampling.logprobs = 2;
       for (const bool pipelined : {false, true}) {
         const std::string id = absl::StrCat("r", tp, pipelined);
         absl::StatusOr<PrefillOutcome> out =
-            pipelined
-                ? (*prefill)->StartPipelined(id, prompt, SamplingParams{}, 0, 8,
-                                             absl::ZeroDuration(), absl::Now() + kBound,
-                                             [] { return false; })
-                : (*prefill)->Prefill(id, prompt, SamplingParams{}, 0, 8, absl::ZeroDuration(),
-                                      absl::Now() + kBound, [] { return false; });
+            pipelined ? (*prefill)->StartPipelined(id, prompt, sampling, 0, 8, absl::ZeroDuration(),
+                                                   absl::Now() + kBound, [] { return false; })
+                      : (*prefill)->Prefill(id, prompt, sampling, 0, 8, absl::ZeroDuration(),
+                                            absl::Now() + kBound, [] { return false; });
         ASSERT_OK(out);
         EXPECT_EQ(out->num_tokens, 61);
         DecodeCall call;
@@ -470,12 +473,18 @@ TEST_F(PrefillNodeTest, PipelinedPullDecodesLikeTheUnpipelinedPath) {
         call.kv.kv_digests = out->kv_digests;  // early handle: none; the final progress has them
         EXPECT_EQ(out->kv_digests.empty(), pipelined);
         call.max_new_tokens = 8;
+        call.sampling = sampling;
         auto tokens = std::make_shared<std::vector<int32_t>>();
-        if (!pipelined) tokens->push_back(out->first_token);
+        auto logprobs = std::make_shared<std::vector<TokenLogprobs>>();
+        if (!pipelined) {
+          tokens->push_back(out->first_token);
+          logprobs->push_back(out->first_logprobs);
+        }
         auto done = std::make_shared<absl::Notification>();
         auto status = std::make_shared<absl::Status>();
         DecodeSink sink;
         sink.on_token = [tokens](int32_t t) { tokens->push_back(t); };
+        sink.on_logprobs = [logprobs](const TokenLogprobs& l) { logprobs->push_back(l); };
         sink.on_done = [done, status](absl::Status s, FinishReason, int32_t) {
           *status = std::move(s);
           done->Notify();
@@ -494,10 +503,14 @@ TEST_F(PrefillNodeTest, PipelinedPullDecodesLikeTheUnpipelinedPath) {
                     StatusIs(absl::StatusCode::kAborted, HasSubstr("no pipelined prefill")));
         EXPECT_TRUE(WaitFor([&] { return (*decode)->free_blocks() == free_before; }));
         streams.push_back(*tokens);
+        logprob_streams.push_back(*logprobs);
       }
       ASSERT_EQ(streams.size(), 2u);
       EXPECT_EQ(streams[0].size(), 8u);
       EXPECT_EQ(streams[0], streams[1]);
+      ASSERT_EQ(logprob_streams[0].size(), 8u);
+      EXPECT_EQ(logprob_streams[0][0].top.size(), 2u);
+      EXPECT_EQ(logprob_streams[0], logprob_streams[1]);
     }
     EXPECT_EQ((*prefill)->Load().free_blocks, (*prefill)->Load().total_blocks);
   }
