@@ -443,11 +443,12 @@ TEST_F(RouterHttpTest, TokenizeAndDetokenize) {
       Json{{"messages", prefix}, {"add_generation_prompt", false}, {"continue_final_message", true}}
           .dump());
   ASSERT_EQ(continued.status, 200) << continued.body;
-  const HttpReply text = Post(http_->port(), "/detokenize",
-                              Json{{"tokens", Json::parse(continued.body)["tokens"]}}.dump());
-  ASSERT_EQ(text.status, 200) << text.body;
-  EXPECT_TRUE(absl::EndsWith(Json::parse(text.body)["prompt"].get<std::string>(), "The answer is"))
-      << text.body;
+  const HttpReply rendered = Post(http_->port(), "/detokenize",
+                                  Json{{"tokens", Json::parse(continued.body)["tokens"]}}.dump());
+  ASSERT_EQ(rendered.status, 200) << rendered.body;
+  EXPECT_TRUE(
+      absl::EndsWith(Json::parse(rendered.body)["prompt"].get<std::string>(), "The answer is"))
+      << rendered.body;
   const HttpReply refused =
       Post(http_->port(), "/tokenize",
            Json{{"messages", prefix}, {"continue_final_message", true}}.dump());
