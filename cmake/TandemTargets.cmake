@@ -3,7 +3,8 @@
 #
 #   tandem_library(NAME <name> SRCS <files...> [DEPS <targets...>] [PURE])
 #       PURE marks a `*_core`-style target of pure logic: it may depend only on the standard
-#       library, abseil, nlohmann_json and other PURE Tandem targets (checked at configure time).
+#       library, abseil, nlohmann_json, prometheus-cpp's core (in-memory metrics; its pull and push
+#       libraries do the I/O) and other PURE Tandem targets (checked at configure time).
 #   tandem_executable(NAME <name> SRCS <files...> [DEPS <targets...>])
 #   tandem_test(NAME <name> SRCS <files...> [DEPS <targets...>] LABELS <labels...>
 #               [TIMEOUT <seconds>] [ARGS <args...>])
@@ -65,7 +66,8 @@ function(tandem_library)
     endforeach()
     foreach(dep IN LISTS ARG_DEPS)
       if(dep MATCHES "^absl::" OR dep STREQUAL "Threads::Threads" OR
-         dep STREQUAL "nlohmann_json::nlohmann_json")  # header-only JSON, no I/O
+         dep STREQUAL "nlohmann_json::nlohmann_json" OR  # header-only JSON, no I/O
+         dep STREQUAL "prometheus-cpp::core")  # metric values and text serializer, no I/O
         continue()
       endif()
       if(NOT TARGET ${dep})

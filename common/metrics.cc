@@ -24,91 +24,42 @@ bool ValidName(const std::string& name, bool colon_ok) {
 }
 
 // A gauge or counter whose value is read at scrape time.
-class CallbackMetric final : public FamilyBase {
+class CallbackMetric final : public prometheus::Collectable {
  public:
-  CallbackMetric(std::string name, std::string help, MetricType type, std::function<double()> read)
+  CallbackMetric(std::string name, std::string help, prometheus::MetricType type,
+                 std::function<double()> read)
       : name_(std::move(name)), help_(std::move(help)), type_(type), read_(std::move(read)) {}
 
-  FamilySnapshot Collect() const override {
-    FamilySnapshot f;
-    f.name = name_;
-    f.help = help_;
-    f.type = type_;
-    MetricSnapshot m;
-    m.value = read_();
-    f.metrics.push_back(std::move(m));
-    return f;
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    prometheus::ClientMetric m;
+    const double value = read_();
+    if (type_ == prometheus::MetricType::Counter) {
+      m.counter.value = value;
+    } else {
+      m.gauge.value = value;
+    }
+    return {prometheus::MetricFamily{name_, help_, type_, {std::move(m)}}};
   }
 
  private:
   const std::string name_;
   const std::string help_;
-  const MetricType type_;
+  const prometheus::MetricType type_;
   const std::function<double()> read_;
 };
 
 }  // namespace
 
-void Counter::Increment(double delta) {
-  if (!(delta >= 0.0)) return;  // also false for NaN
-  value_.fetch_add(delta, std::memory_order_relaxed);
-}
-
-Histogram::Histogram(std::vector<double> bounds)
-    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
-
-void Histogram::Observe(double value) {
-  if (std::isnan(value)) return;
-  // First bound >= value: buckets are "less than or equal" (Prometheus' `le`).
-  const size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
-  absl::MutexLock lock(&mu_);
-  ++counts_[bucket];
-  sum_ += value;
-}
-
-HistogramSnapshot Histogram::Snapshot() const {
-  HistogramSnapshot s;
-  s.bounds = bounds_;
-  s.cumulative.resize(bounds_.size() + 1);
-  absl::MutexLock lock(&mu_);
-  uint64_t running = 0;
-  for (size_t i = 0; i < counts_.size(); ++i) {
-    running += counts_[i];
-    s.cumulative[i] = running;
-  }
-  s.count = running;
-  s.sum = sum_;
-  return s;
-}
-
-namespace metrics_internal {
-
-MetricSnapshot Snap(const Counter& c) {
-  MetricSnapshot m;
-  m.value = c.value();
-  return m;
-}
-
-MetricSnapshot Snap(const Gauge& g) {
-  MetricSnapshot m;
-  m.value = g.value();
-  return m;
-}
-
-MetricSnapshot Snap(const Histogram& h) {
-  MetricSnapshot m;
-  m.histogram = h.Snapshot();
-  return m;
-}
-
-}  // namespace metrics_internal
-
-absl::Status MetricsRegistry::Validate(const std::string& name,
-                                       const std::vector<std::string>& labels, MetricType type,
+absl::Status MetricsRegistry::Validate(const std::string& name, const std::string& help,
+                                       const std::vector<std::string>& labels, bool histogram,
                                        const std::vector<double>& bounds) {
   if (!ValidName(name, /*colon_ok=*/true)) {
     return absl::InvalidArgumentError(
         absl::StrCat("metric name '", name, "' is not [a-zA-Z_:][a-zA-Z0-9_:]*"));
+  }
+  if (help.find_first_of("\\\n") != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "help text of metric ", name, " has a newline or a backslash (written unescaped)"));
   }
   absl::flat_hash_set<std::string> seen;
   for (const std::string& label : labels) {
@@ -120,7 +71,7 @@ absl::Status MetricsRegistry::Validate(const std::string& name,
       return absl::InvalidArgumentError(absl::StrCat("label name '", label, "' of metric ", name,
                                                      " starts with '__' (reserved)"));
     }
-    if (type == MetricType::kHistogram && label == "le") {
+    if (histogram && label == "le") {
       return absl::InvalidArgumentError(absl::StrCat(
           "histogram ", name, " may not use the label 'le' (it names the bucket bounds)"));
     }
@@ -143,14 +94,15 @@ absl::Status MetricsRegistry::Validate(const std::string& name,
   return absl::OkStatus();
 }
 
-absl::Status MetricsRegistry::Insert(const std::string& name, std::unique_ptr<FamilyBase> family) {
+absl::Status MetricsRegistry::Insert(Entry entry) {
   absl::MutexLock lock(&mu_);
-  for (const auto& [existing, unused] : families_) {
-    if (existing == name) {
-      return absl::AlreadyExistsError(absl::StrCat("metric ", name, " is already registered"));
+  for (const Entry& existing : entries_) {
+    if (existing.name == entry.name) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("metric ", entry.name, " is already registered"));
     }
   }
-  families_.emplace_back(name, std::move(family));
+  entries_.push_back(std::move(entry));
   return absl::OkStatus();
 }
 
@@ -169,16 +121,20 @@ absl::StatusOr<Gauge*> MetricsRegistry::AddGauge(const std::string& name, const 
 
 absl::Status MetricsRegistry::AddCallbackGauge(const std::string& name, const std::string& help,
                                                std::function<double()> read) {
-  if (absl::Status s = Validate(name, {}, MetricType::kGauge, {}); !s.ok()) return s;
-  return Insert(name,
-                std::make_unique<CallbackMetric>(name, help, MetricType::kGauge, std::move(read)));
+  if (absl::Status s = Validate(name, help, {}, /*histogram=*/false, {}); !s.ok()) return s;
+  return Insert(Entry{
+      name,
+      std::make_unique<CallbackMetric>(name, help, prometheus::MetricType::Gauge, std::move(read)),
+      nullptr});
 }
 
 absl::Status MetricsRegistry::AddCallbackCounter(const std::string& name, const std::string& help,
                                                  std::function<double()> read) {
-  if (absl::Status s = Validate(name, {}, MetricType::kCounter, {}); !s.ok()) return s;
-  return Insert(
-      name, std::make_unique<CallbackMetric>(name, help, MetricType::kCounter, std::move(read)));
+  if (absl::Status s = Validate(name, help, {}, /*histogram=*/false, {}); !s.ok()) return s;
+  return Insert(Entry{name,
+                      std::make_unique<CallbackMetric>(name, help, prometheus::MetricType::Counter,
+                                                       std::move(read)),
+                      nullptr});
 }
 
 absl::StatusOr<Histogram*> MetricsRegistry::AddHistogram(const std::string& name,
@@ -190,18 +146,20 @@ absl::StatusOr<Histogram*> MetricsRegistry::AddHistogram(const std::string& name
   return &(*f)->WithLabels({});
 }
 
-std::vector<FamilySnapshot> MetricsRegistry::Collect() const {
-  // Families are never removed, so their pointers outlive the lock; collecting outside it keeps
+std::vector<prometheus::MetricFamily> MetricsRegistry::Collect() const {
+  // Entries are never removed, so their pointers outlive the lock; collecting outside it keeps
   // a slow gauge callback from blocking registration.
-  std::vector<const FamilyBase*> families;
+  std::vector<const prometheus::Collectable*> sources;
   {
     absl::MutexLock lock(&mu_);
-    families.reserve(families_.size());
-    for (const auto& [name, family] : families_) families.push_back(family.get());
+    sources.reserve(entries_.size());
+    for (const Entry& e : entries_) sources.push_back(e.values.get());
   }
-  std::vector<FamilySnapshot> out;
-  out.reserve(families.size());
-  for (const FamilyBase* f : families) out.push_back(f->Collect());
+  std::vector<prometheus::MetricFamily> out;
+  out.reserve(sources.size());
+  for (const prometheus::Collectable* source : sources) {
+    for (prometheus::MetricFamily& f : source->Collect()) out.push_back(std::move(f));
+  }
   return out;
 }
 

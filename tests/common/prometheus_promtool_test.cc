@@ -54,8 +54,7 @@ TEST(PromtoolTest, RenderedRegistryPassesCheckMetrics) {
   ASSERT_TRUE(
       r.AddCallbackGauge("tandem_kv_blocks_free", "Free KV blocks.", [] { return 5.0; }).ok());
   Gauge* running = *r.AddGauge("tandem_num_requests_running", "Requests running.");
-  Histogram* ttft = *r.AddHistogram("tandem_time_to_first_token_seconds",
-                                    "Time to first token.\nSecond line \\ with a backslash.",
+  Histogram* ttft = *r.AddHistogram("tandem_time_to_first_token_seconds", "Time to first token.",
                                     ExponentialBuckets(0.001, 2, 16));
   Family<Histogram, 1>* itl = *r.AddHistogramFamily<1>(
       "tandem_inter_token_latency_seconds", "Inter-token latency.", {"model"}, {0.01, 0.1, 1});
