@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "model/format/json_struct.h"
+#include "model/format/json_value.h"
 #include "model/format/mapped_file.h"
 
 namespace tandem {

@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "model/format/json_struct.h"
+#include "model/format/json_value.h"
 #include "model/format/llama_tensor_plan.h"
 #include "model/format/mapped_file.h"
 #include "model/format/parallel_dequant.h"
@@ -19,9 +19,9 @@ namespace {
 
 constexpr uint64_t kMaxJsonBytes = 64 << 20;
 
-absl::StatusOr<int32_t> Int32Field(const google::protobuf::Struct& s, absl::string_view key,
+absl::StatusOr<int32_t> Int32Field(const nlohmann::json& s, absl::string_view key,
                                    std::optional<int32_t> fallback) {
-  const google::protobuf::Value* v = FindField(s, key);
+  const nlohmann::json* v = FindField(s, key);
   const std::string what = absl::StrCat("config.json: ", key);
   if (v == nullptr) {
     if (fallback.has_value()) return *fallback;
@@ -34,23 +34,22 @@ absl::StatusOr<int32_t> Int32Field(const google::protobuf::Struct& s, absl::stri
   return static_cast<int32_t>(x);
 }
 
-absl::StatusOr<float> FloatField(const google::protobuf::Struct& s, absl::string_view key,
-                                 float fallback) {
-  const google::protobuf::Value* v = FindField(s, key);
+absl::StatusOr<float> FloatField(const nlohmann::json& s, absl::string_view key, float fallback) {
+  const nlohmann::json* v = FindField(s, key);
   if (v == nullptr) return fallback;
   TANDEM_ASSIGN_OR_RETURN(const double x, JsonNumber(*v, absl::StrCat("config.json: ", key)));
   return static_cast<float>(x);
 }
 
-absl::StatusOr<bool> BoolField(const google::protobuf::Struct& s, absl::string_view key) {
-  const google::protobuf::Value* v = FindField(s, key);
+absl::StatusOr<bool> BoolField(const nlohmann::json& s, absl::string_view key) {
+  const nlohmann::json* v = FindField(s, key);
   if (v == nullptr) return false;
   return JsonBool(*v, absl::StrCat("config.json: ", key));
 }
 
 // Qwen configs carry sliding_window but apply it only with use_sliding_window; Mistral's applies
 // whenever it is set and shorter than the context.
-absl::Status RefuseSlidingWindow(const google::protobuf::Struct& s, const LlamaConfig& c) {
+absl::Status RefuseSlidingWindow(const nlohmann::json& s, const LlamaConfig& c) {
   if (c.architecture == "qwen2" || c.architecture == "qwen3") {
     TANDEM_ASSIGN_OR_RETURN(const bool use, BoolField(s, "use_sliding_window"));
     if (use) {
@@ -59,8 +58,8 @@ absl::Status RefuseSlidingWindow(const google::protobuf::Struct& s, const LlamaC
     }
     return absl::OkStatus();
   }
-  const google::protobuf::Value* v = FindField(s, "sliding_window");
-  if (v == nullptr || v->kind_case() == google::protobuf::Value::kNullValue) {
+  const nlohmann::json* v = FindField(s, "sliding_window");
+  if (v == nullptr || v->is_null()) {
     return absl::OkStatus();
   }
   TANDEM_ASSIGN_OR_RETURN(const int64_t window, JsonInt(*v, "config.json: sliding_window"));
@@ -76,16 +75,16 @@ absl::Status RefuseSlidingWindow(const google::protobuf::Struct& s, const LlamaC
 // rope_scaling: null/absent or rope_type (older configs: type) "default" -> none; "linear"
 // {factor}; "llama3" {factor, low_freq_factor, high_freq_factor,
 // original_max_position_embeddings}. Anything else is refused naming the value.
-absl::Status ReadRopeScaling(const google::protobuf::Struct& s, LlamaConfig* c) {
-  const google::protobuf::Value* v = FindField(s, "rope_scaling");
-  if (v == nullptr || v->kind_case() == google::protobuf::Value::kNullValue) {
+absl::Status ReadRopeScaling(const nlohmann::json& s, LlamaConfig* c) {
+  const nlohmann::json* v = FindField(s, "rope_scaling");
+  if (v == nullptr || v->is_null()) {
     return absl::OkStatus();
   }
-  if (v->kind_case() != google::protobuf::Value::kStructValue) {
+  if (!v->is_object()) {
     return absl::InvalidArgumentError("config.json: rope_scaling is neither null nor an object");
   }
-  const google::protobuf::Struct& rs = v->struct_value();
-  const google::protobuf::Value* t = FindField(rs, "rope_type");
+  const nlohmann::json& rs = *v;
+  const nlohmann::json* t = FindField(rs, "rope_type");
   if (t == nullptr) t = FindField(rs, "type");
   if (t == nullptr) {
     return absl::InvalidArgumentError("config.json: rope_scaling has neither rope_type nor type");
@@ -121,8 +120,7 @@ absl::Status ReadRopeScaling(const google::protobuf::Struct& s, LlamaConfig* c) 
 }  // namespace
 
 absl::StatusOr<LlamaConfig> ParseHfLlamaConfig(absl::string_view config_json) {
-  TANDEM_ASSIGN_OR_RETURN(const google::protobuf::Struct s,
-                          ParseJsonObject(config_json, "config.json"));
+  TANDEM_ASSIGN_OR_RETURN(const nlohmann::json s, ParseJsonObject(config_json, "config.json"));
   LlamaConfig c;
   c.architecture = "llama";
   if (const auto* v = FindField(s, "model_type"); v != nullptr) {
@@ -186,17 +184,16 @@ absl::Status HfCheckpoint::OpenShards() {
   const std::string single = dir_ + "/model.safetensors";
   const std::string index_path = dir_ + "/model.safetensors.index.json";
   absl::btree_set<std::string> files;
-  google::protobuf::Struct weight_map;
+  nlohmann::json weight_map;
   if (PathExists(index_path)) {
     TANDEM_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(index_path, kMaxJsonBytes));
-    TANDEM_ASSIGN_OR_RETURN(const google::protobuf::Struct index,
-                            ParseJsonObject(text, index_path));
-    const google::protobuf::Value* map = FindField(index, "weight_map");
-    if (map == nullptr || map->kind_case() != google::protobuf::Value::kStructValue) {
+    TANDEM_ASSIGN_OR_RETURN(const nlohmann::json index, ParseJsonObject(text, index_path));
+    const nlohmann::json* map = FindField(index, "weight_map");
+    if (map == nullptr || !map->is_object()) {
       return absl::InvalidArgumentError(index_path + ": weight_map is missing or not an object");
     }
-    weight_map = map->struct_value();
-    for (const auto& [tensor, file] : weight_map.fields()) {
+    weight_map = *map;
+    for (const auto& [tensor, file] : weight_map.items()) {
       TANDEM_ASSIGN_OR_RETURN(const std::string name,
                               JsonString(file, index_path + ": weight_map entry"));
       if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
@@ -222,12 +219,12 @@ absl::Status HfCheckpoint::OpenShards() {
     }
     shards_.push_back(std::move(shard));
   }
-  for (const auto& [tensor, file] : weight_map.fields()) {
+  for (const auto& [tensor, file] : weight_map.items()) {
     const SafetensorsFile* shard = ShardOf(tensor);
-    if (shard == nullptr || shard->path() != dir_ + "/" + file.string_value()) {
+    if (shard == nullptr || shard->path() != dir_ + "/" + file.get<std::string>()) {
       return absl::InvalidArgumentError(absl::StrCat(index_path, ": tensor '", tensor,
                                                      "' is not in its listed shard '",
-                                                     file.string_value(), "'"));
+                                                     file.get<std::string>(), "'"));
     }
   }
   return absl::OkStatus();

@@ -13,7 +13,7 @@
 #include "model/format/gguf_file.h"
 #include "model/format/gguf_llama.h"
 #include "model/format/hf_llama.h"
-#include "model/format/json_struct.h"
+#include "model/format/json_value.h"
 #include "model/format/llama_tensor_plan.h"
 #include "model/format/mapped_file.h"
 #include "model/tokenizer/chat.h"
@@ -114,11 +114,11 @@ absl::StatusOr<LoadedModel> LoadHf(const std::string& dir, const LoadOptions& op
   if (PathExists(dir + "/tokenizer_config.json")) {
     TANDEM_ASSIGN_OR_RETURN(const std::string text,
                             ReadFileToString(dir + "/tokenizer_config.json", 64 << 20));
-    TANDEM_ASSIGN_OR_RETURN(const google::protobuf::Struct config,
+    TANDEM_ASSIGN_OR_RETURN(const nlohmann::json config,
                             ParseJsonObject(text, "tokenizer_config.json"));
-    if (const google::protobuf::Value* t = FindField(config, "chat_template");
-        t != nullptr && t->kind_case() == google::protobuf::Value::kStringValue) {
-      out.default_system_prompt = DefaultSystemPrompt(t->string_value());
+    if (const nlohmann::json* t = FindField(config, "chat_template");
+        t != nullptr && t->is_string()) {
+      out.default_system_prompt = DefaultSystemPrompt(t->get<std::string>());
     }
   }
   if (options.load_weights) {

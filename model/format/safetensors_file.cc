@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "model/format/ggml_types.h"
-#include "model/format/json_struct.h"
+#include "model/format/json_value.h"
 #include "model/format/parallel_dequant.h"
 
 namespace tandem {
@@ -28,18 +28,18 @@ int64_t DtypeBytes(absl::string_view dtype) {
   return 0;
 }
 
-absl::StatusOr<SafetensorsTensor> ParseEntry(const std::string& name,
-                                             const google::protobuf::Value& v, uint64_t data_size) {
+absl::StatusOr<SafetensorsTensor> ParseEntry(const std::string& name, const nlohmann::json& v,
+                                             uint64_t data_size) {
   const std::string what = absl::StrCat("tensor '", name, "'");
-  if (v.kind_case() != google::protobuf::Value::kStructValue) {
+  if (!v.is_object()) {
     return absl::InvalidArgumentError(what + " is not a JSON object");
   }
-  const google::protobuf::Struct& s = v.struct_value();
+  const nlohmann::json& s = v;
   SafetensorsTensor t;
   t.name = name;
-  const google::protobuf::Value* dtype = FindField(s, "dtype");
-  const google::protobuf::Value* shape = FindField(s, "shape");
-  const google::protobuf::Value* offsets = FindField(s, "data_offsets");
+  const nlohmann::json* dtype = FindField(s, "dtype");
+  const nlohmann::json* shape = FindField(s, "shape");
+  const nlohmann::json* offsets = FindField(s, "data_offsets");
   if (dtype == nullptr || shape == nullptr || offsets == nullptr) {
     return absl::InvalidArgumentError(what + " lacks dtype, shape or data_offsets");
   }
@@ -48,14 +48,12 @@ absl::StatusOr<SafetensorsTensor> ParseEntry(const std::string& name,
   if (elem == 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, " has unknown dtype '", t.dtype, "'"));
   }
-  if (shape->kind_case() != google::protobuf::Value::kListValue ||
-      offsets->kind_case() != google::protobuf::Value::kListValue ||
-      offsets->list_value().values_size() != 2 || shape->list_value().values_size() > 8) {
+  if (!shape->is_array() || !offsets->is_array() || offsets->size() != 2 || shape->size() > 8) {
     return absl::InvalidArgumentError(
         what + ": shape must be a list of at most 8 dims and data_offsets a [begin, end] pair");
   }
   int64_t numel = 1;
-  for (const google::protobuf::Value& d : shape->list_value().values()) {
+  for (const nlohmann::json& d : *shape) {
     TANDEM_ASSIGN_OR_RETURN(const int64_t dim, JsonInt(d, what + " dimension"));
     if (dim < 0 || (dim > 0 && numel > std::numeric_limits<int64_t>::max() / elem / dim)) {
       return absl::InvalidArgumentError(absl::StrCat(what, " has invalid dimension ", dim));
@@ -63,10 +61,8 @@ absl::StatusOr<SafetensorsTensor> ParseEntry(const std::string& name,
     numel *= dim;
     t.shape.push_back(dim);
   }
-  TANDEM_ASSIGN_OR_RETURN(const int64_t begin,
-                          JsonInt(offsets->list_value().values(0), what + " begin offset"));
-  TANDEM_ASSIGN_OR_RETURN(const int64_t end,
-                          JsonInt(offsets->list_value().values(1), what + " end offset"));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t begin, JsonInt(offsets->at(0), what + " begin offset"));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t end, JsonInt(offsets->at(1), what + " end offset"));
   if (begin < 0 || end < begin || static_cast<uint64_t>(end) > data_size) {
     return absl::InvalidArgumentError(absl::StrCat(what, " data_offsets [", begin, ", ", end,
                                                    ") lie outside the data section of ", data_size,
@@ -117,16 +113,16 @@ absl::Status SafetensorsFile::Init(std::string path, absl::Span<const uint8_t> b
   }
   data_offset_ = 8 + header_size;
   const absl::string_view json(reinterpret_cast<const char*>(bytes_.data() + 8), header_size);
-  absl::StatusOr<google::protobuf::Struct> header = ParseJsonObject(json, "safetensors header");
+  absl::StatusOr<nlohmann::json> header = ParseJsonObject(json, "safetensors header");
   if (!header.ok()) return fail(header.status().message());
   const uint64_t data_size = bytes_.size() - data_offset_;
-  for (const auto& [name, value] : header->fields()) {
+  for (const auto& [name, value] : header->items()) {
     if (name == "__metadata__") continue;
     absl::StatusOr<SafetensorsTensor> t = ParseEntry(name, value, data_size);
     if (!t.ok()) return fail(t.status().message());
     tensors_.push_back(std::move(*t));
   }
-  // Struct fields come back in hash order; sort by offset for a stable order and the overlap
+  // Object members come back in name order; sort by offset for the data order and the overlap
   // check.
   std::sort(tensors_.begin(), tensors_.end(),
             [](const SafetensorsTensor& a, const SafetensorsTensor& b) {

@@ -5,14 +5,14 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "model/format/json_struct.h"
+#include "model/format/json_value.h"
 #include "model/format/mapped_file.h"
 
 namespace tandem {
 namespace {
 
-using google::protobuf::Struct;
-using google::protobuf::Value;
+using Struct = nlohmann::json;
+using Value = nlohmann::json;
 
 constexpr uint64_t kMaxJsonBytes = 256 << 20;
 
@@ -22,14 +22,14 @@ constexpr absl::string_view kLlama3Pattern =
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 std::string TypeOf(const Value& v) {
-  if (v.kind_case() != Value::kStructValue) return "";
-  const Value* t = FindField(v.struct_value(), "type");
-  return t != nullptr && t->kind_case() == Value::kStringValue ? t->string_value() : "";
+  if (!v.is_object()) return "";
+  const Value* t = FindField(v, "type");
+  return t != nullptr && t->is_string() ? t->get<std::string>() : "";
 }
 
 bool BoolOr(const Value& v, absl::string_view key, bool fallback) {
-  const Value* f = FindField(v.struct_value(), key);
-  return f != nullptr && f->kind_case() == Value::kBoolValue ? f->bool_value() : fallback;
+  const Value* f = FindField(v, key);
+  return f != nullptr && f->is_boolean() ? f->get<bool>() : fallback;
 }
 
 absl::StatusOr<PreTokenizerKind> PreTokenizerOf(const Value* pre) {
@@ -45,13 +45,12 @@ absl::StatusOr<PreTokenizerKind> PreTokenizerOf(const Value* pre) {
     return PreTokenizerKind::kGpt2;
   }
   if (type != "Sequence") return unsupported(absl::StrCat("'", type, "'"));
-  const Value* list = FindField(pre->struct_value(), "pretokenizers");
-  if (list == nullptr || list->kind_case() != Value::kListValue ||
-      list->list_value().values_size() != 2) {
+  const Value* list = FindField(*pre, "pretokenizers");
+  if (list == nullptr || !list->is_array() || list->size() != 2) {
     return unsupported("Sequence other than two steps");
   }
-  const Value& first = list->list_value().values(0);
-  const Value& second = list->list_value().values(1);
+  const Value& first = list->at(0);
+  const Value& second = list->at(1);
   if (TypeOf(second) != "ByteLevel" || BoolOr(second, "add_prefix_space", false)) {
     return unsupported("Sequence not ending in ByteLevel");
   }
@@ -60,12 +59,10 @@ absl::StatusOr<PreTokenizerKind> PreTokenizerOf(const Value* pre) {
     return PreTokenizerKind::kDigitsGpt2;
   }
   if (TypeOf(first) == "Split" && !BoolOr(second, "use_regex", true)) {
-    const Value* pattern = FindField(first.struct_value(), "pattern");
-    const Value* regex = pattern != nullptr && pattern->kind_case() == Value::kStructValue
-                             ? FindField(pattern->struct_value(), "Regex")
-                             : nullptr;
-    if (regex != nullptr && regex->kind_case() == Value::kStringValue &&
-        regex->string_value() == kLlama3Pattern) {
+    const Value* pattern = FindField(first, "pattern");
+    const Value* regex =
+        pattern != nullptr && pattern->is_object() ? FindField(*pattern, "Regex") : nullptr;
+    if (regex != nullptr && regex->is_string() && regex->get<std::string>() == kLlama3Pattern) {
       return PreTokenizerKind::kLlama3;
     }
   }
@@ -74,11 +71,11 @@ absl::StatusOr<PreTokenizerKind> PreTokenizerOf(const Value* pre) {
 
 absl::Status ReadVocab(const Struct& model, TokenizerSpec& spec) {
   const Value* vocab = FindField(model, "vocab");
-  if (vocab == nullptr || vocab->kind_case() != Value::kStructValue) {
+  if (vocab == nullptr || !vocab->is_object()) {
     return absl::InvalidArgumentError("tokenizer.json: model.vocab is missing or not an object");
   }
-  const auto& fields = vocab->struct_value().fields();
-  for (const auto& [text, id_value] : fields) {
+  const Value& fields = *vocab;
+  for (const auto& [text, id_value] : fields.items()) {
     TANDEM_ASSIGN_OR_RETURN(const int64_t id, JsonInt(id_value, "tokenizer.json: vocab id"));
     if (id < 0 || id >= static_cast<int64_t>(fields.size()) + (1 << 20)) {
       return absl::InvalidArgumentError(
@@ -92,22 +89,19 @@ absl::Status ReadVocab(const Struct& model, TokenizerSpec& spec) {
 
 absl::Status ReadMerges(const Struct& model, TokenizerSpec& spec) {
   const Value* merges = FindField(model, "merges");
-  if (merges == nullptr || merges->kind_case() != Value::kListValue) {
+  if (merges == nullptr || !merges->is_array()) {
     return absl::InvalidArgumentError("tokenizer.json: model.merges is missing or not a list");
   }
-  for (const Value& m : merges->list_value().values()) {
-    if (m.kind_case() == Value::kStringValue) {
-      const std::string& s = m.string_value();
+  for (const Value& m : *merges) {
+    if (m.is_string()) {
+      const std::string& s = m.get<std::string>();
       const size_t space = s.find(' ');
       if (space == std::string::npos) {
         return absl::InvalidArgumentError("tokenizer.json: merge '" + s + "' has no space");
       }
       spec.merges.emplace_back(s.substr(0, space), s.substr(space + 1));
-    } else if (m.kind_case() == Value::kListValue && m.list_value().values_size() == 2 &&
-               m.list_value().values(0).kind_case() == Value::kStringValue &&
-               m.list_value().values(1).kind_case() == Value::kStringValue) {
-      spec.merges.emplace_back(m.list_value().values(0).string_value(),
-                               m.list_value().values(1).string_value());
+    } else if (m.is_array() && m.size() == 2 && m.at(0).is_string() && m.at(1).is_string()) {
+      spec.merges.emplace_back(m.at(0).get<std::string>(), m.at(1).get<std::string>());
     } else {
       return absl::InvalidArgumentError(
           "tokenizer.json: a merge is neither \"a b\" nor [\"a\", \"b\"]");
@@ -120,15 +114,15 @@ absl::Status ReadAddedTokens(const Struct& root, TokenizerSpec& spec,
                              std::vector<std::optional<TokenKind>>& kinds) {
   const Value* added = FindField(root, "added_tokens");
   if (added == nullptr) return absl::OkStatus();
-  if (added->kind_case() != Value::kListValue) {
+  if (!added->is_array()) {
     return absl::InvalidArgumentError("tokenizer.json: added_tokens is not a list");
   }
-  for (const Value& a : added->list_value().values()) {
-    if (a.kind_case() != Value::kStructValue) {
+  for (const Value& a : *added) {
+    if (!a.is_object()) {
       return absl::InvalidArgumentError("tokenizer.json: an added token is not an object");
     }
-    const Value* id_value = FindField(a.struct_value(), "id");
-    const Value* content = FindField(a.struct_value(), "content");
+    const Value* id_value = FindField(a, "id");
+    const Value* content = FindField(a, "content");
     if (id_value == nullptr || content == nullptr) {
       return absl::InvalidArgumentError("tokenizer.json: an added token lacks id or content");
     }
@@ -151,9 +145,9 @@ absl::Status ReadAddedTokens(const Struct& root, TokenizerSpec& spec,
 absl::StatusOr<int32_t> IdField(const Struct& s, absl::string_view key) {
   const Value* v = FindField(s, key);
   if (v == nullptr) return -1;
-  if (v->kind_case() == Value::kListValue) {
-    if (v->list_value().values_size() == 0) return -1;
-    v = &v->list_value().values(0);
+  if (v->is_array()) {
+    if (v->size() == 0) return -1;
+    v = &v->at(0);
   }
   TANDEM_ASSIGN_OR_RETURN(const int64_t id, JsonInt(*v, absl::StrCat("config.json: ", key)));
   return static_cast<int32_t>(id);
@@ -165,8 +159,8 @@ absl::Status AppendIds(const Struct& s, absl::string_view key, absl::string_view
   const Value* v = FindField(s, key);
   if (v == nullptr) return absl::OkStatus();
   std::vector<const Value*> items;
-  if (v->kind_case() == Value::kListValue) {
-    for (const Value& item : v->list_value().values()) items.push_back(&item);
+  if (v->is_array()) {
+    for (const Value& item : *v) items.push_back(&item);
   } else {
     items.push_back(v);
   }
@@ -198,16 +192,15 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfJson(absl::string_view
   TokenizerSpec spec;
   TANDEM_ASSIGN_OR_RETURN(spec.pre, PreTokenizerOf(FindField(root, "pre_tokenizer")));
   spec.ignore_merges = BoolOr(*model, "ignore_merges", false);  // Llama 3 sets it
-  TANDEM_RETURN_IF_ERROR(ReadVocab(model->struct_value(), spec));
-  TANDEM_RETURN_IF_ERROR(ReadMerges(model->struct_value(), spec));
+  TANDEM_RETURN_IF_ERROR(ReadVocab(*model, spec));
+  TANDEM_RETURN_IF_ERROR(ReadMerges(*model, spec));
   std::vector<std::optional<TokenKind>> kinds;
   TANDEM_RETURN_IF_ERROR(ReadAddedTokens(root, spec, kinds));
   kinds.resize(spec.tokens.size());
   // Ids must be dense: a hole would be an id no text decodes to.
   std::vector<bool> seen(spec.tokens.size(), false);
-  for (const auto& [text, id] :
-       model->struct_value().fields().at("vocab").struct_value().fields()) {
-    seen[static_cast<size_t>(id.number_value())] = true;
+  for (const auto& [text, id] : model->at("vocab").items()) {
+    seen[static_cast<size_t>(id.get<int64_t>())] = true;
   }
   for (size_t i = 0; i < spec.tokens.size(); ++i) {
     if (!seen[i] && !kinds[i].has_value()) {
@@ -250,11 +243,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfDirectory(const std::s
     TANDEM_ASSIGN_OR_RETURN(const Struct tc, ParseJsonObject(text, "tokenizer_config.json"));
     for (auto [key, out] : {std::pair{"bos_token", &bos_text}, std::pair{"eos_token", &eos_text}}) {
       const Value* v = FindField(tc, key);
-      if (v != nullptr && v->kind_case() == Value::kStringValue) *out = v->string_value();
-      if (v != nullptr && v->kind_case() == Value::kStructValue) {
-        const Value* content = FindField(v->struct_value(), "content");
-        if (content != nullptr && content->kind_case() == Value::kStringValue) {
-          *out = content->string_value();
+      if (v != nullptr && v->is_string()) *out = v->get<std::string>();
+      if (v != nullptr && v->is_object()) {
+        const Value* content = FindField(*v, "content");
+        if (content != nullptr && content->is_string()) {
+          *out = content->get<std::string>();
         }
       }
     }

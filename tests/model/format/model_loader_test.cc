@@ -6,7 +6,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "model/format/gguf_file.h"
-#include "model/format/json_struct.h"
+#include "model/format/json_value.h"
 #include "model/tools/synthetic_model.h"
 #include "tests/model/format/safetensors_test_util.h"
 #include "tests/model/format/status_matchers.h"
