@@ -1,11 +1,12 @@
 // CRC32C (Castagnoli, reflected polynomial 0x82F63B78): the checksum of KV digests
 // (kv_digest.h). Pure: std only. Thread-safe (no state besides a table built once).
 //
-// On x86-64 CPUs with SSE4.2 (checked at run time) the crc32 instruction does the work, three
-// independent streams at a time over large inputs (the instruction's latency is 3 cycles, its
-// throughput one per cycle); elsewhere a slicing-by-8 table. Both give the same values
-// (tests/kv_transfer/kv_digest_test.cc checks them against each other and the standard check
-// value CRC32C("123456789") = 0xE3069283).
+// Paths, chosen at run time: on x86-64 CPUs with AVX-512 and VPCLMULQDQ, inputs of 256 bytes and
+// more are folded with 512-bit carry-less multiplies (crc32c.cc); otherwise with SSE4.2 the crc32
+// instruction does the work, three independent streams at a time over large inputs (the
+// instruction's latency is 3 cycles, its throughput one per cycle); elsewhere a slicing-by-8
+// table. All give the same values (tests/kv_transfer/kv_digest_test.cc checks them against each
+// other and the standard check value CRC32C("123456789") = 0xE3069283).
 //
 // Why CRC32C and not XXH3: it needs no dependency (libxxhash-dev is not on the build image,
 // so XXH3 was not measured), the hardware instruction runs at several GB/s per core, and a CRC
@@ -31,7 +32,14 @@ uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 // The portable implementation (what Crc32c uses without SSE4.2). For tests and benchmarks.
 uint32_t Crc32cPortable(uint32_t crc, const void* data, size_t n);
 
+// The SSE4.2 path (the portable one without SSE4.2): what Crc32c uses without VPCLMULQDQ. For
+// tests and benchmarks.
+uint32_t Crc32cSse42(uint32_t crc, const void* data, size_t n);
+
 // Whether Crc32c uses the SSE4.2 instruction on this CPU.
 bool Crc32cIsHardware();
+
+// The path Crc32c takes for large inputs on this CPU: "vpclmulqdq", "sse4.2" or "table".
+const char* Crc32cImplementation();
 
 }  // namespace tandem

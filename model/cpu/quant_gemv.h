@@ -7,7 +7,10 @@
 // by are bit-identical to the dequantised model's), and accumulates the dot products in f32
 // with FMAs. Only the summation order differs from a GEMM on the dequantised matrix. Weight
 // rows are decoded once per block of up to 8 (AVX-512) or 2 (AVX2) activation rows, so batched
-// decode re-reads a row from cache, not memory.
+// decode re-reads a row from cache, not memory. One exception: the AVX2 path's packed Q4_0, Q4_1
+// and Q8_0 kernel factors each block's scale out of its dot product, d·Σq·x + o·Σx
+// (quant_gemv_avx2_factored.h: the same real numbers, rounded in another place; AVX2 has no
+// 16-entry permute to expand weights cheaply).
 //
 // Paths: AVX-512 (F, BW, VL + FMA, F16C), AVX2 (+ FMA, F16C) and portable C++ (dequantise a row,
 // then dot), picked by attention/cpu/cpu_isa.h's ActiveCpuIsa() — tests pin each path in turn.

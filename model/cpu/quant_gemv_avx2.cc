@@ -2,6 +2,7 @@
 // only when the CPU has them (quant_gemv.cc).
 #include <immintrin.h>
 
+#include "model/cpu/quant_gemv_avx2_factored.h"
 #include "model/cpu/quant_gemv_impl.h"
 
 namespace tandem::quant::internal {
@@ -83,7 +84,23 @@ struct Avx2 {
 
 }  // namespace
 
-GemvFn Avx2Gemv(GgmlType type, bool packed) { return impl::Select<Avx2>(type, packed); }
+// Packed Q4_0/Q4_1/Q8_0 rows take the block-factored kernel (quant_gemv_avx2_factored.h); the
+// other types expand exact weights (quant_gemv_impl.h).
+GemvFn Avx2Gemv(GgmlType type, bool packed) {
+  if (packed) {
+    switch (type) {
+      case GgmlType::kQ8_0:
+        return &impl::FactoredGemv<impl::PackedKind::kQ8_0>;
+      case GgmlType::kQ4_0:
+        return &impl::FactoredGemv<impl::PackedKind::kQ4_0>;
+      case GgmlType::kQ4_1:
+        return &impl::FactoredGemv<impl::PackedKind::kQ4_1>;
+      default:
+        break;
+    }
+  }
+  return impl::Select<Avx2>(type, packed);
+}
 DequantFn Avx2Dequant(GgmlType type, bool packed) {
   return impl::SelectDequant<Avx2>(type, packed);
 }

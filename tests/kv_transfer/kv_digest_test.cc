@@ -33,18 +33,26 @@ TEST(Crc32cTest, StandardCheckValueAndChaining) {
   EXPECT_EQ(Crc32c(Crc32c(0, s.data(), 4), s.data() + 4, 5), 0xE3069283u);
 }
 
+// Every path (Crc32c: VPCLMULQDQ folding where the CPU has it; the SSE4.2 three-stream loop;
+// the table) gives the same value around each path's boundaries (256-byte folding rounds, 8 KiB
+// stripes) and at odd alignments.
 TEST(Crc32cTest, HardwareMatchesPortableAtEveryLengthAndAlignment) {
   Rng rng(7);
   std::vector<unsigned char> buf(3 * 8192 * 2 + 100);
   for (unsigned char& b : buf) b = static_cast<unsigned char>(rng.Next());
   for (size_t n :
-       {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{4095}, size_t{3 * 8192 - 1},
+       {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{255}, size_t{256},
+        size_t{257}, size_t{511}, size_t{512}, size_t{1000}, size_t{4095}, size_t{3 * 8192 - 1},
         size_t{3 * 8192}, size_t{3 * 8192 + 13}, size_t{6 * 8192 + 50}}) {
     for (size_t align : {size_t{0}, size_t{1}, size_t{5}}) {
       ASSERT_LE(align + n, buf.size());
-      EXPECT_EQ(Crc32c(0x1234u, buf.data() + align, n),
-                Crc32cPortable(0x1234u, buf.data() + align, n))
-          << "n=" << n << " align=" << align << " hardware=" << Crc32cIsHardware();
+      for (uint32_t seed : {0u, 0x1234u, 0xFFFFFFFFu}) {
+        const uint32_t want = Crc32cPortable(seed, buf.data() + align, n);
+        EXPECT_EQ(Crc32c(seed, buf.data() + align, n), want)
+            << "n=" << n << " align=" << align << " path=" << Crc32cImplementation();
+        EXPECT_EQ(Crc32cSse42(seed, buf.data() + align, n), want)
+            << "n=" << n << " align=" << align << " hardware=" << Crc32cIsHardware();
+      }
     }
   }
 }
