@@ -6,6 +6,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/kv_source_failure.h"
 #include "common/request_checks.h"
 #include "common/status_macros.h"
 #include "kv_transfer/kv_digest.h"
@@ -170,9 +171,15 @@ absl::Status DecodeNode::Pull(const TransferMetadata& source, const TransferPlan
     po.max_in_flight = options_.max_in_flight;
     po.stall_timeout = options_.stall_timeout;
     po.cancel = cancel;
+    std::vector<int32_t> blamed;
+    po.failed_source_ranks = &blamed;
     {
       absl::MutexLock lock(puller_mu_[d].get());
       results[d] = pullers_[d]->Execute(source, plan.copies[d], local, po);
+    }
+    if (!blamed.empty()) {
+      // The puller named the source ranks at fault: the failure is about the prefill node.
+      results[d] = BlameKvSource(std::move(results[d]), {"", source.engine_id, blamed});
     }
     if (!results[d].ok()) cancel->store(true);  // the others cannot make this request succeed
     if (running.fetch_sub(1) == 1) all_done.Notify();
@@ -217,18 +224,20 @@ absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvH
     TANDEM_ASSIGN_OR_RETURN(std::optional<KvProgressEvent> next, watch->Next(kCancelPoll));
     if (!next.has_value()) {
       if (absl::Now() - last_message > options_.stall_timeout) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("no KV progress from prefill ", kv.prefill_address, " for ",
-                         absl::FormatDuration(options_.stall_timeout), " (", landed, " of ",
-                         kv.num_tokens, " prompt tokens pulled)"));
+        return BlameKvSource(absl::DeadlineExceededError(absl::StrCat(
+                                 "no KV progress from prefill ", kv.prefill_address, " for ",
+                                 absl::FormatDuration(options_.stall_timeout), " (", landed, " of ",
+                                 kv.num_tokens, " prompt tokens pulled)")),
+                             {kv.prefill_address, kv.engine_id, {}});
       }
       continue;
     }
     last_message = absl::Now();
     if (next->tokens_ready > kv.num_tokens || (next->done && next->tokens_ready != kv.num_tokens)) {
-      return absl::InternalError(absl::StrCat("prefill ", kv.prefill_address, " reported ",
-                                              next->tokens_ready, " tokens ready of a ",
-                                              kv.num_tokens, "-token prompt"));
+      return BlameKvSource(absl::InternalError(absl::StrCat(
+                               "prefill ", kv.prefill_address, " reported ", next->tokens_ready,
+                               " tokens ready of a ", kv.num_tokens, "-token prompt")),
+                           {kv.prefill_address, kv.engine_id, {}});
     }
     if (next->tokens_ready > landed) {
       TANDEM_ASSIGN_OR_RETURN(TransferPlan plan,
@@ -289,9 +298,13 @@ absl::Status DecodeNode::VerifyDigests(const TransferMetadata& source, const KvH
         " head=", m.head, " dst_ranks=", ranks, "\n");
     std::fwrite(line.data(), 1, line.size(), stderr);
   }
-  return absl::AbortedError(absl::StrCat("the KV pulled from prefill ", kv.prefill_address,
-                                         " failed its digests (", s.message(),
-                                         "); the pulled KV is discarded (prefill again)"));
+  std::vector<int32_t> src_ranks;
+  for (const KvDigestMismatch& m : bad) src_ranks.push_back(m.src_rank);
+  return BlameKvSource(
+      absl::AbortedError(absl::StrCat("the KV pulled from prefill ", kv.prefill_address,
+                                      " failed its digests (", s.message(),
+                                      "); the pulled KV is discarded (prefill again)")),
+      {kv.prefill_address, kv.engine_id, src_ranks});
 }
 
 absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSink sink,
@@ -364,9 +377,12 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   }
   lease.Stop();
   if (lease.lost()) {
-    return absl::AbortedError(absl::StrCat("the prefill's KV lease expired during the transfer (",
-                                           pulled.ok() ? "pull complete" : pulled.message(),
-                                           "); prefill again"));
+    // The pull's own blame, if it failed, stays with it.
+    return WithPayloadsOf(
+        absl::AbortedError(absl::StrCat("the prefill's KV lease expired during the transfer (",
+                                        pulled.ok() ? "pull complete" : pulled.message(),
+                                        "); prefill again")),
+        pulled);
   }
   TANDEM_RETURN_IF_ERROR(pulled);
   if (call.pipelined) {
@@ -387,9 +403,11 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   released = true;
   absl::StatusOr<bool> held = ReleaseKv(kv);
   if (!held.ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot confirm the KV lease with prefill ", kv.prefill_address, " after the transfer (",
-        held.status().message(), "); the pulled KV is discarded"));
+    return BlameKvSource(
+        absl::UnavailableError(absl::StrCat(
+            "cannot confirm the KV lease with prefill ", kv.prefill_address,
+            " after the transfer (", held.status().message(), "); the pulled KV is discarded")),
+        {kv.prefill_address, kv.engine_id, {}});
   }
   if (!*held) {
     return absl::AbortedError(
