@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/kv_source_failure.h"
 #include "kv_transfer/ucx/metadata_proto.h"
 #include "proto/convert/sampling_proto.h"
 #include "serving/grpc_status.h"
@@ -40,12 +41,16 @@ class GrpcKvWatch final : public KvWatch {
     }
     if (latest_.done) return std::optional<KvProgressEvent>(latest_);
     if (!ended_) return std::optional<KvProgressEvent>();
+    // Either way the stream from the KV's source broke: the failure is about that node.
     if (end_.ok()) {
-      return absl::UnknownError(absl::StrCat("KV progress stream from prefill ", address_,
-                                             " ended before the prefill finished"));
+      return BlameKvSource(
+          absl::UnknownError(absl::StrCat("KV progress stream from prefill ", address_,
+                                          " ended before the prefill finished")),
+          {address_, "", {}});
     }
-    return absl::Status(end_.code(), absl::StrCat("KV progress stream from prefill ", address_,
-                                                  ": ", end_.message()));
+    return BlameKvSource(absl::Status(end_.code(), absl::StrCat("KV progress stream from prefill ",
+                                                                address_, ": ", end_.message())),
+                         {address_, "", {}});
   }
 
  private:
@@ -103,8 +108,10 @@ absl::StatusOr<TransferMetadata> GrpcPrefillClient::GetTransferMetadata(const st
   const grpc::Status s =
       Stub(address)->GetTransferMetadata(&ctx, v1::GetTransferMetadataRequest(), &proto);
   if (!s.ok()) {
-    return absl::UnavailableError(absl::StrCat("cannot get transfer metadata from prefill ",
-                                               address, ": ", s.error_message()));
+    return BlameKvSource(
+        absl::UnavailableError(absl::StrCat("cannot get transfer metadata from prefill ", address,
+                                            ": ", s.error_message())),
+        {address, "", {}});
   }
   return FromProto(proto);
 }

@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/kv_source_failure.h"
 #include "common/request_log.h"
 #include "model/tokenizer/streaming_decoder.h"
 #include "proto/convert/finish_reason_proto.h"
@@ -59,7 +60,8 @@ absl::Status StreamEndFailure(const DecodeStream::ReadResult& next, absl::Durati
 // which the retry policy treats as such, rather than a cancellation to hand to the client.
 absl::Status NodeSideCancelAsUnavailable(const absl::Status& status) {
   if (status.code() != absl::StatusCode::kCancelled) return status;
-  return absl::UnavailableError(absl::StrCat("node cancelled the call: ", status.message()));
+  return WithPayloadsOf(
+      absl::UnavailableError(absl::StrCat("node cancelled the call: ", status.message())), status);
 }
 
 std::string Driver::NodeRequestId() const {
@@ -288,8 +290,8 @@ void Driver::Decode(RequestState& state) {
   }
   failure = NodeSideCancelAsUnavailable(failure);
   const bool retryable = IsRetryableDecodeError(failure.code());
-  if (retryable && BlamesPrefillSource(failure.message(), kv_->handle.prefill_address(),
-                                       kv_->handle.engine_id())) {
+  if (retryable &&
+      BlamesPrefillSource(failure, kv_->handle.prefill_address(), kv_->handle.engine_id())) {
     // The decode node could not reach the prefill node holding the KV: that prefill node is the
     // one to avoid (and to report), not the decode node that told us.
     failed_prefill_.insert(kv_->node);

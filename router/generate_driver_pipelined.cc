@@ -169,9 +169,9 @@ void Driver::PipelinedDecode(RequestState& state) {
   }
   failure = NodeSideCancelAsUnavailable(failure);
   const bool retryable = IsRetryableDecodeError(failure.code());
-  const bool blames_prefill = retryable && kv_.has_value() &&
-                              BlamesPrefillSource(failure.message(), kv_->handle.prefill_address(),
-                                                  kv_->handle.engine_id());
+  const bool blames_prefill =
+      retryable && kv_.has_value() &&
+      BlamesPrefillSource(failure, kv_->handle.prefill_address(), kv_->handle.engine_id());
   absl::Status error;
   if (blames_prefill) {
     // The decode node could not get the KV from the prefill node: that one is to avoid.

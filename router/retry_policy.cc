@@ -1,9 +1,9 @@
 #include "router/retry_policy.h"
 
 #include <algorithm>
+#include <optional>
 
-#include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
+#include "common/kv_source_failure.h"
 
 namespace tandem {
 
@@ -22,14 +22,12 @@ absl::Time NextAttemptAt(const RetryPolicy& policy, int failures, absl::Time now
   return std::min(client_deadline, now + BackoffDelay(policy, failures));
 }
 
-bool BlamesPrefillSource(absl::string_view decode_error, absl::string_view prefill_address,
+bool BlamesPrefillSource(const absl::Status& decode_error, absl::string_view prefill_address,
                          absl::string_view engine_id) {
-  if (!prefill_address.empty() &&
-      absl::StrContains(decode_error, absl::StrCat("prefill ", prefill_address))) {
-    return true;
-  }
-  return !engine_id.empty() &&
-         absl::StrContains(decode_error, absl::StrCat("engine '", engine_id, "'"));
+  const std::optional<KvSourceFailure> source = KvSourceFailureOf(decode_error);
+  if (!source.has_value()) return false;
+  return (!prefill_address.empty() && source->prefill_address == prefill_address) ||
+         (!engine_id.empty() && source->engine_id == engine_id);
 }
 
 absl::Duration HealthPollDelay(absl::Duration interval, absl::Duration recovery_interval,

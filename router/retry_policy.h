@@ -37,10 +37,11 @@ absl::Time NextAttemptAt(const RetryPolicy& policy, int failures, absl::Time now
                          absl::Time client_deadline);
 
 // True when a decode node's error is about the prefill node its KV comes from rather than about
-// itself: the decode node names that source in such errors by address ("cannot get transfer
-// metadata from prefill ADDR") or by engine id ("get from source rank 0 of engine 'ID' epoch
-// 3"). The router then blames (and retries away from) the prefill node, not the decode node.
-bool BlamesPrefillSource(absl::string_view decode_error, absl::string_view prefill_address,
+// itself: the status carries a KvSourceFailure (common/kv_source_failure.h, attached where the
+// decode node detected the failure) naming this source by address or by engine id. The router
+// then blames (and retries away from) the prefill node, not the decode node. The message text is
+// never read: rewording an error does not change whom the router blames.
+bool BlamesPrefillSource(const absl::Status& decode_error, absl::string_view prefill_address,
                          absl::string_view engine_id);
 
 // True when a Prefill call that ended with `code` (at the router) may have left a lease on the

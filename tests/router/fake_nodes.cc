@@ -9,7 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/kv_source_failure.h"
 #include "common/prefix_hash.h"
+#include "serving/grpc_status.h"
 #include "serving/request_id.h"
 #include "tests/router/test_model.h"
 
@@ -223,7 +225,11 @@ class FakeDecode::Stream final : public grpc::ServerWriteReactor<v1::DecodeEvent
       return;
     }
     if (written_ == behaviour_.die_after) {
-      End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "fake decode node died"));
+      absl::Status died = absl::UnavailableError(behaviour_.die_message);
+      if (behaviour_.blame_source) {
+        died = BlameKvSource(std::move(died), {request_.kv().prefill_address(), "", {}});
+      }
+      End(ToGrpcStatus(died));
       return;
     }
     event_.Clear();

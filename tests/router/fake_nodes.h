@@ -43,7 +43,11 @@ struct PrefillScript {
 };
 
 struct DecodeBehaviour {
-  int die_after = -1;   // after this many tokens, end the stream with UNAVAILABLE
+  int die_after = -1;  // after this many tokens, end the stream with UNAVAILABLE
+  std::string die_message = "fake decode node died";  // that status' message
+  // The UNAVAILABLE carries a KvSourceFailure naming the request's prefill node (by the KV
+  // handle's prefill_address), as a real decode node's does when its pull from that node fails.
+  bool blame_source = false;
   int hang_after = -1;  // after this many tokens, send nothing until cancelled
   v1::FinishReason finish = v1::FINISH_REASON_LENGTH;  // the finish event's reason
 };

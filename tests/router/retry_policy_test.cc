@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/kv_source_failure.h"
+
 namespace tandem {
 namespace {
 
@@ -50,17 +52,38 @@ TEST(HealthPollDelay, FasterWhileSomeNodeIsUnhealthy) {
 }
 
 TEST(BlamesPrefillSource, MatchesTheSourceByAddressOrEngineId) {
-  EXPECT_TRUE(BlamesPrefillSource(
-      "cannot get transfer metadata from prefill 10.0.0.1:5000: failed to connect", "10.0.0.1:5000",
-      "prefill-a"));
-  EXPECT_TRUE(BlamesPrefillSource(
-      "get from source rank 0 of engine 'prefill-a' epoch 7: failed: Endpoint timeout",
-      "10.0.0.1:5000", "prefill-a"));
-  EXPECT_FALSE(BlamesPrefillSource("KV capacity short for 5s", "10.0.0.1:5000", "prefill-a"));
-  // Another prefill node's address is not this source.
-  EXPECT_FALSE(BlamesPrefillSource("cannot get transfer metadata from prefill 10.0.0.2:5000",
+  const absl::Status unreachable = absl::UnavailableError("failed to connect");
+  EXPECT_TRUE(BlamesPrefillSource(BlameKvSource(unreachable, {"10.0.0.1:5000", "", {}}),
+                                  "10.0.0.1:5000", "prefill-a"));
+  EXPECT_TRUE(BlamesPrefillSource(BlameKvSource(unreachable, {"", "prefill-a", {0}}),
+                                  "10.0.0.1:5000", "prefill-a"));
+  EXPECT_FALSE(BlamesPrefillSource(absl::UnavailableError("KV capacity short for 5s"),
                                    "10.0.0.1:5000", "prefill-a"));
-  EXPECT_FALSE(BlamesPrefillSource("anything", "", ""));
+  // Another prefill node is not this source.
+  EXPECT_FALSE(BlamesPrefillSource(BlameKvSource(unreachable, {"10.0.0.2:5000", "prefill-b", {}}),
+                                   "10.0.0.1:5000", "prefill-a"));
+  EXPECT_FALSE(BlamesPrefillSource(BlameKvSource(unreachable, {"", "", {}}), "", ""));
+}
+
+// The decision reads the attached data, never the text: the same failure reworded blames the
+// same node, and text that names the source without the data blames nobody.
+TEST(BlamesPrefillSource, RewordingTheErrorDoesNotChangeTheDecision) {
+  const KvSourceFailure source{"10.0.0.1:5000", "prefill-a", {1}};
+  for (const char* message :
+       {"cannot get transfer metadata from prefill 10.0.0.1:5000: failed to connect",
+        "get from source rank 1 of engine 'prefill-a' epoch 7: failed: Endpoint timeout",
+        "the KV source went away", ""}) {
+    EXPECT_TRUE(BlamesPrefillSource(BlameKvSource(absl::UnavailableError(message), source),
+                                    "10.0.0.1:5000", "prefill-a"))
+        << message;
+    EXPECT_FALSE(BlamesPrefillSource(absl::UnavailableError(message), "10.0.0.1:5000", "prefill-a"))
+        << message;
+  }
+  // A wrapper that keeps its cause's payloads keeps the blame.
+  const absl::Status wrapped =
+      WithPayloadsOf(absl::AbortedError("the lease expired during the transfer"),
+                     BlameKvSource(absl::UnavailableError("peer reset"), source));
+  EXPECT_TRUE(BlamesPrefillSource(wrapped, "", "prefill-a"));
 }
 
 TEST(PrefillMayHaveLeased, OnlyWhenTheCallEndedWithoutTheNodesAnswer) {

@@ -747,5 +747,63 @@ TEST_F(RouterIntegrationTest, MetricsCountRequestsRecoveriesAndFailuresAndNodesG
                                              HasSubstr(" retries=2 resumes=1"))));
 }
 
+// The next Decode call ends UNAVAILABLE with `message` before its first token, carrying the
+// request's prefill node as its KV source when `blame_source`.
+void DiesAtOnce(DecodeScript& script, const std::string& message, bool blame_source) {
+  DecodeBehaviour dies;
+  dies.die_after = 0;
+  dies.die_message = message;
+  dies.blame_source = blame_source;
+  absl::MutexLock lock(&script.mu);
+  script.calls.push_back(dies);
+}
+
+// Blame as data, end to end (issue 27 item 3): a decode failure carrying a KvSourceFailure
+// (common/kv_source_failure.h) crosses real gRPC, and the retry avoids the prefill node it names —
+// whatever the message says.
+TEST_F(RouterIntegrationTest, TheAttachedKvSourceIsBlamedWhateverTheMessage) {
+  for (const char* message :
+       {"get from source rank 0 of engine 'p' epoch 1: failed: Endpoint timeout",
+        "the KV source went away", ""}) {
+    SCOPED_TRACE(message);
+    auto prefill_script = std::make_shared<PrefillScript>();
+    auto decode_script = std::make_shared<DecodeScript>();
+    FakePrefill p0("p0", prefill_script);
+    FakePrefill p1("p1", prefill_script);
+    FakeDecode d0("d0", decode_script);
+    FakeDecode d1("d1", decode_script);
+    StartRouter({&p0, &p1}, {&d0, &d1});
+    ASSERT_TRUE(WaitAllHealthy(4));
+    DiesAtOnce(*decode_script, message, /*blame_source=*/true);
+    const Reply reply = Generate(TextRequest("hello", 4));
+    ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+    EXPECT_EQ(Ids(reply.tokens), Expected(4));
+    // The first prefill's node was blamed: the resumed prefill ran on the other one.
+    EXPECT_EQ(p0.prefills().size(), 1u);
+    EXPECT_EQ(p1.prefills().size(), 1u);
+    router_->Shutdown(absl::Seconds(2));
+    router_.reset();
+  }
+}
+
+// The old substring rule blamed the prefill node this message names; without the data the decode
+// node that sent it is blamed, and the second decode call goes to the other decode node.
+TEST_F(RouterIntegrationTest, AMessageNamingThePrefillWithoutTheDataBlamesTheDecodeNode) {
+  FakePrefill p0("p0", prefill_script_);
+  FakeDecode d0("d0", decode_script_);
+  FakeDecode d1("d1", decode_script_);
+  StartRouter({&p0}, {&d0, &d1});
+  ASSERT_TRUE(WaitAllHealthy(3));
+  DiesAtOnce(*decode_script_,
+             absl::StrCat("cannot get transfer metadata from prefill ", p0.address()),
+             /*blame_source=*/false);
+  const Reply reply = Generate(TextRequest("hello", 4));
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  EXPECT_EQ(Ids(reply.tokens), Expected(4));
+  EXPECT_EQ(d0.requests().size(), 1u);
+  EXPECT_EQ(d1.requests().size(), 1u);
+  EXPECT_EQ(p0.prefills().size(), 2u);  // one prefill node: the resume prefilled there again
+}
+
 }  // namespace
 }  // namespace tandem::testing_router
