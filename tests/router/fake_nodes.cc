@@ -12,26 +12,12 @@
 #include "common/kv_source_failure.h"
 #include "common/prefix_hash.h"
 #include "serving/grpc_status.h"
+#include "serving/loopback_server.h"
 #include "serving/request_id.h"
 #include "tests/router/test_model.h"
 
 namespace tandem::testing_router {
 namespace {
-
-std::unique_ptr<grpc::Server> StartServer(grpc::Service* service, std::string* address) {
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server != nullptr && port != 0) *address = absl::StrCat("127.0.0.1:", port);
-  return server;
-}
-
-void StopServer(grpc::Server* server) {
-  // Streams a test left hanging are cancelled at the deadline.
-  if (server != nullptr) server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-}
 
 v1::InstanceStatus FakeStatus(v1::InstanceRole role, const std::string& name,
                               const std::string& address) {
@@ -46,22 +32,16 @@ v1::InstanceStatus FakeStatus(v1::InstanceRole role, const std::string& name,
   return status;
 }
 
-grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, grpc::Status status) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(std::move(status));
-  return reactor;
-}
-
 }  // namespace
 
 int32_t TokenForStep(uint64_t step) { return ByteToken(static_cast<char>('a' + step % 26)); }
 
 FakePrefill::FakePrefill(std::string name, std::shared_ptr<PrefillScript> script)
     : name_(std::move(name)), script_(std::move(script)) {
-  server_ = StartServer(this, &address_);
+  server_ = StartLoopbackServer(this, &address_);
 }
 
-FakePrefill::~FakePrefill() { StopServer(server_.get()); }
+FakePrefill::~FakePrefill() { StopLoopbackServer(server_.get(), absl::Seconds(2)); }
 
 std::vector<v1::PrefillRequest> FakePrefill::prefills() const {
   absl::MutexLock lock(&mu_);
@@ -143,7 +123,7 @@ grpc::ServerUnaryReactor* FakePrefill::Prefill(grpc::CallbackServerContext* ctx,
   absl::MutexLock lock(&mu_);
   prefills_.push_back(*request);
   prefill_request_ids_.push_back(RequestIdFromMetadata(*ctx, ""));
-  if (failure.has_value()) return Reply(ctx, *failure);
+  if (failure.has_value()) return FinishUnary(ctx, *failure);
   response->set_first_token(token);
   response->set_cached_tokens(cached_tokens);
   v1::KvHandle* kv = response->mutable_kv();
@@ -156,7 +136,7 @@ grpc::ServerUnaryReactor* FakePrefill::Prefill(grpc::CallbackServerContext* ctx,
   kv->set_prefill_address(address_);
   handles_.push_back(*kv);
   CachePrefixLocked(request->prompt_ids());
-  return Reply(ctx, grpc::Status::OK);
+  return FinishUnary(ctx, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* FakePrefill::ReleaseKv(grpc::CallbackServerContext* ctx,
@@ -165,7 +145,7 @@ grpc::ServerUnaryReactor* FakePrefill::ReleaseKv(grpc::CallbackServerContext* ct
   absl::MutexLock lock(&mu_);
   releases_.push_back(*request);
   response->set_lease_held(true);
-  return Reply(ctx, grpc::Status::OK);
+  return FinishUnary(ctx, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* FakePrefill::Status(grpc::CallbackServerContext* ctx,
@@ -175,7 +155,7 @@ grpc::ServerUnaryReactor* FakePrefill::Status(grpc::CallbackServerContext* ctx,
   absl::MutexLock lock(&mu_);
   if (digest_.has_value()) *response->mutable_prefix_cache() = *digest_;
   response->mutable_load()->set_pending_prompt_tokens(pending_prompt_tokens_);
-  return Reply(ctx, grpc::Status::OK);
+  return FinishUnary(ctx, grpc::Status::OK);
 }
 
 // One Decode call: writes the scripted events one at a time; a hanging stream finishes only
@@ -273,10 +253,10 @@ class FakeDecode::Stream final : public grpc::ServerWriteReactor<v1::DecodeEvent
 
 FakeDecode::FakeDecode(std::string name, std::shared_ptr<DecodeScript> script)
     : name_(std::move(name)), script_(std::move(script)) {
-  server_ = StartServer(this, &address_);
+  server_ = StartLoopbackServer(this, &address_);
 }
 
-FakeDecode::~FakeDecode() { StopServer(server_.get()); }
+FakeDecode::~FakeDecode() { StopLoopbackServer(server_.get(), absl::Seconds(2)); }
 
 std::vector<v1::DecodeRequest> FakeDecode::requests() const {
   absl::MutexLock lock(&mu_);
@@ -326,7 +306,7 @@ grpc::ServerUnaryReactor* FakeDecode::Status(grpc::CallbackServerContext* ctx,
                                              const v1::StatusRequest*,
                                              v1::InstanceStatus* response) {
   *response = FakeStatus(v1::INSTANCE_ROLE_DECODE, name_, address_);
-  return Reply(ctx, grpc::Status::OK);
+  return FinishUnary(ctx, grpc::Status::OK);
 }
 
 }  // namespace tandem::testing_router

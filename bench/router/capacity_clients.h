@@ -1,0 +1,38 @@
+// The two clients of the router capacity bench: N concurrent Generate streams over gRPC
+// (callback reactors on a few channels) or over HTTP/SSE (/v1/completions with stream=true,
+// libcurl multi on one thread). Each records when every token arrived, by client request id, so
+// the bench can pair it with the fake node's emission time (timed_nodes.h).
+//
+// Streams start spread over `spread` (not all in one instant) and each asks for `tokens` tokens.
+// Every wait is bounded by `timeout`: a stream not done by then counts as failed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace tandem::bench {
+
+struct StreamResult {
+  std::string client_id;                // the request id the client sent
+  std::vector<absl::Time> token_times;  // arrival of each token, index order
+  bool ok = false;
+  std::string error;
+};
+
+struct LoadSpec {
+  std::string target;  // gRPC host:port, or the HTTP base URL http://host:port
+  std::string model;   // served model name (HTTP body)
+  std::string id_prefix;
+  int streams = 0;
+  int tokens = 0;
+  absl::Duration spread;
+  absl::Duration timeout;
+};
+
+std::vector<StreamResult> RunGrpcStreams(const LoadSpec& spec);
+std::vector<StreamResult> RunHttpStreams(const LoadSpec& spec);
+
+}  // namespace tandem::bench

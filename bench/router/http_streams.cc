@@ -1,0 +1,132 @@
+// RunHttpStreams (capacity_clients.h): POST /v1/completions with stream=true per stream, all on
+// one thread through libcurl's multi interface; a token is a `data:` event whose first choice
+// carries text.
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "bench/router/capacity_clients.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::bench {
+namespace {
+
+struct HttpStream {
+  StreamResult* result = nullptr;
+  std::string body;
+  std::string pending;  // bytes after the last complete line
+  bool done_event = false;
+  curl_slist* headers = nullptr;
+  CURL* easy = nullptr;
+};
+
+// One complete SSE line.
+void OnLine(HttpStream& s, const std::string& line) {
+  if (!absl::StartsWith(line, "data: ")) return;
+  const std::string data = line.substr(6);
+  if (data == "[DONE]") {
+    s.done_event = true;
+    return;
+  }
+  const nlohmann::json event = nlohmann::json::parse(data, nullptr, /*allow_exceptions=*/false);
+  if (!event.is_object()) return;
+  const auto choices = event.find("choices");
+  if (choices == event.end() || !choices->is_array() || choices->empty()) return;
+  const auto text = (*choices)[0].find("text");
+  if (text != (*choices)[0].end() && text->is_string() && !text->get<std::string>().empty()) {
+    s.result->token_times.push_back(absl::Now());
+  }
+}
+
+size_t OnData(char* data, size_t size, size_t n, void* user) {
+  HttpStream& s = *static_cast<HttpStream*>(user);
+  s.pending.append(data, size * n);
+  size_t start = 0;
+  for (size_t nl; (nl = s.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+    std::string line = s.pending.substr(start, nl - start);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    OnLine(s, line);
+  }
+  s.pending.erase(0, start);
+  return size * n;
+}
+
+}  // namespace
+
+std::vector<StreamResult> RunHttpStreams(const LoadSpec& spec) {
+  std::vector<StreamResult> results(spec.streams);
+  std::vector<HttpStream> streams(spec.streams);
+  CURLM* multi = curl_multi_init();
+  const std::string url = absl::StrCat(spec.target, "/v1/completions");
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + spec.timeout;
+  int added = 0;
+  int running = 0;
+  while (true) {
+    const absl::Time now = absl::Now();
+    // Start the streams whose time has come (the load's schedule).
+    while (added < spec.streams && start + spec.spread * added / spec.streams <= now) {
+      HttpStream& s = streams[added];
+      s.result = &results[added];
+      s.result->client_id = absl::StrCat(spec.id_prefix, added);
+      s.body = nlohmann::json{
+          {"model", spec.model},
+          {"prompt", "hello"},
+          {"max_tokens", spec.tokens},
+          {"stream",
+           true}}.dump();
+      s.headers = curl_slist_append(nullptr, "Content-Type: application/json");
+      s.headers =
+          curl_slist_append(s.headers, absl::StrCat("x-request-id: ", s.result->client_id).c_str());
+      s.easy = curl_easy_init();
+      curl_easy_setopt(s.easy, CURLOPT_URL, url.c_str());
+      curl_easy_setopt(s.easy, CURLOPT_HTTPHEADER, s.headers);
+      curl_easy_setopt(s.easy, CURLOPT_POSTFIELDS, s.body.c_str());
+      curl_easy_setopt(s.easy, CURLOPT_WRITEFUNCTION, OnData);
+      curl_easy_setopt(s.easy, CURLOPT_WRITEDATA, &s);
+      curl_easy_setopt(s.easy, CURLOPT_PRIVATE, &s);
+      curl_easy_setopt(s.easy, CURLOPT_TCP_NODELAY, 1L);
+      curl_easy_setopt(s.easy, CURLOPT_TIMEOUT_MS,
+                       static_cast<long>(absl::ToInt64Milliseconds(deadline - now)));
+      curl_multi_add_handle(multi, s.easy);
+      ++added;
+    }
+    curl_multi_perform(multi, &running);
+    int queued = 0;
+    while (CURLMsg* msg = curl_multi_info_read(multi, &queued)) {
+      if (msg->msg != CURLMSG_DONE) continue;
+      HttpStream* s = nullptr;
+      curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &s);
+      long code = 0;
+      curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &code);
+      s->result->ok = msg->data.result == CURLE_OK && code == 200 && s->done_event;
+      if (!s->result->ok) {
+        s->result->error = absl::StrCat("curl ", curl_easy_strerror(msg->data.result), ", HTTP ",
+                                        code, s->done_event ? "" : ", no [DONE]");
+      }
+    }
+    if (added == spec.streams && running == 0) break;
+    // Wake for the next start at the latest; curl bounds each transfer by CURLOPT_TIMEOUT_MS.
+    int wait_ms = 100;
+    if (added < spec.streams) {
+      const absl::Duration until = start + spec.spread * added / spec.streams - absl::Now();
+      wait_ms = static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(until), 0, 100));
+    }
+    curl_multi_poll(multi, nullptr, 0, wait_ms, nullptr);
+  }
+  for (HttpStream& s : streams) {
+    if (s.easy == nullptr) continue;
+    curl_multi_remove_handle(multi, s.easy);
+    curl_easy_cleanup(s.easy);
+    curl_slist_free_all(s.headers);
+  }
+  curl_multi_cleanup(multi);
+  return results;
+}
+
+}  // namespace tandem::bench
