@@ -74,7 +74,7 @@ absl::Status ColocatedPrefill::Start(ColocatedCall call, ColocatedSink sink) {
         dr.max_new_tokens = c->max_new_tokens;
         dr.stop_ids = c->stop_ids;
         dr.next_step = c->next_step;
-        if (UsesPenalties(dr.sampling)) dr.context = c->prompt;
+        if (NeedsContext(dr.sampling)) dr.context = c->prompt;
         DecodeCallbacks cb;
         cb.on_token = s->on_token;
         cb.on_logprobs = s->on_logprobs;

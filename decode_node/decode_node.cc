@@ -13,6 +13,7 @@
 #include "kv_transfer/planner.h"
 #include "kv_transfer/ucx/transfer_checks.h"
 #include "model/format/model_loader.h"
+#include "model/guided_sampling.h"
 
 namespace tandem {
 namespace {
@@ -58,11 +59,17 @@ absl::StatusOr<std::unique_ptr<DecodeNode>> DecodeNode::Create(DecodeNodeOptions
   };
   TANDEM_ASSIGN_OR_RETURN(node->instance_, Instance::Create(model.weights, io));
   node->blocks_ = std::make_unique<BlockManager>(node->instance_->num_blocks());
+  // One grammar cache for the decode engine and the colocated prefill (docs/structured_output.md).
+  std::shared_ptr<GrammarCache> grammars = MakeGrammarCache(model.tokenizer.get());
+  DecodeOptions decode = o.decode;
+  decode.grammars = grammars;
   node->engine_ =
-      std::make_unique<DecodeEngine>(node->instance_.get(), node->blocks_.get(), o.decode);
+      std::make_unique<DecodeEngine>(node->instance_.get(), node->blocks_.get(), decode);
   if (o.colocated_prefill) {
+    PrefillOptions colocated = o.colocated;
+    colocated.grammars = grammars;
     node->colocated_ = std::make_unique<ColocatedPrefill>(
-        node->instance_.get(), node->blocks_.get(), node->engine_.get(), o.colocated);
+        node->instance_.get(), node->blocks_.get(), node->engine_.get(), colocated);
   }
   node->started_ = absl::Now();
   return node;
@@ -317,11 +324,12 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(call.sampling));
   TANDEM_RETURN_IF_ERROR(ValidateSamplingIds(call.sampling, config_.vocab_size));
   if (kv.num_tokens < 1) return absl::InvalidArgumentError("KV handle covers no tokens");
-  if (UsesPenalties(call.sampling) &&
+  if (NeedsContext(call.sampling) &&
       static_cast<int64_t>(call.context_ids.size()) != kv.num_tokens) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("context_ids: sampling penalties need the ids of the ", kv.num_tokens,
-                     " tokens the KV covers, got ", call.context_ids.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "context_ids: ",
+        UsesPenalties(call.sampling) ? "sampling penalties need" : "a grammar needs",
+        " the ids of the ", kv.num_tokens, " tokens the KV covers, got ", call.context_ids.size()));
   }
   TANDEM_RETURN_IF_ERROR(
       CheckContextFit(kv.num_tokens, call.max_new_tokens, "max_new_tokens", config_.max_context));
@@ -427,7 +435,7 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   req.max_new_tokens = call.max_new_tokens;
   req.stop_ids = call.stop_ids;
   req.next_step = call.next_step;
-  if (UsesPenalties(call.sampling)) req.context = call.context_ids;
+  if (NeedsContext(call.sampling)) req.context = call.context_ids;
   // Pipelined: the prefill's first token goes to the sink before any token the engine generates
   // (the service writes what the sink got only once Start has returned OK).
   std::function<void(int32_t)> on_token = std::move(sink.on_token);

@@ -85,7 +85,8 @@ struct DecodeCall {
   std::vector<int32_t> stop_ids;
   uint64_t next_step = 1;
   // The ids at the KV's positions [0, kv.num_tokens): required, that many, when
-  // UsesPenalties(sampling) (the penalties read them); ignored otherwise.
+  // NeedsContext(sampling) (the penalties read them; a grammar replays the generated ones);
+  // ignored otherwise.
   std::vector<int32_t> context_ids;
   // Pipelined transfer: kv is an early handle of a prefill still running; first_token is
   // ignored (the prefill's, learnt from its progress stream, goes to sink.on_token first).

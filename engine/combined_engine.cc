@@ -62,7 +62,7 @@ absl::Status CombinedEngine::Generate(GenerateRequest request,
     dr.max_new_tokens = st->request.max_new_tokens;
     dr.stop_ids = stops;
     dr.return_logits = st->request.return_logits;
-    if (UsesPenalties(dr.sampling)) dr.context = st->request.prompt;
+    if (NeedsContext(dr.sampling)) dr.context = st->request.prompt;
     DecodeCallbacks cb;
     cb.on_token = [st](int32_t t) {
       st->result.tokens.push_back(t);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/request_checks.h"
 #include "common/status_macros.h"
@@ -37,6 +38,28 @@ void DecodeEngine::Finish(Active& a, absl::Status status, FinishReason reason) {
   a.callbacks.on_done(std::move(status), reason, a.generated);
 }
 
+absl::StatusOr<GuidedDecoder> DecodeEngine::StartGuided(const DecodeRequest& request) const {
+  if (options_.grammars == nullptr) {
+    return absl::FailedPreconditionError(
+        "sampling.grammar: this node has no vocabulary to compile grammars against (the model "
+        "has no tokenizer)");
+  }
+  absl::StatusOr<std::shared_ptr<const CompiledGrammar>> grammar =
+      options_.grammars->Get(GrammarKind::kGbnf, request.sampling.grammar);
+  if (!grammar.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.grammar: ", grammar.status().message()));
+  }
+  // The generated tokens: the context's last next_step - 1, then first_token.
+  std::vector<int32_t> generated(request.context.end() - (request.next_step - 1),
+                                 request.context.end());
+  const std::vector<int32_t>& stops = request.stop_ids;
+  if (std::find(stops.begin(), stops.end(), request.first_token) == stops.end()) {
+    generated.push_back(request.first_token);
+  }
+  return GuidedDecoder::Create(*std::move(grammar), generated, request.stop_ids);
+}
+
 absl::Status DecodeEngine::Add(DecodeRequest request, DecodeCallbacks callbacks) {
   TANDEM_RETURN_IF_ERROR(CheckTokenBudget(request.max_new_tokens, "max_new_tokens"));
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
@@ -44,11 +67,12 @@ absl::Status DecodeEngine::Add(DecodeRequest request, DecodeCallbacks callbacks)
   TANDEM_RETURN_IF_ERROR(
       CheckTokenId(request.first_token, instance_->config().vocab_size, "first token"));
   const bool penalties = UsesPenalties(request.sampling);
-  if (penalties) {
+  if (NeedsContext(request.sampling)) {
     if (static_cast<int64_t>(request.context.size()) != request.prompt_len) {
       return absl::InvalidArgumentError(
-          absl::StrCat("sampling penalties need the context's token ids: got ",
-                       request.context.size(), " for a prompt_len of ", request.prompt_len));
+          absl::StrCat(penalties ? "sampling penalties need" : "a grammar needs",
+                       " the context's token ids: got ", request.context.size(),
+                       " for a prompt_len of ", request.prompt_len));
     }
     if (request.next_step < 1 || request.next_step - 1 > request.context.size()) {
       return absl::InvalidArgumentError(absl::StrCat("next_step ", request.next_step,
@@ -65,7 +89,12 @@ absl::Status DecodeEngine::Add(DecodeRequest request, DecodeCallbacks callbacks)
         "block table has ", request.block_table.size(), " blocks but prompt (", request.prompt_len,
         ") + max_new_tokens (", request.max_new_tokens, ") needs ", needed));
   }
+  std::optional<GuidedDecoder> guided;
+  if (!request.sampling.grammar.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(guided, StartGuided(request));
+  }
   auto a = std::make_shared<Active>();
+  a->guided = std::move(guided);
   a->request = std::move(request);
   a->callbacks = std::move(callbacks);
   a->last_token = a->request.first_token;
@@ -75,10 +104,10 @@ absl::Status DecodeEngine::Add(DecodeRequest request, DecodeCallbacks callbacks)
   }
   a->request.context = {};  // the history holds what sampling needs
   const std::vector<int32_t>& stops = a->request.stop_ids;
-  const bool done_already = std::find(stops.begin(), stops.end(), a->last_token) != stops.end() ||
-                            a->request.max_new_tokens <= 1;
-  if (done_already) {
-    const bool stop = std::find(stops.begin(), stops.end(), a->last_token) != stops.end();
+  // A grammar with nothing left to match ends the request as a stop token would.
+  const bool stop = std::find(stops.begin(), stops.end(), a->last_token) != stops.end() ||
+                    (a->guided.has_value() && a->guided->IsTerminated());
+  if (stop || a->request.max_new_tokens <= 1) {
     Finish(*a, absl::OkStatus(), stop ? FinishReason::kStop : FinishReason::kLength);
     return absl::OkStatus();
   }
@@ -160,6 +189,7 @@ void DecodeEngine::Loop() {
     if (batch.empty()) continue;
 
     absl::StatusOr<std::vector<float>> logits = instance_->Run(step);
+    absl::flat_hash_map<const Active*, absl::Status> errors;  // kError besides a failed step
     std::vector<std::pair<std::shared_ptr<Active>, FinishReason>> finished;
     for (size_t i = 0; i < batch.size(); ++i) {
       Active& a = *batch[i];
@@ -171,8 +201,17 @@ void DecodeEngine::Loop() {
       if (a.request.return_logits && a.callbacks.on_logits) {
         a.callbacks.on_logits(std::vector<float>(row.begin(), row.end()));
       }
-      const int32_t token =
-          SampleToken(row, a.request.sampling, a.request.next_step + a.generated - 1, &a.history);
+      const uint64_t draw = a.request.next_step + a.generated - 1;
+      const int32_t token = a.guided.has_value()
+                                ? a.guided->Sample(row, a.request.sampling, draw, &a.history)
+                                : SampleToken(row, a.request.sampling, draw, &a.history);
+      if (token < 0 || (a.guided.has_value() && !a.guided->Accept(token).ok())) {
+        // The grammar allows nothing the vocabulary spells (a grammar/vocabulary mismatch).
+        errors[&a] = absl::InternalError(
+            absl::StrCat("request ", a.request.id, ": the grammar allows no token here"));
+        finished.emplace_back(batch[i], FinishReason::kError);
+        continue;
+      }
       ++a.generated;
       a.last_token = token;
       if (UsesPenalties(a.request.sampling)) a.history.AddOutput(token);
@@ -185,8 +224,11 @@ void DecodeEngine::Loop() {
         a.callbacks.on_logprobs(ComputeLogprobs(row, token, a.request.sampling.logprobs));
       }
       a.callbacks.on_token(token);
-      if (a.generated >= a.request.max_new_tokens)
+      if (a.guided.has_value() && a.guided->IsTerminated()) {
+        finished.emplace_back(batch[i], FinishReason::kStop);
+      } else if (a.generated >= a.request.max_new_tokens) {
         finished.emplace_back(batch[i], FinishReason::kLength);
+      }
     }
     {
       absl::MutexLock lock(&mu_);
@@ -194,7 +236,11 @@ void DecodeEngine::Loop() {
         running_.erase(std::find(running_.begin(), running_.end(), a));
     }
     for (auto& [a, reason] : finished) {
-      Finish(*a, reason == FinishReason::kError ? logits.status() : absl::OkStatus(), reason);
+      absl::Status status = absl::OkStatus();
+      if (reason == FinishReason::kError) {
+        status = errors.contains(a.get()) ? errors[a.get()] : logits.status();
+      }
+      Finish(*a, std::move(status), reason);
     }
   }
 }

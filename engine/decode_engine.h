@@ -16,6 +16,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +27,8 @@
 #include "common/finish_reason.h"
 #include "engine/block_manager.h"
 #include "engine/instance.h"
+#include "model/grammar/grammar_cache.h"
+#include "model/guided_sampling.h"
 #include "model/logprobs.h"
 #include "model/sampling.h"
 #include "model/token_history.h"
@@ -34,6 +37,9 @@ namespace tandem {
 
 struct DecodeOptions {
   int32_t max_batch = 64;
+  // Compiles SamplingParams::grammar (model/grammar/grammar_cache.h); null: grammar requests are
+  // refused (FAILED_PRECONDITION: the model has no tokenizer to build a vocabulary from).
+  std::shared_ptr<GrammarCache> grammars;
 };
 
 struct DecodeRequest {
@@ -48,7 +54,8 @@ struct DecodeRequest {
   bool return_logits = false;     // pass each step's logits to on_logits (tests)
   // The ids at positions [0, prompt_len) (prompt, then the request's earlier generated tokens: its
   // last next_step - 1 are output, model/token_history.h). Required, that many, when
-  // UsesPenalties(sampling); ignored otherwise.
+  // NeedsContext(sampling) (penalties read it; a grammar replays its generated tokens); ignored
+  // otherwise.
   std::vector<int32_t> context;
 };
 
@@ -70,8 +77,11 @@ class DecodeEngine {
   DecodeEngine& operator=(const DecodeEngine&) = delete;
 
   // INVALID_ARGUMENT (blocks not taken, callbacks not called) when the block table is too short,
-  // sampling values are bad (ids beyond the vocabulary included), max_new_tokens < 1, or the
-  // penalties need a context of prompt_len ids and got another size.
+  // sampling values are bad (ids beyond the vocabulary included), max_new_tokens < 1, the
+  // penalties or the grammar need a context of prompt_len ids and got another size, the grammar
+  // does not compile, or the generated tokens (the context's last next_step - 1, then
+  // first_token) are not a prefix the grammar allows. A grammar is compiled here, through
+  // options.grammars, on the caller's thread (a cache miss costs milliseconds; steps go on).
   absl::Status Add(DecodeRequest request, DecodeCallbacks callbacks);
   // True if the request was still running or queued (it then ends with CANCELLED).
   bool Cancel(const std::string& id);
@@ -87,7 +97,10 @@ class DecodeEngine {
     int32_t generated = 1;  // first_token counts
     bool cancelled = false;
     TokenHistory history;  // with UsesPenalties(request.sampling): context + generated tokens
+    std::optional<GuidedDecoder> guided;  // with a grammar
   };
+  // The request's grammar compiled and replayed over its generated tokens.
+  absl::StatusOr<GuidedDecoder> StartGuided(const DecodeRequest& request) const;
   void Loop();
   void Finish(Active& a, absl::Status status, FinishReason reason);
 

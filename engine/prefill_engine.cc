@@ -46,7 +46,7 @@ absl::Status PrefillEngine::Submit(PrefillRequest request, PrefillCallback done)
   TANDEM_RETURN_IF_ERROR(CheckTokenIds(request.prompt, config.vocab_size, "prompt"));
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
   TANDEM_RETURN_IF_ERROR(ValidateSamplingIds(request.sampling, config.vocab_size));
-  if (UsesPenalties(request.sampling) && request.sample_step >= request.prompt.size()) {
+  if (NeedsContext(request.sampling) && request.sample_step >= request.prompt.size()) {
     return absl::InvalidArgumentError(absl::StrCat("sample_step ", request.sample_step,
                                                    " leaves no prompt in ", request.prompt.size(),
                                                    " prompt tokens"));
@@ -63,6 +63,24 @@ absl::Status PrefillEngine::Submit(PrefillRequest request, PrefillCallback done)
                                                      blocks_->total_blocks(), " in total"));
   }
   auto p = std::make_shared<Pending>();
+  if (!request.sampling.grammar.empty()) {
+    // Compiled here, on the caller's thread, so a cache miss does not hold up the steps.
+    if (options_.grammars == nullptr) {
+      return absl::FailedPreconditionError(
+          "sampling.grammar: this node has no vocabulary to compile grammars against (the model "
+          "has no tokenizer)");
+    }
+    absl::StatusOr<std::shared_ptr<const CompiledGrammar>> grammar =
+        options_.grammars->Get(GrammarKind::kGbnf, request.sampling.grammar);
+    if (!grammar.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sampling.grammar: ", grammar.status().message()));
+    }
+    const absl::Span<const int32_t> generated =
+        absl::MakeConstSpan(request.prompt).last(request.sample_step);
+    TANDEM_ASSIGN_OR_RETURN(p->guided, GuidedDecoder::Create(*std::move(grammar), generated,
+                                                             request.sampling.min_tokens_stop_ids));
+  }
   if (prefix_cache_ != nullptr) p->chain = prefix_cache_->Chain(request.prompt);
   p->request = std::move(request);
   p->done = std::move(done);
@@ -244,11 +262,19 @@ void PrefillEngine::Loop() {
         PrefillResult r;
         r.num_tokens = p.computed;
         const SamplingParams& sampling = p.request.sampling;
+        std::optional<TokenHistory> history;
         if (UsesPenalties(sampling)) {
-          const TokenHistory history(p.request.prompt, static_cast<int64_t>(p.request.sample_step));
-          r.first_token = SampleToken(row, sampling, p.request.sample_step, &history);
-        } else {
-          r.first_token = SampleToken(row, sampling, p.request.sample_step);
+          history.emplace(p.request.prompt, static_cast<int64_t>(p.request.sample_step));
+        }
+        const TokenHistory* h = history.has_value() ? &*history : nullptr;
+        r.first_token = p.guided.has_value()
+                            ? p.guided->Sample(row, sampling, p.request.sample_step, h)
+                            : SampleToken(row, sampling, p.request.sample_step, h);
+        if (r.first_token < 0) {
+          finished.emplace_back(
+              in_step[i], absl::InternalError(absl::StrCat("request ", p.request.id,
+                                                           ": the grammar allows no first token")));
+          continue;
         }
         if (sampling.logprobs >= 0) {
           r.first_logprobs = ComputeLogprobs(row, r.first_token, sampling.logprobs);

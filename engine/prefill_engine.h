@@ -22,6 +22,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +34,8 @@
 #include "engine/block_manager.h"
 #include "engine/instance.h"
 #include "engine/prefix_cache.h"
+#include "model/grammar/grammar_cache.h"
+#include "model/guided_sampling.h"
 #include "model/logprobs.h"
 #include "model/sampling.h"
 
@@ -42,6 +45,9 @@ struct PrefillOptions {
   int64_t max_prefill_tokens = 2048;  // tokens per forward step (chunked prefill)
   int32_t max_batch_requests = 64;
   absl::Duration queue_timeout = absl::Seconds(30);
+  // Compiles SamplingParams::grammar (model/grammar/grammar_cache.h); null: grammar requests are
+  // refused (FAILED_PRECONDITION: the model has no tokenizer to build a vocabulary from).
+  std::shared_ptr<GrammarCache> grammars;
 };
 
 struct PrefillRequest {
@@ -50,7 +56,9 @@ struct PrefillRequest {
   SamplingParams sampling;
   int64_t reserve_tokens = 0;  // capacity to allocate beyond the prompt (combined mode)
   // Sampling draw number of the token sampled here; the prompt's last sample_step ids are the
-  // request's earlier generated tokens (a resume), which the penalties count as output.
+  // request's earlier generated tokens (a resume), which the penalties count as output and a
+  // grammar replays (sampling.min_tokens_stop_ids are then the stop ids the grammar allows
+  // where it is complete, model/guided_sampling.h).
   uint64_t sample_step = 0;
   bool return_logits = false;  // copy the last position's logits into the result
   // Pipelined transfer (docs/kv_transfer.md): called on the scheduler thread once when the
@@ -83,7 +91,8 @@ class PrefillEngine {
   PrefillEngine& operator=(const PrefillEngine&) = delete;
 
   // INVALID_ARGUMENT for an empty prompt, bad token ids or sampling values (sample_step beyond
-  // the prompt with a penalty set included), or a request that
+  // the prompt with a penalty or grammar set included; a grammar that does not compile, or that
+  // the prompt's last sample_step ids do not match), or a request that
   // could never fit (prompt + reserve beyond the pool or the model context); `done` is then not
   // called. Otherwise `done` is called exactly once.
   absl::Status Submit(PrefillRequest request, PrefillCallback done);
@@ -110,6 +119,7 @@ class PrefillEngine {
     int64_t staged = 0;           // prompt tokens staged out after a chunk (with on_progress)
     bool cancelled = false;
     absl::Status failure;  // why a cancelled request failed, when not a Cancel() (OK: Cancel)
+    std::optional<GuidedDecoder> guided;  // with a grammar: replayed over the generated tokens
   };
   void Loop();
   // Moves queued requests into `active_` while blocks allow (appending those with on_progress to

@@ -144,6 +144,8 @@ bool UsesPenalties(const SamplingParams& p) {
   return p.repetition_penalty != 1.f || p.presence_penalty != 0.f || p.frequency_penalty != 0.f;
 }
 
+bool NeedsContext(const SamplingParams& p) { return UsesPenalties(p) || !p.grammar.empty(); }
+
 int32_t ArgMax(absl::Span<const float> logits) {
   int32_t best = 0;
   for (size_t i = 1; i < logits.size(); ++i) {

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -49,6 +50,10 @@ struct SamplingParams {
   // -1: no log-probabilities; n in [0, kMaxLogprobs]: each sampled token's and the n most likely
   // tokens' (model/logprobs.h). Does not change which token is sampled.
   int32_t logprobs = -1;
+  // Grammar-constrained decoding (docs/structured_output.md): GBNF text with a "root" rule; empty
+  // = unconstrained. The router writes it from response_format / guided_* / tool_choice; the
+  // nodes compile it (model/grammar/) and mask every draw with it (model/guided_sampling.h).
+  std::string grammar;
 
   bool operator==(const SamplingParams&) const = default;
 };
@@ -63,6 +68,9 @@ struct SamplingParams {
 
 // True when sampling reads the request's token history (a penalty is set).
 bool UsesPenalties(const SamplingParams& params);
+// True when a node needs the ids of the request's context (prompt, then earlier generated
+// tokens): for the penalties, or to replay a grammar's matcher over the generated ones.
+bool NeedsContext(const SamplingParams& params);
 
 // Index of the largest logit (lowest index on ties).
 int32_t ArgMax(absl::Span<const float> logits);

@@ -9,6 +9,7 @@
 #include "common/request_checks.h"
 #include "common/status_macros.h"
 #include "kv_transfer/kv_digest.h"
+#include "model/guided_sampling.h"
 
 namespace tandem {
 namespace {
@@ -126,8 +127,10 @@ absl::StatusOr<std::unique_ptr<PrefillNode>> PrefillNode::Create(PrefillNodeOpti
     };
     node->prefix_cache_ = std::make_unique<PrefixCache>(node->blocks_.get(), pc);
   }
+  PrefillOptions prefill = o.prefill;
+  prefill.grammars = MakeGrammarCache(model.tokenizer.get());  // docs/structured_output.md
   node->engine_ = std::make_unique<PrefillEngine>(node->instance_.get(), node->blocks_.get(),
-                                                  o.prefill, node->prefix_cache_.get());
+                                                  prefill, node->prefix_cache_.get());
   node->started_ = absl::Now();
   node->reaper_ = std::thread([raw = node.get()] { raw->ReapLoop(); });
   return node;

@@ -254,7 +254,7 @@ void Driver::Decode(RequestState& state) {
   request.set_max_new_tokens(plan.max_new_tokens);
   request.mutable_stop_ids()->Add(prepared_.stop_ids.begin(), prepared_.stop_ids.end());
   request.set_next_step(plan.next_step);
-  if (UsesPenalties(prepared_.sampling)) {
+  if (NeedsContext(prepared_.sampling)) {
     // The KV's tokens: the prompt, then every streamed token but the last (first_token).
     request.mutable_context_ids()->Add(state.prompt().begin(), state.prompt().end());
     request.mutable_context_ids()->Add(state.streamed().begin(), state.streamed().end() - 1);

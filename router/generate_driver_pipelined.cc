@@ -41,7 +41,7 @@ void Driver::PipelinedDecode(RequestState& state) {
   request.set_max_new_tokens(plan.max_new_tokens);
   request.mutable_stop_ids()->Add(prepared_.stop_ids.begin(), prepared_.stop_ids.end());
   request.set_next_step(plan.sample_step + 1);
-  if (UsesPenalties(prepared_.sampling)) {
+  if (NeedsContext(prepared_.sampling)) {
     request.mutable_context_ids()->Add(plan.prompt_ids.begin(), plan.prompt_ids.end());
   }
 

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "model/grammar/gbnf.h"
 #include "proto/convert/sampling_proto.h"
 #include "router/request_validation.h"
 
@@ -50,6 +52,13 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const ServedModel& model,
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(out.sampling));
   TANDEM_RETURN_IF_ERROR(ValidateSamplingForModel(out.sampling, request.stop_token_ids(),
                                                   request.max_tokens(), limits));
+  if (!out.sampling.grammar.empty()) {
+    // Checked here, before any prefill, so a bad grammar is the client's 400 (the nodes compile
+    // it against the vocabulary; ParseGbnf makes every check that does not need one).
+    if (absl::StatusOr<GbnfGrammar> g = ParseGbnf(out.sampling.grammar); !g.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("sampling.grammar: ", g.status().message()));
+    }
+  }
   TANDEM_ASSIGN_OR_RETURN(out.prompt, model.Tokenize(input));
   TANDEM_RETURN_IF_ERROR(ValidatePromptIds(out.prompt, limits));
   TANDEM_RETURN_IF_ERROR(
@@ -61,7 +70,11 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const ServedModel& model,
       out.stop_ids.push_back(id);
     }
   }
-  if (out.sampling.min_tokens > 0) out.sampling.min_tokens_stop_ids = out.stop_ids;
+  // The nodes suppress these for min_tokens, and a grammar allows them only where it is
+  // complete (model/guided_sampling.h; the prefill node knows the stop ids only from here).
+  if (out.sampling.min_tokens > 0 || !out.sampling.grammar.empty()) {
+    out.sampling.min_tokens_stop_ids = out.stop_ids;
+  }
   return out;
 }
 

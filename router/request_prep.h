@@ -16,8 +16,8 @@ namespace tandem {
 struct PreparedRequest {
   std::vector<int32_t> prompt;
   int32_t max_tokens = 0;
-  // Validated (an unset top_p is 1); min_tokens_stop_ids = stop_ids when min_tokens > 0 (empty
-  // otherwise, whatever the client sent).
+  // Validated (an unset top_p is 1; a grammar parses); min_tokens_stop_ids = stop_ids when
+  // min_tokens > 0 or a grammar is set (empty otherwise, whatever the client sent).
   SamplingParams sampling;
   // The tokenizer's stop ids unless ignore_eos, then the request's stop_token_ids (each id once).
   std::vector<int32_t> stop_ids;

@@ -19,6 +19,7 @@ SamplingParams FromProto(const v1::SamplingParams& p) {
   s.min_tokens = p.min_tokens();
   s.min_tokens_stop_ids.assign(p.min_tokens_stop_ids().begin(), p.min_tokens_stop_ids().end());
   s.logprobs = p.has_logprobs() ? p.logprobs() : -1;
+  s.grammar = p.grammar();
   return s;
 }
 
@@ -36,6 +37,7 @@ v1::SamplingParams ToProto(const SamplingParams& s) {
   p.set_min_tokens(s.min_tokens);
   p.mutable_min_tokens_stop_ids()->Add(s.min_tokens_stop_ids.begin(), s.min_tokens_stop_ids.end());
   if (s.logprobs >= 0) p.set_logprobs(s.logprobs);
+  p.set_grammar(s.grammar);
   return p;
 }
 

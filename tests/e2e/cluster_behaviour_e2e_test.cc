@@ -10,6 +10,8 @@
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/grammar/json_schema.h"
+#include "nlohmann/json.hpp"
 #include "tandem/v1/decode.grpc.pb.h"
 #include "tandem/v1/prefill.grpc.pb.h"
 #include "tests/e2e/local_cluster.h"
@@ -269,6 +271,67 @@ TEST(ClusterBehaviourTest, DecodeNodeDyingMidStreamIsResumedWithoutDuplicates) {
   ASSERT_EQ(out.indices.size(), static_cast<size_t>(kTokens));
   for (int32_t i = 0; i < kTokens; ++i) ASSERT_EQ(out.indices[i], i) << "duplicate or gap";
   EXPECT_EQ(out.tokens, reference[0]);
+  ExpectIdle(*cluster);
+}
+
+// Grammar-constrained decoding (issue 25) through a mismatched P/D layout (prefill tp 2, decode
+// tp 1 and 2) with the decode node killed mid-answer: the resumed decode replays the matcher over
+// the streamed tokens, so the output is the uninterrupted run's, token for token, and parses as
+// JSON valid against the schema.
+TEST(ClusterBehaviourTest, GrammarOutputSurvivesADecodeNodeDyingMidStream) {
+  const std::string schema = R"({"type": "object", "properties": {"ids": {"type": "array",
+      "items": {"type": "integer", "minimum": 0, "maximum": 999}, "minItems": 12,
+      "maxItems": 14}, "ok": {"type": "boolean"}}, "required": ["ids", "ok"],
+      "additionalProperties": false})";
+  absl::StatusOr<std::string> grammar = JsonSchemaTextToGbnf(schema);
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  ClusterSpec spec;
+  spec.model_path = SyntheticModelPath();
+  spec.prefill = {NodeSpec{{"--tp=2"}}};
+  spec.decode = {NodeSpec{}, NodeSpec{{"--tp=2"}}};
+  auto cluster = StartOrDie(spec);
+  ASSERT_NE(cluster, nullptr);
+  v1::GenerateRequest request = IdsRequest(RandomPrompt(20, 5), 400);
+  request.mutable_sampling()->set_grammar(*grammar);
+  bool killed = false;
+  const GenerateOutcome out =
+      cluster->Generate(request, absl::Seconds(120), [&](int32_t index, grpc::ClientContext&) {
+        if (index != 5 || killed) return;
+        absl::StatusOr<std::vector<InstanceLoadView>> loads = cluster->Loads();
+        ASSERT_TRUE(loads.ok());
+        for (const InstanceLoadView& v : *loads) {
+          for (size_t d = 0; d < cluster->decode_addresses().size(); ++d) {
+            if (v.address == cluster->decode_addresses()[d] && v.load.running() > 0) {
+              cluster->Kill("decode", static_cast<int>(d));
+              killed = true;
+            }
+          }
+        }
+      });
+  ASSERT_TRUE(killed) << "no decode node was running the request at token 5";
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message() << "\n" << cluster->LogTails();
+  EXPECT_GE(out.final.retries(), 1);
+  EXPECT_EQ(out.final.finish_reason(), "stop");
+  const nlohmann::json value = nlohmann::json::parse(out.text, nullptr, false);
+  ASSERT_FALSE(value.is_discarded()) << out.text;
+  ASSERT_TRUE(value.is_object() && value.size() == 2 && value["ok"].is_boolean()) << out.text;
+  ASSERT_TRUE(value["ids"].is_array()) << out.text;
+  EXPECT_GE(value["ids"].size(), 12u);
+  EXPECT_LE(value["ids"].size(), 14u);
+  for (const auto& id : value["ids"]) {
+    EXPECT_TRUE(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= 999)
+        << out.text;
+  }
+  // The same request on the surviving node, uninterrupted: the same tokens (greedy).
+  const GenerateOutcome again = cluster->Generate(request, absl::Seconds(120));
+  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_EQ(again.tokens, out.tokens);
+  // A grammar the nodes cannot parse is the client's error, before any prefill.
+  v1::GenerateRequest bad = IdsRequest(RandomPrompt(20, 5), 4);
+  bad.mutable_sampling()->set_grammar("root ::= (");
+  const GenerateOutcome refused = cluster->Generate(bad, absl::Seconds(30));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("sampling.grammar: gbnf: line 1"));
   ExpectIdle(*cluster);
 }
 

@@ -69,6 +69,7 @@ TEST(SamplingProtoTest, EveryFieldSurvivesTheWire) {
   s.min_tokens = 6;
   s.min_tokens_stop_ids = {2, 0};
   s.logprobs = 0;
+  s.grammar = "root ::= \"yes\" | \"no\"";
   v1::SamplingParams wire;
   ASSERT_TRUE(wire.ParseFromString(ToProto(s).SerializeAsString()));
   EXPECT_EQ(FromProto(wire), s);
