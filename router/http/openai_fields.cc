@@ -24,11 +24,6 @@ bool Empty(const Json& v) {
 bool NullOrTrue(const Json& v) { return v.is_null() || (v.is_boolean() && v.get<bool>()); }
 bool NullOrOne(const Json& v) { return v.is_null() || (v.is_number() && v.get<double>() == 1); }
 bool Anything(const Json&) { return true; }
-bool TextFormat(const Json& v) {
-  if (v.is_null()) return true;
-  const auto type = v.is_object() ? v.find("type") : v.end();
-  return v.is_object() && type != v.end() && *type == "text";
-}
 bool NoneOrAuto(const Json& v) { return v.is_null() || v == "none" || v == "auto"; }
 bool TextOnly(const Json& v) { return v.is_null() || v == Json::array({"text"}); }
 bool DefaultTier(const Json& v) { return v.is_null() || v == "auto" || v == "default"; }
@@ -42,8 +37,7 @@ struct Field {
   absl::string_view refusal;  // why another value is refused
 };
 
-constexpr char kStructured[] = "structured output is not implemented";
-constexpr char kTools[] = "tool calling is not implemented";
+constexpr char kTools[] = "the legacy functions API is not supported (use tools)";
 constexpr char kBeam[] = "beam search is not implemented";
 
 // Every field the two endpoints know; docs/router.md's table lists the same.
@@ -89,22 +83,21 @@ constexpr Field kFields[] = {
     {"parallel_tool_calls", kChat, Anything, ""},
     {"spaces_between_special_tokens", kBoth, Anything, ""},
     // Accepted at their default only.
-    {"response_format", kBoth, TextFormat,
-     "only {\"type\": \"text\"}: structured output is not "
-     "implemented"},
-    {"guided_json", kBoth, Empty, kStructured},
-    {"guided_regex", kBoth, Empty, kStructured},
-    {"guided_choice", kBoth, Empty, kStructured},
-    {"guided_grammar", kBoth, Empty, kStructured},
-    {"guided_decoding_backend", kBoth, Empty, kStructured},
-    {"guided_whitespace_pattern", kBoth, Empty, kStructured},
-    {"structural_tag", kBoth, Empty, kStructured},
-    {"tools", kChat, Empty, kTools},
-    {"tool_choice", kChat, NoneOrAuto,
-     "only \"none\" or \"auto\": tool calling is not implemented"},
+    // Structured output (openai_structured.h).
+    {"response_format", kBoth, nullptr, ""},
+    {"guided_json", kBoth, nullptr, ""},
+    {"guided_regex", kBoth, nullptr, ""},
+    {"guided_choice", kBoth, nullptr, ""},
+    {"guided_grammar", kBoth, nullptr, ""},
+    {"guided_decoding_backend", kBoth, Anything, ""},  // one engine: Tandem's own
+    {"guided_whitespace_pattern", kBoth, Empty,
+     "the JSON whitespace policy is fixed (docs/structured_output.md)"},
+    {"structural_tag", kBoth, Empty, "structural tags are not implemented"},
+    // Tool calling (openai_tools.h); the legacy functions API is not.
+    {"tools", kChat, nullptr, ""},
+    {"tool_choice", kChat, nullptr, ""},
     {"functions", kChat, Empty, kTools},
-    {"function_call", kChat, NoneOrAuto,
-     "only \"none\" or \"auto\": tool calling is not implemented"},
+    {"function_call", kChat, NoneOrAuto, "only \"none\" or \"auto\": use tools and tool_choice"},
     {"use_beam_search", kBoth, Empty, kBeam},
     {"length_penalty", kBoth, NullOrOne, "must be 1: beam search is not implemented"},
     {"allowed_token_ids", kBoth, Empty, "restricting the vocabulary is not implemented"},

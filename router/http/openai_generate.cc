@@ -10,6 +10,7 @@
 #include "router/http/openai_logprobs.h"
 #include "router/http/openai_prepare.h"
 #include "router/http/openai_response.h"
+#include "router/http/openai_tools.h"
 #include "router/http/stop_matcher.h"
 #include "router/request_validation.h"
 #include "serving/grpc_status.h"
@@ -30,7 +31,8 @@ class OpenAiSink : public GenerateSink {
         meta_(std::move(meta)),
         headers_(std::move(headers)),
         canceller_(canceller),
-        stop_(request.stop, request.include_stop_str_in_output) {
+        stop_(request.stop, request.include_stop_str_in_output),
+        tools_(request.tools.has_value() && request.tools->choice != OpenAiTools::Choice::kNone) {
     if (request.sampling.logprobs >= 0) logprobs_.emplace(request.endpoint, tokenizer);
   }
 
@@ -79,11 +81,30 @@ class OpenAiSink : public GenerateSink {
       }
     }
     if (!request_.stream) {
-      exchange_.Respond(
-          200, kJson, CompletionBody(meta_, text_, finish_reason, usage, TakeLogprobs()), headers_);
+      std::string body = CompletionBody(meta_, text_, finish_reason, usage, TakeLogprobs());
+      if (tools_) body = WithToolCalls(std::move(body), ParseToolCalls(text_, kToolFormat));
+      exchange_.Respond(200, kJson, body, headers_);
       return;
     }
     StartStream();
+    if (tools_ && !held_.empty()) {
+      // The text from where a tool call began: its calls as tool_calls deltas, or text.
+      const ParsedToolOutput parsed = ParseToolCalls(held_, kToolFormat);
+      if (parsed.calls.empty()) {
+        Write(SseEvent(ChunkBody(meta_, held_, false, "", request_.include_usage)));
+      } else {
+        if (!parsed.content.empty()) {
+          Write(SseEvent(ChunkBody(meta_, parsed.content, false, "", request_.include_usage)));
+        }
+        for (const nlohmann::json& delta : ToolCallDeltas(parsed.calls, meta_.id)) {
+          nlohmann::json chunk =
+              nlohmann::json::parse(ChunkBody(meta_, "", false, "", request_.include_usage));
+          chunk["choices"][0]["delta"] = {{"tool_calls", nlohmann::json::array({delta})}};
+          Write(SseEvent(chunk.dump()));
+        }
+        if (finish_reason == "stop") finish_reason = "tool_calls";
+      }
+    }
     if (logprobs_.has_value() && logprobs_->pending()) {  // tokens whose text was held back
       Write(SseEvent(ChunkBody(meta_, "", false, "", request_.include_usage, TakeLogprobs())));
     }
@@ -102,9 +123,33 @@ class OpenAiSink : public GenerateSink {
       return;
     }
     StartStream();
+    if (tools_) {
+      // Text from where a tool call may begin is held back until the end (Finish).
+      held_ += text;
+      const size_t start = ToolCallStart(held_, kToolFormat);
+      const std::string now = held_.substr(0, start);
+      held_.erase(0, start);
+      if (!now.empty()) {
+        Write(SseEvent(ChunkBody(meta_, now, false, "", request_.include_usage, TakeLogprobs())));
+      }
+      return;
+    }
     if (!text.empty()) {
       Write(SseEvent(ChunkBody(meta_, text, false, "", request_.include_usage, TakeLogprobs())));
     }
+  }
+
+  // A whole chat response with the calls found in its text: message.tool_calls, the content
+  // outside them (null when none), finish_reason "tool_calls" (for "stop").
+  std::string WithToolCalls(std::string body, const ParsedToolOutput& parsed) const {
+    if (parsed.calls.empty()) return body;
+    nlohmann::json j = nlohmann::json::parse(body);
+    nlohmann::json& choice = j["choices"][0];
+    choice["message"]["content"] =
+        parsed.content.empty() ? nlohmann::json(nullptr) : nlohmann::json(parsed.content);
+    choice["message"]["tool_calls"] = ToolCallsJson(parsed.calls, meta_.id);
+    if (choice["finish_reason"] == "stop") choice["finish_reason"] = "tool_calls";
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
 
   // The logprobs object of the tokens not sent yet (serialized); empty without logprobs.
@@ -162,6 +207,11 @@ class OpenAiSink : public GenerateSink {
   int32_t cached_tokens_ = 0;  // Prefilled's (a request ended by a stop string has no final)
   bool started_ = false;
   bool client_gone_ = false;
+  // Tools offered (tool_choice not "none"): the output is parsed for calls (openai_tools.h).
+  // The model is shown the Hermes format whatever its template (ApplyTools, openai_prepare.cc).
+  static constexpr ToolCallFormat kToolFormat = ToolCallFormat::kHermes;
+  const bool tools_;
+  std::string held_;  // streaming with tools_: text from where a call may begin
 };
 
 bool PlausibleId(const std::string& id) {

@@ -4,7 +4,9 @@
 #include <random>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "proto/convert/sampling_proto.h"
+#include "router/http/openai_tools.h"
 #include "router/request_validation.h"
 
 namespace tandem {
@@ -25,6 +27,39 @@ v1::GenerateRequest ToGenerateRequest(const OpenAiRequest& r, const std::vector<
   g.set_ignore_eos(r.ignore_eos);
   g.mutable_stop_token_ids()->Add(r.stop_token_ids.begin(), r.stop_token_ids.end());
   return g;
+}
+
+// Tools (openai_tools.h, docs/structured_output.md#tools): the conversation's tool calls and
+// results as Hermes text, the tool list as a system message, and a forced call's grammar.
+absl::Status ApplyTools(OpenAiRequest& r) {
+  std::vector<ChatMessage>& chat = r.prompt.chat;
+  for (size_t i = 0; i < chat.size(); ++i) {
+    if (i < r.message_tool_calls.size() && r.message_tool_calls[i].is_array() &&
+        !r.message_tool_calls[i].empty()) {
+      const std::string calls = HermesToolCallsText(r.message_tool_calls[i]);
+      chat[i].content =
+          chat[i].content.empty() ? calls : absl::StrCat(chat[i].content, "\n", calls);
+    }
+    if (chat[i].role == "tool") {
+      chat[i].role = "user";
+      chat[i].content = HermesToolResponseText(chat[i].content);
+    }
+  }
+  if (!r.tools.has_value() || r.tools->choice == OpenAiTools::Choice::kNone)
+    return absl::OkStatus();
+  const std::string system = HermesToolSystemPrompt(r.tools->tools_json);
+  if (!chat.empty() && chat[0].role == "system") {
+    chat[0].content = absl::StrCat(chat[0].content, "\n\n", system);
+  } else {
+    chat.insert(chat.begin(), ChatMessage{"system", system});
+  }
+  if (r.tools->choice == OpenAiTools::Choice::kRequired ||
+      r.tools->choice == OpenAiTools::Choice::kNamed) {
+    absl::StatusOr<std::string> grammar = ToolCallGrammar(*r.tools, ToolCallFormat::kHermes);
+    if (!grammar.ok()) return OpenAiInvalidParam("tools", grammar.status().message());
+    r.sampling.grammar = *std::move(grammar);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -64,6 +99,9 @@ absl::StatusOr<PreparedOpenAiRequest> PrepareOpenAiRequest(const ServedModel& mo
   for (const absl::Status& s :
        {ValidateModelName(request->model, limits), ValidatePromptInput(request->prompt)}) {
     if (!s.ok()) return s;
+  }
+  if (request->endpoint == OpenAiEndpoint::kChatCompletions) {
+    if (absl::Status s = ApplyTools(*request); !s.ok()) return s;
   }
   absl::StatusOr<std::vector<int32_t>> tokenized = TokenizeOpenAiPrompt(model, *request);
   if (!tokenized.ok()) return tokenized.status();

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "router/http/openai_fields.h"
 #include "router/http/openai_sampling.h"
+#include "router/http/openai_structured.h"
+#include "router/http/openai_tools.h"
 
 namespace tandem {
 namespace {
@@ -77,21 +79,27 @@ absl::StatusOr<std::string> MessageContent(const Json& content, size_t index) {
 absl::Status CheckMessageKeys(const Json& m, size_t index, std::vector<std::string>& unknown) {
   for (const auto& [key, value] : m.items()) {
     if (key == "role" || key == "content") continue;
+    // Tool calls of an assistant turn and the id a tool result answers (openai_tools.h).
+    if (key == "tool_calls" && (value.is_array() || value.is_null())) continue;
+    if (key == "tool_call_id" && (value.is_string() || value.is_null())) continue;
     if (key == "name" || key == "tool_calls" || key == "tool_call_id" || key == "function_call") {
       if (value.is_null() || (value.is_array() && value.empty())) continue;
       const std::string field = absl::StrCat("messages[", index, "].", key);
       return OpenAiInvalidParam(
           field, absl::StrCat("'", field, "' is not supported: ",
                               key == "name" ? "the chat rendering has no participant names"
-                                            : "tool calling is not implemented"));
+                              : key == "function_call" ? "the legacy function_call is not "
+                                                         "supported (use tool_calls)"
+                                                       : "must be an array (tool_calls) or a "
+                                                         "string (tool_call_id)"));
     }
     unknown.push_back(absl::StrCat("messages[].", key));
   }
   return absl::OkStatus();
 }
 
-absl::Status ParseMessages(const Json& body, PromptInput& prompt,
-                           std::vector<std::string>& unknown) {
+absl::Status ParseMessages(const Json& body, PromptInput& prompt, std::vector<std::string>& unknown,
+                           std::vector<Json>& tool_calls) {
   const auto it = body.find("messages");
   if (it == body.end() || !it->is_array()) {
     return OpenAiInvalidParam("messages", "'messages' must be an array of messages");
@@ -110,6 +118,8 @@ absl::Status ParseMessages(const Json& body, PromptInput& prompt,
         MessageContent(content == m.end() ? Json(nullptr) : *content, i);
     if (!text.ok()) return text.status();
     prompt.chat.push_back({role->get<std::string>(), *std::move(text)});
+    const auto calls = m.find("tool_calls");
+    tool_calls.push_back(calls != m.end() && calls->is_array() ? *calls : Json());
   }
   return absl::OkStatus();
 }
@@ -235,7 +245,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
         "n", absl::StrCat("'n' must be 1 (got ", **n, "): one choice per request is supported"));
   }
   if (absl::Status s = endpoint == OpenAiEndpoint::kChatCompletions
-                           ? ParseMessages(json, r.prompt, r.unknown_fields)
+                           ? ParseMessages(json, r.prompt, r.unknown_fields, r.message_tool_calls)
                            : ParsePrompt(json, r.prompt);
       !s.ok()) {
     return s;
@@ -263,6 +273,22 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
   if (absl::Status s = ParseStop(json, r.stop); !s.ok()) return s;
   if (absl::Status s = ParseOpenAiSamplerFields(json, r); !s.ok()) return s;
   if (absl::Status s = ParseOpenAiLogprobs(json, r); !s.ok()) return s;
+  absl::StatusOr<std::optional<OpenAiStructuredOutput>> structured =
+      ParseOpenAiStructuredOutput(json, body);
+  if (!structured.ok()) return structured.status();
+  if (structured->has_value()) r.sampling.grammar = (*structured)->grammar;
+  if (endpoint == OpenAiEndpoint::kChatCompletions) {
+    absl::StatusOr<std::optional<OpenAiTools>> tools = ParseOpenAiTools(json, body);
+    if (!tools.ok()) return tools.status();
+    r.tools = *std::move(tools);
+    const bool forced = r.tools.has_value() && (r.tools->choice == OpenAiTools::Choice::kRequired ||
+                                                r.tools->choice == OpenAiTools::Choice::kNamed);
+    if (forced && structured->has_value()) {
+      return OpenAiInvalidParam("tool_choice",
+                                absl::StrCat("'tool_choice' forces a tool call, which '",
+                                             (*structured)->field, "' also constrains"));
+    }
+  }
   absl::StatusOr<bool> ignore_eos = OptionalBool(json, "ignore_eos");
   if (!ignore_eos.ok()) return ignore_eos.status();
   r.ignore_eos = *ignore_eos;

@@ -12,8 +12,10 @@
 // seed, stop (string or strings), ignore_eos, min_p, repetition_penalty, presence_penalty,
 // frequency_penalty, logit_bias, min_tokens, stop_token_ids, logprobs, top_logprobs
 // (openai_sampling.h), n (1 only), stream, stream_options.include_usage, add_special_tokens,
-// include_stop_str_in_output, truncate_prompt_tokens, request_id. Refused when they ask for
-// anything: echo, best_of > 1.
+// include_stop_str_in_output, truncate_prompt_tokens, request_id; response_format and vLLM's
+// guided_json / guided_regex / guided_choice / guided_grammar (openai_structured.h: the GBNF in
+// sampling.grammar); tools, tool_choice and messages' tool_calls / tool_call_id
+// (openai_tools.h). Refused when they ask for anything: echo, best_of > 1.
 //
 // Errors are INVALID_ARGUMENT naming the field; the field is also attached as the status payload
 // kOpenAiParamPayload (the OpenAI error object's `param`). Range checks the router's gRPC path
@@ -30,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "model/sampling.h"
+#include "router/http/openai_tools.h"
 #include "router/request_validation.h"
 
 namespace tandem {
@@ -56,6 +59,10 @@ struct OpenAiRequest {
   // Keep only the prompt's last k tokens (k >= 1); -1 = the model's context length. Unset: all.
   std::optional<int32_t> truncate_prompt_tokens;
   std::optional<std::string> request_id;  // the body's request_id (vLLM)
+  // Chat: `tools` and `tool_choice` (openai_tools.h); nullopt when no tools are given.
+  std::optional<OpenAiTools> tools;
+  // Chat: each message's `tool_calls` (the OpenAI array), null where it has none.
+  std::vector<nlohmann::json> message_tool_calls;
   // Top-level keys (and "messages[].KEY", "stream_options.KEY") this endpoint does not know:
   // ignored, for the caller to log.
   std::vector<std::string> unknown_fields;

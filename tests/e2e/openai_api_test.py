@@ -100,6 +100,85 @@ def idle():
     return bool(rows) and not busy, out
 
 
+def random_schema(rng, depth):
+    """A small JSON Schema of the kinds structured output supports, bounded so that a random
+    model can finish it."""
+    kinds = ["integer", "boolean", "enum", "string", "null", "number"]
+    if depth < 2:
+        kinds += ["object", "array", "anyOf"]
+    kind = rng.choice(kinds)
+    if kind == "integer":
+        lo = rng.randrange(-50, 50)
+        return {"type": "integer", "minimum": lo, "maximum": lo + rng.randrange(0, 200)}
+    if kind == "number":
+        return {"type": "number"}
+    if kind == "boolean":
+        return {"type": "boolean"}
+    if kind == "null":
+        return {"type": "null"}
+    if kind == "enum":
+        return {"enum": rng.sample(["red", "green", "blue", 7, True, None, "a b"], rng.randrange(1, 4))}
+    if kind == "string":
+        return {"type": "string", "maxLength": rng.randrange(0, 8)}
+    if kind == "anyOf":
+        return {"anyOf": [random_schema(rng, depth + 1), random_schema(rng, depth + 1)]}
+    if kind == "array":
+        lo = rng.randrange(0, 3)
+        return {"type": "array", "items": random_schema(rng, depth + 1), "minItems": lo,
+                "maxItems": lo + rng.randrange(0, 3)}
+    names = rng.sample(["a", "b", "c", "d", "e"], rng.randrange(1, 4))
+    return {"type": "object", "properties": {n: random_schema(rng, depth + 1) for n in names},
+            "required": [n for n in names if rng.random() < 0.7], "additionalProperties": False}
+
+
+def check_schema(value, schema):
+    """'' when `value` validates against `schema` (the keywords random_schema uses), else why
+    not."""
+    if "anyOf" in schema:
+        problems = [check_schema(value, s) for s in schema["anyOf"]]
+        return "" if "" in problems else f"no anyOf branch: {problems}"
+    if "enum" in schema:
+        ok = any(value == e and type(value) is type(e) for e in schema["enum"])
+        return "" if ok else f"{value!r} not in enum"
+    t = schema["type"]
+    if t == "integer":
+        if type(value) is not int:
+            return f"{value!r} is not an integer"
+        return "" if schema["minimum"] <= value <= schema["maximum"] else f"{value} out of range"
+    if t == "number":
+        return "" if type(value) in (int, float) else f"{value!r} is not a number"
+    if t == "boolean":
+        return "" if type(value) is bool else f"{value!r} is not a boolean"
+    if t == "null":
+        return "" if value is None else f"{value!r} is not null"
+    if t == "string":
+        if type(value) is not str:
+            return f"{value!r} is not a string"
+        return "" if len(value) <= schema["maxLength"] else f"{value!r} too long"
+    if t == "array":
+        if type(value) is not list:
+            return f"{value!r} is not an array"
+        if not schema["minItems"] <= len(value) <= schema["maxItems"]:
+            return f"{len(value)} items"
+        for v in value:
+            p = check_schema(v, schema["items"])
+            if p:
+                return p
+        return ""
+    if type(value) is not dict:
+        return f"{value!r} is not an object"
+    for k in schema["required"]:
+        if k not in value:
+            return f"missing {k}"
+    for k, v in value.items():
+        if k not in schema["properties"]:
+            return f"unexpected property {k}"
+        p = check_schema(v, schema["properties"][k])
+        if p:
+            return p
+    return ""
+
+
 class OpenAiApiTest(unittest.TestCase):
     # ---- completions -------------------------------------------------------------------------
 
@@ -290,12 +369,15 @@ class OpenAiApiTest(unittest.TestCase):
         chat = lambda **kw: c.chat.completions.create(model=MODEL, messages=MESSAGES,
                                                       max_tokens=2, **kw)
         cases = [
-            (lambda: chat(response_format={"type": "json_object"}), "response_format"),
-            (lambda: chat(tools=[{"type": "function", "function": {"name": "f",
-                                                                  "parameters": {}}}]), "tools"),
+            (lambda: chat(response_format={"type": "json_schema", "json_schema": {
+                "name": "t", "schema": {"type": "object", "not": {}}}}),
+             "response_format.json_schema.schema"),
+            (lambda: chat(tools=[{"type": "function", "function": {
+                "name": "f", "parameters": {"type": "object", "not": {}}}}]),
+             "tools[0].function.parameters"),
             (lambda: chat(tool_choice="required"), "tool_choice"),
             (lambda: chat(extra_body={"add_generation_prompt": False}), "add_generation_prompt"),
-            (lambda: chat(extra_body={"guided_json": {"type": "object"}}), "guided_json"),
+            (lambda: chat(extra_body={"guided_regex": "(?=a)a"}), "guided_regex"),
             (lambda: c.chat.completions.create(
                 model=MODEL, max_tokens=2,
                 messages=[{"role": "user", "content": "x", "name": "bob"}]), "messages[0].name"),
@@ -543,6 +625,186 @@ class OpenAiApiTest(unittest.TestCase):
                          greedy.choices[0].logprobs.top_logprobs[0])
         self.assertLess(forced.choices[0].logprobs.token_logprobs[0],
                         greedy.choices[0].logprobs.token_logprobs[0])
+
+    # ---- structured output (docs/structured_output.md) ----------------------------------------
+
+    def test_structured_output_parse_with_a_pydantic_model(self):
+        import pydantic
+        from typing import List, Literal
+
+        class Weather(pydantic.BaseModel):
+            city: Literal["Paris", "Rome", "Oslo"]
+            temperature_c: int
+            sunny: bool
+            tags: List[Literal["wind", "rain", "fog"]]
+
+        c = client()
+        for temperature in (0, 1.0):
+            r = c.beta.chat.completions.parse(
+                model=MODEL, messages=MESSAGES, response_format=Weather, max_tokens=300,
+                temperature=temperature, seed=3)
+            choice = r.choices[0]
+            self.assertEqual(choice.finish_reason, "stop", choice.message.content)
+            self.assertIsInstance(choice.message.parsed, Weather)
+            self.assertEqual(choice.message.parsed,
+                             Weather.model_validate_json(choice.message.content))
+
+    def test_structured_output_json_object_schema_regex_choice(self):
+        c = client()
+        chat = lambda **kw: c.chat.completions.create(model=MODEL, messages=MESSAGES, **kw)
+        r = chat(response_format={"type": "json_object"}, max_tokens=400, temperature=0)
+        # The synthetic model may not close an open-ended object within the budget; what it
+        # wrote is a prefix of one, and a finished one parses.
+        if r.choices[0].finish_reason == "stop":
+            self.assertIsInstance(json.loads(r.choices[0].message.content), dict)
+        schema = {"type": "object", "properties": {
+            "n": {"type": "integer", "minimum": -5, "maximum": 5},
+            "word": {"type": "string", "maxLength": 6},
+            "pick": {"enum": ["x", "y", 3, None]}},
+            "required": ["n", "word", "pick"], "additionalProperties": False}
+        for stream in (False, True):
+            kw = dict(response_format={"type": "json_schema", "json_schema": {
+                "name": "s", "schema": schema, "strict": True}}, max_tokens=200, temperature=0)
+            if stream:
+                text = "".join(ch.choices[0].delta.content or "" for ch in chat(stream=True, **kw)
+                               if ch.choices)
+            else:
+                r = chat(**kw)
+                self.assertEqual(r.choices[0].finish_reason, "stop")
+                text = r.choices[0].message.content
+            value = json.loads(text)
+            self.assertEqual(list(value), ["n", "word", "pick"])  # the schema's order
+            self.assertTrue(-5 <= value["n"] <= 5 and len(value["word"]) <= 6, text)
+            self.assertIn(value["pick"], ["x", "y", 3, None])
+        # vLLM's fields, on completions.
+        r = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=30, temperature=1.0,
+                                 seed=1, extra_body={"guided_regex": "[a-c]{2,4}-[0-9]{3}"})
+        self.assertRegex(r.choices[0].text, r"^[a-c]{2,4}-[0-9]{3}$")
+        r = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=30, temperature=1.0,
+                                 extra_body={"guided_choice": ["alpha", "beta gamma"]})
+        self.assertIn(r.choices[0].text, ["alpha", "beta gamma"])
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+
+    def test_structured_output_guarantee_over_random_schemas(self):
+        # Issue 25 item 2 through the cluster: random small schemas and temperatures; every
+        # output that finished with "stop" parses and validates (0 invalid).
+        import concurrent.futures
+        import random
+        rng = random.Random(2025)
+        jobs = [(random_schema(rng, 0), rng.choice([0, 0.7, 1.0, 1.5]), rng.randrange(1 << 30))
+                for _ in range(int(os.environ.get("TANDEM_GUARANTEE_RUNS", "200")))]
+        c = client(timeout=120)
+
+        def run(job):
+            schema, temperature, seed = job
+            r = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=400,
+                                     temperature=temperature, seed=seed,
+                                     extra_body={"guided_json": schema})
+            return schema, r.choices[0].finish_reason, r.choices[0].text
+
+        stopped = invalid = 0
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            for schema, reason, text in pool.map(run, jobs):
+                if reason != "stop":
+                    continue
+                stopped += 1
+                try:
+                    problem = check_schema(json.loads(text), schema)
+                except ValueError as e:
+                    problem = f"does not parse: {e}"
+                if problem:
+                    invalid += 1
+                    print(f"INVALID: {problem}\n  schema {json.dumps(schema)}\n  text {text!r}",
+                          file=sys.stderr)
+        print(f"guarantee: {len(jobs)} generations, {stopped} finished with stop, "
+              f"{invalid} invalid", file=sys.stderr)
+        self.assertEqual(invalid, 0)
+        self.assertGreaterEqual(stopped, len(jobs) // 2)
+
+    # ---- tools (docs/structured_output.md#tools) ---------------------------------------------
+
+    TOOLS = [
+        {"type": "function", "function": {
+            "name": "get_weather", "description": "The weather in a city",
+            "parameters": {"type": "object", "properties": {
+                "city": {"enum": ["Paris", "Rome", "Oslo"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+                "required": ["city", "days"], "additionalProperties": False}}},
+        {"type": "function", "function": {
+            "name": "get_time", "parameters": {"type": "object", "properties": {
+                "zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"],
+                "additionalProperties": False}}},
+    ]
+
+    def call_tools(self, stream, **kw):
+        """(finish_reason, content, [{id, name, arguments}]) of one chat request, assembled from
+        the stream's deltas as the OpenAI client documents them."""
+        c = client()
+        if not stream:
+            r = c.chat.completions.create(model=MODEL, **kw)
+            m = r.choices[0].message
+            calls = [{"id": t.id, "name": t.function.name, "arguments": t.function.arguments,
+                      "type": t.type} for t in (m.tool_calls or [])]
+            return r.choices[0].finish_reason, m.content, calls
+        calls, content, finish = {}, "", None
+        for chunk in c.chat.completions.create(model=MODEL, stream=True, **kw):
+            if not chunk.choices:
+                continue
+            delta = chunk.choices[0].delta
+            content += delta.content or ""
+            for t in delta.tool_calls or []:
+                entry = calls.setdefault(t.index, {"id": None, "name": "", "arguments": "",
+                                                   "type": None})
+                if t.id:
+                    self.assertIsNone(entry["id"], "the id comes once, with the name")
+                    entry["id"], entry["type"] = t.id, t.type
+                if t.function and t.function.name:
+                    entry["name"] += t.function.name
+                if t.function and t.function.arguments:
+                    self.assertTrue(entry["name"], "arguments come after the name")
+                    entry["arguments"] += t.function.arguments
+            finish = chunk.choices[0].finish_reason or finish
+        return finish, content or None, [calls[i] for i in sorted(calls)]
+
+    def test_tools_forced_call_and_round_trip_streamed_and_not(self):
+        weather = self.TOOLS[0]["function"]["parameters"]
+        for stream in (False, True):
+            for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+                finish, content, calls = self.call_tools(
+                    stream, messages=MESSAGES, tools=self.TOOLS, tool_choice=choice,
+                    max_tokens=200, temperature=0.8, seed=11)
+                self.assertEqual(finish, "tool_calls", (stream, choice, content, calls))
+                self.assertEqual(len(calls), 1, calls)
+                call = calls[0]
+                self.assertEqual(call["type"], "function")
+                self.assertTrue(call["id"].startswith("call_"), call)
+                args = json.loads(call["arguments"])
+                if choice != "required":
+                    self.assertEqual(call["name"], "get_weather")
+                if call["name"] == "get_weather":
+                    self.assertEqual(check_schema(args, {
+                        "type": "object", "properties": {
+                            "city": {"enum": weather["properties"]["city"]["enum"]},
+                            "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+                        "required": ["city", "days"]}), "", args)
+                else:
+                    self.assertIn(args.get("zone"), ["UTC", "CET"])
+                # The round trip: the call and its result go back; the model answers.
+                messages = MESSAGES + [
+                    {"role": "assistant", "content": None, "tool_calls": [
+                        {"id": call["id"], "type": "function",
+                         "function": {"name": call["name"], "arguments": call["arguments"]}}]},
+                    {"role": "tool", "tool_call_id": call["id"], "content": "22 C, sunny"}]
+                finish, content, calls = self.call_tools(
+                    stream, messages=messages, tools=self.TOOLS, max_tokens=16, temperature=0)
+                self.assertIn(finish, ("stop", "length", "tool_calls"))
+                self.assertTrue(content or calls)
+                # tool_choice none: plain text, never calls.
+                finish, content, calls = self.call_tools(
+                    stream, messages=messages, tools=self.TOOLS, tool_choice="none",
+                    max_tokens=8, temperature=0)
+                self.assertEqual(calls, [])
+                self.assertIn(finish, ("stop", "length"))
 
     def test_zz_disconnect_mid_stream_cancels_and_frees_blocks(self):
         wait_for(idle, 20, "an idle fleet before the disconnect test")

@@ -355,11 +355,12 @@ TEST_F(RouterHttpTest, WrongMethodIs405AndUnknownPathIs404WithErrorObjects) {
 TEST_F(RouterHttpTest, RefusedFieldsAre400NamingTheFieldAndNothingRuns) {
   const std::pair<const char*, const char*> cases[] = {
       {R"({"messages": [{"role": "user", "content": "x"}],
-           "response_format": {"type": "json_object"}})",
-       "response_format"},
+           "response_format": {"type": "json_schema", "json_schema": {"name": "t",
+           "schema": {"type": "object", "patternProperties": {}}}}})",
+       "response_format.json_schema.schema"},
       {R"({"messages": [{"role": "user", "content": "x"}],
-           "tools": [{"type": "function", "function": {"name": "f"}}]})",
-       "tools"},
+           "tools": [{"type": "function", "function": {"name": "f", "parameters": {"not": {}}}}]})",
+       "tools[0].function.parameters"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})",
        "tool_choice"},
       {R"({"messages": [{"role": "user", "content": "x", "name": "bob"}]})", "messages[0].name"},

@@ -2,12 +2,18 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "model/grammar/gbnf.h"
+#include "model/grammar/json_schema.h"
+#include "model/grammar/regex.h"
+#include "nlohmann/json.hpp"
 #include "router/http/openai_request.h"
 
 namespace tandem {
 namespace {
 
 using Kind = PromptInput::Kind;
+using Json = nlohmann::json;
 
 absl::StatusOr<OpenAiRequest> Chat(const std::string& body) {
   return ParseOpenAiRequest(OpenAiEndpoint::kChatCompletions, body);
@@ -79,6 +85,49 @@ TEST(OpenAiRequestTest, KnownFieldsAtTheirDefaultAreAccepted) {
       "stream_options": {"include_obfuscation": true, "continuous_usage_stats": false}})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->unknown_fields.empty()) << r->unknown_fields.front();
+}
+
+// Each structured-output field becomes the GBNF the nodes decode under; the grammar accepts what
+// the field asks for (checked on the grammar's text: the engine's own tests run it).
+TEST(OpenAiRequestTest, StructuredOutputBecomesAGrammar) {
+  auto text = Chat(R"({"messages": [], "response_format": {"type": "text"}})");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->sampling.grammar, "");
+  auto object = Chat(R"({"messages": [], "response_format": {"type": "json_object"}})");
+  ASSERT_TRUE(object.ok()) << object.status();
+  EXPECT_EQ(object->sampling.grammar, JsonObjectGbnf());
+  // Properties keep the body's order (zeta before alpha), not nlohmann::json's sorted one.
+  const char* schema = R"({"type": "object", "properties": {"zeta": {"type": "integer"},
+      "alpha": {"type": "string"}}, "required": ["zeta", "alpha"], "additionalProperties": false})";
+  auto with_schema =
+      Chat(absl::StrCat(R"({"messages": [], "response_format": {"type": "json_schema",
+          "json_schema": {"name": "t", "strict": true, "schema": )",
+                        schema, "}}}"));
+  ASSERT_TRUE(with_schema.ok()) << with_schema.status();
+  EXPECT_EQ(with_schema->sampling.grammar, *JsonSchemaTextToGbnf(schema));
+  EXPECT_NE(with_schema->sampling.grammar, *JsonSchemaToGbnf(Json::parse(schema)));  // sorted
+  // vLLM's guided_json takes the schema as an object or as text: the same grammar.
+  auto guided = Completion(absl::StrCat(R"({"prompt": "a", "guided_json": )", schema, "}"));
+  ASSERT_TRUE(guided.ok()) << guided.status();
+  EXPECT_EQ(guided->sampling.grammar, with_schema->sampling.grammar);
+  auto guided_text =
+      Completion(absl::StrCat(R"({"prompt": "a", "guided_json": )", Json(schema).dump(), "}"));
+  ASSERT_TRUE(guided_text.ok()) << guided_text.status();
+  EXPECT_EQ(guided_text->sampling.grammar, with_schema->sampling.grammar);
+  auto regex = Completion(R"({"prompt": "a", "guided_regex": "[0-9]{3}"})");
+  ASSERT_TRUE(regex.ok()) << regex.status();
+  EXPECT_EQ(regex->sampling.grammar, *RegexToGbnf("[0-9]{3}"));
+  auto choice = Completion(R"({"prompt": "a", "guided_choice": ["yes", "no \"way\""]})");
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_EQ(choice->sampling.grammar,
+            absl::StrCat("root ::= ", GbnfLiteral("yes"), " | ", GbnfLiteral("no \"way\""), "\n"));
+  auto grammar = Completion(R"({"prompt": "a", "guided_grammar": "root ::= [a-z]+"})");
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  EXPECT_EQ(grammar->sampling.grammar, "root ::= [a-z]+");
+  // A backend name changes nothing (one engine).
+  auto backend = Completion(R"({"prompt": "a", "guided_decoding_backend": "xgrammar"})");
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ(backend->sampling.grammar, "");
 }
 
 TEST(OpenAiRequestTest, UnknownFieldsAreListedNotRefused) {
@@ -198,23 +247,47 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"echo", kCmpl, R"({"prompt": "a", "echo": true})", "echo", "not supported"},
         BadCase{"model_type", kChat, R"({"model": 3, "messages": []})", "model", "string"},
         // Nothing silently ignored: a known field asking for what Tandem does not do.
-        BadCase{"json_format", kChat,
-                R"({"messages": [], "response_format": {"type": "json_object"}})",
-                "response_format", "structured output"},
+        // Structured output: what the compiler cannot handle names the field and the keyword.
+        BadCase{"json_format_type", kChat,
+                R"({"messages": [], "response_format": {"type": "xml"}})", "response_format.type",
+                "json_schema"},
         BadCase{"json_schema_completions", kCmpl,
-                R"({"prompt": "a", "response_format": {"type": "json_schema"}})", "response_format",
-                "structured output"},
+                R"({"prompt": "a", "response_format": {"type": "json_schema"}})",
+                "response_format.json_schema", "'schema'"},
+        BadCase{"json_schema_keyword", kChat,
+                R"({"messages": [], "response_format": {"type": "json_schema", "json_schema":
+                    {"name": "t", "schema": {"type": "object", "properties": {"tags":
+                    {"type": "object", "patternProperties": {"x": {}}}}}}}})",
+                "response_format.json_schema.schema",
+                "unsupported keyword 'patternProperties' at /properties/tags"},
+        BadCase{"two_constraints", kCmpl,
+                R"({"prompt": "a", "guided_regex": "a+", "guided_choice": ["a"]})", "guided_choice",
+                "only one of"},
+        BadCase{"guided_regex_lookahead", kCmpl, R"({"prompt": "a", "guided_regex": "(?=a)a"})",
+                "guided_regex", "regex:"},
+        BadCase{"guided_choice_type", kCmpl, R"({"prompt": "a", "guided_choice": [1]})",
+                "guided_choice", "strings"},
+        BadCase{"guided_grammar_syntax", kCmpl,
+                R"({"prompt": "a", "guided_grammar": "root ::= ("})", "guided_grammar",
+                "gbnf: line 1"},
+        BadCase{"whitespace_pattern", kCmpl,
+                R"({"prompt": "a", "guided_whitespace_pattern": " *"})",
+                "guided_whitespace_pattern", "fixed"},
         BadCase{"tools", kChat,
-                R"({"messages": [], "tools": [{"type": "function", "function": {"name": "f"}}]})",
-                "tools", "tool calling"},
+                R"({"messages": [], "tools": [{"type": "function", "function": {"name": ""}}]})",
+                "tools[0].function.name", "must be a string"},
         BadCase{"tool_choice", kChat, R"({"messages": [], "tool_choice": "required"})",
-                "tool_choice", "tool calling"},
+                "tool_choice", "requires 'tools'"},
+        BadCase{"tool_choice_and_format", kChat,
+                R"({"messages": [], "tools": [{"type": "function", "function": {"name": "f"}}],
+                    "tool_choice": "required", "response_format": {"type": "json_object"}})",
+                "tool_choice", "also constrains"},
         BadCase{"functions", kChat, R"({"messages": [], "functions": [{"name": "f"}]})",
-                "functions", "tool calling"},
+                "functions", "use tools"},
         BadCase{"function_call", kChat, R"({"messages": [], "function_call": {"name": "f"}})",
-                "function_call", "tool calling"},
-        BadCase{"guided_json", kCmpl, R"({"prompt": "a", "guided_json": {"type": "object"}})",
-                "guided_json", "structured output"},
+                "function_call", "use tools"},
+        BadCase{"guided_json", kCmpl, R"({"prompt": "a", "guided_json": {"not": {}}})",
+                "guided_json", "unsupported keyword 'not'"},
         BadCase{"chat_logprobs", kChat, R"({"messages": [], "logprobs": 1})", "logprobs",
                 "boolean"},
         BadCase{"completion_logprobs_bool", kCmpl, R"({"prompt": "a", "logprobs": true})",
@@ -242,8 +315,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "messages[0].name", "not supported"},
         BadCase{"message_tool_calls", kChat,
                 R"({"messages": [{"role": "assistant", "content": null,
-                    "tool_calls": [{"id": "1"}]}]})",
-                "messages[0].tool_calls", "tool calling"},
+                    "tool_calls": {"id": "1"}}]})",
+                "messages[0].tool_calls", "must be an array"},
         BadCase{"continuous_usage_stats", kChat,
                 R"({"messages": [], "stream_options": {"continuous_usage_stats": true}})",
                 "stream_options.continuous_usage_stats", "not supported"},
