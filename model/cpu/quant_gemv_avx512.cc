@@ -12,6 +12,7 @@ struct Avx512 {
   static constexpr int kLanes = 16;
   // 8 rows × 2 accumulators + 2 weight vectors + 1 activation: 19 of the 32 zmm registers.
   static constexpr int kMaxRows = 8;
+  static constexpr int kBatchWeightRows = 2;
   static constexpr bool kLut = true;
   static V Iota16() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
   static V Iota16Minus8() {

@@ -469,19 +469,20 @@ void RowRange(const GemvArgs& a, int64_t n0, int64_t n1, int64_t m0) {
 
 // All m rows of outputs [n_begin, n_end): tiles of 32 weight rows (a few KB, they stay in L1
 // while every block of activation rows passes over them). Blocks: I::kMaxRows activation rows
-// × 2 weight rows, then smaller blocks for the remainder; a single activation row (batch-1
-// decode) takes 4 weight rows at a time.
+// × I::kBatchWeightRows weight rows, then smaller blocks for the remainder; a single activation
+// row (batch-1 decode) takes 4 weight rows at a time. Every block shape with NB·MB ≥ 4 sums each
+// output in the same order (kSplit = 1), so results do not depend on the batch size.
 template <class I, class D>
 void Gemv(const GemvArgs& a, int64_t n_begin, int64_t n_end) {
-  constexpr int kMaxRows = I::kMaxRows;
+  constexpr int kMaxRows = I::kMaxRows, kNb = I::kBatchWeightRows;
   constexpr int64_t kTile = 32;
   for (int64_t t = n_begin; t < n_end; t += kTile) {
     const int64_t te = t + kTile < n_end ? t + kTile : n_end;
     int64_t m0 = 0;
-    for (; m0 + kMaxRows <= a.m; m0 += kMaxRows) RowRange<I, D, 2, kMaxRows>(a, t, te, m0);
+    for (; m0 + kMaxRows <= a.m; m0 += kMaxRows) RowRange<I, D, kNb, kMaxRows>(a, t, te, m0);
     if constexpr (kMaxRows > 4) {
       if (a.m - m0 >= 4) {
-        RowRange<I, D, 2, 4>(a, t, te, m0);
+        RowRange<I, D, kNb, 4>(a, t, te, m0);
         m0 += 4;
       }
     }
