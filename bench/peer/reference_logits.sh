@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates tests/engine/testdata/llamacpp/*.txt: llama.cpp's logits and greedy tokens for small
-# synthetic models of each architecture Tandem runs (llama, qwen2, qwen3, llama with Llama 3.x
+# synthetic models of each architecture Tandem runs (llama, qwen2, qwen3, phi3, llama with Llama 3.x
 # rope_freqs), the oracle of forward_test's LlamaCppReference* cases. Network-free after the
 # first run: llama.cpp comes from the PyPI sdist that build_llamacpp.sh caches.
 #
@@ -81,5 +81,6 @@ done <<'MODELS'
 llama llama 3 none 1
 qwen2 qwen2 3 none 1
 qwen3 qwen3 3 none 1
+phi3 phi3 3 none 1
 llama3_rope llama 3 llama3 8
 MODELS

@@ -82,10 +82,10 @@ absl::Status ReadRopeScaling(const GgufFile& f, const std::string& p, LlamaConfi
 absl::StatusOr<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   LlamaConfig c;
   TANDEM_ASSIGN_OR_RETURN(const absl::string_view arch, f.GetString("general.architecture"));
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3") {
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3") {
     return absl::UnimplementedError(
         absl::StrCat(f.path(), ": general.architecture '", arch,
-                     "' is not supported (supported: llama, qwen2, qwen3)"));
+                     "' is not supported (supported: llama, qwen2, qwen3, phi3)"));
   }
   c.architecture = std::string(arch);
   if (f.Has("general.name")) {
@@ -120,20 +120,31 @@ absl::StatusOr<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   }
   // Features of these architectures' relatives that the forward does not implement: refused
   // by the key that announces them rather than run as something else.
+  // A window no shorter than the context (Phi-3.5's) never drops a position: no window at all.
   for (const char* key : {"attention.sliding_window", "expert_count"}) {
     if (!f.Has(p + key)) continue;
     TANDEM_ASSIGN_OR_RETURN(const int64_t v, f.GetInt(p + key));
     if (std::string_view(key) == "expert_count" && v == 0) continue;
+    if (std::string_view(key) == "attention.sliding_window" && v >= c.max_context) continue;
     return absl::UnimplementedError(absl::StrCat(
         f.path(), ": ", p, key, " = ", v, " is not supported (",
         std::string_view(key) == "expert_count" ? "mixture of experts" : "sliding-window attention",
         ")"));
   }
+  // Phi-3's LongRoPE ("su") scaling: per-pair factors chosen by the sequence length, plus an
+  // attention factor. Not implemented, so such a model is refused rather than run unscaled.
+  for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+    if (f.FindTensor(name) != nullptr) {
+      return absl::UnimplementedError(absl::StrCat(
+          f.path(), ": tensor '", name, "' (Phi-3 LongRoPE / su RoPE scaling) is not supported"));
+    }
+  }
   TANDEM_RETURN_IF_ERROR(ReadRopeScaling(f, p, &c));
-  // GGUF llama files are converted with Q/K rows permuted for adjacent-pair rotation; qwen2 and
-  // qwen3 keep the HF rows and run ggml's NeoX (rotate-half) mode.
+  // GGUF llama files are converted with Q/K rows permuted for adjacent-pair rotation; qwen2,
+  // qwen3 and phi3 keep the HF rows and run ggml's NeoX (rotate-half) mode.
   c.rope_style = arch == "llama" ? RopeStyle::kAdjacentPairs : RopeStyle::kRotateHalf;
   c.has_qk_norm = arch == "qwen3";
+  c.fused_qkv_gate_up = arch == "phi3";
 
   const GgufTensorInfo* embd = f.FindTensor("token_embd.weight");
   if (embd == nullptr) {
@@ -218,6 +229,7 @@ absl::StatusOr<LlamaWeights> LoadGgufLlama(const GgufFile& f, bool keep_quantize
     jobs.push_back({infos[i]->type, f.TensorData(*infos[i]), plan[i].shape, plan[i].dst});
   }
   TANDEM_RETURN_IF_ERROR(DequantizeAll(jobs));
+  TANDEM_RETURN_IF_ERROR(SplitFusedLlamaTensors(&w));
   return w;
 }
 

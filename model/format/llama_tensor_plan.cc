@@ -1,9 +1,12 @@
 #include "model/format/llama_tensor_plan.h"
 
 #include <cmath>
+#include <initializer_list>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace tandem {
 
@@ -19,9 +22,13 @@ std::vector<LlamaTensorSlot> PlanLlamaTensors(const LlamaConfig& c, LlamaWeights
   for (int i = 0; i < c.num_layers; ++i) {
     LlamaLayerWeights& l = w->layers[static_cast<size_t>(i)];
     plan.push_back({R::kAttnNorm, i, {hidden}, &l.attn_norm});
-    plan.push_back({R::kWq, i, {q, hidden}, &l.wq});
-    plan.push_back({R::kWk, i, {kv, hidden}, &l.wk});
-    plan.push_back({R::kWv, i, {kv, hidden}, &l.wv});
+    if (c.fused_qkv_gate_up) {
+      plan.push_back({R::kWqkv, i, {q + 2 * kv, hidden}, &l.wq});
+    } else {
+      plan.push_back({R::kWq, i, {q, hidden}, &l.wq});
+      plan.push_back({R::kWk, i, {kv, hidden}, &l.wk});
+      plan.push_back({R::kWv, i, {kv, hidden}, &l.wv});
+    }
     if (c.has_qkv_bias) {
       plan.push_back({R::kBq, i, {q}, &l.bq});
       plan.push_back({R::kBk, i, {kv}, &l.bk});
@@ -33,11 +40,70 @@ std::vector<LlamaTensorSlot> PlanLlamaTensors(const LlamaConfig& c, LlamaWeights
     }
     plan.push_back({R::kWo, i, {hidden, q}, &l.wo});
     plan.push_back({R::kFfnNorm, i, {hidden}, &l.ffn_norm});
-    plan.push_back({R::kGate, i, {ffn, hidden}, &l.w_gate});
-    plan.push_back({R::kUp, i, {ffn, hidden}, &l.w_up});
+    if (c.fused_qkv_gate_up) {
+      plan.push_back({R::kGateUp, i, {2 * ffn, hidden}, &l.w_gate});
+    } else {
+      plan.push_back({R::kGate, i, {ffn, hidden}, &l.w_gate});
+      plan.push_back({R::kUp, i, {ffn, hidden}, &l.w_up});
+    }
     plan.push_back({R::kDown, i, {hidden, ffn}, &l.w_down});
   }
   return plan;
+}
+
+namespace {
+
+// Rows [begin, begin + rows) of matrix t ([n][k]): f32 values, or whole quantised rows.
+Tensor RowSlice(const Tensor& t, int64_t begin, int64_t rows) {
+  Tensor out;
+  out.shape = {rows, t.shape[1]};
+  out.type = t.type;
+  if (t.quantized()) {
+    const size_t row_bytes = t.blocks.size() / static_cast<size_t>(t.shape[0]);
+    out.blocks.assign(t.blocks.begin() + static_cast<ptrdiff_t>(begin * row_bytes),
+                      t.blocks.begin() + static_cast<ptrdiff_t>((begin + rows) * row_bytes));
+  } else {
+    const int64_t k = t.shape[1];
+    out.data.assign(t.data.begin() + begin * k, t.data.begin() + (begin + rows) * k);
+  }
+  return out;
+}
+
+// Splits `fused` by rows into parts of the given row counts.
+absl::Status SplitRows(const std::string& what, Tensor fused,
+                       std::initializer_list<std::pair<int64_t, Tensor*>> parts) {
+  int64_t total = 0;
+  for (const auto& [rows, dst] : parts) total += rows;
+  if (fused.shape.size() != 2 || fused.shape[0] != total) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has shape ", ShapeString(fused.shape), ", expected ", total, " rows"));
+  }
+  int64_t at = 0;
+  for (const auto& [rows, dst] : parts) {
+    *dst = RowSlice(fused, at, rows);
+    at += rows;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SplitFusedLlamaTensors(LlamaWeights* w) {
+  const LlamaConfig& c = w->config;
+  if (!c.fused_qkv_gate_up) return absl::OkStatus();
+  const int64_t q = int64_t{c.num_q_heads} * c.head_dim, kv = int64_t{c.num_kv_heads} * c.head_dim;
+  for (size_t i = 0; i < w->layers.size(); ++i) {
+    LlamaLayerWeights& l = w->layers[i];
+    Tensor qkv = std::move(l.wq), gate_up = std::move(l.w_gate);
+    l.wq = Tensor{};
+    l.w_gate = Tensor{};
+    TANDEM_RETURN_IF_ERROR(SplitRows(absl::StrCat("layer ", i, " fused QKV"), std::move(qkv),
+                                     {{q, &l.wq}, {kv, &l.wk}, {kv, &l.wv}}));
+    TANDEM_RETURN_IF_ERROR(
+        SplitRows(absl::StrCat("layer ", i, " fused gate/up"), std::move(gate_up),
+                  {{c.intermediate_size, &l.w_gate}, {c.intermediate_size, &l.w_up}}));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckLayersFitTensors(const LlamaConfig& c, size_t tensors, absl::string_view source) {
@@ -86,6 +152,10 @@ std::string GgufTensorName(LlamaTensorRole role, int layer) {
       return blk + "ffn_up.weight";
     case LlamaTensorRole::kDown:
       return blk + "ffn_down.weight";
+    case LlamaTensorRole::kWqkv:
+      return blk + "attn_qkv.weight";
+    case LlamaTensorRole::kGateUp:
+      return blk + "ffn_up.weight";
   }
   return "";
 }
@@ -127,6 +197,10 @@ std::string HfTensorName(LlamaTensorRole role, int layer) {
       return blk + "mlp.up_proj.weight";
     case LlamaTensorRole::kDown:
       return blk + "mlp.down_proj.weight";
+    case LlamaTensorRole::kWqkv:
+      return blk + "self_attn.qkv_proj.weight";
+    case LlamaTensorRole::kGateUp:
+      return blk + "mlp.gate_up_proj.weight";
   }
   return "";
 }

@@ -34,6 +34,8 @@ enum class LlamaTensorRole {
   kGate,
   kUp,
   kDown,
+  kWqkv,    // Q, K, V rows in one matrix (config.fused_qkv_gate_up)
+  kGateUp,  // gate rows, then up rows (config.fused_qkv_gate_up)
 };
 
 struct LlamaTensorSlot {
@@ -44,10 +46,18 @@ struct LlamaTensorSlot {
 };
 
 // Every tensor `config` requires: biases only when config.has_qkv_bias, Q/K norms only when
-// config.has_qk_norm, the output matrix only when !config.tied_embeddings. Resizes weights->layers
+// config.has_qk_norm, the output matrix only when !config.tied_embeddings; with
+// config.fused_qkv_gate_up, kWqkv lands in the layer's wq and kGateUp in its w_gate until
+// SplitFusedLlamaTensors splits them. Resizes weights->layers
 // to config.num_layers. REQUIRES: CheckLayersFitTensors(config, ...) is OK (the layers are
 // allocated up front).
 std::vector<LlamaTensorSlot> PlanLlamaTensors(const LlamaConfig& config, LlamaWeights* weights);
+
+// After a fused checkpoint's tensors are read (config.fused_qkv_gate_up; no-op otherwise): each
+// layer's wq holding [q + 2·kv][hidden] becomes wq, wk, wv and its w_gate holding
+// [2·intermediate][hidden] becomes w_gate, w_up, by whole rows (f32 values or quantised row
+// bytes alike). InvalidArgument when a fused matrix does not have the planned rows.
+[[nodiscard]] absl::Status SplitFusedLlamaTensors(LlamaWeights* weights);
 
 // A checkpoint holding `tensors` tensors cannot back more layers than that: InvalidArgument
 // ("<source>: the config's 790626049 layers are more than the 21 tensors the checkpoint holds")

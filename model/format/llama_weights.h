@@ -10,7 +10,8 @@
 //   * Optional tensors (QKV biases, Q/K norms, separate output matrix) are empty when absent.
 //   * Architectures: "llama" (and Mistral, which GGUF and HF both call llama), "qwen2" (llama
 //     with QKV biases, rotate-half RoPE) and "qwen3" (per-head RMSNorm of Q and K after the
-//     projections and before RoPE, rotate-half RoPE). The forward differs only by the flags
+//     projections and before RoPE, rotate-half RoPE) and "phi3" (llama with fused QKV and
+//     gate/up matrices, split at load; rotate-half RoPE). The forward differs only by the flags
 //     below, never by the architecture's name.
 //
 // Immutable after load; safe to share between threads.
@@ -32,7 +33,7 @@ enum class RopeStyle : uint8_t {
 
 struct LlamaConfig {
   std::string name;          // e.g. general.name, or the directory name for HF checkpoints
-  std::string architecture;  // "llama", "qwen2" or "qwen3"
+  std::string architecture;  // "llama", "qwen2", "qwen3" or "phi3"
   int32_t vocab_size = 0;
   int32_t hidden_size = 0;
   int32_t intermediate_size = 0;
@@ -49,6 +50,12 @@ struct LlamaConfig {
   // Per-head RMSNorm of Q and K (weights [head_dim], eps rms_norm_eps) after the projections and
   // biases, before RoPE (qwen3).
   bool has_qk_norm = false;
+  // The checkpoint stores Q, K and V as one matrix [q + 2·kv rows][hidden] (GGUF attn_qkv, HF
+  // qkv_proj) and gate and up as one [2·intermediate][hidden], gate rows first (GGUF ffn_up, HF
+  // gate_up_proj), as phi3 does. The loaders read the fused matrices and split them by rows
+  // (SplitFusedLlamaTensors: quantised rows stay quantised), so the weights, and everything
+  // downstream of them, hold the separate matrices.
+  bool fused_qkv_gate_up = false;
   // RoPE frequency divisors, empty or head_dim/2 entries: pair i rotates by
   // pos · rope_theta^(−2i/head_dim) / rope_freq_factors[i]. Llama 3's rope_scaling (GGUF:
   // the rope_freqs.weight tensor) and linear scaling (every entry = factor) are expressed so.

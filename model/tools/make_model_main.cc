@@ -1,6 +1,6 @@
 // tandem-make-model: writes a small random Llama-family model as GGUF (see synthetic_model.h).
 //
-//   tandem-make-model --out model.gguf [--arch llama|qwen2|qwen3] [--seed 1] [--layers 2]
+//   tandem-make-model --out model.gguf [--arch llama|qwen2|qwen3|phi3] [--seed 1] [--layers 2]
 //       [--hidden 128] [--q-heads 8] [--kv-heads 2] [--head-dim 16] [--intermediate 256]
 //       [--vocab 320] [--context 2048] [--dtype f32|f16|q8_0] [--tied] [--qkv-bias]
 //       [--rope-scaling none|linear|llama3] [--rope-factor 4] [--rope-theta 10000]
@@ -17,7 +17,7 @@ namespace {
 int Usage(const std::string& error) {
   std::fprintf(stderr,
                "tandem-make-model: %s\nusage: tandem-make-model --out PATH "
-               "[--arch llama|qwen2|qwen3] [--seed N] [--layers N] [--hidden N] [--q-heads N] "
+               "[--arch llama|qwen2|qwen3|phi3] [--seed N] [--layers N] [--hidden N] [--q-heads N] "
                "[--kv-heads N] [--head-dim N] [--intermediate N] [--vocab N] [--context N] "
                "[--dtype f32|f16|q8_0] [--tied] [--qkv-bias] "
                "[--rope-scaling none|linear|llama3] [--rope-factor F] [--rope-theta F]\n",

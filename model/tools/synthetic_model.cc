@@ -31,6 +31,7 @@ LlamaConfig ConfigOf(const SyntheticModelOptions& o) {
   c.tied_embeddings = o.tied_embeddings;
   c.has_qkv_bias = o.qkv_bias || o.arch == "qwen2";
   c.has_qk_norm = o.arch == "qwen3";
+  c.fused_qkv_gate_up = o.arch == "phi3";
   return c;
 }
 
@@ -78,9 +79,15 @@ std::pair<float, float> InitOf(LlamaTensorRole role, const std::vector<int64_t>&
 }  // namespace
 
 absl::Status ValidateSyntheticOptions(const SyntheticModelOptions& o) {
-  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3") {
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "phi3") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--arch '", o.arch, "' is not one of llama, qwen2, qwen3"));
+        absl::StrCat("--arch '", o.arch, "' is not one of llama, qwen2, qwen3, phi3"));
+  }
+  // llama.cpp's phi3 has an attention output of [hidden][hidden]: Q's width must be hidden.
+  if (o.arch == "phi3" && o.q_heads * o.head_dim != o.hidden) {
+    return absl::InvalidArgumentError(absl::StrCat("--arch phi3 needs q-heads * head-dim (",
+                                                   o.q_heads * o.head_dim, ") = hidden (", o.hidden,
+                                                   ")"));
   }
   if (o.rope_scaling != SyntheticRopeScaling::kNone && !(o.rope_scaling_factor > 0.f)) {
     return absl::InvalidArgumentError("--rope-scaling factor must be positive");

@@ -1,7 +1,8 @@
 // Synthetic Llama-family models for tests and benchmarks: a small random model with a fixed seed
 // and chosen dimensions, written as GGUF with the byte-level BPE vocabulary of synthetic_vocab.h
 // (eos = <|im_end|>, bos = <|im_start|>, pre-tokenizer "smollm"). Architectures: llama, qwen2
-// (QKV biases always), qwen3 (per-head attn_q_norm/attn_k_norm); metadata under "<arch>.", as
+// (QKV biases always), qwen3 (per-head attn_q_norm/attn_k_norm), phi3 (fused attn_qkv and ffn_up
+// = gate rows then up rows; needs q_heads·head_dim = hidden); metadata under "<arch>.", as
 // llama.cpp reads it. RoPE scaling: linear (rope.scaling.type/factor) or llama3 (a
 // rope_freqs.weight tensor of divisors, as llama.cpp's converter writes for Llama 3.x, from
 // factor, low 1, high 4 and original context = context / factor).
@@ -29,7 +30,7 @@ namespace tandem {
 enum class SyntheticRopeScaling { kNone, kLinear, kLlama3 };
 
 struct SyntheticModelOptions {
-  std::string arch = "llama";  // llama, qwen2 or qwen3
+  std::string arch = "llama";  // llama, qwen2, qwen3 or phi3 (fused attn_qkv and ffn_up)
   SyntheticRopeScaling rope_scaling = SyntheticRopeScaling::kNone;
   float rope_scaling_factor = 4.f;
   uint64_t seed = 1;

@@ -238,6 +238,9 @@ void CheckAgainstLlamaCpp(const std::string& name, const std::string& want_arch)
 TEST(ForwardTest, LlamaCppReferenceLlama) { CheckAgainstLlamaCpp("llama", "llama"); }
 TEST(ForwardTest, LlamaCppReferenceQwen2) { CheckAgainstLlamaCpp("qwen2", "qwen2"); }
 TEST(ForwardTest, LlamaCppReferenceQwen3) { CheckAgainstLlamaCpp("qwen3", "qwen3"); }
+// Fused attn_qkv and ffn_up, split at load: on TP 2 the Q, K, V and gate/up rows of each rank
+// come from the right part of the fused matrices.
+TEST(ForwardTest, LlamaCppReferencePhi3) { CheckAgainstLlamaCpp("phi3", "phi3"); }
 TEST(ForwardTest, LlamaCppReferenceLlama3RopeScaling) {
   CheckAgainstLlamaCpp("llama3_rope", "llama");
 }

@@ -1,9 +1,12 @@
 #include "model/format/gguf_llama.h"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "model/format/dequant.h"
 #include "model/format/rope_scaling.h"
 #include "model/tools/synthetic_model.h"
 #include "tests/model/format/gguf_test_util.h"
@@ -179,6 +182,72 @@ TEST(GgufLlamaTest, LoadsQwen2AndQwen3) {
                    "missing tensor 'blk.0.attn_k_norm.weight'");
 }
 
+// phi3: attn_qkv and ffn_up (gate rows, then up rows) are split by rows at load, as f32 values
+// and, kept quantised, as the same rows' blocks; LongRoPE and a short sliding window are refused.
+TEST(GgufLlamaTest, LoadsPhi3SplittingItsFusedMatrices) {
+  SyntheticModelOptions o;
+  o.arch = "phi3";
+  o.dtype = GgmlType::kQ8_0;
+  const std::string bytes = Synthetic(o);
+  absl::StatusOr<LlamaWeights> f32 = Load(bytes);
+  ASSERT_OK(f32);
+  EXPECT_EQ(f32->config.architecture, "phi3");
+  EXPECT_EQ(f32->config.rope_style, RopeStyle::kRotateHalf);
+  EXPECT_TRUE(f32->config.fused_qkv_gate_up);
+  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::FromBytes(bytes, "m.gguf");
+  ASSERT_OK(file);
+  absl::StatusOr<LlamaWeights> quantised = LoadGgufLlama(**file, /*keep_quantized=*/true);
+  ASSERT_OK(quantised);
+  const GgufTensorInfo* qkv = (*file)->FindTensor("blk.1.attn_qkv.weight");
+  const GgufTensorInfo* gate_up = (*file)->FindTensor("blk.1.ffn_up.weight");
+  ASSERT_NE(qkv, nullptr);
+  ASSERT_NE(gate_up, nullptr);
+  const absl::Span<const uint8_t> qkv_bytes = (*file)->TensorData(*qkv);
+  const absl::Span<const uint8_t> gate_up_bytes = (*file)->TensorData(*gate_up);
+  const int64_t row = 128 / 32 * 34;  // one Q8_0 row of hidden = 128
+  const LlamaLayerWeights& q = quantised->layers[1];
+  const LlamaLayerWeights& d = f32->layers[1];
+  // Q 8·16 = 128 rows, K and V 2·16 = 32 each; gate and up 256 each.
+  const std::pair<const Tensor*, const Tensor*> parts[] = {
+      {&q.wq, &d.wq}, {&q.wk, &d.wk}, {&q.wv, &d.wv}, {&q.w_gate, &d.w_gate}, {&q.w_up, &d.w_up}};
+  const int64_t rows[] = {128, 32, 32, 256, 256};
+  const int64_t first[] = {0, 128, 160, 0, 256};
+  for (int i = 0; i < 5; ++i) {
+    SCOPED_TRACE(i);
+    const auto [kept, dense] = parts[i];
+    EXPECT_EQ(kept->type, GgmlType::kQ8_0);
+    EXPECT_EQ(kept->shape, (std::vector<int64_t>{rows[i], 128}));
+    EXPECT_EQ(dense->shape, kept->shape);
+    const absl::Span<const uint8_t> fused = i < 3 ? qkv_bytes : gate_up_bytes;
+    ASSERT_EQ(kept->blocks.size(), static_cast<size_t>(rows[i] * row));
+    EXPECT_TRUE(
+        std::equal(kept->blocks.begin(), kept->blocks.end(), fused.begin() + first[i] * row));
+    std::vector<float> values(static_cast<size_t>(rows[i] * 128));
+    ASSERT_OK(Dequantize(kept->type, kept->blocks, absl::MakeSpan(values)));
+    EXPECT_EQ(values, dense->data);
+  }
+
+  // The 128k models' LongRoPE factors are refused by name.
+  absl::StatusOr<GgufWriter> long_rope = BuildSyntheticModel(o);
+  ASSERT_OK(long_rope);
+  ASSERT_OK(long_rope->AddF32Tensor("rope_factors_long.weight", {8}, std::vector<float>(8, 1.f),
+                                    GgmlType::kF32));
+  EXPECT_STATUS_IS(Load(long_rope->Serialize()), absl::StatusCode::kUnimplemented,
+                   "tensor 'rope_factors_long.weight' (Phi-3 LongRoPE / su RoPE scaling)");
+  // A sliding window shorter than the context (2048) is refused; one as long is no window.
+  for (const uint32_t window : {2047u, 2048u}) {
+    absl::StatusOr<GgufWriter> swa = BuildSyntheticModel(o);
+    ASSERT_OK(swa);
+    swa->Set("phi3.attention.sliding_window", GgufValue::Uint32(window));
+    if (window < 2048) {
+      EXPECT_STATUS_IS(Load(swa->Serialize()), absl::StatusCode::kUnimplemented,
+                       "phi3.attention.sliding_window = 2047 is not supported");
+    } else {
+      EXPECT_TRUE(Load(swa->Serialize()).ok());
+    }
+  }
+}
+
 // Llama 3.1's published rope_scaling (factor 8, low 1, high 4, original 8192, theta 500000,
 // head_dim 128): divisors from transformers' _compute_llama3_parameters, computed apart.
 TEST(GgufLlamaTest, Llama3RopeFactorsFollowTheReferenceFormula) {
@@ -249,9 +318,11 @@ TEST(GgufLlamaTest, UnsupportedFeaturesAreRefusedByName) {
     w->Set(key, std::move(value));
     return w->Serialize();
   };
-  EXPECT_STATUS_IS(Load(with_key("qwen2.attention.sliding_window", GgufValue::Uint32(4096))),
+  // A window shorter than the context (2048) changes attention; one as long drops nothing.
+  EXPECT_STATUS_IS(Load(with_key("qwen2.attention.sliding_window", GgufValue::Uint32(1024))),
                    absl::StatusCode::kUnimplemented,
-                   "qwen2.attention.sliding_window = 4096 is not supported (sliding-window");
+                   "qwen2.attention.sliding_window = 1024 is not supported (sliding-window");
+  EXPECT_TRUE(Load(with_key("qwen2.attention.sliding_window", GgufValue::Uint32(4096))).ok());
   EXPECT_STATUS_IS(Load(with_key("qwen2.expert_count", GgufValue::Uint32(8))),
                    absl::StatusCode::kUnimplemented,
                    "qwen2.expert_count = 8 is not supported (mixture of experts)");
