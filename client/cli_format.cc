@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "proto/convert/role_name.h"
 
 namespace tandem {
 
@@ -78,17 +79,6 @@ std::string FormatStats(const GenerateStats& s) {
 
 namespace {
 
-absl::string_view RoleText(v1::InstanceRole role) {
-  switch (role) {
-    case v1::INSTANCE_ROLE_PREFILL:
-      return "prefill";
-    case v1::INSTANCE_ROLE_DECODE:
-      return "decode";
-    default:
-      return "?";
-  }
-}
-
 // Columns padded to their widest cell, two spaces apart; no trailing spaces.
 std::string AlignedTable(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width;
@@ -121,7 +111,7 @@ std::string FormatStatusTable(const v1::ClusterStatusResponse& cluster) {
     const bool polled = node.has_status();
     const bool loaded = polled && node.status().has_load();  // unhealthy nodes report none
     rows.push_back({
-        std::string(RoleText(node.role())),
+        std::string(RoleName(node.role())),
         node.address(),
         node.healthy() ? "yes" : "no",
         polled ? absl::StrCat(p.tp(), "/", p.pcp(), "/", p.dcp(), "/", p.block_size(), "/",

@@ -10,17 +10,6 @@
 
 namespace tandem {
 
-absl::string_view RoleName(v1::InstanceRole role) {
-  switch (role) {
-    case v1::INSTANCE_ROLE_PREFILL:
-      return "prefill";
-    case v1::INSTANCE_ROLE_DECODE:
-      return "decode";
-    default:
-      return "unspecified";
-  }
-}
-
 std::shared_ptr<grpc::Channel> DefaultNodeChannel(const std::string& address) {
   return NodeChannel(address, nullptr);
 }

@@ -40,14 +40,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "proto/convert/role_name.h"  // RoleName, used with the pool's roles
 #include "router/node_policy.h"
 #include "router/prefix_match.h"
 #include "router/router_log.h"
 #include "tandem/v1/router.pb.h"
 
 namespace tandem {
-
-absl::string_view RoleName(v1::InstanceRole role);  // "prefill" | "decode" | "unspecified"
 
 // Insecure channel with short reconnect backoff (a restarted node is usable again quickly) and
 // HTTP/2 keepalive pings every kKeepaliveTime, so a connection whose peer vanished (a network
