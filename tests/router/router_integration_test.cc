@@ -271,6 +271,21 @@ TEST_F(RouterIntegrationTest, ChatPromptIsFormattedAndStopTokenFromPrefillEndsTh
   ASSERT_TRUE(prefill.WaitForReleases(1, kWait));
   EXPECT_EQ(prefill.releases()[0].generation(), prefill.handles()[0].generation());
   EXPECT_TRUE(decode.requests().empty());
+  // The assistant turn is opened by default; continue_final_message (add_generation_prompt false)
+  // leaves the last message open instead: the prompt ends with its text.
+  EXPECT_EQ(prefill.prefills()[0].prompt_ids(prefill.prefills()[0].prompt_ids_size() - 1),
+            ByteToken('\n'));
+  v1::ChatMessage* prefix = request.mutable_chat()->add_messages();
+  prefix->set_role("assistant");
+  prefix->set_content("ok");
+  request.mutable_chat()->set_add_generation_prompt(false);
+  request.mutable_chat()->set_continue_final_message(true);
+  ASSERT_TRUE(Generate(request).status.ok());
+  ASSERT_EQ(prefill.prefills().size(), 2u);
+  const auto& ids = prefill.prefills()[1].prompt_ids();
+  ASSERT_GE(ids.size(), 2);
+  EXPECT_EQ(ids[ids.size() - 2], ByteToken('o'));
+  EXPECT_EQ(ids[ids.size() - 1], ByteToken('k'));
 }
 
 TEST_F(RouterIntegrationTest, PrefillUnavailableIsRetriedOnTheOtherNode) {
@@ -508,6 +523,12 @@ TEST_F(RouterIntegrationTest, BadInputGetsExactStatuses) {
   r.set_max_tokens(4);
   add(r, grpc::StatusCode::INVALID_ARGUMENT, "no prompt: set one of text, token_ids or chat");
   add(TextRequest("", 4), grpc::StatusCode::INVALID_ARGUMENT, "prompt text is empty");
+  r = v1::GenerateRequest();
+  r.set_max_tokens(4);
+  r.mutable_chat()->add_messages()->set_role("user");
+  r.mutable_chat()->set_continue_final_message(true);  // add_generation_prompt unset: true
+  add(r, grpc::StatusCode::INVALID_ARGUMENT,
+      "chat.continue_final_message and chat.add_generation_prompt cannot both be true");
   r = TextRequest("hi", 4);
   r.mutable_sampling()->set_temperature(-1.f);
   add(r, grpc::StatusCode::INVALID_ARGUMENT, "temperature must be a finite number >= 0 (got -1)");
