@@ -169,7 +169,7 @@ TEST(PipelinedTransferTest, LogprobsStayPipelinedAndMatchTheUnpipelinedPath) {
     absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(spec);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     std::vector<v1::TokenLogprobs> got;
-    for (const int max_tokens : {1, 6}) {
+    for (const int max_tokens : {6, 1}) {
       v1::GenerateRequest request = IdsRequest(prompt, max_tokens);
       request.mutable_sampling()->set_logprobs(2);
       const GenerateOutcome out = (*cluster)->Generate(request, absl::Seconds(60));
@@ -181,10 +181,14 @@ TEST(PipelinedTransferTest, LogprobsStayPipelinedAndMatchTheUnpipelinedPath) {
         EXPECT_EQ(l.top_ids_size(), 2) << l.DebugString();
         got.push_back(l);
       }
+      // The 6-token request went through a pipelined transfer. (The 1-token one ends at the
+      // prefill's token from the router's watch and stops its decode call, which may not count.)
+      if (max_tokens == 6) {
+        EXPECT_EQ(DecodeCounter(**cluster, 0, "tandem_kv_pipelined_transfers_total"),
+                  pipelined ? 1.0 : 0.0)
+            << (*cluster)->LogTails();
+      }
     }
-    EXPECT_EQ(DecodeCounter(**cluster, 0, "tandem_kv_pipelined_transfers_total"),
-              pipelined ? 2.0 : 0.0)
-        << (*cluster)->LogTails();
     const absl::Status idle = (*cluster)->WaitIdle(absl::Seconds(15));
     EXPECT_TRUE(idle.ok()) << idle << "\n" << (*cluster)->LogTails();
     runs.push_back(std::move(got));
