@@ -95,13 +95,15 @@ absl::StatusOr<PreparedOpenAiRequest> PrepareOpenAiRequest(const ServedModel& mo
   absl::StatusOr<OpenAiRequest> request = ParseOpenAiRequest(endpoint, body);
   if (!request.ok()) return request.status();
   // The router's first two checks, made here so the prompt can be tokenised (same messages).
+  // Tool calls and results become text first: the router's role check then sees the roles
+  // the template renders (a "tool" message is a user turn, docs/structured_output.md#tools).
+  if (request->endpoint == OpenAiEndpoint::kChatCompletions) {
+    if (absl::Status s = ApplyTools(*request); !s.ok()) return s;
+  }
   const ModelLimits& limits = model.limits();
   for (const absl::Status& s :
        {ValidateModelName(request->model, limits), ValidatePromptInput(request->prompt)}) {
     if (!s.ok()) return s;
-  }
-  if (request->endpoint == OpenAiEndpoint::kChatCompletions) {
-    if (absl::Status s = ApplyTools(*request); !s.ok()) return s;
   }
   absl::StatusOr<std::vector<int32_t>> tokenized = TokenizeOpenAiPrompt(model, *request);
   if (!tokenized.ok()) return tokenized.status();

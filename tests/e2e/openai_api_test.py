@@ -370,13 +370,16 @@ class OpenAiApiTest(unittest.TestCase):
                                                       max_tokens=2, **kw)
         cases = [
             (lambda: chat(response_format={"type": "json_schema", "json_schema": {
-                "name": "t", "schema": {"type": "object", "not": {}}}}),
+                "name": "t", "schema": {"type": "object", "properties": {"tags": {
+                    "type": "object", "patternProperties": {"x": {}}}}}}}),
              "response_format.json_schema.schema"),
             (lambda: chat(tools=[{"type": "function", "function": {
-                "name": "f", "parameters": {"type": "object", "not": {}}}}]),
+                "name": "f", "parameters": {"type": "object", "properties": {"tags": {
+                    "type": "object", "patternProperties": {"x": {}}}}}}}]),
              "tools[0].function.parameters"),
             (lambda: chat(tool_choice="required"), "tool_choice"),
-            (lambda: chat(extra_body={"add_generation_prompt": False}), "add_generation_prompt"),
+            # add_generation_prompt is honoured now; continuing the last message needs it false.
+            (lambda: chat(extra_body={"continue_final_message": True}), "continue_final_message"),
             (lambda: chat(extra_body={"guided_regex": "(?=a)a"}), "guided_regex"),
             (lambda: c.chat.completions.create(
                 model=MODEL, max_tokens=2,
@@ -798,7 +801,10 @@ class OpenAiApiTest(unittest.TestCase):
                 finish, content, calls = self.call_tools(
                     stream, messages=messages, tools=self.TOOLS, max_tokens=16, temperature=0)
                 self.assertIn(finish, ("stop", "length", "tool_calls"))
-                self.assertTrue(content or calls)
+                if finish == "tool_calls":  # "auto": a call the model chose is a valid one
+                    for call in calls:
+                        self.assertIn(call["name"], ["get_weather", "get_time"])
+                        json.loads(call["arguments"])
                 # tool_choice none: plain text, never calls.
                 finish, content, calls = self.call_tools(
                     stream, messages=messages, tools=self.TOOLS, tool_choice="none",
