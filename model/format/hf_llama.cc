@@ -125,10 +125,11 @@ absl::StatusOr<LlamaConfig> ParseHfLlamaConfig(absl::string_view config_json) {
   c.architecture = "llama";
   if (const auto* v = FindField(s, "model_type"); v != nullptr) {
     TANDEM_ASSIGN_OR_RETURN(const std::string type, JsonString(*v, "config.json: model_type"));
-    if (type != "llama" && type != "mistral" && type != "qwen2" && type != "qwen3") {
+    if (type != "llama" && type != "mistral" && type != "qwen2" && type != "qwen3" &&
+        type != "phi3") {
       return absl::UnimplementedError(
           absl::StrCat("config.json: model_type '", type,
-                       "' is not supported (supported: llama, mistral, qwen2, qwen3)"));
+                       "' is not supported (supported: llama, mistral, qwen2, qwen3, phi3)"));
     }
     c.architecture = type == "mistral" ? "llama" : type;
   }
@@ -158,6 +159,7 @@ absl::StatusOr<LlamaConfig> ParseHfLlamaConfig(absl::string_view config_json) {
   TANDEM_ASSIGN_OR_RETURN(c.has_qkv_bias, BoolField(s, "attention_bias"));
   if (c.architecture == "qwen2") c.has_qkv_bias = true;  // Qwen2's q/k/v_proj always have bias
   c.has_qk_norm = c.architecture == "qwen3";
+  c.fused_qkv_gate_up = c.architecture == "phi3";  // qkv_proj, gate_up_proj
   c.rope_style = RopeStyle::kRotateHalf;
   TANDEM_RETURN_IF_ERROR(RefuseSlidingWindow(s, c));
   TANDEM_RETURN_IF_ERROR(ReadRopeScaling(s, &c));
@@ -257,6 +259,7 @@ absl::StatusOr<LlamaWeights> HfCheckpoint::LoadWeights() const {
     jobs.push_back({type, shard->TensorData(t), slot.shape, slot.dst});
   }
   TANDEM_RETURN_IF_ERROR(DequantizeAll(jobs));
+  TANDEM_RETURN_IF_ERROR(SplitFusedLlamaTensors(&w));
   return w;
 }
 

@@ -146,6 +146,51 @@ TEST(HfLlamaTest, LoadsAQwen3CheckpointWithQkNorms) {
   ExpectMatches(*w, hf);
 }
 
+// phi3: qkv_proj ([2 + 1 + 1 heads of 4][8]) and gate_up_proj ([2·12][8], gate rows first) are
+// split by rows into wq, wk, wv and w_gate, w_up.
+TEST(HfLlamaTest, LoadsAPhi3CheckpointSplittingItsFusedMatrices) {
+  const ScopedTempDir tmp("hf_phi3");
+  TinyHf hf = MakeTinyHf(/*tied=*/false, /*bias=*/false, /*qwen3=*/false, /*phi3=*/true);
+  // Every row of the fused matrices distinct (row r: r + 0.25·column, exact in F16 and BF16), so
+  // a part taken from the wrong rows shows.
+  for (StEntry& e : hf.tensors) {
+    if (e.name.find("qkv_proj") == std::string::npos &&
+        e.name.find("gate_up_proj") == std::string::npos) {
+      continue;
+    }
+    for (size_t j = 0; j < e.values.size(); ++j) {
+      e.values[j] = static_cast<float>(j / 8) + 0.25f * static_cast<float>(j % 8);
+    }
+  }
+  WriteCheckpoint(tmp.path(), hf);
+  absl::StatusOr<std::unique_ptr<HfCheckpoint>> ck = HfCheckpoint::Open(tmp.path());
+  ASSERT_OK(ck);
+  EXPECT_EQ((*ck)->config().architecture, "phi3");
+  EXPECT_TRUE((*ck)->config().fused_qkv_gate_up);
+  absl::StatusOr<LlamaWeights> w = (*ck)->LoadWeights();
+  ASSERT_OK(w);
+  for (const StEntry& e : hf.tensors) {
+    if (e.name != "model.layers.1.self_attn.qkv_proj.weight" &&
+        e.name != "model.layers.1.mlp.gate_up_proj.weight") {
+      continue;
+    }
+    const bool qkv = e.name.find("qkv") != std::string::npos;
+    const LlamaLayerWeights& l = w->layers[1];
+    const std::vector<const Tensor*> parts = qkv ? std::vector<const Tensor*>{&l.wq, &l.wk, &l.wv}
+                                                 : std::vector<const Tensor*>{&l.w_gate, &l.w_up};
+    const std::vector<int64_t> rows =
+        qkv ? std::vector<int64_t>{8, 4, 4} : std::vector<int64_t>{12, 12};
+    size_t at = 0;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      EXPECT_EQ(parts[p]->shape, (std::vector<int64_t>{rows[p], 8})) << e.name << " part " << p;
+      const std::vector<float> want(e.values.begin() + static_cast<ptrdiff_t>(at),
+                                    e.values.begin() + static_cast<ptrdiff_t>(at + rows[p] * 8));
+      EXPECT_EQ(parts[p]->data, want) << e.name << " part " << p;
+      at += static_cast<size_t>(rows[p] * 8);
+    }
+  }
+}
+
 TEST(HfLlamaTest, LoadsAShardedTiedCheckpoint) {
   const ScopedTempDir tmp("hf_sharded");
   const std::string& dir = tmp.path();
@@ -266,7 +311,7 @@ TEST(HfLlamaTest, CheckpointErrors) {
   WriteFile(dir + "/config.json", R"({"model_type":"gemma2"})");
   EXPECT_STATUS_IS(
       HfCheckpoint::Open(dir), absl::StatusCode::kUnimplemented,
-      "model_type 'gemma2' is not supported (supported: llama, mistral, qwen2, qwen3)");
+      "model_type 'gemma2' is not supported (supported: llama, mistral, qwen2, qwen3, phi3)");
   WriteFile(dir + "/config.json",
             absl::StrReplaceAll(hf.config_json,
                                 {{R"("rope_scaling":null)", R"("rope_scaling":{"type":"yarn"})"}}));

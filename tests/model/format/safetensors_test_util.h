@@ -91,11 +91,13 @@ struct TinyHf {
 };
 
 // qwen3: model_type qwen3 with per-head self_attn.q_norm/k_norm weights ([head_dim]).
-inline TinyHf MakeTinyHf(bool tied = false, bool bias = false, bool qwen3 = false) {
+// phi3: model_type phi3 with fused self_attn.qkv_proj and mlp.gate_up_proj.
+inline TinyHf MakeTinyHf(bool tied = false, bool bias = false, bool qwen3 = false,
+                         bool phi3 = false) {
   TinyHf out;
   out.config_json = absl::StrCat(
-      R"({"architectures":["LlamaForCausalLM"],"model_type":")", qwen3 ? "qwen3" : "llama",
-      R"(","hidden_act":"silu",)",
+      R"({"architectures":["LlamaForCausalLM"],"model_type":")",
+      qwen3 ? "qwen3" : (phi3 ? "phi3" : "llama"), R"(","hidden_act":"silu",)",
       R"("vocab_size":16,"hidden_size":8,"intermediate_size":12,"num_hidden_layers":2,)",
       R"("num_attention_heads":2,"num_key_value_heads":1,"max_position_embeddings":256,)",
       R"("rope_theta":500000.0,"rms_norm_eps":1e-05,"rope_scaling":null,)",
@@ -112,6 +114,7 @@ inline TinyHf MakeTinyHf(bool tied = false, bool bias = false, bool qwen3 = fals
   c.tied_embeddings = tied;
   c.has_qkv_bias = bias;
   c.has_qk_norm = qwen3;
+  c.fused_qkv_gate_up = phi3;
   LlamaWeights unused;
   const char* dtypes[] = {"F32", "F16", "BF16"};
   int i = 0;
