@@ -7,7 +7,8 @@
 // clients here (capacity_clients.h). Added latency of a token = the time this process received
 // it - the time the fake node emitted it (one clock). The bench ramps --steps of concurrent
 // streams per transport and stops a transport at the first step whose p99 exceeds the budget or
-// where a stream failed. Prints one STEP line per step, then per transport
+// where a stream failed (--keep_going runs the rest of the steps too, for the curve). Prints one
+// STEP line per step, then per transport
 //   RESULT <transport>_max_streams=N       (largest step within budget, 0 if none)
 //   RESULT <transport>_tokens_per_s=X      (tokens relayed per second at that step)
 // measured in this run. The clients and fake nodes share the machine with the router: on a
@@ -16,6 +17,7 @@
 //   router_capacity_bench [--transports=grpc,http] [--steps=250,500,1000,2000,3000]
 //                         [--rate=10] [--step_s=8] [--router_cpus=0,1] [--model=GGUF]
 #include <curl/curl.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -46,6 +48,7 @@ ABSL_FLAG(double, rate, 10, "tokens per second each fake stream emits");
 ABSL_FLAG(double, step_s, 8, "seconds each stream lasts (tokens = rate * step_s)");
 ABSL_FLAG(double, p99_budget_ms, 20, "largest added p99 latency a step may have");
 ABSL_FLAG(std::string, router_cpus, "", "taskset CPU list for the router (empty: not pinned)");
+ABSL_FLAG(bool, keep_going, false, "run every step even after one over budget (for the curve)");
 
 namespace tandem::bench {
 namespace {
@@ -61,9 +64,17 @@ struct StepReport {
   double p99_ms = 0;
   double max_ms = 0;
   double router_cores = 0;  // router CPU seconds / wall seconds
+  double bench_cores = 0;   // this process's (clients + fake nodes) CPU seconds / wall seconds
   int router_threads = 0;   // most seen while the step ran
   std::string first_error;
 };
+
+// User + system CPU seconds of this process so far.
+double SelfCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
 
 double Percentile(std::vector<double>& v, double q) {
   if (v.empty()) return 0;
@@ -114,11 +125,13 @@ StepReport RunStep(const std::string& transport, const LoadSpec& spec, const Rou
     } while (!stop.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
   });
   const double cpu0 = router.CpuSeconds();
+  const double self0 = SelfCpuSeconds();
   const absl::Time t0 = absl::Now();
   const std::vector<StreamResult> results =
       transport == "grpc" ? RunGrpcStreams(spec) : RunHttpStreams(spec);
   const double wall = absl::ToDoubleSeconds(absl::Now() - t0);
   report.router_cores = (router.CpuSeconds() - cpu0) / wall;
+  report.bench_cores = (SelfCpuSeconds() - self0) / wall;
   stop.Notify();
   sampler.join();
   report.router_threads = most_threads;
@@ -213,6 +226,7 @@ int Main() {
     spec.id_prefix = absl::StrCat("warm-", transport, "-");
     RunStep(transport, spec, **router, log);
     StepReport best;
+    bool over_budget = false;
     for (const int n : steps) {
       spec.streams = n;
       spec.id_prefix = absl::StrCat("r", run++, "-", transport, "-");
@@ -221,13 +235,17 @@ int Main() {
       std::printf(
           "STEP transport=%s streams=%d failed=%d tokens=%lld tokens_per_s=%.0f "
           "added_p50_ms=%.2f added_p99_ms=%.2f added_max_ms=%.1f router_cores=%.2f "
-          "router_threads=%d pass=%s%s%s\n",
+          "bench_cores=%.2f router_threads=%d pass=%s%s%s\n",
           transport.c_str(), r.streams, r.failed, static_cast<long long>(r.tokens), r.tokens_per_s,
-          r.p50_ms, r.p99_ms, r.max_ms, r.router_cores, r.router_threads, pass ? "yes" : "no",
-          r.first_error.empty() ? "" : " first_error=", r.first_error.c_str());
+          r.p50_ms, r.p99_ms, r.max_ms, r.router_cores, r.bench_cores, r.router_threads,
+          pass ? "yes" : "no", r.first_error.empty() ? "" : " first_error=", r.first_error.c_str());
       std::fflush(stdout);
-      if (!pass) break;
-      best = r;
+      // The result is the last step within budget before the first one over it.
+      if (pass && !over_budget) best = r;
+      if (!pass) {
+        over_budget = true;
+        if (!absl::GetFlag(FLAGS_keep_going)) break;
+      }
     }
     std::printf(
         "RESULT %s_max_streams=%d\nRESULT %s_tokens_per_s=%.0f\nRESULT %s_added_p99_ms=%.2f\n",
