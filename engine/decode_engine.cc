@@ -39,17 +39,9 @@ void DecodeEngine::Finish(Active& a, absl::Status status, FinishReason reason) {
 }
 
 absl::StatusOr<GuidedDecoder> DecodeEngine::StartGuided(const DecodeRequest& request) const {
-  if (options_.grammars == nullptr) {
-    return absl::FailedPreconditionError(
-        "sampling.grammar: this node has no vocabulary to compile grammars against (the model "
-        "has no tokenizer)");
-  }
   absl::StatusOr<std::shared_ptr<const CompiledGrammar>> grammar =
-      options_.grammars->Get(GrammarKind::kGbnf, request.sampling.grammar);
-  if (!grammar.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sampling.grammar: ", grammar.status().message()));
-  }
+      CompileRequestGrammar(options_.grammars.get(), request.sampling.grammar);
+  if (!grammar.ok()) return grammar.status();
   // The generated tokens: the context's last next_step - 1, then first_token.
   std::vector<int32_t> generated(request.context.end() - (request.next_step - 1),
                                  request.context.end());

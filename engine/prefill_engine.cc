@@ -65,17 +65,9 @@ absl::Status PrefillEngine::Submit(PrefillRequest request, PrefillCallback done)
   auto p = std::make_shared<Pending>();
   if (!request.sampling.grammar.empty()) {
     // Compiled here, on the caller's thread, so a cache miss does not hold up the steps.
-    if (options_.grammars == nullptr) {
-      return absl::FailedPreconditionError(
-          "sampling.grammar: this node has no vocabulary to compile grammars against (the model "
-          "has no tokenizer)");
-    }
     absl::StatusOr<std::shared_ptr<const CompiledGrammar>> grammar =
-        options_.grammars->Get(GrammarKind::kGbnf, request.sampling.grammar);
-    if (!grammar.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sampling.grammar: ", grammar.status().message()));
-    }
+        CompileRequestGrammar(options_.grammars.get(), request.sampling.grammar);
+    if (!grammar.ok()) return grammar.status();
     const absl::Span<const int32_t> generated =
         absl::MakeConstSpan(request.prompt).last(request.sample_step);
     TANDEM_ASSIGN_OR_RETURN(p->guided, GuidedDecoder::Create(*std::move(grammar), generated,

@@ -14,6 +14,22 @@ std::shared_ptr<GrammarCache> MakeGrammarCache(const Tokenizer* tokenizer) {
   return std::make_shared<GrammarCache>(Vocabulary::FromTokenizer(*tokenizer));
 }
 
+absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileRequestGrammar(
+    GrammarCache* cache, std::string_view gbnf) {
+  if (cache == nullptr) {
+    return absl::FailedPreconditionError(
+        "sampling.grammar: this node has no vocabulary to compile grammars against (the model "
+        "has no tokenizer)");
+  }
+  absl::StatusOr<std::shared_ptr<const CompiledGrammar>> grammar =
+      cache->Get(GrammarKind::kGbnf, gbnf);
+  if (!grammar.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.grammar: ", grammar.status().message()));
+  }
+  return grammar;
+}
+
 absl::StatusOr<GuidedDecoder> GuidedDecoder::Create(std::shared_ptr<const CompiledGrammar> grammar,
                                                     absl::Span<const int32_t> generated,
                                                     std::vector<int32_t> stop_ids) {

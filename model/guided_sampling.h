@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -40,6 +41,12 @@ class Tokenizer;
 // A node's cache of compiled grammars over `tokenizer`'s vocabulary (64 grammars, LRU); null
 // when the model has no tokenizer (grammar requests are then refused).
 std::shared_ptr<GrammarCache> MakeGrammarCache(const Tokenizer* tokenizer);
+
+// A request's SamplingParams::grammar (GBNF) compiled through a node's `cache`, on the caller's
+// thread (a miss costs milliseconds). FailedPrecondition when `cache` is null (no tokenizer);
+// InvalidArgument "sampling.grammar: ..." when the grammar does not compile.
+absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileRequestGrammar(GrammarCache* cache,
+                                                                             std::string_view gbnf);
 
 class GuidedDecoder {
  public:
