@@ -1,6 +1,7 @@
 #include "model/grammar/compiled_grammar.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -95,7 +96,7 @@ void InlineSmallRules(GbnfGrammar* g) {
     }
   }
   auto inlinable = [&](int32_t r) {
-    return r != g->root && !recursive[r] &&
+    return r != g->root && !recursive[r] && !g->rules[r].repeat &&
            g->rules[r].alternatives.size() <= kInlineMaxAlternatives &&
            RuleSize(g->rules[r]) <= kInlineMaxElements;
   };
@@ -110,8 +111,11 @@ void InlineSmallRules(GbnfGrammar* g) {
         const GbnfSequence& seq = rule.alternatives[a];
         size_t at = seq.size();
         for (size_t i = 0; i < seq.size(); ++i) {
+          // A rule of several alternatives only at the start: copies of a shared prefix would
+          // all stay alive while it is read (a pattern's date digits read by 96 stacks).
           if (seq[i].kind == GbnfElement::Kind::kRuleRef && seq[i].rule != q &&
-              inlinable(seq[i].rule)) {
+              inlinable(seq[i].rule) &&
+              (i == 0 || g->rules[seq[i].rule].alternatives.size() == 1)) {
             at = i;
             break;
           }
@@ -298,12 +302,17 @@ void Lower(const GbnfGrammar& g, CompiledGrammarData* d) {
     if (rule_map[r] < 0) {
       rule_map[r] = static_cast<int32_t>(d->alts.size());
       d->alts.emplace_back();
+      const GbnfRule& rule = g.rules[r];
+      d->rule_repeat.push_back(rule.repeat ? 1 : 0);
+      d->rule_min.push_back(rule.repeat ? rule.repeat_min : 0);
+      d->rule_max.push_back(rule.repeat ? rule.repeat_max : 0);
       todo.push_back(r);
     }
     return rule_map[r];
   };
   d->elems.push_back(Elem{ElemKind::kRef, rule_id(g.root)});
   d->elems.push_back(Elem{ElemKind::kEnd, -1});
+  d->elem_rule.assign(2, -1);
   for (size_t t = 0; t < todo.size(); ++t) {
     const int32_t r = todo[t];
     const int32_t lr = rule_map[r];
@@ -320,8 +329,41 @@ void Lower(const GbnfGrammar& g, CompiledGrammarData* d) {
           if (inserted) d->classes.push_back(BuildByteClass(ranges));
           d->elems.push_back(Elem{ElemKind::kClass, it->second});
         }
+        d->elem_rule.push_back(lr);
       }
-      d->elems.push_back(Elem{ElemKind::kEnd, -1});
+      d->elems.push_back(Elem{g.rules[r].repeat ? ElemKind::kLoop : ElemKind::kEnd, -1});
+      d->elem_rule.push_back(lr);
+    }
+  }
+  // Nullable rules, and repetition rules whose round may be empty.
+  const size_t nr = d->alts.size();
+  std::vector<uint8_t> nullable(nr, 0);
+  d->rule_body_nullable.assign(nr, 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t r = 0; r < nr; ++r) {
+      if (nullable[r] && (!d->rule_repeat[r] || d->rule_body_nullable[r])) continue;
+      bool body = false;
+      for (int32_t a : d->alts[r]) {
+        bool all = true;
+        for (int32_t e = a;
+             d->elems[e].kind == ElemKind::kRef || d->elems[e].kind == ElemKind::kClass; ++e) {
+          if (d->elems[e].kind == ElemKind::kClass || !nullable[d->elems[e].arg]) {
+            all = false;
+            break;
+          }
+        }
+        body = body || all;
+      }
+      const bool now = body || (d->rule_repeat[r] && d->rule_min[r] == 0);
+      if (now && !nullable[r]) {
+        nullable[r] = 1;
+        changed = true;
+      }
+      if (d->rule_repeat[r] && body && !d->rule_body_nullable[r]) {
+        d->rule_body_nullable[r] = 1;
+        changed = true;
+      }
     }
   }
   // Locations.
@@ -361,22 +403,39 @@ class FrameDfa {
       if (inserted) representative_.push_back(static_cast<uint8_t>(b));
     }
     num_byte_classes_ = static_cast<int32_t>(representative_.size());
+    // Bytes each class state does not refuse.
+    live_base_.resize(g.classes.size());
+    for (size_t c = 0; c < g.classes.size(); ++c) {
+      live_base_[c] = static_cast<int32_t>(class_live_.size());
+      for (int32_t s = 0; s < g.classes[c].num_states; ++s) {
+        std::array<uint64_t, 4> m{};
+        for (int b = 0; b < 256; ++b) {
+          if (g.classes[c].trans[s * 256 + b] != ByteClass::kReject)
+            m[b >> 6] |= uint64_t{1} << (b & 63);
+        }
+        class_live_.push_back(m);
+      }
+    }
     Intern({});  // 0: dead
   }
 
-  int32_t Start(int32_t loc) {
-    std::vector<int32_t> set{pool_->Intern(loc, 0)};
+  int32_t Start(const std::vector<std::pair<int32_t, int32_t>>& frames) {
+    int32_t node = 0;
+    for (size_t i = frames.size(); i-- > 0;) {
+      node = pool_->Intern(frames[i].first, frames[i].second, node);
+    }
+    std::vector<int32_t> set{node};
     return Intern(std::move(set));
   }
 
   int32_t Next(int32_t state, uint8_t byte) {
+    if (!((live_[state][byte >> 6] >> (byte & 63)) & 1)) return 0;
     const int32_t bc = byte_class_[byte];
-    int32_t& slot = trans_[static_cast<size_t>(state) * num_byte_classes_ + bc];
-    if (slot >= 0) return slot;
+    const int32_t known = trans_[static_cast<size_t>(state) * num_byte_classes_ + bc];
+    if (known >= 0) return known;
     std::vector<int32_t> out;
     stepper_.Step(pool_, sets_[state], representative_[bc], &out);
     const int32_t next = Intern(std::move(out));
-    // Intern may have grown trans_: index again.
     trans_[static_cast<size_t>(state) * num_byte_classes_ + bc] = next;
     return next;
   }
@@ -389,6 +448,16 @@ class FrameDfa {
     auto [it, inserted] = ids_.try_emplace(set, static_cast<int32_t>(sets_.size()));
     if (inserted) {
       has_exit_.push_back(!set.empty() && set[0] == 0);
+      std::array<uint64_t, 4> live{};
+      for (const int32_t n : set) {
+        if (n == 0) continue;
+        const StackPool::Node& node = pool_->node(n);
+        const int32_t e = g_.loc_elem[node.loc];
+        const std::array<uint64_t, 4>& m =
+            class_live_[live_base_[g_.elems[e].arg] + g_.loc_state[node.loc]];
+        for (int w = 0; w < 4; ++w) live[w] |= m[w];
+      }
+      live_.push_back(live);
       sets_.push_back(std::move(set));
       trans_.resize(sets_.size() * num_byte_classes_, -1);
     }
@@ -398,6 +467,9 @@ class FrameDfa {
   const CompiledGrammarData& g_;
   StackPool* pool_;
   Stepper stepper_;
+  std::vector<int32_t> live_base_;                   // class -> first index in class_live_
+  std::vector<std::array<uint64_t, 4>> class_live_;  // class state -> bytes not refused
+  std::vector<std::array<uint64_t, 4>> live_;        // DFA state -> bytes some stack takes
   int32_t byte_class_[256];
   std::vector<uint8_t> representative_;
   int32_t num_byte_classes_ = 0;
@@ -407,61 +479,192 @@ class FrameDfa {
   std::vector<int32_t> trans_;
 };
 
-void BuildCaches(CompiledGrammarData* d) {
-  const VocabData& v = d->vocab.data();
-  const int32_t vocab = static_cast<int32_t>(v.bytes.size());
-  const size_t words = (static_cast<size_t>(vocab) + 63) / 64;
+}  // namespace
+
+struct FrameWalker::Impl {
+  explicit Impl(const CompiledGrammarData& g) : g(g), dfa(g, &pool) {}
+  const CompiledGrammarData& g;
   StackPool pool;
-  FrameDfa dfa(*d, &pool);
+  FrameDfa dfa;
+  std::vector<int32_t> state, accepted;
+  std::vector<uint8_t> exit_before;
+};
+
+FrameWalker::FrameWalker(const CompiledGrammarData& g) : impl_(std::make_unique<Impl>(g)) {}
+FrameWalker::~FrameWalker() = default;
+size_t FrameWalker::num_states() const { return impl_->dfa.num_states(); }
+
+PositionCache FrameWalker::Walk(const std::vector<std::pair<int32_t, int32_t>>& frames,
+                                bool complete) {
+  Impl& w = *impl_;
+  const VocabData& v = w.g.vocab.data();
+  w.state.resize(v.max_len + 2);
+  w.exit_before.resize(v.max_len + 2);
+  w.accepted.clear();
+  PositionCache cache;
+  w.state[0] = w.dfa.Start(frames);
+  w.exit_before[0] = 0;
+  const std::vector<TrieNode>& trie = v.trie;
+  size_t i = 1;
+  while (i < trie.size()) {
+    const TrieNode& node = trie[i];
+    const int k = node.depth;
+    const int32_t prev = w.state[k - 1];
+    // A token is uncertain when, with bytes left, some path left the frame.
+    // (With the whole stack, leaving it with bytes left is a rejection.)
+    const bool exited = !complete && (w.exit_before[k - 1] || w.dfa.HasExit(prev));
+    const int32_t s = w.dfa.Next(prev, node.byte);
+    if (s == 0) {
+      if (exited) {
+        for (int32_t t = node.tok_lo; t < node.tok_hi; ++t) cache.uncertain.push_back(t);
+      }
+      i = node.end;
+      continue;
+    }
+    w.state[k] = s;
+    w.exit_before[k] = exited;
+    for (int32_t t = node.tok_lo; t < node.here_hi; ++t) w.accepted.push_back(t);
+    ++i;
+  }
+  SetAccepted(v, w.accepted, &cache);
+  return cache;
+}
+
+void FrameWalker::SetAccepted(const VocabData& v, const std::vector<int32_t>& sorted_indices,
+                              PositionCache* cache) {
+  const size_t vocab = v.bytes.size();
+  cache->accepted_count = static_cast<int32_t>(sorted_indices.size());
+  cache->accepted_bits.clear();
+  cache->accepted_ids.clear();
+  if (sorted_indices.size() * 32 > vocab) {
+    cache->accepted_bits.assign((vocab + 63) / 64, 0);
+    for (int32_t t : sorted_indices) {
+      const int32_t id = v.sorted[t];
+      cache->accepted_bits[id >> 6] |= uint64_t{1} << (id & 63);
+    }
+  } else {
+    cache->accepted_ids.reserve(sorted_indices.size());
+    for (int32_t t : sorted_indices) cache->accepted_ids.push_back(v.sorted[t]);
+    std::sort(cache->accepted_ids.begin(), cache->accepted_ids.end());
+  }
+}
+
+PositionCache FrameWalker::Refine(const std::vector<std::pair<int32_t, int32_t>>& frames,
+                                  bool complete, const PositionCache& shallower) {
+  Impl& w = *impl_;
+  const VocabData& v = w.g.vocab.data();
+  w.state.resize(v.max_len + 2);
+  w.exit_before.resize(v.max_len + 2);
+  // The shallower accepted set, as sorted indices, plus what this walk settles.
+  w.accepted.clear();
+  if (!shallower.accepted_bits.empty()) {
+    for (size_t word = 0; word < shallower.accepted_bits.size(); ++word) {
+      for (uint64_t bits = shallower.accepted_bits[word]; bits != 0; bits &= bits - 1) {
+        const int32_t id = static_cast<int32_t>(word * 64 + __builtin_ctzll(bits));
+        w.accepted.push_back(v.sorted_of[id]);
+      }
+    }
+  } else {
+    for (int32_t id : shallower.accepted_ids) w.accepted.push_back(v.sorted_of[id]);
+  }
+  PositionCache cache;
+  w.state[0] = w.dfa.Start(frames);
+  w.exit_before[0] = 0;
+  std::string_view prev;
+  size_t valid = 0;  // state[0..valid] hold the walk of prev[0..k)
+  for (const int32_t t : shallower.uncertain) {
+    const std::string_view b = v.bytes[v.sorted[t]];
+    size_t k = 0;
+    const size_t limit = std::min({valid, b.size(), prev.size()});
+    while (k < limit && b[k] == prev[k]) ++k;
+    bool exited = k > 0 && w.exit_before[k];
+    while (k < b.size() && w.state[k] != 0) {
+      exited = !complete && (w.exit_before[k] || w.dfa.HasExit(w.state[k]));
+      w.state[k + 1] = w.dfa.Next(w.state[k], static_cast<uint8_t>(b[k]));
+      w.exit_before[k + 1] = exited;
+      ++k;
+    }
+    prev = b;
+    valid = k;
+    if (k == b.size() && w.state[k] != 0) {
+      w.accepted.push_back(t);
+    } else if (w.exit_before[k]) {
+      cache.uncertain.push_back(t);
+    }
+  }
+  SetAccepted(v, w.accepted, &cache);
+  return cache;
+}
+
+CompiledGrammarData::~CompiledGrammarData() = default;
+
+uint64_t CompiledGrammarData::FrameKey(int32_t loc, int32_t counter) const {
+  const int32_t r = elem_rule[loc_elem[loc]];
+  uint64_t rmin = 0, rmax = 0;
+  if (r >= 0 && rule_repeat[r]) {
+    const int32_t min = rule_min[r], max = rule_max[r];
+    if (rule_body_nullable[r]) {
+      rmin = static_cast<uint64_t>(std::max(min - counter, 0));
+      rmax = max < 0 ? 0xFFFF : static_cast<uint64_t>(max - counter);
+    } else {
+      // A round takes a byte at least, so a token ends fewer than counter_cap rounds.
+      rmin = static_cast<uint64_t>(std::clamp(min - counter, 0, counter_cap));
+      rmax = max < 0 ? static_cast<uint64_t>(counter_cap)
+                     : static_cast<uint64_t>(std::min(max - counter, counter_cap));
+    }
+  }
+  return (static_cast<uint64_t>(static_cast<uint32_t>(loc)) << 32) | (rmin << 16) | rmax;
+}
+
+SuffixKey CompiledGrammarData::KeyOf(const StackPool& pool, int32_t node, int frames) const {
+  SuffixKey key;
+  int32_t n = node;
+  while (key.n < frames && n != 0) {
+    const StackPool::Node& x = pool.node(n);
+    key.k[key.n++] = FrameKey(x.loc, x.counter);
+    n = x.parent;
+  }
+  // One frame is never "the whole stack": the compiler's one-frame sets serve every stack; a
+  // deeper key tells when it reached the bottom.
+  key.complete = n == 0 && frames > 1;
+  return key;
+}
+
+const PositionCache& CompiledGrammarData::Cache(const StackPool& pool, int32_t node, int frames,
+                                                const SuffixKey& key,
+                                                const PositionCache* shallower) const {
+  absl::MutexLock lock(&mu);
+  auto it = cache_index.find(key);
+  if (it != cache_index.end()) return *it->second;
+  std::vector<std::pair<int32_t, int32_t>> chain;
+  for (int32_t n = node; n != 0 && static_cast<int>(chain.size()) < frames;
+       n = pool.node(n).parent) {
+    chain.emplace_back(pool.node(n).loc, pool.node(n).counter);
+  }
+  // The walker's frame DFA only grows; start it again when it got large.
+  if (walker == nullptr || walker->num_states() > 200000)
+    walker = std::make_unique<FrameWalker>(*this);
+  caches.push_back(shallower != nullptr ? walker->Refine(chain, key.complete, *shallower)
+                                        : walker->Walk(chain, key.complete));
+  cache_index.emplace(key, &caches.back());
+  return caches.back();
+}
+
+namespace {
+
+void BuildCaches(CompiledGrammarData* d) {
   const int32_t nloc = static_cast<int32_t>(d->loc_elem.size());
-  d->cache_of_loc.assign(nloc, -1);
-  std::vector<int32_t> state(v.max_len + 2, 0);
-  std::vector<uint8_t> exit_before(v.max_len + 2, 0);
-  std::vector<int32_t> accepted;  // sorted indices
+  StackPool pool;
   for (int32_t loc = 0; loc < nloc; ++loc) {
     if (d->elems[d->loc_elem[loc]].kind != ElemKind::kClass) continue;
-    PositionCache cache;
-    accepted.clear();
-    state[0] = dfa.Start(loc);
-    exit_before[0] = 0;
-    const std::vector<TrieNode>& trie = v.trie;
-    size_t i = 1;
-    while (i < trie.size()) {
-      const TrieNode& node = trie[i];
-      const int k = node.depth;
-      const int32_t prev = state[k - 1];
-      const bool exited = exit_before[k - 1] || dfa.HasExit(prev);
-      const int32_t s = prev == 0 ? 0 : dfa.Next(prev, node.byte);
-      if (s == 0) {
-        if (exited) {
-          for (int32_t t = node.tok_lo; t < node.tok_hi; ++t) cache.uncertain.push_back(t);
-        }
-        i = node.end;
-        continue;
-      }
-      state[k] = s;
-      exit_before[k] = exited;
-      for (int32_t t = node.tok_lo; t < node.here_hi; ++t) accepted.push_back(t);
-      ++i;
-    }
-    cache.accepted_count = static_cast<int32_t>(accepted.size());
-    if (accepted.size() * 32 > static_cast<size_t>(vocab)) {
-      cache.accepted_bits.assign(words, 0);
-      for (int32_t t : accepted) {
-        const int32_t id = v.sorted[t];
-        cache.accepted_bits[id >> 6] |= uint64_t{1} << (id & 63);
-      }
-    } else {
-      cache.accepted_ids.reserve(accepted.size());
-      for (int32_t t : accepted) cache.accepted_ids.push_back(v.sorted[t]);
-      std::sort(cache.accepted_ids.begin(), cache.accepted_ids.end());
-    }
-    d->stats.uncertain_tokens += static_cast<int64_t>(cache.uncertain.size());
-    d->stats.cache_bytes +=
-        static_cast<int64_t>(cache.accepted_bits.size() * 8 + cache.accepted_ids.size() * 4 +
-                             cache.uncertain.size() * 4);
-    d->cache_of_loc[loc] = static_cast<int32_t>(d->caches.size());
-    d->caches.push_back(std::move(cache));
+    // The one-frame sets (counter 0), as a stack whose frame below is unknown.
+    const int32_t node = pool.Intern(loc, 0, pool.Intern(0, 0, 0));
+    SuffixKey key = d->KeyOf(pool, node, 1);
+    const PositionCache& c = d->Cache(pool, node, 1, key);
+    d->stats.uncertain_tokens += static_cast<int64_t>(c.uncertain.size());
+    d->stats.cache_bytes += static_cast<int64_t>(
+        c.accepted_bits.size() * 8 + c.accepted_ids.size() * 4 + c.uncertain.size() * 4);
+    ++d->stats.positions;
   }
 }
 
@@ -470,13 +673,15 @@ void BuildCaches(CompiledGrammarData* d) {
 absl::StatusOr<std::unique_ptr<CompiledGrammarData>> BuildCompiledGrammar(GbnfGrammar grammar,
                                                                           const Vocabulary& vocab) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto d = std::make_unique<CompiledGrammarData>(CompiledGrammarData{vocab});
+  auto d = std::make_unique<CompiledGrammarData>(vocab);
   d->gbnf = grammar;
   InlineSmallRules(&grammar);
   Lower(grammar, d.get());
+  size_t longest = 0;
+  for (int32_t id : vocab.data().sorted) longest = std::max(longest, vocab.data().bytes[id].size());
+  d->counter_cap = static_cast<int32_t>(std::min<size_t>(longest + 2, 0xFFF0));
   BuildCaches(d.get());
   d->stats.rules = static_cast<int32_t>(d->alts.size());
-  d->stats.positions = static_cast<int32_t>(d->caches.size());
   d->stats.compile_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return d;

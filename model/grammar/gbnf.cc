@@ -157,6 +157,7 @@ class Parser {
     const int32_t id = static_cast<int32_t>(grammar_.rules.size());
     grammar_.rules.push_back(GbnfRule{std::string(name), {}, false});
     defined_.push_back(false);
+    dead_.push_back(false);
     rule_offset_.push_back(0);
     names_.emplace(std::string(name), id);
     return id;
@@ -167,6 +168,7 @@ class Parser {
     std::string name = absl::StrCat(grammar_.rules[parent].name, "-", ++generated_count_[parent]);
     grammar_.rules.push_back(GbnfRule{std::move(name), {}, true});
     defined_.push_back(true);
+    dead_.push_back(false);
     rule_offset_.push_back(rule_offset_[parent]);
     return id;
   }
@@ -190,7 +192,9 @@ class Parser {
     defined_[id] = true;
     rule_offset_[id] = start;
     current_rule_ = id;
-    return ParseAlternatives(id, /*depth=*/0);
+    absl::Status s = ParseAlternatives(id, /*depth=*/0);
+    if (s.ok()) CollapseRepetition(id);
+    return s;
   }
 
   // Parses alternatives into rule `id` until ')' (nested) or the next rule / end (top level).
@@ -315,6 +319,7 @@ class Parser {
   absl::Status ParseItem(int32_t id, int depth) {
     const size_t item_start = grammar_.rules[id].alternatives.back().size();
     const size_t start = pos_;
+    int32_t group_rule = -1;  // the item is a group of several elements: its rule
     const char c = Peek();
     if (c == '"') {
       ++pos_;
@@ -369,10 +374,27 @@ class Parser {
       absl::Status s = ParseAlternatives(sub, depth + 1);
       if (!s.ok()) return s;
       ++pos_;  // ')'
-      GbnfElement e;
-      e.kind = GbnfElement::Kind::kRuleRef;
-      e.rule = sub;
-      Append(id, std::move(e));
+      std::vector<GbnfSequence>& alts = grammar_.rules[sub].alternatives;
+      if (alts.size() == 1 && alts[0].size() == 1) {
+        // A group of one element is that element.
+        GbnfElement e = std::move(alts[0][0]);
+        for (Ref& ref : refs_) {
+          if (ref.rule == sub) {
+            ref.rule = id;
+            ref.alt = static_cast<int32_t>(grammar_.rules[id].alternatives.size() - 1);
+            ref.elem = static_cast<int32_t>(grammar_.rules[id].alternatives.back().size());
+          }
+        }
+        alts.clear();
+        dead_[sub] = true;
+        Append(id, std::move(e));
+      } else {
+        GbnfElement e;
+        e.kind = GbnfElement::Kind::kRuleRef;
+        e.rule = sub;
+        Append(id, std::move(e));
+        group_rule = sub;
+      }
     } else if (IsNameChar(c)) {
       std::string_view name = ParseName();
       const int32_t ref_id = RuleId(name);
@@ -450,18 +472,21 @@ class Parser {
       // An empty literal repeated is still empty.
       return absl::OkStatus();
     }
-    return Repeat(id, item_start, min, max, start);
+    return Repeat(id, item_start, min, max, start, group_rule);
   }
 
   // Replaces the last item (elements from item_start on) of rule id's current alternative by
-  // its repetition {min,max} (max -1: unbounded).
-  absl::Status Repeat(int32_t id, size_t item_start, int min, int max, size_t offset) {
+  // its repetition {min,max} (max -1: unbounded): `?` an optional rule, `*` a right-recursive
+  // rule, `+` a copy and `*`, {1} a copy; any other count a repetition rule (GbnfRule::
+  // repeat_min/max), whose counter lives in the matcher's stacks, so {0,200} costs one copy.
+  absl::Status Repeat(int32_t id, size_t item_start, int min, int max, size_t offset,
+                      int32_t group_rule) {
     GbnfSequence& seq0 = grammar_.rules[id].alternatives.back();
     GbnfSequence item(seq0.begin() + item_start, seq0.end());
     seq0.resize(item_start);
-    const size_t cost =
-        item.size() * static_cast<size_t>(std::max(min, 1) + (max < 0 ? 1 : max - min));
-    element_count_ += cost;
+    const bool counted = !((min <= 1 && max < 0) || (min == 0 && max == 1) || max == min);
+    const int copies = counted ? 1 : (max == min ? min : min + 1);
+    element_count_ += item.size() * static_cast<size_t>(std::max(copies, 1));
     if (element_count_ > kMaxElements) {
       return ErrorAt(offset, absl::StrCat("the grammar has more than ", kMaxElements,
                                           " elements after expanding repetitions"));
@@ -489,13 +514,35 @@ class Parser {
         refs_.push_back(std::move(r));
       }
     };
-    for (int i = 0; i < min; ++i) emit_copy(id, alt_index);
     auto ref_to = [](int32_t rule) {
       GbnfElement e;
       e.kind = GbnfElement::Kind::kRuleRef;
       e.rule = rule;
       return e;
     };
+    if (counted) {
+      const int32_t rep = NewGeneratedRule(current_rule_);
+      GbnfRule& r = grammar_.rules[rep];
+      r.repeat = true;
+      r.repeat_min = min;
+      r.repeat_max = max;
+      if (group_rule >= 0 && item.size() == 1 && item[0].kind == GbnfElement::Kind::kRuleRef &&
+          item[0].rule == group_rule) {
+        // (a | b){m,n}: the group's alternatives are the repeated body.
+        r.alternatives = std::move(grammar_.rules[group_rule].alternatives);
+        grammar_.rules[group_rule].alternatives.clear();
+        dead_[group_rule] = true;
+        for (Ref& ref : refs_) {
+          if (ref.rule == group_rule) ref.rule = rep;
+        }
+      } else {
+        r.alternatives.emplace_back();
+        emit_copy(rep, 0);
+      }
+      grammar_.rules[id].alternatives[alt_index].push_back(ref_to(rep));
+      return absl::OkStatus();
+    }
+    for (int i = 0; i < min; ++i) emit_copy(id, alt_index);
     if (max < 0) {
       // star ::= item star | ""
       const int32_t star = NewGeneratedRule(current_rule_);
@@ -505,19 +552,39 @@ class Parser {
       grammar_.rules[star].alternatives.emplace_back();
       grammar_.rules[id].alternatives[alt_index].push_back(ref_to(star));
     } else if (max > min) {
-      // opt_k ::= item opt_{k+1} | ""   (the last: item | "")
-      int32_t next = -1;
-      for (int k = max - min; k >= 1; --k) {
-        const int32_t opt = NewGeneratedRule(current_rule_);
-        grammar_.rules[opt].alternatives.emplace_back();
-        emit_copy(opt, 0);
-        if (next >= 0) grammar_.rules[opt].alternatives[0].push_back(ref_to(next));
-        grammar_.rules[opt].alternatives.emplace_back();
-        next = opt;
-      }
-      grammar_.rules[id].alternatives[alt_index].push_back(ref_to(next));
+      // opt ::= item | ""
+      const int32_t opt = NewGeneratedRule(current_rule_);
+      grammar_.rules[opt].alternatives.emplace_back();
+      emit_copy(opt, 0);
+      grammar_.rules[opt].alternatives.emplace_back();
+      grammar_.rules[id].alternatives[alt_index].push_back(ref_to(opt));
     }
     return absl::OkStatus();
+  }
+
+  // `name ::= X{m,n}` alone: the rule is that repetition (so ToString's "(...){m,n}" parses
+  // back to the same rule).
+  void CollapseRepetition(int32_t id) {
+    GbnfRule& r = grammar_.rules[id];
+    if (r.alternatives.size() != 1 || r.alternatives[0].size() != 1) return;
+    const GbnfElement& e = r.alternatives[0][0];
+    if (e.kind != GbnfElement::Kind::kRuleRef || e.rule <= id) return;
+    GbnfRule& g = grammar_.rules[e.rule];
+    if (!g.generated || !g.repeat || rule_offset_[e.rule] != rule_offset_[id]) return;
+    const int32_t gid = e.rule;
+    for (const Ref& ref : refs_) {
+      if (ref.rule == id) return;  // the element itself is a pending name: not a generated rule
+    }
+    r.alternatives = std::move(g.alternatives);
+    r.repeat = true;
+    r.repeat_min = g.repeat_min;
+    r.repeat_max = g.repeat_max;
+    g.alternatives.clear();
+    g.repeat = false;
+    dead_[gid] = true;
+    for (Ref& ref : refs_) {
+      if (ref.rule == gid) ref.rule = id;
+    }
   }
 
   void RenameGeneratedCollisions() {
@@ -537,12 +604,14 @@ class Parser {
   // Rules in the order of their definitions (generated ones after their rule), so ToString's
   // text parses back to the same order and prints the same.
   void SortByDefinition() {
-    const size_t n = grammar_.rules.size();
-    std::vector<int32_t> order(n);
-    for (size_t i = 0; i < n; ++i) order[i] = static_cast<int32_t>(i);
+    std::vector<int32_t> order;
+    for (size_t i = 0; i < grammar_.rules.size(); ++i) {
+      if (!dead_[i]) order.push_back(static_cast<int32_t>(i));
+    }
     std::stable_sort(order.begin(), order.end(),
                      [&](int32_t a, int32_t b) { return rule_offset_[a] < rule_offset_[b]; });
-    std::vector<int32_t> new_index(n);
+    const size_t n = order.size();
+    std::vector<int32_t> new_index(grammar_.rules.size(), -1);
     for (size_t i = 0; i < n; ++i) new_index[order[i]] = static_cast<int32_t>(i);
     std::vector<GbnfRule> rules(n);
     std::vector<size_t> offsets(n);
@@ -592,6 +661,11 @@ class Parser {
       changed = false;
       for (size_t r = 0; r < n; ++r) {
         if (productive[r]) continue;
+        if (grammar_.rules[r].repeat && grammar_.rules[r].repeat_min == 0) {
+          productive[r] = true;
+          changed = true;
+          continue;
+        }
         for (const GbnfSequence& seq : grammar_.rules[r].alternatives) {
           bool ok = true;
           for (const GbnfElement& e : seq) {
@@ -643,6 +717,11 @@ class Parser {
       changed = false;
       for (size_t r = 0; r < n; ++r) {
         if (nullable[r]) continue;
+        if (grammar_.rules[r].repeat && grammar_.rules[r].repeat_min == 0) {
+          nullable[r] = true;
+          changed = true;
+          continue;
+        }
         for (const GbnfSequence& seq : grammar_.rules[r].alternatives) {
           bool all = true;
           for (const GbnfElement& e : seq) {
@@ -671,7 +750,8 @@ class Parser {
         for (size_t i = 0; i < seq.size(); ++i) {
           const GbnfElement& e = seq[i];
           if (e.kind != GbnfElement::Kind::kRuleRef) break;
-          edges[r].push_back({e.rule, i + 1 < seq.size()});
+          // In a repetition rule every alternative is followed by the next round.
+          edges[r].push_back({e.rule, i + 1 < seq.size() || grammar_.rules[r].repeat});
           if (!nullable[e.rule]) break;
         }
       }
@@ -749,6 +829,7 @@ class Parser {
   size_t pos_ = 0;
   GbnfGrammar grammar_;
   std::vector<bool> defined_;
+  std::vector<bool> dead_;  // absorbed by another rule; dropped after parsing
   std::vector<size_t> rule_offset_;
   absl::flat_hash_map<std::string, int32_t> names_;
   absl::flat_hash_map<int32_t, int> generated_count_;
@@ -806,6 +887,7 @@ std::string GbnfGrammar::ToString() const {
   std::string out;
   for (const GbnfRule& rule : rules) {
     absl::StrAppend(&out, rule.name, " ::=");
+    if (rule.repeat) out += " (";
     for (size_t a = 0; a < rule.alternatives.size(); ++a) {
       if (a > 0) out += " |";
       const GbnfSequence& seq = rule.alternatives[a];
@@ -844,6 +926,10 @@ std::string GbnfGrammar::ToString() const {
       }
       if (in_literal) out += '"';
       if (seq.empty()) out += " \"\"";
+    }
+    if (rule.repeat) {
+      out += rule.repeat_max < 0 ? absl::StrCat(" ){", rule.repeat_min, ",}")
+                                 : absl::StrCat(" ){", rule.repeat_min, ",", rule.repeat_max, "}");
     }
     out += '\n';
   }

@@ -16,14 +16,17 @@
 //   (\xHH is the code point U+00HH, as in llama.cpp); "#" starts a comment to the line end.
 // Literals and classes are over Unicode code points (UTF-8 in the text); `.` is any code point.
 // The IR desugars groups and repetitions into generated rules (named "<rule>-<n>"), so an
-// element is only a character class or a rule reference.
+// element is only a character class or a rule reference: `?` an optional rule, `*` a
+// right-recursive rule, `+` a copy and a `*` rule, other counts ({2,5}, {3,}, {0,200}) a
+// counted repetition rule (GbnfRule::repeat), which the matcher runs with a counter instead of
+// copies. A group of one element is that element.
 //
 // Checked here, so every consumer (CompileGrammar, the JSON Schema and regex front ends) gets
 // it: every referenced rule is defined, the root rule exists, every rule can derive some finite
 // string, and no rule is left-recursive in a way the matcher's stacks cannot express (a cycle
 // of leftmost references through a non-tail position, e.g. `a ::= a "x" | "y"` or `a ::= b* a`).
 // Bounds (so hostile text cannot exhaust memory): 1 MiB of text, 200 levels of group nesting,
-// repetition counts up to 10,000, at most 2^20 elements after desugaring.
+// repetition counts up to 10,000, at most 2^20 elements.
 // Errors are InvalidArgument "gbnf: line L, column C: ..." (1-based; columns count bytes).
 //
 // Pure functions; thread-safe.
@@ -59,6 +62,11 @@ struct GbnfRule {
   std::string name;
   std::vector<GbnfSequence> alternatives;
   bool generated = false;  // made by desugaring a group or repetition
+  // A counted repetition: the rule matches [repeat_min, repeat_max] (max -1: unbounded)
+  // consecutive matches of its alternatives. Written `name ::= (alternatives){m,n}`.
+  bool repeat = false;
+  int32_t repeat_min = 0;
+  int32_t repeat_max = -1;
 };
 
 struct GbnfGrammar {

@@ -637,7 +637,9 @@ class Converter {
       } else {
         TANDEM_ASSIGN_OR_RETURN(item, Visit(it, ptr + "/items", depth + 1));
       }
-    } else if (prefix.empty()) {
+    } else if (prefix.empty() || min > static_cast<int64_t>(prefix.size())) {
+      // No `items`: further items are any values (JSON Schema); after prefixItems the grammar
+      // writes none unless minItems needs them.
       item = ValueRule();
     }
     const int64_t k = static_cast<int64_t>(prefix.size());

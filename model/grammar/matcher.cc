@@ -11,13 +11,21 @@
 namespace tandem {
 namespace grammar_internal {
 
+// A suffix whose sets leave more uncertain tokens than this is looked at one frame deeper.
+constexpr size_t kRefineAbove = 48;
+
 class MatcherState {
  public:
   explicit MatcherState(const CompiledGrammarData& g) : g(g), stepper(g) {
-    stepper.Expand(&pool, pool.Intern(0, 0), &stacks);
+    stepper.Expand(&pool, pool.Intern(0, 0, 0), &stacks);
   }
   MatcherState(const MatcherState& o)
-      : g(o.g), pool(o.pool), stepper(o.g), stacks(o.stacks), compacted_at(o.compacted_at) {}
+      : g(o.g),
+        pool(o.pool),
+        stepper(o.g),
+        stacks(o.stacks),
+        compacted_at(o.compacted_at),
+        memo(o.memo) {}
 
   // Walks `bytes` from `from`; false (and *out empty) when the grammar refuses them.
   bool Walk(const std::vector<int32_t>& from, std::string_view bytes, std::vector<int32_t>* out) {
@@ -37,13 +45,44 @@ class MatcherState {
     }
   }
 
+  const PositionCache& CacheOf(int32_t n, int frames, const SuffixKey& key,
+                               const PositionCache* shallower) {
+    auto [it, inserted] = memo.try_emplace(key, nullptr);
+    if (inserted) it->second = &g.Cache(pool, n, frames, key, shallower);
+    return *it->second;
+  }
+
+  // The sets to use for stack `n`: one frame, or deeper while too many tokens stay uncertain.
+  const PositionCache& SetsFor(int32_t n, SuffixKey* key_out) {
+    int frames = 1;
+    const PositionCache* shallower = nullptr;
+    while (true) {
+      const SuffixKey key = g.KeyOf(pool, n, frames);
+      const PositionCache& c = CacheOf(n, frames, key, shallower);
+      shallower = &c;
+      if (c.uncertain.size() <= kRefineAbove || key.complete || key.n < frames ||
+          frames == kMaxFrames) {
+        *key_out = key;
+        return c;
+      }
+      ++frames;
+    }
+  }
+
   const CompiledGrammarData& g;
   StackPool pool;
   Stepper stepper;
   std::vector<int32_t> stacks;  // sorted node ids
   size_t compacted_at = 0;
   std::vector<int32_t> scratch, walked;
-  std::vector<std::pair<int32_t, int32_t>> groups;  // (location, node)
+  struct Group {
+    SuffixKey key;
+    int32_t node;
+    const PositionCache* sets;
+    bool operator<(const Group& o) const { return key < o.key || (key == o.key && node < o.node); }
+  };
+  std::vector<Group> groups;
+  absl::flat_hash_map<SuffixKey, const PositionCache*> memo;
   std::vector<std::vector<int32_t>> levels;
 };
 
@@ -59,6 +98,7 @@ bool CacheAccepts(const PositionCache& c, int32_t token) {
 
 using grammar_internal::MatcherState;
 using grammar_internal::PositionCache;
+using grammar_internal::StackPool;
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar)
     : grammar_(std::move(grammar)), state_(std::make_unique<MatcherState>(grammar_->data())) {}
@@ -90,13 +130,10 @@ bool GrammarMatcher::IsAllowed(int32_t token) const {
   MatcherState& s = *state_;
   const int32_t sorted_index = v.sorted_of[token];
   bool uncertain = false;
-  int32_t last_loc = -1;
   for (const int32_t n : s.stacks) {
     if (n == 0) continue;
-    const int32_t loc = s.pool.node(n).loc;
-    if (loc == last_loc) continue;
-    last_loc = loc;
-    const PositionCache& c = g.caches[g.cache_of_loc[loc]];
+    grammar_internal::SuffixKey key;
+    const PositionCache& c = s.SetsFor(n, &key);
     if (grammar_internal::CacheAccepts(c, token)) return true;
     if (!uncertain && std::binary_search(c.uncertain.begin(), c.uncertain.end(), sorted_index)) {
       uncertain = true;
@@ -167,13 +204,17 @@ void GrammarMatcher::FillAllowedMask(std::vector<uint64_t>* bits) const {
   MatcherState& s = *state_;
   s.groups.clear();
   for (const int32_t n : s.stacks) {
-    if (n != 0) s.groups.emplace_back(s.pool.node(n).loc, n);
+    if (n == 0) continue;
+    MatcherState::Group grp;
+    grp.node = n;
+    grp.sets = &s.SetsFor(n, &grp.key);
+    s.groups.push_back(grp);
   }
   std::sort(s.groups.begin(), s.groups.end());
   // Accepted sets first, so uncertain tokens already allowed are skipped below.
   for (size_t i = 0; i < s.groups.size(); ++i) {
-    if (i > 0 && s.groups[i].first == s.groups[i - 1].first) continue;
-    const PositionCache& c = g.caches[g.cache_of_loc[s.groups[i].first]];
+    if (i > 0 && s.groups[i].key == s.groups[i - 1].key) continue;
+    const PositionCache& c = *s.groups[i].sets;
     if (!c.accepted_bits.empty()) {
       const uint64_t* a = c.accepted_bits.data();
       for (size_t w = 0; w < words; ++w) out[w] |= a[w];
@@ -187,11 +228,11 @@ void GrammarMatcher::FillAllowedMask(std::vector<uint64_t>* bits) const {
     size_t j = i;
     std::vector<int32_t>& base = s.levels[0];
     base.clear();
-    while (j < s.groups.size() && s.groups[j].first == s.groups[i].first) {
-      base.push_back(s.groups[j].second);
+    while (j < s.groups.size() && s.groups[j].key == s.groups[i].key) {
+      base.push_back(s.groups[j].node);
       ++j;
     }
-    const PositionCache& c = g.caches[g.cache_of_loc[s.groups[i].first]];
+    const PositionCache& c = *s.groups[i].sets;
     i = j;
     std::string_view prev;
     size_t valid = 0;  // levels[0..valid] hold the sets after prev[0..k)
@@ -212,6 +253,27 @@ void GrammarMatcher::FillAllowedMask(std::vector<uint64_t>* bits) const {
     }
   }
   s.pool.Truncate(mark);
+}
+
+std::string GrammarMatcher::DebugString() const {
+  MatcherState& s = *state_;
+  std::string out = absl::StrCat(s.stacks.size(), " stacks, pool ", s.pool.size(), "\n");
+  for (const int32_t n : s.stacks) {
+    if (n == 0) {
+      out += "  (end)\n";
+      continue;
+    }
+    const StackPool::Node& node = s.pool.node(n);
+    grammar_internal::SuffixKey key;
+    const PositionCache& c = s.SetsFor(n, &key);
+    int depth = 0;
+    for (int32_t p = n; p > 0; p = s.pool.node(p).parent) ++depth;
+    const int32_t r = s.g.elem_rule[s.g.loc_elem[node.loc]];
+    absl::StrAppend(&out, "  loc ", node.loc, " rule ", r, " counter ", node.counter, " depth ",
+                    depth, ", sets of ", key.n, key.complete ? " (all)" : "", " frames: accepted ",
+                    c.accepted_count, ", uncertain ", c.uncertain.size(), "\n");
+  }
+  return out;
 }
 
 bool GrammarMatcher::CanTerminate() const {

@@ -3,15 +3,18 @@
 //
 // State: a set of stacks (a byte-level pushdown automaton, as llama.cpp's grammar sampler keeps
 // it, with stacks shared as persistent linked lists and identical stacks merged). Each stack's
-// top is a byte-class position of the CompiledGrammar.
+// top is a byte-class location of the CompiledGrammar; a frame of a counted repetition carries
+// its round counter.
 //
 // The matcher knows nothing of end-of-sequence tokens: the caller allows the model's stop
 // tokens iff CanTerminate(), and must stop when IsTerminated() (no further byte can follow).
 // Special (control) tokens are never allowed; see Vocabulary.
 //
-// Speed: FillAllowedMask ORs the precomputed accepted sets of the state's positions and checks
-// only the uncertain tokens; IsAllowed walks one token's bytes (cheap: llama.cpp's lazy path,
-// sample first and compute the mask only when the sampled token is rejected).
+// Speed: FillAllowedMask ORs the precomputed accepted sets of the state's stack tops and checks
+// only the uncertain tokens; IsAllowed looks the token up in the same sets and walks its bytes
+// only when it is uncertain (cheap: llama.cpp's lazy path, sample first and compute the mask only
+// when the sampled token is rejected). The first visit of some states computes token sets the
+// grammar then keeps (CompiledGrammar), so a grammar's first request is slower than later ones.
 //
 // Copyable (a copy is an independent fork, for n > 1 choices). Not thread-safe, const methods
 // included (they use scratch space): one matcher per sequence, or lock around it.
@@ -19,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -62,6 +66,8 @@ class GrammarMatcher {
   bool IsTerminated() const;
 
   int32_t vocab_size() const;
+  // The state for debugging: stacks, and per cache key its accepted/uncertain counts.
+  std::string DebugString() const;
   const std::shared_ptr<const CompiledGrammar>& grammar() const { return grammar_; }
   // Tokens accepted so far (Accept, AcceptAll).
   int64_t tokens_accepted() const { return tokens_accepted_; }

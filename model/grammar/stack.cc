@@ -9,18 +9,19 @@ namespace tandem::grammar_internal {
 void StackPool::Clear() {
   nodes_.clear();
   index_.clear();
-  nodes_.push_back(Node{-1, -1});  // 0: the bottom
+  nodes_.push_back(Node{-1, 0, -1});  // 0: the bottom
 }
 
-int32_t StackPool::Intern(int32_t loc, int32_t parent) {
-  auto [it, inserted] = index_.try_emplace(Key(loc, parent), static_cast<int32_t>(nodes_.size()));
-  if (inserted) nodes_.push_back(Node{loc, parent});
+int32_t StackPool::Intern(int32_t loc, int32_t counter, int32_t parent) {
+  const Node n{loc, counter, parent};
+  auto [it, inserted] = index_.try_emplace(KeyOf(n), static_cast<int32_t>(nodes_.size()));
+  if (inserted) nodes_.push_back(n);
   return it->second;
 }
 
 void StackPool::Truncate(size_t n) {
   if (n < 1) n = 1;
-  for (size_t i = n; i < nodes_.size(); ++i) index_.erase(Key(nodes_[i].loc, nodes_[i].parent));
+  for (size_t i = n; i < nodes_.size(); ++i) index_.erase(KeyOf(nodes_[i]));
   nodes_.resize(std::min(n, nodes_.size()));
 }
 
@@ -39,7 +40,7 @@ void StackPool::Compact(std::vector<int32_t>* roots) {
     Node n = nodes_[i];
     if (i > 0) n.parent = remap[n.parent];  // parents precede children
     remap[i] = static_cast<int32_t>(kept.size());
-    if (i > 0) index_.emplace(Key(n.loc, n.parent), remap[i]);
+    if (i > 0) index_.emplace(KeyOf(n), remap[i]);
     kept.push_back(n);
   }
   nodes_ = std::move(kept);
@@ -61,6 +62,13 @@ void Stepper::BeginSet(const StackPool& pool) {
   if (stamp_.size() < pool.size()) stamp_.resize(pool.size() + 1024, 0);
 }
 
+int32_t Stepper::After(StackPool* pool, int32_t elem, int32_t counter, int32_t parent) {
+  // A frame that has nothing left is not kept (tail calls do not grow the stack); the end of a
+  // repetition round is kept, it decides what comes next.
+  if (g_.elems[elem + 1].kind == ElemKind::kEnd) return parent;
+  return pool->Intern(elem + 1, counter, parent);
+}
+
 void Stepper::ExpandInto(StackPool* pool, int32_t start, std::vector<int32_t>* out) {
   work_.clear();
   work_.push_back(start);
@@ -75,21 +83,39 @@ void Stepper::ExpandInto(StackPool* pool, int32_t start, std::vector<int32_t>* o
     const StackPool::Node node = pool->node(n);
     const int32_t e = g_.loc_elem[node.loc];
     const Elem& elem = g_.elems[e];
-    if (elem.kind == ElemKind::kClass) {
-      out->push_back(n);
-      continue;
-    }
-    // A rule reference (always in state 0): each alternative, continuing after the reference
-    // (the continuation is left out when the reference ends its alternative: tail calls do not
-    // grow the stack).
-    const int32_t cont =
-        g_.elems[e + 1].kind == ElemKind::kEnd ? node.parent : pool->Intern(e + 1, node.parent);
-    for (const int32_t a : g_.alts[elem.arg]) {
-      if (g_.elems[a].kind == ElemKind::kEnd) {
-        work_.push_back(cont);
-      } else {
-        work_.push_back(pool->Intern(a, cont));
+    switch (elem.kind) {
+      case ElemKind::kClass:
+        out->push_back(n);
+        break;
+      case ElemKind::kLoop: {
+        // One round of a repetition rule done.
+        const int32_t r = g_.elem_rule[e];
+        const int32_t min = g_.rule_min[r], max = g_.rule_max[r];
+        int32_t done = node.counter + 1;
+        if (max < 0) done = std::min(done, min);  // past the minimum, unbounded: all alike
+        if (max < 0 || done < max) {
+          for (const int32_t a : g_.alts[r]) work_.push_back(pool->Intern(a, done, node.parent));
+        }
+        if (node.counter + 1 >= min) work_.push_back(node.parent);
+        break;
       }
+      case ElemKind::kRef: {
+        const int32_t r = elem.arg;
+        const int32_t cont = After(pool, e, node.counter, node.parent);
+        if (g_.rule_repeat[r]) {
+          if (g_.rule_min[r] == 0) work_.push_back(cont);
+          if (g_.rule_max[r] != 0) {
+            for (const int32_t a : g_.alts[r]) work_.push_back(pool->Intern(a, 0, cont));
+          }
+        } else {
+          for (const int32_t a : g_.alts[r]) {
+            work_.push_back(g_.elems[a].kind == ElemKind::kEnd ? cont : pool->Intern(a, 0, cont));
+          }
+        }
+        break;
+      }
+      case ElemKind::kEnd:
+        break;  // never a node
     }
   }
 }
@@ -113,14 +139,12 @@ void Stepper::Step(StackPool* pool, const std::vector<int32_t>& in, uint8_t byte
     const int16_t t = cls.trans[g_.loc_state[node.loc] * 256 + byte];
     if (t == ByteClass::kReject) continue;
     if (t >= 1) {
-      const int32_t next = pool->Intern(g_.Loc(e, t), node.parent);
+      const int32_t next = pool->Intern(g_.Loc(e, t), node.counter, node.parent);
       if (Mark(next)) out->push_back(next);
       continue;
     }
     // The character is complete: on to the next element.
-    const int32_t after =
-        g_.elems[e + 1].kind == ElemKind::kEnd ? node.parent : pool->Intern(e + 1, node.parent);
-    ExpandInto(pool, after, out);
+    ExpandInto(pool, After(pool, e, node.counter, node.parent), out);
   }
   std::sort(out->begin(), out->end());
 }

@@ -77,13 +77,28 @@ TEST(GbnfTest, LiteralsClassesAndEscapes) {
 }
 
 TEST(GbnfTest, RepetitionsDesugarIntoRules) {
-  absl::StatusOr<GbnfGrammar> g = ParseGbnf("root ::= \"ab\"{2,4} x? x* x+\nx ::= \"x\"");
+  absl::StatusOr<GbnfGrammar> g =
+      ParseGbnf("root ::= \"ab\"{2,4} x? x* x+ x{1} [0-9]{3,} (x | \"y\"){0,200}\nx ::= \"x\"");
   ASSERT_TRUE(g.ok()) << g.status();
-  // "ab" "ab" then optional copies, then the x rules.
   const std::string text = g->ToString();
-  EXPECT_THAT(text, HasSubstr("root ::= \"abab\""));
+  // Counted repetitions are one rule with a counter, not copies.
+  EXPECT_THAT(text, HasSubstr("::= ( \"ab\" ){2,4}"));
+  EXPECT_THAT(text, HasSubstr("::= ( [0-9] ){3,}"));
+  EXPECT_THAT(text, HasSubstr("::= ( x | \"y\" ){0,200}"));
+  int repeats = 0;
+  for (const GbnfRule& r : g->rules) repeats += r.repeat;
+  EXPECT_EQ(repeats, 3);
   absl::StatusOr<GbnfGrammar> again = ParseGbnf(text);
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << text;
+  EXPECT_EQ(again->ToString(), text);
+  // A rule that is only a repetition is the repetition.
+  absl::StatusOr<GbnfGrammar> r = ParseGbnf("root ::= (\"a\" | \"bc\"){2,3}");
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->rules.size(), 1u);
+  EXPECT_TRUE(r->rules[0].repeat);
+  EXPECT_EQ(r->rules[0].repeat_min, 2);
+  EXPECT_EQ(r->rules[0].repeat_max, 3);
+  EXPECT_EQ(r->rules[0].alternatives.size(), 2u);
 }
 
 TEST(GbnfTest, GeneratedNamesDoNotCollideWithUserRules) {
@@ -135,9 +150,11 @@ TEST(GbnfTest, BoundsHostileInput) {
   std::string deep = "root ::= ";
   for (int i = 0; i < 300; ++i) deep += "(";
   EXPECT_THAT(Error(deep), HasSubstr("nested deeper than 200"));
-  EXPECT_THAT(Error("root ::= \"" + std::string(200, 'a') + "\"{10000}"), HasSubstr("elements"));
-  // Nested repetitions stay small: the repeated groups are rule references.
-  EXPECT_TRUE(ParseGbnf("root ::= (((\"a\"{1000}){1000}){1000})").ok());
+  EXPECT_THAT(Error("root ::= \"" + std::string(1 << 20, 'a') + "\""), HasSubstr("at most"));
+  // Repetitions stay small: a counted rule, not copies.
+  absl::StatusOr<GbnfGrammar> g = ParseGbnf("root ::= (((\"ab\"{1000}){1000}){1000})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_LT(g->rules.size(), 5u);
 }
 
 TEST(GbnfTest, LiteralHelper) {

@@ -1,6 +1,7 @@
 // Issue 25 item 2 at engine level, on SmolLM2's real vocabulary (label `model`; TANDEM_MODEL names
 // the GGUF; skipped visibly without it):
-//  * >= 1,000 random schemas over the supported keywords; for each, a constrained walk that picks
+//  * random schemas over the supported keywords until 1,000 walks finished; for each, a walk that
+//  picks
 //    random allowed tokens under random "temperatures" (bias toward short or long tokens, toward
 //    closing strings and containers, toward stopping) until the grammar is terminated or may end
 //    and a random stop is drawn. Every finished output must parse and validate against its
@@ -256,11 +257,14 @@ WalkOptions RandomTemperature(std::mt19937_64& rng) {
 }
 
 TEST_F(GrammarPropertyTest, RandomSchemasGenerateValidJson) {
-  const int kSchemas = 1000;
-  int finished = 0, invalid = 0, unfinished = 0;
+  // Schemas until 1,000 walks finished (a walk may hit the step bound, like finish_reason
+  // "length"; those are counted, not validated).
+  const int kGenerations = 1000, kMaxSchemas = 1300;
+  int finished = 0, invalid = 0, unfinished = 0, schemas = 0;
   double compile_ms = 0;
   std::mt19937_64 rng(2025);
-  for (int i = 0; i < kSchemas; ++i) {
+  for (int i = 0; i < kMaxSchemas && finished < kGenerations; ++i) {
+    ++schemas;
     SchemaGen gen(1000 + i);
     const Json schema = gen.Root();
     absl::StatusOr<std::string> gbnf = JsonSchemaToGbnf(schema);
@@ -285,10 +289,11 @@ TEST_F(GrammarPropertyTest, RandomSchemasGenerateValidJson) {
     }
   }
   std::printf("RESULT grammar_property_generations_invalid=%d/%d\n", invalid, finished);
-  std::printf("RESULT grammar_property_generations_unfinished=%d (step bound 600)\n", unfinished);
-  std::printf("RESULT grammar_property_mean_compile_ms=%.2f\n", compile_ms / kSchemas);
+  std::printf("RESULT grammar_property_generations_unfinished=%d (step bound 600) of %d schemas\n",
+              unfinished, schemas);
+  std::printf("RESULT grammar_property_mean_compile_ms=%.2f\n", compile_ms / schemas);
   EXPECT_EQ(invalid, 0);
-  EXPECT_GE(finished, 1000 * 8 / 10);
+  EXPECT_GE(finished, kGenerations);
 }
 
 TEST_F(GrammarPropertyTest, RandomRegexesGenerateMatches) {
