@@ -72,6 +72,14 @@ class PrefixCacheE2eTest : public ::testing::TestWithParam<Layout> {
     reference_ =
         new std::vector<std::vector<int32_t>>(ReferenceGreedy(*model_, Prompts(), kMaxTokens));
   }
+  // Each suite deriving from this fixture runs SetUpTestSuite again (LeakSanitizer saw the
+  // first suite's objects orphaned).
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+    delete reference_;
+    reference_ = nullptr;
+  }
   static std::string* model_;
   static std::vector<std::vector<int32_t>>* reference_;
 };
