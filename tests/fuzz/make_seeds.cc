@@ -218,6 +218,29 @@ void ChatTemplateSeeds() {
         "| dictsort }}");
 }
 
+// The grammar front ends: a first byte picks GBNF (0), JSON Schema (1) or regex (2).
+std::string Mode(char m) { return std::string(1, m); }
+
+void GrammarSeeds() {
+  Write("grammar", "gbnf-ambiguous.txt",
+        Mode(0) + R"(root ::= (("a" | "ab")? "b"*){0,5} [^\x00-\x7F]
+)");
+  Write("grammar", "gbnf-object.txt", Mode(0) + R"(root ::= "{" ws ("\"" [a-z]+ "\":" ws value)? "}"
+value ::= [0-9]+ | "true" | "[" value* "]"
+ws ::= [ \t\n]{0,3}
+)");
+  Write("grammar", "regex-classes.txt", Mode(2) + R"([a-c]{2,4}(x|yz)*\d+\.?[^"]?é)");
+  Write("grammar", "regex-groups.txt", Mode(2) + R"((?:ab|a)+(bc)?\w{0,3}$)");
+  Write(
+      "grammar", "schema-anyof.json",
+      Mode(1) +
+          R"({"anyOf":[{"type":"string","pattern":"^a[0-9]{2}$"},{"type":"null"},{"oneOf":[{"type":"boolean"},{"type":"number"}]}],"$defs":{"x":{"const":"y"}}})");
+  Write(
+      "grammar", "schema-object.json",
+      Mode(1) +
+          R"({"type":"object","properties":{"name":{"type":"string","maxLength":5},"n":{"type":"integer","minimum":-3,"maximum":40},"t":{"type":"array","items":{"enum":["a",1,null]},"maxItems":2},"r":{"$ref":"#"}},"required":["name"],"additionalProperties":{"type":"boolean"}})");
+}
+
 void RequestSeeds() {
   v1::GenerateRequest text;
   text.set_text("Tell me a story about a <|im_start|> token.");
@@ -323,6 +346,7 @@ int main(int argc, char** argv) {
   tandem::HfTokenizerSeeds();
   tandem::TokenizeSeeds();
   tandem::ChatTemplateSeeds();
+  tandem::GrammarSeeds();
   tandem::RequestSeeds();
   tandem::OpenAiSeeds();
   tandem::TransferSeeds();
