@@ -3,7 +3,8 @@
 //  * FillAllowedMask per step and per batch-of-16 step, walking 16 sequences through the schema
 //    (each picks random allowed tokens, ending strings soon, like a model writing the object);
 //  * IsAllowed per call (llama.cpp's lazy path: check the sampled token first).
-// Usage: grammar_bench [--model=PATH] (default $TANDEM_MODEL). Prints RESULT lines (measured).
+// Usage: grammar_bench [--model=PATH] (default $TANDEM_MODEL). Prints RESULT lines (measured);
+// GRAMMAR_BENCH_DEBUG=1 also prints the matcher state of every warm mask above 1 ms.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
