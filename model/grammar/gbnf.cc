@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "model/grammar/escapes.h"
 #include "model/grammar/string_view_util.h"
 #include "model/tokenizer/utf8.h"
 
@@ -19,6 +21,7 @@ namespace tandem {
 namespace {
 
 using grammar_internal::Av;
+using grammar_internal::ControlEscape;
 
 constexpr size_t kMaxTextBytes = 1 << 20;
 constexpr int kMaxNesting = 200;
@@ -233,20 +236,9 @@ class Parser {
       if (AtEnd()) return ErrorAt(start, "unfinished escape");
       const char e = Peek();
       ++pos_;
+      if (const std::optional<uint32_t> control = ControlEscape(e)) return *control;
       int digits = 0;
       switch (e) {
-        case 'n':
-          return uint32_t{'\n'};
-        case 'r':
-          return uint32_t{'\r'};
-        case 't':
-          return uint32_t{'\t'};
-        case 'f':
-          return uint32_t{'\f'};
-        case 'v':
-          return uint32_t{'\v'};
-        case '0':
-          return uint32_t{0};
         case '\\':
         case '"':
         case '[':

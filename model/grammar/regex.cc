@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "model/grammar/escapes.h"
 #include "model/grammar/gbnf.h"
 #include "model/grammar/string_view_util.h"
 #include "model/tokenizer/utf8.h"
@@ -21,6 +23,7 @@ constexpr int kMaxDepth = 200;
 constexpr uint32_t kMaxCp = 0x10FFFF;
 
 using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;  // inclusive
+using grammar_internal::ControlEscape;
 
 Ranges Merge(Ranges r) {
   std::sort(r.begin(), r.end());
@@ -313,6 +316,7 @@ class RegexParser {
       }
       return v;
     };
+    if (const std::optional<uint32_t> control = ControlEscape(e)) return *control;
     switch (e) {
       case 'd':
         *ranges = kDigit;
@@ -332,18 +336,6 @@ class RegexParser {
       case 'S':
         *ranges = Complement(kSpace);
         return 0u;
-      case 'n':
-        return uint32_t{'\n'};
-      case 'r':
-        return uint32_t{'\r'};
-      case 't':
-        return uint32_t{'\t'};
-      case 'f':
-        return uint32_t{'\f'};
-      case 'v':
-        return uint32_t{'\v'};
-      case '0':
-        return uint32_t{0};
       case 'x':
         return hex(2);
       case 'u': {
