@@ -25,9 +25,9 @@ absl::Status ValidatePromptInput(const PromptInput& prompt) {
       if (prompt.chat.empty()) return absl::InvalidArgumentError("chat has no messages");
       for (size_t i = 0; i < prompt.chat.size(); ++i) {
         const std::string& role = prompt.chat[i].role;
-        if (role != "system" && role != "user" && role != "assistant") {
-          return absl::InvalidArgumentError(absl::StrCat("chat message ", i, " has role '", role,
-                                                         "' (valid: system, user, assistant)"));
+        if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "chat message ", i, " has role '", role, "' (valid: system, user, assistant, tool)"));
         }
       }
       if (prompt.continue_final_message && prompt.add_generation_prompt) {

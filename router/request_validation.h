@@ -51,6 +51,9 @@ struct PromptInput {
   // add_generation_prompt) leave the last message open for the model to continue.
   bool add_generation_prompt = true;
   bool continue_final_message = false;
+  // kChat: the OpenAI `tools` array as JSON text, passed to a chat template that renders tools
+  // (chat_formatter.h); empty: `tools` is None.
+  std::string tools_json;
 };
 
 // `requested` empty means "the default model" and always passes.

@@ -92,10 +92,11 @@ absl::StatusOr<std::vector<int32_t>> ServedModel::Tokenize(const PromptInput& pr
     case PromptInput::Kind::kText:
       return tokenizer_->Encode(prompt.text, /*parse_special=*/true);
     case PromptInput::Kind::kChat: {
-      TANDEM_ASSIGN_OR_RETURN(const std::string text,
-                              prompt.continue_final_message
-                                  ? chat_->FormatContinuingLast(prompt.chat)
-                                  : chat_->Format(prompt.chat, prompt.add_generation_prompt));
+      TANDEM_ASSIGN_OR_RETURN(
+          const std::string text,
+          prompt.continue_final_message
+              ? chat_->FormatContinuingLast(prompt.chat, prompt.tools_json)
+              : chat_->Format(prompt.chat, prompt.add_generation_prompt, prompt.tools_json));
       return tokenizer_->Encode(text, /*parse_special=*/true, /*with_bos=*/chat_->add_bos());
     }
     case PromptInput::Kind::kTokenIds:

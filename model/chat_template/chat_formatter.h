@@ -2,8 +2,10 @@
 // tokenizer.chat_template, a HF checkpoint's chat_template.jinja or tokenizer_config.json
 // chat_template, or a --chat_template FILE that overrides them), rendered as transformers'
 // apply_chat_template renders it — messages, add_generation_prompt, bos_token and eos_token,
-// tools and documents None; or, for a model without a template, ChatML (chat.h FormatChatMl),
-// the documented fallback.
+// tools (the OpenAI `tools` array, or None) and documents None; messages carry `tool_calls`
+// (OpenAI objects, each `function.arguments` parsed into a dict when it is JSON text, as vLLM
+// passes them) and `tool_call_id` where they have them; or, for a model without a template, ChatML
+// (chat.h FormatChatMl), the documented fallback.
 //
 // The text holds special-token markers: encode it with parse_special. A template writes the
 // BOS itself where the model wants one ({{ bos_token }}), so with a template the tokenizer must
@@ -43,15 +45,20 @@ class ChatFormatter {
   // Errors (template only): InvalidArgument with the template's message when it refuses the
   // conversation (raise_exception, e.g. "Conversation roles must alternate user/assistant/..."),
   // or naming the line and error when it fails on it.
+  // `tools_json`: the OpenAI `tools` array as JSON text, the template's `tools`; empty: None.
   absl::StatusOr<std::string> Format(absl::Span<const ChatMessage> messages,
-                                     bool add_generation_prompt = true) const;
+                                     bool add_generation_prompt = true,
+                                     absl::string_view tools_json = "") const;
   // vLLM's continue_final_message: the conversation rendered without a generation prompt and cut
   // right after the last message's content, so the model continues that message (an assistant
   // prefix) instead of closing it. Errors: Format's, and INVALID_ARGUMENT naming
   // continue_final_message when the template drops part of the last message.
-  absl::StatusOr<std::string> FormatContinuingLast(absl::Span<const ChatMessage> messages) const;
+  absl::StatusOr<std::string> FormatContinuingLast(absl::Span<const ChatMessage> messages,
+                                                   absl::string_view tools_json = "") const;
 
   bool uses_template() const { return template_ != nullptr; }
+  // The template's source text; empty for the ChatML fallback.
+  const std::string& template_source() const { return source_; }
   // Whether the tokenizer's own BOS rule applies to the formatted text (ChatML fallback only).
   bool add_bos() const { return template_ == nullptr; }
   // One line for the process log: "chat: the model's chat template (GGUF
@@ -62,6 +69,7 @@ class ChatFormatter {
  private:
   ChatFormatter() = default;
   std::shared_ptr<const ChatTemplate> template_;  // null: ChatML
+  std::string source_;
   std::string origin_;
   std::string bos_token_, eos_token_;
 };

@@ -19,8 +19,13 @@
 namespace tandem {
 
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant"
+  std::string role;  // "system", "user", "assistant", "tool"
   std::string content;
+  // OpenAI tool calling, for a chat template that renders it (chat_formatter.h): an assistant
+  // turn's `tool_calls` as a JSON array (OpenAI objects; empty: none), and the call a "tool"
+  // message answers (empty: none). The ChatML fallback ignores both.
+  std::string tool_calls_json;
+  std::string tool_call_id;
 };
 
 // The literal default system message of a ChatML template that inserts one when

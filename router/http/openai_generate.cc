@@ -82,14 +82,15 @@ class OpenAiSink : public GenerateSink {
     }
     if (!request_.stream) {
       std::string body = CompletionBody(meta_, text_, finish_reason, usage, TakeLogprobs());
-      if (tools_) body = WithToolCalls(std::move(body), ParseToolCalls(text_, kToolFormat));
+      if (tools_)
+        body = WithToolCalls(std::move(body), ParseToolCalls(text_, request_.tool_format));
       exchange_.Respond(200, kJson, body, headers_);
       return;
     }
     StartStream();
     if (tools_ && !held_.empty()) {
       // The text from where a tool call began: its calls as tool_calls deltas, or text.
-      const ParsedToolOutput parsed = ParseToolCalls(held_, kToolFormat);
+      const ParsedToolOutput parsed = ParseToolCalls(held_, request_.tool_format);
       if (parsed.calls.empty()) {
         Write(SseEvent(ChunkBody(meta_, held_, false, "", request_.include_usage)));
       } else {
@@ -126,7 +127,7 @@ class OpenAiSink : public GenerateSink {
     if (tools_) {
       // Text from where a tool call may begin is held back until the end (Finish).
       held_ += text;
-      const size_t start = ToolCallStart(held_, kToolFormat);
+      const size_t start = ToolCallStart(held_, request_.tool_format);
       const std::string now = held_.substr(0, start);
       held_.erase(0, start);
       if (!now.empty()) {
@@ -207,9 +208,8 @@ class OpenAiSink : public GenerateSink {
   int32_t cached_tokens_ = 0;  // Prefilled's (a request ended by a stop string has no final)
   bool started_ = false;
   bool client_gone_ = false;
-  // Tools offered (tool_choice not "none"): the output is parsed for calls (openai_tools.h).
-  // The model is shown the Hermes format whatever its template (ApplyTools, openai_prepare.cc).
-  static constexpr ToolCallFormat kToolFormat = ToolCallFormat::kHermes;
+  // Tools offered (tool_choice not "none"): the output is parsed for calls (openai_tools.h), in
+  // the format the model was shown (request.tool_format, ApplyTools in openai_prepare.cc).
   const bool tools_;
   std::string held_;  // streaming with tools_: text from where a call may begin
 };

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "model/chat_template/chat_formatter.h"
 #include "proto/convert/sampling_proto.h"
 #include "router/http/openai_tools.h"
 #include "router/request_validation.h"
@@ -29,33 +30,47 @@ v1::GenerateRequest ToGenerateRequest(const OpenAiRequest& r, const std::vector<
   return g;
 }
 
-// Tools (openai_tools.h, docs/structured_output.md#tools): the conversation's tool calls and
-// results as Hermes text, the tool list as a system message, and a forced call's grammar.
-absl::Status ApplyTools(OpenAiRequest& r) {
+// Tools (openai_tools.h, docs/structured_output.md#tools). A template that renders tools gets
+// them as transformers passes them (the `tools` list, assistant turns' `tool_calls`, `tool`
+// messages with their `tool_call_id`) and its own call format; any other gets the fallback: the
+// conversation's tool calls and results as Hermes text and the tool list as a system message.
+// Then a forced call's grammar, in the format the model was shown.
+absl::Status ApplyTools(OpenAiRequest& r, const ChatFormatter& chat_formatter) {
   std::vector<ChatMessage>& chat = r.prompt.chat;
-  for (size_t i = 0; i < chat.size(); ++i) {
-    if (i < r.message_tool_calls.size() && r.message_tool_calls[i].is_array() &&
-        !r.message_tool_calls[i].empty()) {
-      const std::string calls = HermesToolCallsText(r.message_tool_calls[i]);
-      chat[i].content =
-          chat[i].content.empty() ? calls : absl::StrCat(chat[i].content, "\n", calls);
-    }
-    if (chat[i].role == "tool") {
-      chat[i].role = "user";
-      chat[i].content = HermesToolResponseText(chat[i].content);
-    }
-  }
-  if (!r.tools.has_value() || r.tools->choice == OpenAiTools::Choice::kNone)
-    return absl::OkStatus();
-  const std::string system = HermesToolSystemPrompt(r.tools->tools_json);
-  if (!chat.empty() && chat[0].role == "system") {
-    chat[0].content = absl::StrCat(chat[0].content, "\n\n", system);
+  const bool offered = r.tools.has_value() && r.tools->choice != OpenAiTools::Choice::kNone;
+  if (chat_formatter.uses_template() && TemplateRendersTools(chat_formatter.template_source())) {
+    r.tool_format = ToolCallFormatFor(chat_formatter.template_source());
+    // tool_choice "none" still passes the tools, as vLLM does by default (templates written for
+    // tools may iterate them unconditionally); the output is then not parsed for calls.
+    if (r.tools.has_value()) r.prompt.tools_json = r.tools->tools_json.dump();
   } else {
-    chat.insert(chat.begin(), ChatMessage{"system", system});
+    r.tool_format = ToolCallFormat::kHermes;
+    for (size_t i = 0; i < chat.size(); ++i) {
+      if (i < r.message_tool_calls.size() && r.message_tool_calls[i].is_array() &&
+          !r.message_tool_calls[i].empty()) {
+        const std::string calls = HermesToolCallsText(r.message_tool_calls[i]);
+        chat[i].content =
+            chat[i].content.empty() ? calls : absl::StrCat(chat[i].content, "\n", calls);
+      }
+      chat[i].tool_calls_json.clear();
+      chat[i].tool_call_id.clear();
+      if (chat[i].role == "tool") {
+        chat[i].role = "user";
+        chat[i].content = HermesToolResponseText(chat[i].content);
+      }
+    }
+    if (offered) {
+      const std::string system = HermesToolSystemPrompt(r.tools->tools_json);
+      if (!chat.empty() && chat[0].role == "system") {
+        chat[0].content = absl::StrCat(chat[0].content, "\n\n", system);
+      } else {
+        chat.insert(chat.begin(), ChatMessage{"system", system});
+      }
+    }
   }
-  if (r.tools->choice == OpenAiTools::Choice::kRequired ||
-      r.tools->choice == OpenAiTools::Choice::kNamed) {
-    absl::StatusOr<std::string> grammar = ToolCallGrammar(*r.tools, ToolCallFormat::kHermes);
+  if (offered && (r.tools->choice == OpenAiTools::Choice::kRequired ||
+                  r.tools->choice == OpenAiTools::Choice::kNamed)) {
+    absl::StatusOr<std::string> grammar = ToolCallGrammar(*r.tools, r.tool_format);
     if (!grammar.ok()) return OpenAiInvalidParam("tools", grammar.status().message());
     r.sampling.grammar = *std::move(grammar);
   }
@@ -95,10 +110,10 @@ absl::StatusOr<PreparedOpenAiRequest> PrepareOpenAiRequest(const ServedModel& mo
   absl::StatusOr<OpenAiRequest> request = ParseOpenAiRequest(endpoint, body);
   if (!request.ok()) return request.status();
   // The router's first two checks, made here so the prompt can be tokenised (same messages).
-  // Tool calls and results become text first: the router's role check then sees the roles
-  // the template renders (a "tool" message is a user turn, docs/structured_output.md#tools).
+  // Tools first: the router's role check then sees the roles the template renders (in the
+  // Hermes fallback a "tool" message is a user turn, docs/structured_output.md#tools).
   if (request->endpoint == OpenAiEndpoint::kChatCompletions) {
-    if (absl::Status s = ApplyTools(*request); !s.ok()) return s;
+    if (absl::Status s = ApplyTools(*request, model.chat()); !s.ok()) return s;
   }
   const ModelLimits& limits = model.limits();
   for (const absl::Status& s :

@@ -1,5 +1,6 @@
 #include "router/http/openai_request.h"
 
+#include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -118,6 +119,9 @@ absl::Status ParseMessages(const Json& body, PromptInput& prompt, std::vector<st
         MessageContent(content == m.end() ? Json(nullptr) : *content, i);
     if (!text.ok()) return text.status();
     prompt.chat.push_back({role->get<std::string>(), *std::move(text)});
+    if (const auto id = m.find("tool_call_id"); id != m.end() && id->is_string()) {
+      prompt.chat.back().tool_call_id = id->get<std::string>();
+    }
     const auto calls = m.find("tool_calls");
     tool_calls.push_back(calls != m.end() && calls->is_array() ? *calls : Json());
   }
@@ -252,6 +256,17 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
   }
   if (endpoint == OpenAiEndpoint::kChatCompletions) {
     if (absl::Status s = ParseGenerationPrompt(json, r.prompt); !s.ok()) return s;
+    // Tool calls for a template that renders them, in the body's key order (a template that
+    // writes them with tojson shows them as the client sent them).
+    if (std::any_of(r.message_tool_calls.begin(), r.message_tool_calls.end(),
+                    [](const Json& c) { return c.is_array() && !c.empty(); })) {
+      const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body, nullptr, false);
+      for (size_t i = 0; i < r.prompt.chat.size() && !ordered.is_discarded(); ++i) {
+        if (r.message_tool_calls[i].is_array() && !r.message_tool_calls[i].empty()) {
+          r.prompt.chat[i].tool_calls_json = ordered["messages"][i]["tool_calls"].dump();
+        }
+      }
+    }
   }
   for (const char* field : {"max_tokens", "max_completion_tokens"}) {
     absl::StatusOr<std::optional<int64_t>> v = OptionalInt(json, field);

@@ -61,6 +61,9 @@ struct OpenAiRequest {
   std::optional<std::string> request_id;  // the body's request_id (vLLM)
   // Chat: `tools` and `tool_choice` (openai_tools.h); nullopt when no tools are given.
   std::optional<OpenAiTools> tools;
+  // Chat: the format tool calls are shown and parsed in (set by PrepareOpenAiRequest: the
+  // template's own when it renders tools, else Hermes; openai_tools.h).
+  ToolCallFormat tool_format = ToolCallFormat::kHermes;
   // Chat: each message's `tool_calls` (the OpenAI array), null where it has none.
   std::vector<nlohmann::json> message_tool_calls;
   // Top-level keys (and "messages[].KEY", "stream_options.KEY") this endpoint does not know:

@@ -9,10 +9,11 @@
 //              after <|python_tag|>; several separated by ";")
 //   kHermes    anything else (Qwen2/2.5/3, Hermes, and templates without tool support):
 //              <tool_call>\n{"name": .., "arguments": {..}}\n</tool_call> (one block per call)
-// A template that never mentions `tools` cannot show them to the model; such requests get the
-// Hermes instructions and the tool list as a system message (HermesToolSystemPrompt), as
-// several servers do, and assistant tool calls / tool results are written into the
-// conversation as Hermes text (documented in docs/structured_output.md).
+// A template that reads `tools` renders the tools, calls and results itself (ApplyTools in
+// openai_prepare.cc) and its format is the one parsed. A template that never mentions `tools`
+// cannot show them to the model; such requests get the Hermes instructions and the tool list as
+// a system message (HermesToolSystemPrompt), as several servers do, and assistant tool calls /
+// tool results are written into the conversation as Hermes text (docs/structured_output.md).
 //
 // tool_choice: "none" (no tools shown, plain text), "auto" (the model decides; the output is
 // parsed), "required" (the grammar forces one call to one of the tools), {"type": "function",

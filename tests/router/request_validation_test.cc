@@ -58,9 +58,12 @@ TEST(ValidatePromptInputTest, ChatRoles) {
   p.kind = PromptInput::Kind::kChat;
   p.chat = {{"system", "be brief"}, {"user", "hi"}, {"assistant", "hello"}};
   EXPECT_TRUE(ValidatePromptInput(p).ok());
-  p.chat.push_back({"tool", "x"});
+  p.chat.push_back({"tool", "x"});  // a tool result (rendered by a template that renders tools)
+  EXPECT_TRUE(ValidatePromptInput(p).ok());
+  p.chat.push_back({"function", "x"});
   ExpectInvalid(ValidatePromptInput(p),
-                "chat message 3 has role 'tool' (valid: system, user, assistant)");
+                "chat message 4 has role 'function' (valid: system, user, assistant, tool)");
+  p.chat.pop_back();
   p.chat.pop_back();
   p.continue_final_message = true;  // add_generation_prompt still true
   ExpectInvalid(ValidatePromptInput(p),
