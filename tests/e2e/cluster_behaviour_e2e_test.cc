@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "model/grammar/json_schema.h"
 #include "nlohmann/json.hpp"
+#include "router/http/openai_tools.h"
 #include "tandem/v1/decode.grpc.pb.h"
 #include "tandem/v1/prefill.grpc.pb.h"
 #include "tests/e2e/local_cluster.h"
@@ -332,6 +333,73 @@ TEST(ClusterBehaviourTest, GrammarOutputSurvivesADecodeNodeDyingMidStream) {
   const GenerateOutcome refused = cluster->Generate(bad, absl::Seconds(30));
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(refused.status.error_message(), HasSubstr("sampling.grammar: gbnf: line 1"));
+  ExpectIdle(*cluster);
+}
+
+// A forced tool call (issue 25 item 5) through a mismatched P/D layout (prefill tp 2, decode tp 1
+// and 2) with the decode node killed mid-answer: the router's tools parsing builds the call's
+// grammar (tool_choice naming the function, the Hermes format), the resumed decode replays the
+// matcher, and the output parses as one Hermes call whose arguments validate against the
+// function's parameters — the same call, token for token, as an uninterrupted run.
+TEST(ClusterBehaviourTest, ForcedToolCallSurvivesADecodeNodeDyingMidStream) {
+  const std::string body = R"({"tools": [{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"days": {"type": "array", "items":
+      {"type": "integer", "minimum": 0, "maximum": 99}, "minItems": 6, "maxItems": 8}, "unit":
+      {"enum": ["celsius", "fahrenheit"]}}, "required": ["days", "unit"],
+      "additionalProperties": false}}}, {"type": "function", "function": {"name": "get_time"}}],
+      "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})";
+  absl::StatusOr<std::optional<OpenAiTools>> tools =
+      ParseOpenAiTools(nlohmann::json::parse(body), body);
+  ASSERT_TRUE(tools.ok()) << tools.status();
+  ASSERT_TRUE(tools->has_value());
+  absl::StatusOr<std::string> grammar = ToolCallGrammar(**tools, ToolCallFormat::kHermes);
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  ClusterSpec spec;
+  spec.model_path = SyntheticModelPath();
+  spec.prefill = {NodeSpec{{"--tp=2"}}};
+  spec.decode = {NodeSpec{}, NodeSpec{{"--tp=2"}}};
+  auto cluster = StartOrDie(spec);
+  ASSERT_NE(cluster, nullptr);
+  v1::GenerateRequest request = IdsRequest(RandomPrompt(20, 9), 400);
+  request.mutable_sampling()->set_grammar(*grammar);
+  bool killed = false;
+  const GenerateOutcome out =
+      cluster->Generate(request, absl::Seconds(120), [&](int32_t index, grpc::ClientContext&) {
+        if (index != 5 || killed) return;
+        absl::StatusOr<std::vector<InstanceLoadView>> loads = cluster->Loads();
+        ASSERT_TRUE(loads.ok());
+        for (const InstanceLoadView& v : *loads) {
+          for (size_t d = 0; d < cluster->decode_addresses().size(); ++d) {
+            if (v.address == cluster->decode_addresses()[d] && v.load.running() > 0) {
+              cluster->Kill("decode", static_cast<int>(d));
+              killed = true;
+            }
+          }
+        }
+      });
+  ASSERT_TRUE(killed) << "no decode node was running the request at token 5";
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message() << "\n" << cluster->LogTails();
+  EXPECT_GE(out.final.retries(), 1);
+  EXPECT_EQ(out.final.finish_reason(), "stop");
+  const ParsedToolOutput parsed = ParseToolCalls(out.text, ToolCallFormat::kHermes);
+  ASSERT_EQ(parsed.calls.size(), 1u) << out.text;
+  EXPECT_EQ(parsed.content, "") << out.text;
+  EXPECT_EQ(parsed.calls[0].name, "get_weather");
+  const nlohmann::json args = nlohmann::json::parse(parsed.calls[0].arguments, nullptr, false);
+  ASSERT_TRUE(args.is_object() && args.size() == 2) << out.text;
+  ASSERT_TRUE(args["unit"] == "celsius" || args["unit"] == "fahrenheit") << out.text;
+  ASSERT_TRUE(args["days"].is_array()) << out.text;
+  EXPECT_GE(args["days"].size(), 6u);
+  EXPECT_LE(args["days"].size(), 8u);
+  for (const auto& d : args["days"]) {
+    EXPECT_TRUE(d.is_number_integer() && d.get<int64_t>() >= 0 && d.get<int64_t>() <= 99)
+        << out.text;
+  }
+  // The same request on the surviving node, uninterrupted: the same call (greedy).
+  const GenerateOutcome again = cluster->Generate(request, absl::Seconds(120));
+  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_EQ(again.tokens, out.tokens);
+  EXPECT_EQ(again.text, out.text);
   ExpectIdle(*cluster);
 }
 
