@@ -33,11 +33,13 @@ trap cleanup EXIT
 
 # Served as the file's name without .gguf (--served_model_name's default): the test's MODEL.
 "$make_model" --out "$tmp/tandem-synthetic.gguf" >/dev/null
+# Prefill tp 2, decode tp 1: every API check (structured output, the tool round trips, logprobs,
+# the sampler fields) also runs through a mismatched P/D layout.
 cat >"$tmp/openai.conf" <<CONF
 model=$tmp/tandem-synthetic.gguf
 startup_timeout_s=60
 router   listen=127.0.0.1:0 health_interval_ms=200 unhealthy_wait_ms=2000
-prefill  tp=1 kv_budget_mb=8 ucx_tls=sm,self
+prefill  tp=2 kv_budget_mb=8 ucx_tls=sm,self
 decode   tp=1 kv_budget_mb=8 ucx_tls=sm,self
 CONF
 
