@@ -181,16 +181,9 @@ TEST(ColocatedTest, NodeDyingMidStreamIsResumedOnAnotherWithoutDuplicates) {
   const GenerateOutcome out = cluster->Generate(
       IdsRequest(prompt, kTokens), absl::Seconds(120), [&](int32_t index, grpc::ClientContext&) {
         if (index != 5 || killed) return;
-        absl::StatusOr<std::vector<InstanceLoadView>> loads = cluster->Loads();
-        ASSERT_TRUE(loads.ok());
-        for (const InstanceLoadView& v : *loads) {
-          for (size_t d = 0; d < cluster->decode_addresses().size(); ++d) {
-            if (v.address == cluster->decode_addresses()[d] && v.load.running() > 0) {
-              cluster->Kill("decode", static_cast<int>(d));
-              killed = true;
-            }
-          }
-        }
+        absl::StatusOr<int> n = cluster->KillRunningDecodeNodes();
+        ASSERT_TRUE(n.ok()) << n.status();
+        killed = *n > 0;
       });
   ASSERT_TRUE(killed) << "no node was running the request at token 5";
   ASSERT_TRUE(out.status.ok()) << out.status.error_message() << "\n" << cluster->LogTails();

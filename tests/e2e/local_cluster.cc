@@ -341,6 +341,21 @@ absl::StatusOr<bool> LocalCluster::HealthServing(const std::string& address,
       absl::StrCat(address, " health: unexpected response of ", bytes.size(), " bytes"));
 }
 
+absl::StatusOr<int> LocalCluster::KillRunningDecodeNodes() {
+  absl::StatusOr<std::vector<InstanceLoadView>> loads = Loads();
+  if (!loads.ok()) return loads.status();
+  int killed = 0;
+  for (const InstanceLoadView& v : *loads) {
+    for (size_t d = 0; d < decode_.size(); ++d) {
+      if (v.address == decode_[d] && v.load.running() > 0) {
+        Kill("decode", static_cast<int>(d));
+        ++killed;
+      }
+    }
+  }
+  return killed;
+}
+
 absl::StatusOr<std::vector<InstanceLoadView>> LocalCluster::Loads() {
   std::vector<InstanceLoadView> out;
   auto ask = [&](const std::string& addr, bool prefill) -> absl::Status {

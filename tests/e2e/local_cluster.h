@@ -88,6 +88,9 @@ class LocalCluster {
 
   // SIGKILLs a node process ("prefill" or "decode", index).
   void Kill(const std::string& role, int index);
+  // SIGKILLs every decode node whose Status shows a request running (the "kill the node serving
+  // it mid-answer" step of the resume tests); how many it killed, or Loads()' error.
+  absl::StatusOr<int> KillRunningDecodeNodes();
   // SIGTERMs a process ("prefill", "decode" or "router" with its index) and returns at once: the
   // process drains (docs/deployment.md).
   void Terminate(const std::string& role, int index);
