@@ -46,14 +46,14 @@ void PullWatchdog::OnPeerFailed(int32_t rank, absl::Status status) {
 
 void PullWatchdog::OnFailure(absl::Status status) { Fail(std::move(status)); }
 
-PullWatchdog::Action PullWatchdog::Check(absl::Span<const int32_t> owing, int32_t gets,
-                                         int32_t setups, int64_t completed) {
+PullWatchdog::Action PullWatchdog::Check(absl::FunctionRef<std::vector<int32_t>()> owing,
+                                         int32_t gets, int32_t setups, int64_t completed) {
   const absl::Time now = clock_();
   if (!force_closed_) {
     const bool stalled = now - last_completion_ >= stall_timeout_;
     if (!stalled && !cancelled_) return Action::kWait;
     if (!cancelled_) {
-      std::vector<int32_t> sorted(owing.begin(), owing.end());
+      std::vector<int32_t> sorted = owing();
       std::sort(sorted.begin(), sorted.end());
       sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
       for (int32_t rank : sorted) Blame(rank);

@@ -13,7 +13,7 @@
 //   * OnPeerFailed(rank, status): the transport says the peer itself failed (endpoint error,
 //     connect failure): the rank is always blamed, the first failure is the result.
 //   * OnFailure(status): a failure nobody is blamed for (a short completion).
-//   * Check(owing, gets, setups): with work outstanding, what to do now —
+//   * Check(owing, gets, setups, completed): with work outstanding, what to do now —
 //       kWait        keep waiting (at most WaitBudget());
 //       kForceClose  stalled (no completion for stall_timeout: the `owing` ranks are blamed and
 //                    the result is DEADLINE_EXCEEDED naming them) or cancelled: close the owing
@@ -31,9 +31,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "absl/types/span.h"
 
 namespace tandem {
 
@@ -54,9 +54,11 @@ class PullWatchdog {
   void OnPeerFailed(int32_t rank, absl::Status status);
   void OnFailure(absl::Status status);
 
-  // REQUIRES: something is outstanding (gets + setups > 0). `owing`: the source ranks with
-  // operations outstanding; `completed`: copies done so far (for the stall message).
-  Action Check(absl::Span<const int32_t> owing, int32_t gets, int32_t setups, int64_t completed);
+  // REQUIRES: something is outstanding (gets + setups > 0). `owing` lists the source ranks with
+  // operations outstanding (called only when a stall is declared, so a puller scans its
+  // window once, not every turn); `completed`: copies done so far (for the stall message).
+  Action Check(absl::FunctionRef<std::vector<int32_t>()> owing, int32_t gets, int32_t setups,
+               int64_t completed);
   // How long the puller may block waiting for an event now: the time left until a stall, in
   // [0, max_slice].
   absl::Duration WaitBudget(absl::Duration max_slice) const;

@@ -7,6 +7,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kv_transfer/pull_watchdog.h"
 #include "kv_transfer/ucx/transfer_checks.h"
 
 namespace tandem::fake {
@@ -47,9 +48,6 @@ absl::Status FakeKvPuller::Execute(const TransferMetadata& source,
   TANDEM_RETURN_IF_ERROR(
       ValidatePull(source, copies, static_cast<int64_t>(local_pool.size()), options));
   const std::string& engine = source.engine_id;
-  auto blame = [&](int32_t rank) {
-    if (options.failed_source_ranks != nullptr) options.failed_source_ranks->push_back(rank);
-  };
 
   // "Connect" to every source rank the copies read before moving anything.
   std::vector<std::shared_ptr<HeapPool>> pools(source.ranks.size());
@@ -58,7 +56,8 @@ absl::Status FakeKvPuller::Execute(const TransferMetadata& source,
     const RankTransferInfo& info = source.ranks[c.src_rank];
     absl::StatusOr<FakeKvNetwork::Endpoint> ep = network_->Resolve(engine, info.worker_address);
     if (!ep.ok()) {
-      blame(c.src_rank);
+      if (options.failed_source_ranks != nullptr)
+        options.failed_source_ranks->push_back(c.src_rank);
       return absl::UnavailableError(absl::StrCat("source rank ", c.src_rank, " of ",
                                                  SourceName(source), ": ", ep.status().message()));
     }
@@ -74,61 +73,64 @@ absl::Status FakeKvPuller::Execute(const TransferMetadata& source,
   network_->PullStarted(engine);
   absl::Cleanup finished = [&] { network_->PullFinished(engine); };
   const int64_t n = static_cast<int64_t>(copies.size());
+  // The stall / cancel / blame decisions are UcxKvPuller's own (pull_watchdog.h). Copies are
+  // sequential, so a close never has anything to wait for (close_timeout 0).
+  PullWatchdog watchdog(SourceName(source), n, options.stall_timeout, absl::ZeroDuration(),
+                        options.cancel);
   int64_t completed = 0;
   int64_t completed_bytes = 0;
-  absl::Time last_completion = absl::Now();
   auto publish = [&](int64_t posted) {
     if (options.progress == nullptr) return;
     options.progress->posted.store(posted, std::memory_order_relaxed);
     options.progress->completed.store(completed, std::memory_order_relaxed);
     options.progress->completed_bytes.store(completed_bytes, std::memory_order_relaxed);
   };
-  auto cancelled = [&] {
+  auto finish = [&] {
     publish(completed);
-    return absl::CancelledError(absl::StrCat("KV transfer from ", SourceName(source),
-                                             " cancelled after ", completed, " of ", n, " copies"));
+    return watchdog.Finish(completed, options.failed_source_ranks);
   };
+  // Copy `rank`'s get is outstanding until the stall deadline: the watchdog decides.
   auto stalled = [&](int32_t rank) {
-    publish(completed);
-    blame(rank);
-    return absl::DeadlineExceededError(absl::StrCat(
-        "KV transfer from ", SourceName(source), " stalled: no get completed for ",
-        absl::FormatDuration(options.stall_timeout), "; 1 gets outstanding to source rank(s) ",
-        rank, " after ", completed, " of ", n, " copies"));
+    const auto owing = [rank] { return std::vector<int32_t>{rank}; };
+    watchdog.Check(owing, 1, 0, completed);
+    return finish();
   };
 
   for (int64_t i = 0; i < n;) {
-    if (Cancelled(options)) return cancelled();
+    if (watchdog.PollCancel()) return finish();
     const TransferCopy& c = copies[i];
-    const absl::Time stall_at = last_completion + options.stall_timeout;
     switch (network_->Admit(engine, c.length)) {
       case FakeKvNetwork::Verdict::kPaused:
-        network_->AwaitResume(engine, stall_at, options.cancel);
-        if (Cancelled(options)) return cancelled();
-        if (absl::Now() >= stall_at) return stalled(c.src_rank);
+        network_->AwaitResume(engine, watchdog.stall_deadline(), options.cancel);
+        if (watchdog.PollCancel()) return finish();
+        if (absl::Now() >= watchdog.stall_deadline()) return stalled(c.src_rank);
         continue;  // resumed: admit the same copy again
       case FakeKvNetwork::Verdict::kStall:
-        if (!SleepUnlessCancelled(stall_at, options)) return cancelled();
+        if (!SleepUnlessCancelled(watchdog.stall_deadline(), options)) {
+          watchdog.PollCancel();
+          return finish();
+        }
         return stalled(c.src_rank);
       case FakeKvNetwork::Verdict::kDead:
-        publish(completed);
-        blame(c.src_rank);
-        return absl::UnavailableError(absl::StrCat(
-            "get from source rank ", c.src_rank, " of ", SourceName(source),
-            " failed: the peer died (injected) after ", completed, " of ", n, " copies"));
+        watchdog.OnPeerFailed(
+            c.src_rank,
+            absl::UnavailableError(absl::StrCat(
+                "get from source rank ", c.src_rank, " of ", SourceName(source),
+                " failed: the peer died (injected) after ", completed, " of ", n, " copies")));
+        return finish();
       case FakeKvNetwork::Verdict::kFail:
-        publish(completed);
-        blame(c.src_rank);
-        return absl::UnavailableError(absl::StrCat("get from source rank ", c.src_rank, " of ",
-                                                   SourceName(source), " failed (injected, copy ",
-                                                   i, ")"));
+        watchdog.OnCopyFailed(
+            c.src_rank, absl::UnavailableError(absl::StrCat("get from source rank ", c.src_rank,
+                                                            " of ", SourceName(source),
+                                                            " failed (injected, copy ", i, ")")));
+        return finish();
       case FakeKvNetwork::Verdict::kShort: {
         const auto* from = static_cast<const std::byte*>(pools[c.src_rank]->base());
         std::memcpy(local_pool.data() + c.dst_offset, from + c.src_offset, c.length / 2);
-        publish(completed);
-        return absl::DataLossError(absl::StrCat("get from source rank ", c.src_rank, " of ",
-                                                SourceName(source), " completed ", c.length / 2,
-                                                " of ", c.length, " bytes (copy ", i, ")"));
+        watchdog.OnFailure(absl::DataLossError(
+            absl::StrCat("get from source rank ", c.src_rank, " of ", SourceName(source),
+                         " completed ", c.length / 2, " of ", c.length, " bytes (copy ", i, ")")));
+        return finish();
       }
       case FakeKvNetwork::Verdict::kCopy:
         break;
@@ -138,15 +140,15 @@ absl::Status FakeKvPuller::Execute(const TransferMetadata& source,
     ++completed;
     completed_bytes += c.length;
     ++i;
-    last_completion = absl::Now();
+    watchdog.OnCompletion();
     publish(i);
     const absl::Duration delay = network_->copy_delay(engine);
     if (delay > absl::ZeroDuration() && !SleepUnlessCancelled(absl::Now() + delay, options)) {
-      return cancelled();
+      watchdog.PollCancel();
+      return finish();
     }
   }
-  publish(n);
-  return absl::OkStatus();
+  return finish();
 }
 
 KvPullerFactory FakePullerFactory(FakeKvNetwork* network) {

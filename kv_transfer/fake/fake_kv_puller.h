@@ -2,7 +2,9 @@
 // pools on a FakeKvNetwork, one copy at a time, applying the faults set on the network for the
 // source's engine id. It keeps KvPuller's whole contract (validation before anything moves,
 // stall → DEADLINE_EXCEEDED, cancel → CANCELLED, failed peer → UNAVAILABLE with the rank
-// blamed, short completion → DATA_LOSS); max_in_flight is accepted but copies are sequential.
+// blamed, short completion → DATA_LOSS) — the stall/cancel/blame decisions are the PullWatchdog
+// (kv_transfer/pull_watchdog.h) UcxKvPuller uses too; max_in_flight is accepted but copies are
+// sequential.
 // Thread-safety: thread-compatible, like every KvPuller.
 #pragma once
 

@@ -31,6 +31,10 @@
 // PullProgress counts copies: a gathered segment counts as posted when its get is, and its
 // copies as completed once they are scattered.
 //
+// Each attempt runs as a UcxPullSession (pull_session.h): connect, post window, reap,
+// close/abandon, with the stall/cancel/blame decisions in a PullWatchdog (pull_watchdog.h) that
+// FakeKvPuller shares.
+//
 // Thread-safety: thread-compatible — one thread at a time (the owning decode rank's thread)
 // calls any method. Connections to an older epoch of an engine are dropped when a newer epoch
 // of the same engine id is first used.
@@ -102,10 +106,9 @@ class UcxKvPuller final : public KvPuller {
 
   UcxKvPuller(const UcxKvPullerOptions& options, std::unique_ptr<UcxWorker> worker)
       : options_(options), worker_(std::move(worker)) {}
-  // One pull. *stale: it failed UNAVAILABLE on an endpoint that came from the cache.
-  absl::Status ExecuteOnce(const TransferMetadata& source, absl::Span<const TransferCopy> copies,
-                           absl::Span<std::byte> local_pool, const PullOptions& options,
-                           bool* stale);
+  // One attempt of a pull, in phases (pull_session.h), borrows the worker, the connection cache
+  // and the staging buffer.
+  friend class UcxPullSession;
   // *reused: the connection came from the cache.
   absl::StatusOr<RemoteRank*> Connection(const TransferMetadata& source, int32_t rank,
                                          bool* reused);

@@ -2,6 +2,7 @@
 #include "kv_transfer/pull_watchdog.h"
 
 #include <atomic>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -21,6 +22,11 @@ using Action = PullWatchdog::Action;
 constexpr absl::Duration kStall = absl::Seconds(10);
 constexpr absl::Duration kClose = absl::Seconds(2);
 
+// The `owing` argument of Check: these ranks.
+auto Owe(std::vector<int32_t> ranks) {
+  return [ranks = std::move(ranks)] { return ranks; };
+}
+
 class PullWatchdogTest : public ::testing::Test {
  protected:
   PullWatchdog Make(const std::atomic<bool>* cancel = nullptr) {
@@ -32,11 +38,11 @@ class PullWatchdogTest : public ::testing::Test {
 TEST_F(PullWatchdogTest, WaitsUntilTheStallTimeoutThenBlamesTheOwingRanks) {
   PullWatchdog w = Make();
   now_ += kStall - absl::Milliseconds(1);
-  EXPECT_EQ(w.Check({1}, 3, 0, 5), Action::kWait);
+  EXPECT_EQ(w.Check(Owe({1}), 3, 0, 5), Action::kWait);
   EXPECT_EQ(w.WaitBudget(absl::Milliseconds(10)), absl::Milliseconds(1));
   now_ += absl::Milliseconds(1);
   EXPECT_EQ(w.WaitBudget(absl::Milliseconds(10)), absl::ZeroDuration());
-  EXPECT_EQ(w.Check({3, 1, 3}, 3, 0, 5), Action::kForceClose);
+  EXPECT_EQ(w.Check(Owe({3, 1, 3}), 3, 0, 5), Action::kForceClose);
   EXPECT_TRUE(w.stopping());
   EXPECT_TRUE(w.force_closed());
   std::vector<int32_t> blamed = {7};  // appended to, not replaced
@@ -53,16 +59,16 @@ TEST_F(PullWatchdogTest, ACompletionRestartsTheStallClock) {
   now_ += absl::Seconds(9);
   w.OnCompletion();
   now_ += absl::Seconds(9);
-  EXPECT_EQ(w.Check({0}, 1, 0, 1), Action::kWait);
+  EXPECT_EQ(w.Check(Owe({0}), 1, 0, 1), Action::kWait);
   EXPECT_EQ(w.stall_deadline(), now_ + absl::Seconds(1));
   now_ += absl::Seconds(1);
-  EXPECT_EQ(w.Check({0}, 1, 0, 1), Action::kForceClose);
+  EXPECT_EQ(w.Check(Owe({0}), 1, 0, 1), Action::kForceClose);
 }
 
 TEST_F(PullWatchdogTest, StallMessageCountsConnectionSetUps) {
   PullWatchdog w = Make();
   now_ += kStall;
-  EXPECT_EQ(w.Check({0, 1}, 0, 2, 0), Action::kForceClose);
+  EXPECT_EQ(w.Check(Owe({0, 1}), 0, 2, 0), Action::kForceClose);
   EXPECT_THAT(w.Finish(0, nullptr),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        HasSubstr("0 gets and 2 connection set-up(s) outstanding to source "
@@ -72,11 +78,11 @@ TEST_F(PullWatchdogTest, StallMessageCountsConnectionSetUps) {
 TEST_F(PullWatchdogTest, AbandonsCloseTimeoutAfterTheForceClose) {
   PullWatchdog w = Make();
   now_ += kStall;
-  EXPECT_EQ(w.Check({0}, 1, 0, 0), Action::kForceClose);
+  EXPECT_EQ(w.Check(Owe({0}), 1, 0, 0), Action::kForceClose);
   now_ += kClose - absl::Milliseconds(1);
-  EXPECT_EQ(w.Check({0}, 1, 0, 0), Action::kWait);  // force-close is decided once
+  EXPECT_EQ(w.Check(Owe({0}), 1, 0, 0), Action::kWait);  // force-close is decided once
   now_ += absl::Milliseconds(1);
-  EXPECT_EQ(w.Check({0}, 1, 0, 0), Action::kAbandon);
+  EXPECT_EQ(w.Check(Owe({0}), 1, 0, 0), Action::kAbandon);
 }
 
 TEST_F(PullWatchdogTest, CancelForceClosesAtOnceAndBlamesNobody) {
@@ -87,7 +93,7 @@ TEST_F(PullWatchdogTest, CancelForceClosesAtOnceAndBlamesNobody) {
   cancel.store(true);
   EXPECT_TRUE(w.PollCancel());
   EXPECT_TRUE(w.stopping());
-  EXPECT_EQ(w.Check({2}, 4, 0, 6), Action::kForceClose);
+  EXPECT_EQ(w.Check(Owe({2}), 4, 0, 6), Action::kForceClose);
   // The gets our force-close cancelled fail, but that is nobody's fault.
   w.OnCopyFailed(2, absl::UnavailableError("get from source rank 2: cancelled"));
   cancel.store(false);  // latched: a flag cleared later does not resume the pull
@@ -147,10 +153,25 @@ TEST_F(PullWatchdogTest, AStallAfterAFailureKeepsTheFirstFailureButBlamesTheOwin
   PullWatchdog w = Make();
   w.OnFailure(absl::DataLossError("short"));
   now_ += kStall;
-  EXPECT_EQ(w.Check({4}, 1, 0, 0), Action::kForceClose);
+  EXPECT_EQ(w.Check(Owe({4}), 1, 0, 0), Action::kForceClose);
   std::vector<int32_t> blamed;
   EXPECT_THAT(w.Finish(0, &blamed), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("short")));
   EXPECT_THAT(blamed, ElementsAre(4));
+}
+
+TEST_F(PullWatchdogTest, AsksForTheOwingRanksOnlyWhenItForceCloses) {
+  PullWatchdog w = Make();
+  int asked = 0;
+  auto owing = [&asked] {
+    ++asked;
+    return std::vector<int32_t>{0};
+  };
+  EXPECT_EQ(w.Check(owing, 1, 0, 0), Action::kWait);
+  EXPECT_EQ(asked, 0);
+  now_ += kStall;
+  EXPECT_EQ(w.Check(owing, 1, 0, 0), Action::kForceClose);
+  EXPECT_EQ(w.Check(owing, 1, 0, 0), Action::kWait);
+  EXPECT_EQ(asked, 1);
 }
 
 TEST_F(PullWatchdogTest, SucceedsWithNothingToReport) {
