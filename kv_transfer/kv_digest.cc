@@ -237,6 +237,24 @@ absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst, const Tra
                              absl::Span<const absl::Span<const std::byte>> dst_pools,
                              std::vector<KvDigestMismatch>* mismatches, int32_t threads) {
   if (absl::Status s = CheckBinding(src, num_tokens, binding); !s.ok()) return s;
+  return VerifyKvDigestRange(src, dst, plan, num_tokens, binding, digests, dst_pools, 0,
+                             VirtualBlocksFor(src.parallel.dcp_geometry(), num_tokens), mismatches,
+                             threads);
+}
+
+absl::Status VerifyKvDigestRange(const KvLayout& src, const KvLayout& dst, const TransferPlan& plan,
+                                 int64_t num_tokens, const KvDigestBinding& binding,
+                                 absl::Span<const uint32_t> digests,
+                                 absl::Span<const absl::Span<const std::byte>> dst_pools,
+                                 int64_t table_begin, int64_t table_end,
+                                 std::vector<KvDigestMismatch>* mismatches, int32_t threads) {
+  if (absl::Status s = CheckBinding(src, num_tokens, binding); !s.ok()) return s;
+  const int64_t all_blocks = VirtualBlocksFor(src.parallel.dcp_geometry(), num_tokens);
+  if (table_begin < 0 || table_begin > table_end || table_end > all_blocks) {
+    return absl::InvalidArgumentError(absl::StrCat("KV digests: table index range [", table_begin,
+                                                   ", ", table_end, ") is not inside [0, ",
+                                                   all_blocks, ")"));
+  }
   const int64_t count = KvDigestCount(src, num_tokens);
   if (static_cast<int64_t>(digests.size()) != count) {
     return absl::InvalidArgumentError(absl::StrCat("KV digests: got ", digests.size(),
@@ -254,6 +272,9 @@ absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst, const Tra
   const PoolGeometry g = RankPoolGeometry(src, 0);
   const int64_t slab_bytes = g.head_slab_bytes();
   const int64_t row_bytes = g.row_elems() * g.elem_bytes();
+  // The prompt positions the range's blocks hold.
+  const int64_t pos_begin = table_begin * VirtualBlockTokens(dcp);
+  const int64_t pos_end = std::min(num_tokens, table_end * VirtualBlockTokens(dcp));
   absl::flat_hash_map<int32_t, int64_t> index_of_block;
   for (int64_t i = 0; i < blocks; ++i) index_of_block[binding.block_table[i]] = i;
 
@@ -274,7 +295,9 @@ absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst, const Tra
       const PoolGeometry dg = RankPoolGeometry(dst, d);
       const int32_t dcp_rank = PlaceRank(dst.parallel, dst.dims, d).dcp_rank;
       int64_t owned = 0;
-      for (int64_t pos = 0; pos < num_tokens; ++pos) owned += OwnerRank(dst_dcp, pos) == dcp_rank;
+      for (int64_t pos = pos_begin; pos < pos_end; ++pos) {
+        owned += OwnerRank(dst_dcp, pos) == dcp_rank;
+      }
       needed += owned * dg.num_kv_heads * 2 * dg.num_layers * dg.head_dim * dg.elem_bytes();
     }
     int64_t verified = 0;
@@ -294,6 +317,10 @@ absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst, const Tra
             return absl::InternalError(absl::StrCat(
                 "KV digests: destination rank ", d, " read source block ", block, " of rank ",
                 c.src_rank, ", which is not in the prompt's block table"));
+          }
+          if (it->second < table_begin || it->second >= table_end) {
+            off = piece_end;
+            continue;
           }
           pieces.push_back(Piece{KvDigestIndex(src, num_tokens, c.src_rank, it->second, head),
                                  off - slab_begin, piece_end - off, d,

@@ -17,7 +17,8 @@
 // byte order. A digest of one lease's blocks therefore never verifies another lease's, nor the
 // same block after it was freed and reused (its generation moved).
 //
-// Verification (VerifyKvDigests) runs on the decode side after the whole plan has landed: per
+// Verification (VerifyKvDigests, or VerifyKvDigestRange per landed range of blocks) runs on the
+// decode side once the bytes it reads have landed: per
 // destination DCP group, the pieces of that group's copies inside each unit are put back in
 // source order and their bytes read from the destination pools, so every destination copy of a
 // prompt byte is checked (replicas included). Thread-safe (no shared state); large inputs are
@@ -106,5 +107,18 @@ struct KvDigestMismatch {
                                            absl::Span<const absl::Span<const std::byte>> dst_pools,
                                            std::vector<KvDigestMismatch>* mismatches = nullptr,
                                            int32_t threads = 1);
+
+// VerifyKvDigests restricted to the units of table indices [table_begin, table_end) — what a
+// decode node checks as soon as those blocks have landed while later ones are still in flight
+// (docs/kv_transfer.md "Provable KV"). `plan` is still the whole prompt's plan (only its pieces in
+// the range are read); every destination DCP group must have read all the range's prompt bytes
+// (INTERNAL otherwise). Verifying [0, b) and [b, e) accepts exactly what [0, e) accepts.
+// INVALID_ARGUMENT for a range not inside [0, VirtualBlocksFor(num_tokens)] (an empty range
+// checks nothing but the arguments).
+[[nodiscard]] absl::Status VerifyKvDigestRange(
+    const KvLayout& src, const KvLayout& dst, const TransferPlan& plan, int64_t num_tokens,
+    const KvDigestBinding& binding, absl::Span<const uint32_t> digests,
+    absl::Span<const absl::Span<const std::byte>> dst_pools, int64_t table_begin, int64_t table_end,
+    std::vector<KvDigestMismatch>* mismatches = nullptr, int32_t threads = 1);
 
 }  // namespace tandem

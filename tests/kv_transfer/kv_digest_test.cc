@@ -161,6 +161,21 @@ TEST(KvDigestTest, VerifiesAcrossLayoutsAndCatchesEveryFlippedByte) {
       ASSERT_TRUE(VerifyKvDigests(src, dst, *plan, n, binding, *digests, dp.Views()).ok())
           << VerifyKvDigests(src, dst, *plan, n, binding, *digests, dp.Views());
       ++verified;
+      // Checked range by range as blocks land (the decode node's overlapped check): every split
+      // accepts what the whole check accepts.
+      const int64_t blocks = VirtualBlocksFor(src.parallel.dcp_geometry(), n);
+      for (int64_t b = 0; b <= blocks; ++b) {
+        EXPECT_TRUE(
+            VerifyKvDigestRange(src, dst, *plan, n, binding, *digests, dp.Views(), 0, b).ok())
+            << "[0, " << b << ")";
+        EXPECT_TRUE(
+            VerifyKvDigestRange(src, dst, *plan, n, binding, *digests, dp.Views(), b, blocks).ok())
+            << "[" << b << ", " << blocks << ")";
+      }
+      EXPECT_EQ(
+          VerifyKvDigestRange(src, dst, *plan, n, binding, *digests, dp.Views(), 0, blocks + 1)
+              .code(),
+          absl::StatusCode::kInvalidArgument);
 
       // Another lease of the same request, or the same block after a reuse: refused.
       const KvDigestBinding other_lease{"req-1", 8, sb, gens};
@@ -188,6 +203,16 @@ TEST(KvDigestTest, VerifiesAcrossLayoutsAndCatchesEveryFlippedByte) {
       EXPECT_NE(std::string(s.message()).find(absl::StrCat("source rank ", c.src_rank)),
                 std::string::npos)
           << s;
+      // The range holding the bad block fails; the blocks around it still pass.
+      const int64_t t = bad[0].table_index;
+      EXPECT_EQ(
+          VerifyKvDigestRange(src, dst, *plan, n, binding, *digests, dp.Views(), t, t + 1).code(),
+          absl::StatusCode::kDataLoss);
+      EXPECT_TRUE(
+          VerifyKvDigestRange(src, dst, *plan, n, binding, *digests, dp.Views(), 0, t).ok());
+      EXPECT_TRUE(
+          VerifyKvDigestRange(src, dst, *plan, n, binding, *digests, dp.Views(), t + 1, blocks)
+              .ok());
       ++flips;
     }
   }
