@@ -208,6 +208,14 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
   if (!started.ok()) return ToGrpcStatus(started.status());
   record->transfer = *started;
 
+  // What served the call rides on its first event (the router's provenance).
+  std::optional<v1::DecodeServed> served;
+  served.emplace();
+  *served->mutable_layout() = ToProto(node->layout());
+  served->set_colocated(colocated);
+  served->set_kv_bytes(started->bytes);
+  served->set_digests_verified(started->digests_verified);
+  served->set_digest_us(started->digest_micros);
   bool cancel_sent = false;
   while (true) {
     std::deque<v1::DecodeEvent> tokens;
@@ -221,7 +229,11 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
       tokens.swap(q->tokens);
       done = q->done;
     }
-    for (const v1::DecodeEvent& ev : tokens) {
+    for (v1::DecodeEvent& ev : tokens) {
+      if (served.has_value()) {
+        *ev.mutable_served() = *std::move(served);
+        served.reset();
+      }
       if (!cancel_sent && !writer->Write(ev)) {
         node->Cancel(call.request_id);  // the stream is gone: stop generating
         cancel_sent = true;
@@ -247,6 +259,7 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
   fin->set_generated(q->generated);
   fin->set_transfer_us(started->micros);
   fin->set_transfer_bytes(started->bytes);
+  if (served.has_value()) *ev.mutable_served() = *std::move(served);
   writer->Write(ev);
   return grpc::Status::OK;
 }
