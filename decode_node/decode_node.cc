@@ -1,11 +1,11 @@
 #include "decode_node/decode_node.h"
 
+#include <algorithm>
 #include <atomic>
-#include <thread>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
+#include "attention/dcp_layout.h"
 #include "common/kv_source_failure.h"
 #include "common/request_checks.h"
 #include "common/status_macros.h"
@@ -49,7 +49,6 @@ absl::StatusOr<std::unique_ptr<DecodeNode>> DecodeNode::Create(DecodeNodeOptions
   for (int32_t r = 0; r < world; ++r) {
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<KvPuller> p, o.pullers(r));
     node->pullers_.push_back(std::move(p));
-    node->puller_mu_.push_back(std::make_unique<absl::Mutex>());
   }
   InstanceOptions io = o.instance;
   DecodeNode* raw = node.get();
@@ -58,6 +57,16 @@ absl::StatusOr<std::unique_ptr<DecodeNode>> DecodeNode::Create(DecodeNodeOptions
     return raw->pullers_[rank]->AllocatePool(bytes);
   };
   TANDEM_ASSIGN_OR_RETURN(node->instance_, Instance::Create(model.weights, io));
+  std::vector<KvPuller*> pullers;
+  std::vector<absl::Span<std::byte>> pools;
+  for (int32_t d = 0; d < world; ++d) {
+    pullers.push_back(node->pullers_[d].get());
+    const KvPoolView pool = node->instance_->transfer_pool(d);
+    pools.emplace_back(static_cast<std::byte*>(pool.base),
+                       static_cast<size_t>(PoolBytes(pool.geometry, pool.num_blocks)));
+  }
+  node->pulls_ = std::make_unique<RankPulls>(std::move(pullers), std::move(pools),
+                                             RankPullsOptions{o.max_in_flight, o.stall_timeout});
   node->blocks_ = std::make_unique<BlockManager>(node->instance_->num_blocks());
   // One grammar cache for the decode engine and the colocated prefill (docs/structured_output.md).
   std::shared_ptr<GrammarCache> grammars = MakeGrammarCache(model.tokenizer.get());
@@ -166,47 +175,7 @@ absl::StatusOr<std::vector<int32_t>> DecodeNode::WaitForBlocks(
 
 absl::Status DecodeNode::Pull(const TransferMetadata& source, const TransferPlan& plan,
                               const std::function<bool()>& cancelled, std::atomic<bool>* cancel) {
-  const int32_t world = static_cast<int32_t>(plan.copies.size());
-  std::vector<absl::Status> results(world);
-  std::atomic<int32_t> running{world};
-  absl::Notification all_done;
-  auto pull_rank = [&](int32_t d) {
-    const KvPoolView pool = instance_->transfer_pool(d);
-    absl::Span<std::byte> local(static_cast<std::byte*>(pool.base),
-                                PoolBytes(pool.geometry, pool.num_blocks));
-    PullOptions po;
-    po.max_in_flight = options_.max_in_flight;
-    po.stall_timeout = options_.stall_timeout;
-    po.cancel = cancel;
-    std::vector<int32_t> blamed;
-    po.failed_source_ranks = &blamed;
-    {
-      absl::MutexLock lock(puller_mu_[d].get());
-      results[d] = pullers_[d]->Execute(source, plan.copies[d], local, po);
-    }
-    if (!blamed.empty()) {
-      // The puller named the source ranks at fault: the failure is about the prefill node.
-      results[d] = BlameKvSource(std::move(results[d]), {"", source.engine_id, blamed});
-    }
-    if (!results[d].ok()) cancel->store(true);  // the others cannot make this request succeed
-    if (running.fetch_sub(1) == 1) all_done.Notify();
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(world);
-  for (int32_t d = 0; d < world; ++d) threads.emplace_back(pull_rank, d);
-  // This thread relays the caller's cancellation while the ranks pull.
-  while (!all_done.WaitForNotificationWithTimeout(kCancelPoll)) {
-    if (cancelled()) cancel->store(true);
-  }
-  for (std::thread& t : threads) t.join();
-  // Report the cause, not the cancellations it triggered in the other ranks.
-  absl::Status first_cancel;
-  for (const absl::Status& r : results) {
-    if (r.ok()) continue;
-    if (!absl::IsCancelled(r)) return r;
-    if (first_cancel.ok()) first_cancel = r;
-  }
-  return first_cancel;
+  return pulls_->Pull(source, plan, cancelled, cancel);
 }
 
 absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvHandle& kv,
@@ -214,7 +183,8 @@ absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvH
                                        const std::function<bool()>& cancelled,
                                        std::atomic<bool>* cancel, int32_t* first_token,
                                        std::optional<TokenLogprobs>* first_logprobs,
-                                       std::vector<uint32_t>* digests, TransferStats* stats) {
+                                       std::vector<uint32_t>* digests, OverlappedKvCheck* check,
+                                       TransferStats* stats) {
   // The prefill runs for as long as its prompt takes; every wait below is bounded on its own
   // (stall_timeout between progress messages), this only caps a stream that keeps repeating.
   constexpr absl::Duration kWatchCap = absl::Hours(1);
@@ -246,6 +216,8 @@ absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvH
                                " tokens ready of a ", kv.num_tokens, "-token prompt")),
                            {kv.prefill_address, kv.engine_id, {}});
     }
+    // The digests come with done: the ranges already landed are checked during the last pull.
+    if (next->done) TANDEM_RETURN_IF_ERROR(check->SetDigests(next->kv_digests));
     if (next->tokens_ready > landed) {
       TANDEM_ASSIGN_OR_RETURN(TransferPlan plan,
                               PlanKvTransferRange(source.layout, kv.block_table, dst, blocks,
@@ -258,6 +230,7 @@ absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvH
       ++stats->chunks;
       if (!next->done) ++stats->chunks_before_prefill_done;
       landed = next->tokens_ready;
+      check->Landed(landed);
     }
     if (next->done) {
       *first_token = next->first_token;
@@ -268,26 +241,70 @@ absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvH
   }
 }
 
-absl::Status DecodeNode::VerifyDigests(const TransferMetadata& source, const KvHandle& kv,
-                                       const std::vector<int32_t>& blocks,
-                                       const std::vector<uint32_t>& digests, TransferStats* stats) {
-  const absl::Time start = absl::Now();
-  // The whole prompt's plan: for a pipelined pull it reads every prompt byte from the same source
-  // rank and offset as the union of its range plans (planner.h), so it maps what landed.
-  TANDEM_ASSIGN_OR_RETURN(TransferPlan plan, PlanKvTransfer(source.layout, kv.block_table, layout(),
-                                                            blocks, kv.num_tokens));
-  std::vector<absl::Span<const std::byte>> pools;
+OverlappedKvCheckInput DecodeNode::CheckInput(const TransferMetadata& source, const KvHandle& kv,
+                                              const std::vector<int32_t>& blocks) const {
+  OverlappedKvCheckInput in;
+  in.src = source.layout;
+  in.dst = layout();
+  in.num_tokens = kv.num_tokens;
+  in.request_id = kv.request_id;
+  in.lease_generation = kv.generation;
+  in.src_blocks = kv.block_table;
+  in.src_block_generations = kv.block_generations;
+  in.dst_blocks = blocks;
   for (int32_t d = 0; d < instance_->world(); ++d) {
     const KvPoolView pool = instance_->transfer_pool(d);
-    pools.emplace_back(static_cast<const std::byte*>(pool.base),
-                       static_cast<size_t>(PoolBytes(pool.geometry, pool.num_blocks)));
+    in.dst_pools.emplace_back(static_cast<const std::byte*>(pool.base),
+                              static_cast<size_t>(PoolBytes(pool.geometry, pool.num_blocks)));
   }
+  return in;
+}
+
+absl::Status DecodeNode::PullAll(const TransferMetadata& source, const KvHandle& kv,
+                                 const std::vector<int32_t>& blocks,
+                                 const std::function<bool()>& cancelled, std::atomic<bool>* cancel,
+                                 OverlappedKvCheck* check, TransferStats* stats) {
+  const absl::Time start = absl::Now();
+  absl::Cleanup timed = [&] { stats->micros = absl::ToInt64Microseconds(absl::Now() - start); };
+  const KvLayout dst = layout();
+  TANDEM_ASSIGN_OR_RETURN(
+      TransferPlan plan, PlanKvTransfer(source.layout, kv.block_table, dst, blocks, kv.num_tokens));
+  const int64_t total = plan.total_bytes();
+  const DcpGeometry src_dcp = source.layout.parallel.dcp_geometry();
+  const int64_t num_blocks = VirtualBlocksFor(src_dcp, kv.num_tokens);
+  const int64_t chunk = options_.pull_chunk_bytes;
+  if (!check->has_digests() || chunk <= 0 || total <= chunk || num_blocks < 2) {
+    stats->bytes = total;
+    stats->copies = plan.total_copies();
+    TANDEM_RETURN_IF_ERROR(Pull(source, plan, cancelled, cancel));
+    check->Landed(kv.num_tokens);
+    return absl::OkStatus();
+  }
+  // Block-aligned ranges of about `chunk` bytes: each lands while the one before is checked.
+  const int64_t per_range = std::max<int64_t>(1, chunk * num_blocks / total);
+  const int64_t block_tokens = VirtualBlockTokens(src_dcp);
+  for (int64_t b = 0; b < num_blocks; b += per_range) {
+    const int64_t begin = b * block_tokens;
+    const int64_t end = std::min(kv.num_tokens, (b + per_range) * block_tokens);
+    TANDEM_ASSIGN_OR_RETURN(
+        TransferPlan part,
+        PlanKvTransferRange(source.layout, kv.block_table, dst, blocks, kv.num_tokens, begin, end));
+    TANDEM_RETURN_IF_ERROR(Pull(source, part, cancelled, cancel));
+    stats->bytes += part.total_bytes();
+    stats->copies += part.total_copies();
+    check->Landed(end);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeNode::VerifyDigests(const KvHandle& kv, OverlappedKvCheck* check,
+                                       TransferStats* stats) {
+  const absl::Time start = absl::Now();
   std::vector<KvDigestMismatch> bad;
-  const absl::Status s = VerifyKvDigests(
-      source.layout, layout(), plan, kv.num_tokens,
-      KvDigestBinding{kv.request_id, kv.generation, kv.block_table, kv.block_generations}, digests,
-      pools, &bad, DefaultKvDigestThreads());
-  stats->digest_micros = absl::ToInt64Microseconds(absl::Now() - start);
+  const absl::Status s = check->Finish(&bad, DefaultKvDigestThreads());
+  stats->digest_wait_micros = absl::ToInt64Microseconds(absl::Now() - start);
+  stats->digest_micros = absl::ToInt64Microseconds(check->check_time());
+  stats->digest_ranges_overlapped = check->lane_checks();
   if (s.ok()) {
     stats->digests_verified = true;
     kv_digests_verified_.fetch_add(1);
@@ -370,18 +387,17 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   int32_t first_token = call.first_token;
   std::optional<TokenLogprobs> first_logprobs;  // pipelined: the prefill's, for first_token
   std::vector<uint32_t> digests = kv.kv_digests;
-  const absl::Time t0 = absl::Now();
+  // Checks KV digests as block ranges land; waits for its checks on every exit path, before
+  // the blocks it reads are freed.
+  OverlappedKvCheck check(CheckInput(*meta, kv, blocks), pulls_->check_lanes(),
+                          RankPulls::kCheckLane);
   absl::Status pulled;
   if (call.pipelined) {
     pulled = PullPipelined(*meta, kv, blocks, cancelled, &cancel_pull, &first_token,
-                           &first_logprobs, &digests, &stats);
+                           &first_logprobs, &digests, &check, &stats);
   } else {
-    TANDEM_ASSIGN_OR_RETURN(TransferPlan plan, PlanKvTransfer(meta->layout, kv.block_table, dst,
-                                                              blocks, kv.num_tokens));
-    pulled = Pull(*meta, plan, cancelled, &cancel_pull);
-    stats.bytes = plan.total_bytes();
-    stats.copies = plan.total_copies();
-    stats.micros = absl::ToInt64Microseconds(absl::Now() - t0);
+    pulled = check.SetDigests(digests);
+    if (pulled.ok()) pulled = PullAll(*meta, kv, blocks, cancelled, &cancel_pull, &check, &stats);
   }
   lease.Stop();
   if (lease.lost()) {
@@ -405,7 +421,7 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   // Before the lease is released and before any decode step reads the KV. A prefill that sends
   // no digests (--kv_digests=false) is trusted as before.
   if (!digests.empty()) {
-    TANDEM_RETURN_IF_ERROR(VerifyDigests(*meta, kv, blocks, digests, &stats));
+    TANDEM_RETURN_IF_ERROR(VerifyDigests(kv, &check, &stats));
   }
 
   released = true;

@@ -7,11 +7,12 @@
 //   transfer metadata (cached per prefill engine id + epoch; compatibility hash checked once) →
 //   lease kept alive from here until the pull ends (LeaseKeeper) → blocks for prompt +
 //   max_new_tokens (waiting for capacity up to queue_timeout) → plan (kv_transfer/planner.h) →
-//   one pull per rank, all ranks concurrently → KV digests checked (kv_transfer/kv_digest.h;
-//   a mismatch discards the KV and fails with ABORTED naming the prefill, so the router
-//   prefills again elsewhere) → ReleaseKv, quoting the handle's block generations → if the
-//   lease did not hold, discard and fail with ABORTED (the router prefills again) →
-//   continuous-batched decode, tokens streamed through DecodeSink.
+//   one pull per rank, all ranks concurrently, each on its rank's persistent lane (rank_pulls.h)
+//   → KV digests checked (kv_transfer/kv_digest.h), block ranges as they land while later ones
+//   are in flight (overlapped_kv_check.h; a mismatch discards the KV and fails with ABORTED
+//   naming the prefill, so the router prefills again elsewhere) → ReleaseKv, quoting the handle's
+//   block generations → if the lease did not hold, discard and fail with ABORTED (the router
+//   prefills again) → continuous-batched decode, tokens streamed through DecodeSink.
 //
 // With `colocated_prefill` the node also serves StartColocated: it prefills a prompt itself on
 // the same instance and pools and decodes it, no prefill node and no transfer
@@ -42,10 +43,12 @@
 #include "decode_node/colocated_prefill.h"
 #include "decode_node/lease_keeper.h"
 #include "decode_node/prefill_client.h"
+#include "decode_node/rank_pulls.h"
 #include "engine/block_manager.h"
 #include "engine/decode_engine.h"
 #include "engine/instance.h"
 #include "kv_transfer/kv_puller.h"
+#include "kv_transfer/overlapped_kv_check.h"
 #include "kv_transfer/transfer_types.h"
 
 namespace tandem {
@@ -60,7 +63,10 @@ struct DecodeNodeOptions {
   absl::Duration rpc_timeout = absl::Seconds(10);    // calls to prefill instances
   absl::Duration stall_timeout = absl::Seconds(10);  // KV pull without progress
   int32_t max_in_flight = 1024;  // gets outstanding per rank (64 starves small-row TCP pulls)
-  KvPullerFactory pullers;       // required: the transport
+  // With KV digests, an unpipelined pull goes in ranges of about this many bytes, each range's
+  // blocks checked while the next is in flight (issue 28 item 4); 0: one pull, checked after.
+  int64_t pull_chunk_bytes = int64_t{16} << 20;
+  KvPullerFactory pullers;                 // required: the transport
   std::shared_ptr<PrefillClient> prefill;  // required: how prefill instances are reached
   bool colocated_prefill = false;          // also prefill prompts here (StartColocated)
   PrefillOptions colocated;                // the colocated prefill engine's options
@@ -103,6 +109,10 @@ struct TransferStats {
   // KV digests: whether the handle had them and every pulled byte matched, and the check's time.
   bool digests_verified = false;
   int64_t digest_micros = 0;
+  // Of that check: the time it still took after the last pull (what the request waited for; the
+  // rest overlapped the pull), and the block ranges checked while later ones were in flight.
+  int64_t digest_wait_micros = 0;
+  int32_t digest_ranges_overlapped = 0;
 };
 
 class DecodeNode {
@@ -153,10 +163,15 @@ class DecodeNode {
   absl::StatusOr<std::vector<int32_t>> WaitForBlocks(int32_t count,
                                                      const std::function<bool()>& cancelled,
                                                      const LeaseKeeper& lease);
-  // All ranks' pulls at once, one thread per rank; the first failure cancels the others.
-  // `cancel` is also set by the lease keeper when the lease is lost.
+  // All ranks' pulls at once, on the per-rank lanes (RankPulls); the first failure cancels the
+  // others. `cancel` is also set by the lease keeper when the lease is lost.
   absl::Status Pull(const TransferMetadata& source, const TransferPlan& plan,
                     const std::function<bool()>& cancelled, std::atomic<bool>* cancel);
+  // The unpipelined pull of kv's whole prompt into `blocks`: with digests and more than
+  // pull_chunk_bytes, in block-aligned ranges, telling `check` as each lands; else one Pull.
+  absl::Status PullAll(const TransferMetadata& source, const KvHandle& kv,
+                       const std::vector<int32_t>& blocks, const std::function<bool()>& cancelled,
+                       std::atomic<bool>* cancel, OverlappedKvCheck* check, TransferStats* stats);
   // Pipelined transfer: pulls kv's prompt part by part as its prefill reports progress (each
   // range planned with PlanKvTransferRange), until the prefill is done; its first token in
   // *first_token (its log-probabilities, when sent, in *first_logprobs). Each wait for progress is
@@ -166,12 +181,15 @@ class DecodeNode {
                              const std::vector<int32_t>& blocks,
                              const std::function<bool()>& cancelled, std::atomic<bool>* cancel,
                              int32_t* first_token, std::optional<TokenLogprobs>* first_logprobs,
-                             std::vector<uint32_t>* digests, TransferStats* stats);
-  // Checks the pulled KV (whole prompt, in the local pools) against kv's digests; counts and
-  // logs a mismatch. ABORTED naming the prefill on a mismatch or a malformed digest list.
-  absl::Status VerifyDigests(const TransferMetadata& source, const KvHandle& kv,
-                             const std::vector<int32_t>& blocks,
-                             const std::vector<uint32_t>& digests, TransferStats* stats);
+                             std::vector<uint32_t>* digests, OverlappedKvCheck* check,
+                             TransferStats* stats);
+  // What `check` needs to check kv's prompt landing in `blocks` (the local pools).
+  OverlappedKvCheckInput CheckInput(const TransferMetadata& source, const KvHandle& kv,
+                                    const std::vector<int32_t>& blocks) const;
+  // Finishes `check` (the ranges not checked while the pull was in flight) once the whole prompt
+  // landed; counts and logs a mismatch. ABORTED naming the prefill on a mismatch or a malformed
+  // digest list.
+  absl::Status VerifyDigests(const KvHandle& kv, OverlappedKvCheck* check, TransferStats* stats);
   // Best effort: the prefill frees the KV; returns whether its lease held.
   absl::StatusOr<bool> ReleaseKv(const KvHandle& kv);
 
@@ -182,11 +200,12 @@ class DecodeNode {
   LlamaConfig config_;
   absl::Time started_;
 
-  std::vector<std::unique_ptr<KvPuller>> pullers_;       // [world]; own the pools
-  std::vector<std::unique_ptr<absl::Mutex>> puller_mu_;  // one pull at a time per rank
+  std::vector<std::unique_ptr<KvPuller>> pullers_;  // [world]; own the pools
   std::unique_ptr<Instance> instance_;
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<DecodeEngine> engine_;
+  // The pullers' lanes (and the digest check's); declared after what their jobs touch.
+  std::unique_ptr<RankPulls> pulls_;
 
   mutable absl::Mutex mu_;
   std::map<std::pair<std::string, uint64_t>, std::shared_ptr<const TransferMetadata>> metadata_
