@@ -41,36 +41,57 @@ void PrefixCache::Touch(Entry& e) { lru_.splice(lru_.begin(), lru_, e.lru); }
 std::vector<int32_t> PrefixCache::Acquire(absl::Span<const int32_t> tokens,
                                           absl::Span<const uint64_t> chain, int64_t max_blocks) {
   const int64_t limit = std::min<int64_t>(max_blocks, static_cast<int64_t>(chain.size()));
+  // Matched under the lock and referenced before it is released, so no block can be evicted or
+  // reused while its checks are re-read outside the lock (a re-read of a long prefix takes
+  // milliseconds, and every other admission waits on this lock).
   std::vector<int32_t> out;
-  absl::MutexLock lock(&mu_);
-  std::vector<Entry*> matched;
-  uint64_t parent = 0;
-  for (int64_t i = 0; i < limit; ++i) {
-    Entry* e = Match(tokens, chain, i, parent);
-    if (e == nullptr) break;
-    if (options_.verify && !e->checks.empty() && !options_.verify(e->block, e->checks)) {
-      // Corrupted while cached: drop it and the rest of its chain (their parent is gone), so
-      // the prompt computes these tokens again and a later one caches them afresh.
-      ++stats_.corrupt_blocks;
-      for (int64_t j = i; j < static_cast<int64_t>(chain.size()); ++j) {
-        Entry* next = Match(tokens, chain, j, parent);
-        if (next == nullptr) break;
-        parent = next->serial;
-        Drop(chain[static_cast<size_t>(j)]);
-      }
+  std::vector<uint64_t> serials;
+  std::vector<std::vector<uint32_t>> checks;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<Entry*> matched;
+    uint64_t parent = 0;
+    for (int64_t i = 0; i < limit; ++i) {
+      Entry* e = Match(tokens, chain, i, parent);
+      if (e == nullptr) break;
+      matched.push_back(e);
+      out.push_back(e->block);
+      serials.push_back(e->serial);
+      if (options_.verify) checks.push_back(e->checks);
+      parent = e->serial;
+    }
+    // Deepest first, so the chain's root ends up the most recent.
+    for (auto it = matched.rbegin(); it != matched.rend(); ++it) Touch(**it);
+    if (!out.empty() && !blocks_->AddRef(out).ok()) {
+      // A cached block must hold the cache's reference; anything else is a bookkeeping bug.
+      // Reuse nothing rather than KV that may have been handed to someone else.
+      return {};
+    }
+  }
+  if (!options_.verify) return out;
+  size_t bad = out.size();
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!checks[i].empty() && !options_.verify(out[i], checks[i])) {
+      bad = i;
       break;
     }
-    matched.push_back(e);
-    out.push_back(e->block);
-    parent = e->serial;
   }
-  // Deepest first, so the chain's root ends up the most recent.
-  for (auto it = matched.rbegin(); it != matched.rend(); ++it) Touch(**it);
-  if (!out.empty() && !blocks_->AddRef(out).ok()) {
-    // A cached block must hold the cache's reference; anything else is a bookkeeping bug. Reuse
-    // nothing rather than KV that may have been handed to someone else.
-    return {};
+  if (bad == out.size()) return out;
+  // Corrupted while cached: drop it and the rest of its chain (their parent is gone), so the
+  // prompt computes these tokens again and a later one caches them afresh. Entries replaced
+  // meanwhile (another serial) are not ours to drop.
+  absl::MutexLock lock(&mu_);
+  ++stats_.corrupt_blocks;
+  uint64_t parent = bad == 0 ? 0 : serials[bad - 1];
+  for (int64_t j = static_cast<int64_t>(bad); j < static_cast<int64_t>(chain.size()); ++j) {
+    Entry* next = Match(tokens, chain, j, parent);
+    if (next == nullptr || (static_cast<size_t>(j) < serials.size() && next->serial != serials[j]))
+      break;
+    parent = next->serial;
+    Drop(chain[static_cast<size_t>(j)]);
   }
+  blocks_->Release(absl::MakeConstSpan(out).subspan(bad));
+  out.resize(bad);
   return out;
 }
 

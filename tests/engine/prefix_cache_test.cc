@@ -281,5 +281,32 @@ TEST(PrefixCacheTest, ABlockCorruptedWhileCachedIsDroppedOnItsNextHit) {
   EXPECT_EQ(bm.free_blocks(), 16 - 3);  // nothing leaked: the dropped blocks were freed
 }
 
+// The re-read of a hit runs outside the cache's lock (other admissions go on meanwhile) and
+// while the caller already holds its references, so a block being verified cannot be evicted.
+TEST(PrefixCacheTest, HitsAreVerifiedOutsideTheLockWithTheirReferencesHeld) {
+  BlockManager bm(16);
+  PrefixCache* self = nullptr;
+  std::vector<int32_t> evictable_during_verify;
+  PrefixCacheOptions o{.salt = 5, .block_tokens = kV};
+  o.verify = [&](int32_t, absl::Span<const uint32_t>) {
+    // Takes the cache's lock: would deadlock if Acquire still held it here.
+    evictable_during_verify.push_back(self->evictable_blocks());
+    return true;
+  };
+  PrefixCache cache(&bm, o);
+  self = &cache;
+  const std::vector<int32_t> p = Tokens(14, 40);  // 3 full blocks + 2 tokens
+  std::vector<int32_t> t = Prefill(cache, p);
+  cache.RecordChecks(t, std::vector<std::vector<uint32_t>>(t.size(), {1u}));
+  bm.Release(t);
+  EXPECT_EQ(cache.evictable_blocks(), 3);
+  int64_t hits = -1;
+  t = Prefill(cache, p, &hits);
+  EXPECT_EQ(hits, 3);
+  EXPECT_THAT(evictable_during_verify, ElementsAre(0, 0, 0));
+  bm.Release(t);
+  EXPECT_EQ(cache.evictable_blocks(), 3);
+}
+
 }  // namespace
 }  // namespace tandem
