@@ -43,8 +43,9 @@ absl::Status OverlappedKvCheck::SetDigests(std::vector<uint32_t> digests) {
 
 void OverlappedKvCheck::Landed(int64_t tokens) {
   landed_ = std::max(landed_, std::min(tokens, in_.num_tokens));
-  if (digests_.empty() || lanes_ == nullptr) return;
-  const int64_t whole = landed_ == in_.num_tokens ? blocks_ : landed_ / block_tokens_;
+  // Once everything landed the pull is over: Finish checks the rest on the waiting thread.
+  if (digests_.empty() || lanes_ == nullptr || landed_ == in_.num_tokens) return;
+  const int64_t whole = landed_ / block_tokens_;
   if (whole <= queued_) return;
   const int64_t begin = queued_, end = whole;
   jobs_->Add();

@@ -59,7 +59,8 @@ class OverlappedKvCheck {
   [[nodiscard]] absl::Status SetDigests(std::vector<uint32_t> digests);
   bool has_digests() const { return !digests_.empty(); }
 
-  // Prompt tokens [0, tokens) have landed: queues a check of every block now wholly landed.
+  // Prompt tokens [0, tokens) have landed: queues a check of every block now wholly landed
+  // (unless that is the whole prompt: then the pull is over and Finish checks the rest).
   void Landed(int64_t tokens);
 
   // After the whole prompt landed: checks the blocks not yet checked here (with `threads`),
