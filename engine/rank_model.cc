@@ -185,7 +185,8 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
 
   const RopeParams rope{
       config_.rope_theta, config_.rope_style,
-      config_.rope_freq_factors.empty() ? nullptr : config_.rope_freq_factors.data()};
+      config_.rope_freq_factors.empty() ? nullptr : config_.rope_freq_factors.data(),
+      config_.rope_mscale};
   ComputeBackend& be = *backend_;
   be.BeginForward(m);
   if (weights_.embedding_rows != nullptr) {

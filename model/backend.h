@@ -50,6 +50,8 @@ struct RopeParams {
   // none: pair i rotates by pos · theta^(−2i/head_dim) / freq_factors[i]. It stays valid and
   // unchanged for the backend's lifetime (it points into the model's config).
   const float* freq_factors = nullptr;
+  // Multiplies cos and sin (LlamaConfig::rope_mscale; YaRN's magnitude correction).
+  float mscale = 1.f;
 };
 
 class ComputeBackend {

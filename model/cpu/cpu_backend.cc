@@ -171,7 +171,7 @@ class CpuBackend final : public ComputeBackend {
                     const RopeParams& params) override {
     int64_t max_pos = 0;
     for (int64_t i = 0; i < m; ++i) max_pos = std::max(max_pos, positions[i]);
-    rope_.Ensure(max_pos, head_dim, params.theta, params.freq_factors);
+    rope_.Ensure(max_pos, head_dim, params.theta, params.freq_factors, params.mscale);
     cpu::Rope(x, m, heads, head_dim, positions, params.style, rope_);
     return absl::OkStatus();
   }

@@ -33,15 +33,16 @@ void RmsNorm(const float* x, const float* w, int64_t m, int64_t n, float eps, fl
 }
 
 void RopeTable::Ensure(int64_t max_position, int32_t head_dim, float theta,
-                       const float* freq_factors) {
+                       const float* freq_factors, float mscale) {
   const int32_t half = head_dim / 2;
   const bool same_factors = freq_factors == nullptr
                                 ? factors_.empty()
                                 : (factors_.size() == static_cast<size_t>(half) &&
                                    std::equal(factors_.begin(), factors_.end(), freq_factors));
-  if (half != half_ || theta != theta_ || !same_factors) {
+  if (half != half_ || theta != theta_ || mscale != mscale_ || !same_factors) {
     half_ = half;
     theta_ = theta;
+    mscale_ = mscale;
     if (freq_factors == nullptr) {
       factors_.clear();
     } else {
@@ -61,8 +62,8 @@ void RopeTable::Ensure(int64_t max_position, int32_t head_dim, float theta,
       double inv_freq = std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
       if (!factors_.empty()) inv_freq /= static_cast<double>(factors_[i]);
       const double angle = static_cast<double>(pos) * inv_freq;
-      cos_[pos * half + i] = static_cast<float>(std::cos(angle));
-      sin_[pos * half + i] = static_cast<float>(std::sin(angle));
+      cos_[pos * half + i] = static_cast<float>(mscale * std::cos(angle));
+      sin_[pos * half + i] = static_cast<float>(mscale * std::sin(angle));
     }
   }
   capacity_ = capacity;

@@ -13,21 +13,22 @@ namespace tandem::cpu {
 // y[i][:] = x[i][:] · w / sqrt(mean(x[i]²) + eps); y may alias x.
 void RmsNorm(const float* x, const float* w, int64_t m, int64_t n, float eps, float* y);
 
-// cos/sin of pos·theta^(−2i/head_dim)/factor[i] for positions [0, capacity), computed in double
-// once and grown on demand (RoPE otherwise costs a sincos per (row, pair) per layer). Not
+// mscale · cos/sin of pos·theta^(−2i/head_dim)/factor[i] for positions [0, capacity), computed in
+// double once and grown on demand (RoPE otherwise costs a sincos per (row, pair) per layer). Not
 // thread-safe: one per backend (rank thread).
 class RopeTable {
  public:
   // Makes positions [0, max_position] available for (theta, head_dim, freq_factors: head_dim/2
-  // divisors or null for none); rebuilds on a change.
+  // divisors or null for none, mscale: multiplies cos and sin); rebuilds on a change.
   void Ensure(int64_t max_position, int32_t head_dim, float theta,
-              const float* freq_factors = nullptr);
+              const float* freq_factors = nullptr, float mscale = 1.f);
   const float* cos(int64_t pos) const { return cos_.data() + pos * half_; }
   const float* sin(int64_t pos) const { return sin_.data() + pos * half_; }
 
  private:
   int32_t half_ = 0;
   float theta_ = 0.f;
+  float mscale_ = 1.f;
   std::vector<float> factors_;  // empty: none
   int64_t capacity_ = 0;
   std::vector<float> cos_, sin_;

@@ -53,7 +53,8 @@ struct RopeFactors {
 // One thread per (row, frequency i): computes the angle once, rotates that pair in every head.
 __global__ void __launch_bounds__(kThreads)
     RopeKernel(float* x, int64_t m, int32_t heads, int32_t head_dim, const int64_t* positions,
-               float theta, bool adjacent_pairs, bool has_factors, RopeFactors factors) {
+               float theta, bool adjacent_pairs, bool has_factors, RopeFactors factors,
+               float mscale) {
   const int32_t half = head_dim / 2;
   TANDEM_GRID_STRIDE(e, m * half) {
     const int64_t r = e / half;
@@ -61,8 +62,8 @@ __global__ void __launch_bounds__(kThreads)
     double inv_freq = pow(static_cast<double>(theta), -2.0 * i / head_dim);
     if (has_factors) inv_freq /= static_cast<double>(factors.v[i]);
     const double angle = static_cast<double>(positions[r]) * inv_freq;
-    const float c = static_cast<float>(cos(angle));
-    const float s = static_cast<float>(sin(angle));
+    const float c = static_cast<float>(mscale * cos(angle));
+    const float s = static_cast<float>(mscale * sin(angle));
     for (int32_t h = 0; h < heads; ++h) {
       float* v = x + (r * heads + h) * head_dim;
       const int32_t ia = adjacent_pairs ? 2 * i : i;
@@ -147,7 +148,7 @@ absl::Status LaunchRope(float* x, int64_t m, int32_t heads, int32_t head_dim,
   if (pairs == 0 || heads == 0) return absl::OkStatus();
   RopeKernel<<<ElementBlocks(pairs), kThreads, 0, S(stream)>>>(
       x, m, heads, head_dim, positions, params.theta, params.style == RopeStyle::kAdjacentPairs,
-      params.freq_factors != nullptr, factors);
+      params.freq_factors != nullptr, factors, params.mscale);
   return LaunchStatus();
 }
 

@@ -20,7 +20,8 @@ namespace tandem::gpu {
 
 // Rotary embedding in place on x [m][heads][head_dim] at positions [m]; angles in double as on
 // the CPU. kAdjacentPairs rotates (x[2i], x[2i+1]), kRotateHalf (x[i], x[i + head_dim/2]).
-// params.freq_factors (host, head_dim/2 divisors, head_dim <= 512) travel as kernel arguments.
+// params.freq_factors (host, head_dim/2 divisors, head_dim <= 512) travel as kernel arguments;
+// cos and sin are multiplied by params.mscale.
 [[nodiscard]] absl::Status LaunchRope(float* x, int64_t m, int32_t heads, int32_t head_dim,
                                       const int64_t* positions, const RopeParams& params,
                                       void* stream);

@@ -1,7 +1,9 @@
 #include "model/format/gguf_llama.h"
 
+#include <cmath>
 #include <limits>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,9 +36,57 @@ absl::StatusOr<float> GetFloatOr(const GgufFile& f, const std::string& key, floa
   return static_cast<float>(v);
 }
 
-// <arch>.rope.scaling.type (none | linear with rope.scaling.factor) and the rope_freqs.weight
-// tensor llama.cpp's converter writes for Llama 3's rope_scaling; both become divisors in
-// c->rope_freq_factors. Other scaling types are refused naming the key and value.
+// <arch>.rope.scaling.type yarn: rope.scaling.factor, rope.scaling.original_context_length
+// (default: context_length) and rope.scaling.attn_factor (default 1), read as llama.cpp reads
+// them for these architectures. llama.cpp ignores the rope.scaling.yarn_* keys for llama, qwen2,
+// qwen3 and phi3 (it uses beta_fast 32, beta_slow 1, ext_factor 1), so a file setting one to
+// anything else has two readings; it is refused naming the key and value.
+absl::StatusOr<YarnRope> ReadYarn(const GgufFile& f, const std::string& p, const LlamaConfig& c) {
+  if (!f.Has(p + "rope.scaling.factor")) {
+    return absl::NotFoundError(absl::StrCat(f.path(), ": ", p, "rope.scaling.type is 'yarn' but ",
+                                            p, "rope.scaling.factor is missing"));
+  }
+  YarnRopeScaling y;
+  TANDEM_ASSIGN_OR_RETURN(y.factor, GetFloatOr(f, p + "rope.scaling.factor", 0.f));
+  TANDEM_ASSIGN_OR_RETURN(y.original_max_position,
+                          GetInt32Or(f, p + "rope.scaling.original_context_length", c.max_context));
+  TANDEM_ASSIGN_OR_RETURN(y.attn_factor, GetFloatOr(f, p + "rope.scaling.attn_factor", 1.f));
+  const std::pair<const char*, float> llamacpp_defaults[] = {{"yarn_beta_fast", y.beta_fast},
+                                                             {"yarn_beta_slow", y.beta_slow},
+                                                             {"yarn_ext_factor", y.ext_factor},
+                                                             {"yarn_log_multiplier", 0.f}};
+  for (const auto& [key, want] : llamacpp_defaults) {
+    TANDEM_ASSIGN_OR_RETURN(const float v, GetFloatOr(f, p + "rope.scaling." + key, want));
+    if (v != want) {
+      return absl::UnimplementedError(absl::StrCat(
+          f.path(), ": ", p, "rope.scaling.", key, " = ", v,
+          " is not supported (llama.cpp ignores it for this architecture and uses ", want, ")"));
+    }
+  }
+  absl::StatusOr<YarnRope> yarn = YarnRopeParams(c.head_dim, c.rope_theta, y);
+  if (!yarn.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.path(), ": ", p, "rope.scaling: ", yarn.status().message()));
+  }
+  // The magnitude llama.cpp derives; a converter's yarn_attn_factor (transformers'
+  // attention_factor) is accepted when it says the same.
+  if (f.Has(p + "rope.scaling.yarn_attn_factor")) {
+    TANDEM_ASSIGN_OR_RETURN(const float v,
+                            GetFloatOr(f, p + "rope.scaling.yarn_attn_factor", yarn->mscale));
+    if (std::abs(v - yarn->mscale) > 1e-5f * yarn->mscale) {
+      return absl::UnimplementedError(
+          absl::StrCat(f.path(), ": ", p, "rope.scaling.yarn_attn_factor = ", v,
+                       " is not supported (llama.cpp ignores it for this architecture and uses ",
+                       yarn->mscale, ")"));
+    }
+  }
+  return yarn;
+}
+
+// <arch>.rope.scaling.type (none | linear with rope.scaling.factor | yarn) and the
+// rope_freqs.weight tensor llama.cpp's converter writes for Llama 3's rope_scaling; all become
+// divisors in c->rope_freq_factors (yarn also c->rope_mscale). Other scaling types are refused
+// naming the key and value.
 absl::Status ReadRopeScaling(const GgufFile& f, const std::string& p, LlamaConfig* c) {
   std::vector<float> factors;
   if (const GgufTensorInfo* info = f.FindTensor("rope_freqs.weight"); info != nullptr) {
@@ -51,6 +101,7 @@ absl::Status ReadRopeScaling(const GgufFile& f, const std::string& p, LlamaConfi
   }
   if (f.Has(p + "rope.scaling.type")) {
     TANDEM_ASSIGN_OR_RETURN(const absl::string_view type, f.GetString(p + "rope.scaling.type"));
+    std::vector<float> scaled;
     if (type == "linear") {
       if (!f.Has(p + "rope.scaling.factor")) {
         return absl::NotFoundError(absl::StrCat(f.path(), ": ", p,
@@ -64,13 +115,22 @@ absl::Status ReadRopeScaling(const GgufFile& f, const std::string& p, LlamaConfi
         return absl::InvalidArgumentError(
             absl::StrCat(f.path(), ": ", p, "rope.scaling.factor: ", linear.status().message()));
       }
-      if (factors.empty()) factors.assign(linear->size(), 1.f);
-      for (size_t i = 0; i < factors.size(); ++i) factors[i] *= (*linear)[i];
+      scaled = std::move(linear).value();
+    } else if (type == "yarn") {
+      TANDEM_ASSIGN_OR_RETURN(YarnRope yarn, ReadYarn(f, p, *c));
+      scaled = std::move(yarn.freq_factors);
+      c->rope_mscale = yarn.mscale;
     } else if (type != "none") {
       return absl::UnimplementedError(
           absl::StrCat(f.path(), ": ", p, "rope.scaling.type '", type,
-                       "' is not supported (supported: none, linear, and Llama 3's "
+                       "' is not supported (supported: none, linear, yarn, and Llama 3's "
                        "rope_freqs.weight)"));
+    }
+    // ggml divides each angle by rope_freqs (freq_factors) and scales it by freq_scale/YaRN:
+    // the divisors multiply.
+    if (!scaled.empty()) {
+      if (factors.empty()) factors.assign(scaled.size(), 1.f);
+      for (size_t i = 0; i < factors.size(); ++i) factors[i] *= scaled[i];
     }
   }
   c->rope_freq_factors = std::move(factors);

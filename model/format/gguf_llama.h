@@ -12,8 +12,10 @@
 // rope_style is kAdjacentPairs for llama (llama.cpp's converter permutes its Q/K rows for it)
 // and kRotateHalf for qwen2/qwen3 (ggml's NeoX mode, rows as in HF). RoPE scaling: a
 // rope_freqs.weight tensor (Llama 3, [head_dim/2] divisors) and rope.scaling.type none/linear
-// (with rope.scaling.factor) become LlamaConfig::rope_freq_factors. Refused naming the key and
-// value: other architectures, other rope.scaling.type values (yarn, ...),
+// (with rope.scaling.factor)/yarn (factor, original_context_length, attn_factor; YaRN's
+// magnitude goes to LlamaConfig::rope_mscale) become LlamaConfig::rope_freq_factors. Refused
+// naming the key and value: other architectures, other rope.scaling.type values (longrope, ...),
+// rope.scaling.yarn_* keys that differ from what llama.cpp uses for these architectures,
 // attention.sliding_window, expert_count > 0. Every tensor's shape is checked against the
 // config before any is dequantised.
 //

@@ -72,9 +72,50 @@ absl::Status RefuseSlidingWindow(const nlohmann::json& s, const LlamaConfig& c) 
   return absl::OkStatus();
 }
 
+// rope_scaling "yarn" as transformers' _compute_yarn_parameters reads it: factor,
+// original_max_position_embeddings (default max_position_embeddings), beta_fast (32), beta_slow
+// (1) and attention_factor (default 1 + 0.1 ln factor: the magnitude, replacing it). DeepSeek's
+// mscale/mscale_all_dim and truncate false are refused by name.
+absl::StatusOr<YarnRope> ReadHfYarn(const nlohmann::json& rs, const LlamaConfig& c) {
+  for (const char* key : {"mscale", "mscale_all_dim"}) {
+    const nlohmann::json* v = FindField(rs, key);
+    if (v == nullptr || v->is_null()) continue;
+    return absl::UnimplementedError(absl::StrCat("config.json: rope_scaling.", key, " ", v->dump(),
+                                                 " is not supported (yarn)"));
+  }
+  if (const nlohmann::json* v = FindField(rs, "truncate"); v != nullptr && !v->is_null()) {
+    TANDEM_ASSIGN_OR_RETURN(const bool truncate,
+                            JsonBool(*v, "config.json: rope_scaling.truncate"));
+    if (!truncate) {
+      return absl::UnimplementedError(
+          "config.json: rope_scaling.truncate false is not supported (yarn)");
+    }
+  }
+  YarnRopeScaling y;
+  TANDEM_ASSIGN_OR_RETURN(y.factor, FloatField(rs, "factor", 0.f));
+  TANDEM_ASSIGN_OR_RETURN(y.original_max_position,
+                          Int32Field(rs, "original_max_position_embeddings", c.max_context));
+  TANDEM_ASSIGN_OR_RETURN(y.beta_fast, FloatField(rs, "beta_fast", y.beta_fast));
+  TANDEM_ASSIGN_OR_RETURN(y.beta_slow, FloatField(rs, "beta_slow", y.beta_slow));
+  TANDEM_ASSIGN_OR_RETURN(const float attention_factor, FloatField(rs, "attention_factor", 0.f));
+  absl::StatusOr<YarnRope> yarn = YarnRopeParams(c.head_dim, c.rope_theta, y);
+  if (!yarn.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: ", yarn.status().message()));
+  }
+  if (FindField(rs, "attention_factor") != nullptr) {
+    if (!(attention_factor > 0.f)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json: rope_scaling.attention_factor is ", attention_factor, " (must be > 0)"));
+    }
+    yarn->mscale = attention_factor;
+  }
+  return yarn;
+}
+
 // rope_scaling: null/absent or rope_type (older configs: type) "default" -> none; "linear"
 // {factor}; "llama3" {factor, low_freq_factor, high_freq_factor,
-// original_max_position_embeddings}. Anything else is refused naming the value.
+// original_max_position_embeddings}; "yarn" (ReadHfYarn). Anything else is refused naming the
+// value.
 absl::Status ReadRopeScaling(const nlohmann::json& s, LlamaConfig* c) {
   const nlohmann::json* v = FindField(s, "rope_scaling");
   if (v == nullptr || v->is_null()) {
@@ -105,10 +146,14 @@ absl::Status ReadRopeScaling(const nlohmann::json& s, LlamaConfig* c) {
     TANDEM_ASSIGN_OR_RETURN(l3.original_max_position,
                             Int32Field(rs, "original_max_position_embeddings", std::nullopt));
     factors = Llama3RopeFreqFactors(c->head_dim, c->rope_theta, l3);
+  } else if (type == "yarn") {
+    TANDEM_ASSIGN_OR_RETURN(YarnRope yarn, ReadHfYarn(rs, *c));
+    factors = std::move(yarn.freq_factors);
+    c->rope_mscale = yarn.mscale;
   } else {
     return absl::UnimplementedError(
         absl::StrCat("config.json: rope_scaling.rope_type '", type,
-                     "' is not supported (supported: default, linear, llama3)"));
+                     "' is not supported (supported: default, linear, llama3, yarn)"));
   }
   if (!factors.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("config.json: ", factors.status().message()));

@@ -5,14 +5,15 @@
 //
 // config.json: model_type "llama", "mistral" (architecture llama), "qwen2" (QKV biases always)
 // or "qwen3" (self_attn.q_norm/k_norm per-head RMSNorm); hidden_act "silu" (when present);
-// rope_scaling null/absent or rope_type default, linear {factor} or llama3 {factor,
-// low_freq_factor, high_freq_factor, original_max_position_embeddings} (model/format/
-// rope_scaling.h); sliding-window attention refused (Qwen: use_sliding_window true; others:
-// sliding_window shorter than max_position_embeddings);
-// vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads required;
-// num_key_value_heads (default num_attention_heads), head_dim (default hidden/heads),
-// max_position_embeddings (default 2048), rope_theta (10000), rms_norm_eps (1e-6),
-// tie_word_embeddings (false), attention_bias (false) optional.
+// rope_scaling null/absent or rope_type default, linear {factor}, llama3 {factor,
+// low_freq_factor, high_freq_factor, original_max_position_embeddings} or yarn {factor,
+// original_max_position_embeddings, beta_fast, beta_slow, attention_factor} (model/format/
+// rope_scaling.h; others such as longrope/su/dynamic refused by value); sliding-window attention
+// refused (Qwen: use_sliding_window true; others: sliding_window shorter than
+// max_position_embeddings); vocab_size, hidden_size, intermediate_size, num_hidden_layers,
+// num_attention_heads required; num_key_value_heads (default num_attention_heads), head_dim
+// (default hidden/heads), max_position_embeddings (default 2048), rope_theta (10000), rms_norm_eps
+// (1e-6), tie_word_embeddings (false), attention_bias (false) optional.
 //
 // Errors: NotFound (missing file/tensor), InvalidArgument (malformed JSON or safetensors,
 // shape mismatch), Unimplemented (other model types, rope scaling, unsupported dtypes).

@@ -243,6 +243,10 @@ absl::Status ValidateLlamaConfig(const LlamaConfig& c) {
       }
     }
   }
+  if (!(c.rope_mscale > 0.f) || !std::isfinite(c.rope_mscale)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: rope_mscale is ", c.rope_mscale, " (must be finite, > 0)"));
+  }
   if (!(c.rms_norm_eps > 0.f) || !(c.rope_theta > 0.f)) {
     return absl::InvalidArgumentError(absl::StrCat("model config: rms_norm_eps ", c.rms_norm_eps,
                                                    " and rope_theta ", c.rope_theta,

@@ -58,8 +58,12 @@ struct LlamaConfig {
   bool fused_qkv_gate_up = false;
   // RoPE frequency divisors, empty or head_dim/2 entries: pair i rotates by
   // pos · rope_theta^(−2i/head_dim) / rope_freq_factors[i]. Llama 3's rope_scaling (GGUF:
-  // the rope_freqs.weight tensor) and linear scaling (every entry = factor) are expressed so.
+  // the rope_freqs.weight tensor), linear scaling (every entry = factor) and YaRN's blend of
+  // interpolated and extrapolated frequencies (model/format/rope_scaling.h) are expressed so.
   std::vector<float> rope_freq_factors;
+  // RoPE's cos and sin are multiplied by this (so q·k by its square): YaRN's magnitude
+  // correction, 1 otherwise.
+  float rope_mscale = 1.f;
 };
 
 // A tensor. shape is outermost first: a matrix [out][in] has shape {out, in}.

@@ -3,7 +3,8 @@
 //   tandem-make-model --out model.gguf [--arch llama|qwen2|qwen3|phi3] [--seed 1] [--layers 2]
 //       [--hidden 128] [--q-heads 8] [--kv-heads 2] [--head-dim 16] [--intermediate 256]
 //       [--vocab 320] [--context 2048] [--dtype f32|f16|q8_0] [--tied] [--qkv-bias]
-//       [--rope-scaling none|linear|llama3] [--rope-factor 4] [--rope-theta 10000]
+//       [--rope-scaling none|linear|llama3|yarn] [--rope-factor 4]
+//       [--rope-original-context N] [--rope-theta 10000]
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -20,7 +21,8 @@ int Usage(const std::string& error) {
                "[--arch llama|qwen2|qwen3|phi3] [--seed N] [--layers N] [--hidden N] [--q-heads N] "
                "[--kv-heads N] [--head-dim N] [--intermediate N] [--vocab N] [--context N] "
                "[--dtype f32|f16|q8_0] [--tied] [--qkv-bias] "
-               "[--rope-scaling none|linear|llama3] [--rope-factor F] [--rope-theta F]\n",
+               "[--rope-scaling none|linear|llama3|yarn] [--rope-factor F] "
+               "[--rope-original-context N] [--rope-theta F]\n",
                error.c_str());
   return 2;
 }
@@ -31,9 +33,15 @@ int main(int argc, char** argv) {
   tandem::SyntheticModelOptions o;
   std::string out;
   const std::pair<const char*, int*> ints[] = {
-      {"--layers", &o.layers},     {"--hidden", &o.hidden},     {"--q-heads", &o.q_heads},
-      {"--kv-heads", &o.kv_heads}, {"--head-dim", &o.head_dim}, {"--intermediate", &o.intermediate},
-      {"--vocab", &o.vocab},       {"--context", &o.context}};
+      {"--layers", &o.layers},
+      {"--hidden", &o.hidden},
+      {"--q-heads", &o.q_heads},
+      {"--kv-heads", &o.kv_heads},
+      {"--head-dim", &o.head_dim},
+      {"--intermediate", &o.intermediate},
+      {"--vocab", &o.vocab},
+      {"--context", &o.context},
+      {"--rope-original-context", &o.rope_original_context}};
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--tied") {
@@ -64,8 +72,10 @@ int main(int argc, char** argv) {
         o.rope_scaling = tandem::SyntheticRopeScaling::kLinear;
       } else if (value == "llama3") {
         o.rope_scaling = tandem::SyntheticRopeScaling::kLlama3;
+      } else if (value == "yarn") {
+        o.rope_scaling = tandem::SyntheticRopeScaling::kYarn;
       } else {
-        return Usage("--rope-scaling must be none, linear or llama3");
+        return Usage("--rope-scaling must be none, linear, llama3 or yarn");
       }
     } else if (flag == "--rope-factor") {
       if (!absl::SimpleAtof(value, &o.rope_scaling_factor)) {

@@ -76,6 +76,11 @@ std::pair<float, float> InitOf(LlamaTensorRole role, const std::vector<int64_t>&
   }
 }
 
+int OriginalContext(const SyntheticModelOptions& o) {
+  if (o.rope_original_context > 0) return o.rope_original_context;
+  return std::max(1, static_cast<int>(static_cast<float>(o.context) / o.rope_scaling_factor));
+}
+
 }  // namespace
 
 absl::Status ValidateSyntheticOptions(const SyntheticModelOptions& o) {
@@ -91,6 +96,9 @@ absl::Status ValidateSyntheticOptions(const SyntheticModelOptions& o) {
   }
   if (o.rope_scaling != SyntheticRopeScaling::kNone && !(o.rope_scaling_factor > 0.f)) {
     return absl::InvalidArgumentError("--rope-scaling factor must be positive");
+  }
+  if (o.rope_original_context < 0) {
+    return absl::InvalidArgumentError("--rope-original-context must not be negative");
   }
   const std::pair<const char*, int> sizes[] = {
       {"layers", o.layers},     {"hidden", o.hidden},     {"q-heads", o.q_heads},
@@ -146,11 +154,14 @@ absl::StatusOr<GgufWriter> BuildSyntheticModel(const SyntheticModelOptions& o) {
   if (o.rope_scaling == SyntheticRopeScaling::kLinear) {
     w.Set(p + "rope.scaling.type", GgufValue::String("linear"));
     w.Set(p + "rope.scaling.factor", GgufValue::Float32(o.rope_scaling_factor));
+  } else if (o.rope_scaling == SyntheticRopeScaling::kYarn) {
+    w.Set(p + "rope.scaling.type", GgufValue::String("yarn"));
+    w.Set(p + "rope.scaling.factor", GgufValue::Float32(o.rope_scaling_factor));
+    w.Set(p + "rope.scaling.original_context_length", u32(OriginalContext(o)));
   } else if (o.rope_scaling == SyntheticRopeScaling::kLlama3) {
     Llama3RopeScaling l3;
     l3.factor = o.rope_scaling_factor;
-    l3.original_max_position =
-        std::max(1, static_cast<int>(static_cast<float>(o.context) / o.rope_scaling_factor));
+    l3.original_max_position = OriginalContext(o);
     TANDEM_ASSIGN_OR_RETURN(const std::vector<float> factors,
                             Llama3RopeFreqFactors(o.head_dim, o.rope_theta, l3));
     TANDEM_RETURN_IF_ERROR(w.AddF32Tensor(

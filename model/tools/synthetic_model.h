@@ -3,9 +3,11 @@
 // (eos = <|im_end|>, bos = <|im_start|>, pre-tokenizer "smollm"). Architectures: llama, qwen2
 // (QKV biases always), qwen3 (per-head attn_q_norm/attn_k_norm), phi3 (fused attn_qkv and ffn_up
 // = gate rows then up rows; needs q_heads·head_dim = hidden); metadata under "<arch>.", as
-// llama.cpp reads it. RoPE scaling: linear (rope.scaling.type/factor) or llama3 (a
+// llama.cpp reads it. RoPE scaling: linear (rope.scaling.type/factor), yarn (rope.scaling.type,
+// factor and original_context_length, as llama.cpp's converter writes them) or llama3 (a
 // rope_freqs.weight tensor of divisors, as llama.cpp's converter writes for Llama 3.x, from
-// factor, low 1, high 4 and original context = context / factor).
+// factor, low 1, high 4); the original context is rope_original_context, default
+// context / factor.
 //
 // Initialisation keeps activations O(1) and logits well separated so greedy decoding is
 // stable under the reordered sums of different shardings: uniform weights with
@@ -27,12 +29,13 @@
 
 namespace tandem {
 
-enum class SyntheticRopeScaling { kNone, kLinear, kLlama3 };
+enum class SyntheticRopeScaling { kNone, kLinear, kLlama3, kYarn };
 
 struct SyntheticModelOptions {
   std::string arch = "llama";  // llama, qwen2, qwen3 or phi3 (fused attn_qkv and ffn_up)
   SyntheticRopeScaling rope_scaling = SyntheticRopeScaling::kNone;
   float rope_scaling_factor = 4.f;
+  int rope_original_context = 0;  // yarn, llama3: the pre-scaling context; 0: context / factor
   uint64_t seed = 1;
   int layers = 2;
   int hidden = 128;

@@ -203,7 +203,9 @@ void CheckAgainstLlamaCpp(const std::string& name, const std::string& want_arch)
     o.kv_bytes_per_rank = int64_t{8} << 20;
     absl::StatusOr<std::unique_ptr<Instance>> inst = Instance::Create(*w, o);
     ASSERT_TRUE(inst.ok()) << inst.status();
-    const std::vector<int32_t> table = Table(8, 4);
+    // Blocks for the prompt and the greedy tokens (40 + 4 for the long-context fixtures).
+    const int32_t tokens = static_cast<int32_t>(f.prompt.size() + f.greedy.size());
+    const std::vector<int32_t> table = Table(std::max(8, tokens / parallel.block_size + 2), 4);
     // The prompt in chunks that end at the recorded positions (chunked prefill on the way).
     int32_t start = 0;
     std::vector<float> last;
@@ -243,6 +245,13 @@ TEST(ForwardTest, LlamaCppReferenceQwen3) { CheckAgainstLlamaCpp("qwen3", "qwen3
 TEST(ForwardTest, LlamaCppReferencePhi3) { CheckAgainstLlamaCpp("phi3", "phi3"); }
 TEST(ForwardTest, LlamaCppReferenceLlama3RopeScaling) {
   CheckAgainstLlamaCpp("llama3_rope", "llama");
+}
+// YaRN (factor 4, original context 32: blended divisors and the magnitude 1 + 0.1 ln 4) and
+// linear scaling over 40 prompt tokens: the second logits row (position 39) and all four greedy
+// tokens (positions 40-43) lie past the original context.
+TEST(ForwardTest, LlamaCppReferenceQwen2Yarn) { CheckAgainstLlamaCpp("qwen2_yarn", "qwen2"); }
+TEST(ForwardTest, LlamaCppReferenceLlamaLinearRopeScaling) {
+  CheckAgainstLlamaCpp("llama_linear", "llama");
 }
 
 TEST(ForwardTest, RejectsBadSteps) {

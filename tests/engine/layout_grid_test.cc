@@ -8,6 +8,7 @@
 #include "absl/synchronization/notification.h"
 #include "engine/combined_engine.h"
 #include "gtest/gtest.h"
+#include "model/format/rope_scaling.h"
 #include "tests/engine/generate_all.h"
 #include "tests/engine/test_model.h"
 
@@ -124,9 +125,9 @@ TEST(LayoutGridTest, EveryValidLayoutMatchesTheSingleRankRun) {
 }
 
 // The architecture-specific pieces under head split, KV-head replication, PCP and DCP: Qwen2's QKV
-// biases, Qwen3's per-head Q/K norms (replicated [head_dim] weights on every rank) and Llama 3's
-// RoPE frequency divisors. A subset of the grid per architecture keeps CI time small; each
-// layout must reproduce the single-rank tokens and logits.
+// biases, Qwen3's per-head Q/K norms (replicated [head_dim] weights on every rank), Llama 3's
+// RoPE frequency divisors and YaRN's divisors and magnitude. A subset of the grid per architecture
+// keeps CI time small; each layout must reproduce the single-rank tokens and logits.
 TEST(LayoutGridTest, ArchitectureFeaturesMatchTheSingleRankRunUnderSplits) {
   struct Arch {
     const char* name;
@@ -149,6 +150,15 @@ TEST(LayoutGridTest, ArchitectureFeaturesMatchTheSingleRankRunUnderSplits) {
     llama3.rope_freq_factors.push_back(i < 2 ? 1.f : (i < 4 ? 2.5f : 8.f));
   }
   archs.push_back({"llama3-rope", llama3});
+  // YaRN on a Qwen2-style model: blended divisors and the cos/sin magnitude (q·k scaled by its
+  // square) on every rank.
+  LlamaConfig yarn = qwen2;
+  absl::StatusOr<YarnRope> yarn_rope =
+      YarnRopeParams(yarn.head_dim, yarn.rope_theta, YarnRopeScaling{4.f, 8});
+  ASSERT_TRUE(yarn_rope.ok()) << yarn_rope.status();
+  yarn.rope_freq_factors = yarn_rope->freq_factors;
+  yarn.rope_mscale = yarn_rope->mscale;
+  archs.push_back({"qwen2-yarn", yarn});
   const std::vector<Layout> layouts = {{2, 1, 1, 4, 1},    // head split
                                        {4, 1, 2, 16, 2},   // KV heads replicated, DCP
                                        {1, 2, 1, 4, 4},    // PCP

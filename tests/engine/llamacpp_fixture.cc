@@ -42,9 +42,12 @@ LlamaCppFixture ReadLlamaCppFixture(const std::string& name) {
     } else if (key == "rope_scaling") {
       f.options.rope_scaling = v[0] == "llama3"   ? SyntheticRopeScaling::kLlama3
                                : v[0] == "linear" ? SyntheticRopeScaling::kLinear
+                               : v[0] == "yarn"   ? SyntheticRopeScaling::kYarn
                                                   : SyntheticRopeScaling::kNone;
     } else if (key == "rope_factor") {
       f.options.rope_scaling_factor = std::stof(v[0]);
+    } else if (key == "rope_original_context") {
+      f.options.rope_original_context = std::stoi(v[0]);
     } else if (key == "prompt" || key == "greedy") {
       for (const std::string& t : v) {
         (key == "prompt" ? f.prompt : f.greedy).push_back(std::stoi(t));

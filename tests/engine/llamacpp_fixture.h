@@ -19,7 +19,7 @@ struct LlamaCppFixture {
   std::map<int, std::vector<double>> logits;  // prompt position -> llama.cpp's logits
 };
 
-// names: "llama", "qwen2", "qwen3", "llama3_rope".
+// names: "llama", "qwen2", "qwen3", "phi3", "llama3_rope", "qwen2_yarn", "llama_linear".
 LlamaCppFixture ReadLlamaCppFixture(const std::string& name);
 
 // The fixture's model, built in memory and loaded as Tandem loads a GGUF file (f32).

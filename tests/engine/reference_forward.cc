@@ -54,8 +54,9 @@ void Rope(std::vector<double>& v, int32_t heads, int32_t d, int64_t pos, const L
       const int32_t a = c.rope_style == RopeStyle::kAdjacentPairs ? 2 * i : i;
       const int32_t b = c.rope_style == RopeStyle::kAdjacentPairs ? 2 * i + 1 : i + d / 2;
       const double xa = x[a], xb = x[b];
-      x[a] = xa * std::cos(angle) - xb * std::sin(angle);
-      x[b] = xa * std::sin(angle) + xb * std::cos(angle);
+      const double cs = c.rope_mscale * std::cos(angle), sn = c.rope_mscale * std::sin(angle);
+      x[a] = xa * cs - xb * sn;
+      x[b] = xa * sn + xb * cs;
     }
   }
 }

@@ -376,14 +376,15 @@ TEST_F(PrefillNodeTest, KvPulledIntoTwoDecodeLayoutsDecodesTheSameTokens) {
 }
 
 // Issue 23: each architecture's pieces (Qwen2's QKV biases, Qwen3's per-head Q/K norms, Llama 3's
-// RoPE divisors) through a mismatched pair — prefill TP 1 x PCP 2 x DCP 2, decode TP 2 (heads
-// split) — decode llama.cpp's own greedy tokens for the same model and prompt
-// (tests/engine/testdata/llamacpp, written by bench/peer/reference_logits.sh).
+// RoPE divisors, YaRN over 40 tokens past its original context of 32) through a mismatched pair —
+// prefill TP 1 x PCP 2 x DCP 2, decode TP 2 (heads split) — decode llama.cpp's own greedy tokens
+// for the same model and prompt (tests/engine/testdata/llamacpp, written by
+// bench/peer/reference_logits.sh).
 TEST_F(PrefillNodeTest, EachArchitectureDecodesLlamaCppsTokensAcrossMismatchedLayouts) {
   // NewNode and NewDecode load *model_path_: pointed at each architecture's model below, and put
   // back however the test ends.
   absl::Cleanup restore = [saved = *model_path_] { *model_path_ = saved; };
-  for (const char* name : {"qwen2", "qwen3", "phi3", "llama3_rope"}) {
+  for (const char* name : {"qwen2", "qwen3", "phi3", "llama3_rope", "qwen2_yarn"}) {
     SCOPED_TRACE(name);
     const LlamaCppFixture f = ReadLlamaCppFixture(name);
     ASSERT_EQ(f.greedy.size(), 4u);

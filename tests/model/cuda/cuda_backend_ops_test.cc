@@ -121,9 +121,9 @@ TEST_F(CudaBackendOpsTest, RopeMatchesCpuInBothStyles) {
   }
 }
 
-// RoPE frequency divisors (Llama 3.x rope_scaling, linear scaling) in the CUDA kernel's factor
-// argument give the CPU table's rotation; and without factors after a call with them, the plain
-// one (the CPU table rebuilds, the kernel takes no state).
+// RoPE frequency divisors (Llama 3.x rope_scaling, linear scaling, YaRN's blend) and YaRN's
+// magnitude (mscale) in the CUDA kernel's arguments give the CPU table's rotation; and without
+// them after a call with them, the plain one (the CPU table rebuilds, the kernel takes no state).
 TEST_F(CudaBackendOpsTest, RopeFrequencyFactorsMatchCpu) {
   const std::vector<int64_t> positions = {0, 1, 17, 4095, 100000, 3};
   const int64_t m = static_cast<int64_t>(positions.size());
@@ -134,7 +134,7 @@ TEST_F(CudaBackendOpsTest, RopeFrequencyFactorsMatchCpu) {
       for (const float* f :
            {static_cast<const float*>(factors.data()), static_cast<const float*>(nullptr)}) {
         const std::vector<float> x = RandomFloats(m * 3 * head_dim, head_dim);
-        const RopeParams params{500000.f, style, f};
+        const RopeParams params{500000.f, style, f, f != nullptr ? 1.1386f : 1.f};
         std::vector<std::vector<float>> got;
         for (ComputeBackend* b : {cpu_.get(), gpu_.get()}) {
           auto bx = Put(*b, x);

@@ -266,6 +266,36 @@ TEST(GgufLlamaTest, Llama3RopeFactorsFollowTheReferenceFormula) {
                    "low_freq_factor 4 and high_freq_factor 1 must satisfy 0 < low < high");
 }
 
+// YaRN as ggml applies it (and transformers' _compute_yarn_parameters computes it) for a
+// Qwen2.5-style rope_scaling (factor 4, original 32768, theta 1e6, head_dim 128): correction dims
+// 23 and 40, pairs below 23 extrapolated (divisor 1), above 40 interpolated (divisor 4), a linear
+// ramp of the blend between; magnitude 1 + 0.1 ln 4. Expected values computed apart (Python).
+TEST(GgufLlamaTest, YarnRopeFollowsTheReferenceFormula) {
+  absl::StatusOr<YarnRope> y = YarnRopeParams(128, 1e6f, YarnRopeScaling{4.f, 32768});
+  ASSERT_OK(y);
+  ASSERT_EQ(y->freq_factors.size(), 64u);
+  EXPECT_FLOAT_EQ(y->freq_factors[0], 1.f);
+  EXPECT_FLOAT_EQ(y->freq_factors[23], 1.f);
+  EXPECT_NEAR(y->freq_factors[24], 1.0461538, 1e-6);
+  EXPECT_NEAR(y->freq_factors[31], 1.5454545, 1e-6);
+  EXPECT_NEAR(y->freq_factors[39], 3.4, 1e-6);
+  EXPECT_FLOAT_EQ(y->freq_factors[40], 4.f);
+  EXPECT_FLOAT_EQ(y->freq_factors[63], 4.f);
+  EXPECT_NEAR(y->mscale, 1.1386294, 1e-6);
+  // ext_factor 0: plain interpolation, and only attn_factor is left of the magnitude.
+  YarnRopeScaling plain{4.f, 32768};
+  plain.ext_factor = 0.f;
+  plain.attn_factor = 0.5f;
+  y = YarnRopeParams(128, 1e6f, plain);
+  ASSERT_OK(y);
+  EXPECT_EQ(y->freq_factors, std::vector<float>(64, 4.f));
+  EXPECT_FLOAT_EQ(y->mscale, 0.5f);
+  EXPECT_STATUS_IS(YarnRopeParams(128, 1e6f, YarnRopeScaling{0.f, 32768}),
+                   absl::StatusCode::kInvalidArgument, "yarn factor is 0");
+  EXPECT_STATUS_IS(YarnRopeParams(128, 1e6f, YarnRopeScaling{4.f, 0}),
+                   absl::StatusCode::kInvalidArgument, "yarn original context length is 0");
+}
+
 TEST(GgufLlamaTest, RopeScalingBecomesFrequencyDivisors) {
   SyntheticModelOptions o;
   o.rope_scaling = SyntheticRopeScaling::kLlama3;
@@ -284,10 +314,25 @@ TEST(GgufLlamaTest, RopeScalingBecomesFrequencyDivisors) {
   w = Load(Synthetic(o));
   ASSERT_OK(w);
   EXPECT_EQ(w->config.rope_freq_factors, std::vector<float>(8, 2.5f));
+  EXPECT_EQ(w->config.rope_mscale, 1.f);
+
+  // YaRN, factor 4 over an original context of 32 (head_dim 16, theta 1e4): correction dims 0
+  // and 2, so pair 0 extrapolates, pair 1 blends halfway, the rest interpolate.
+  o.rope_scaling = SyntheticRopeScaling::kYarn;
+  o.rope_scaling_factor = 4.f;
+  o.rope_original_context = 32;
+  w = Load(Synthetic(o));
+  ASSERT_OK(w);
+  ASSERT_EQ(w->config.rope_freq_factors.size(), 8u);
+  EXPECT_FLOAT_EQ(w->config.rope_freq_factors[0], 1.f);
+  EXPECT_FLOAT_EQ(w->config.rope_freq_factors[1], 1.6f);
+  for (size_t i = 2; i < 8; ++i) EXPECT_FLOAT_EQ(w->config.rope_freq_factors[i], 4.f);
+  EXPECT_NEAR(w->config.rope_mscale, 1.1386294, 1e-6);
 
   w = Load(Synthetic());
   ASSERT_OK(w);
   EXPECT_TRUE(w->config.rope_freq_factors.empty());
+  EXPECT_EQ(w->config.rope_mscale, 1.f);
 }
 
 // What the forward does not implement is refused naming the key and its value.
@@ -295,15 +340,44 @@ TEST(GgufLlamaTest, UnsupportedFeaturesAreRefusedByName) {
   SyntheticModelOptions o;
   o.rope_scaling = SyntheticRopeScaling::kLinear;
   const std::string linear = Synthetic(o);
-  const std::string yarn = EditGguf(
+  const std::string longrope = EditGguf(
       linear,
       [](const std::string& key, GgufValue& v) {
-        if (key == "llama.rope.scaling.type") v = GgufValue::String("yarn");
+        if (key == "llama.rope.scaling.type") v = GgufValue::String("longrope");
         return true;
       },
       KeepTensor);
-  EXPECT_STATUS_IS(Load(yarn), absl::StatusCode::kUnimplemented,
-                   "llama.rope.scaling.type 'yarn' is not supported");
+  EXPECT_STATUS_IS(Load(longrope), absl::StatusCode::kUnimplemented,
+                   "llama.rope.scaling.type 'longrope' is not supported");
+  // YaRN keys llama.cpp ignores for these architectures: only its own values are accepted.
+  o.rope_scaling = SyntheticRopeScaling::kYarn;
+  o.rope_original_context = 32;
+  auto yarn_with = [&](const std::string& key, float value) {
+    absl::StatusOr<GgufWriter> w = BuildSyntheticModel(o);
+    EXPECT_TRUE(w.ok()) << w.status();
+    if (!w.ok()) return std::string();
+    w->Set(key, GgufValue::Float32(value));
+    return w->Serialize();
+  };
+  EXPECT_STATUS_IS(Load(yarn_with("llama.rope.scaling.yarn_beta_fast", 16.f)),
+                   absl::StatusCode::kUnimplemented,
+                   "llama.rope.scaling.yarn_beta_fast = 16 is not supported");
+  EXPECT_STATUS_IS(Load(yarn_with("llama.rope.scaling.yarn_log_multiplier", 0.1f)),
+                   absl::StatusCode::kUnimplemented,
+                   "llama.rope.scaling.yarn_log_multiplier = 0.1 is not supported");
+  EXPECT_STATUS_IS(Load(yarn_with("llama.rope.scaling.yarn_attn_factor", 1.5f)),
+                   absl::StatusCode::kUnimplemented,
+                   "llama.rope.scaling.yarn_attn_factor = 1.5 is not supported");
+  EXPECT_TRUE(Load(yarn_with("llama.rope.scaling.yarn_beta_slow", 1.f)).ok());
+  EXPECT_TRUE(Load(yarn_with("llama.rope.scaling.yarn_attn_factor", 1.1386294f)).ok());
+  const std::string yarn_no_factor = EditGguf(
+      Synthetic(o),
+      [](const std::string& key, GgufValue&) { return key != "llama.rope.scaling.factor"; },
+      KeepTensor);
+  EXPECT_STATUS_IS(Load(yarn_no_factor), absl::StatusCode::kNotFound,
+                   "rope.scaling.type is 'yarn' but llama.rope.scaling.factor is missing");
+  o.rope_scaling = SyntheticRopeScaling::kLinear;
+  o.rope_original_context = 0;
   const std::string no_factor = EditGguf(
       linear, [](const std::string& key, GgufValue&) { return key != "llama.rope.scaling.factor"; },
       KeepTensor);

@@ -270,6 +270,32 @@ TEST(HfLlamaTest, ParsesQwenMistralAndLlama3Configs) {
   EXPECT_STATUS_IS(
       ParseHfLlamaConfig("{" + base + R"(,"rope_scaling":{"rope_type":"llama3","factor":8.0}})"),
       absl::StatusCode::kNotFound, "original_max_position_embeddings is missing");
+  // YaRN as Qwen2.5's model card writes it (head_dim 16 via qwen3's head_dim, theta 1e4, original
+  // context 32): pair 0 extrapolates, pair 1 blends, the rest interpolate; magnitude
+  // 1 + 0.1 ln 4, or attention_factor where the config gives one (transformers: it replaces).
+  const std::string qwen_yarn =
+      "{" + base +
+      R"(,"model_type":"qwen3","head_dim":16,"rope_theta":10000.0,"rope_scaling":{"type":"yarn",)"
+      R"("factor":4.0,"original_max_position_embeddings":32)";
+  c = ParseHfLlamaConfig(qwen_yarn + "}}");
+  ASSERT_OK(c);
+  ASSERT_EQ(c->rope_freq_factors.size(), 8u);
+  EXPECT_FLOAT_EQ(c->rope_freq_factors[0], 1.f);
+  EXPECT_FLOAT_EQ(c->rope_freq_factors[1], 1.6f);
+  EXPECT_FLOAT_EQ(c->rope_freq_factors[7], 4.f);
+  EXPECT_NEAR(c->rope_mscale, 1.1386294, 1e-6);
+  c = ParseHfLlamaConfig(qwen_yarn + R"(,"attention_factor":1.25,"beta_fast":64.0}})");
+  ASSERT_OK(c);
+  EXPECT_FLOAT_EQ(c->rope_mscale, 1.25f);
+  EXPECT_STATUS_IS(ParseHfLlamaConfig(qwen_yarn + R"(,"mscale":0.707,"mscale_all_dim":0.707}})"),
+                   absl::StatusCode::kUnimplemented,
+                   "rope_scaling.mscale 0.707 is not supported (yarn)");
+  EXPECT_STATUS_IS(ParseHfLlamaConfig(qwen_yarn + R"(,"truncate":false}})"),
+                   absl::StatusCode::kUnimplemented,
+                   "rope_scaling.truncate false is not supported");
+  EXPECT_STATUS_IS(
+      ParseHfLlamaConfig("{" + base + R"(,"rope_scaling":{"rope_type":"longrope","factor":4.0}})"),
+      absl::StatusCode::kUnimplemented, "rope_scaling.rope_type 'longrope' is not supported");
 }
 
 TEST(HfLlamaTest, CheckpointErrors) {
@@ -314,9 +340,9 @@ TEST(HfLlamaTest, CheckpointErrors) {
       "model_type 'gemma2' is not supported (supported: llama, mistral, qwen2, qwen3, phi3)");
   WriteFile(dir + "/config.json",
             absl::StrReplaceAll(hf.config_json,
-                                {{R"("rope_scaling":null)", R"("rope_scaling":{"type":"yarn"})"}}));
+                                {{R"("rope_scaling":null)", R"("rope_scaling":{"type":"su"})"}}));
   EXPECT_STATUS_IS(HfCheckpoint::Open(dir), absl::StatusCode::kUnimplemented,
-                   "rope_scaling.rope_type 'yarn' is not supported");
+                   "rope_scaling.rope_type 'su' is not supported");
   WriteFile(dir + "/config.json", R"({"model_type":"llama","vocab_size":16})");
   EXPECT_STATUS_IS(HfCheckpoint::Open(dir), absl::StatusCode::kNotFound,
                    "config.json: hidden_size is missing");
