@@ -203,6 +203,47 @@ TEST(QuantGemvTest, EveryPathTypeAndEpilogueMatchesTheDequantisedReference) {
   }
 }
 
+// The AVX2 path's packed Q4_0/Q4_1/Q8_0 kernel (quant_gemv_avx2_factored.h) sums each output in
+// an order set by its own weight row and activation row alone, so an activation row gives the
+// same bits whether it is computed alone (m = 1: one weight row per pass) or inside a batch of
+// 13 (blocks of 4, 2 and 1 activation rows), and with the activations' magnitudes spread over
+// 2^±60 (the kernel's power-of-two prescaling of x must stay exact).
+TEST(QuantGemvTest, Avx2PackedKernelGivesEveryRowTheSameBitsAloneAndInABatch) {
+  if (!CpuSupports(CpuIsa::kAvx2)) GTEST_SKIP() << "no AVX2";
+  const int64_t m = 13;
+  for (const Case& c : {Case{GgmlType::kQ4_1, 37, 224}, Case{GgmlType::kQ4_0, 19, 576},
+                        Case{GgmlType::kQ4_1, 9, 96}, Case{GgmlType::kQ8_0, 37, 96}}) {
+    SCOPED_TRACE(std::string(GgmlTypeName(c.type)) + " k=" + std::to_string(c.k));
+    const std::vector<uint8_t> rows = RandomRows(c.type, c.n, c.k, c.k + 1);
+    const quant::QuantMatrix wm = Layouts(c, rows)[1];
+    ASSERT_TRUE(wm.packed);
+    std::vector<float> x = Random(m * c.k, 21);
+    for (size_t t = 0; t < x.size(); ++t) x[t] = std::ldexp(x[t], static_cast<int>(t % 121) - 60);
+    std::vector<float> batch(m * c.n);
+    quant::GemvArgs a;
+    a.w = wm;
+    a.x = x.data();
+    a.m = m;
+    a.y = batch.data();
+    quant::GemvOnPath(CpuIsa::kAvx2, a, 0, c.n);
+    std::vector<float> w(c.n * c.k);
+    ASSERT_TRUE(Dequantize(c.type, absl::MakeConstSpan(rows), absl::MakeSpan(w)).ok());
+    ASSERT_EQ(
+        CheckAgainstReference(w, c, m, x, nullptr, quant::Epilogue::kStore, batch, batch, batch),
+        0);
+    for (int64_t i = 0; i < m; ++i) {
+      std::vector<float> alone(c.n);
+      a.x = x.data() + i * c.k;
+      a.m = 1;
+      a.y = alone.data();
+      quant::GemvOnPath(CpuIsa::kAvx2, a, 0, c.n);
+      for (int64_t j = 0; j < c.n; ++j) {
+        ASSERT_EQ(alone[j], batch[i * c.n + j]) << "row " << i << " output " << j;
+      }
+    }
+  }
+}
+
 // Every type the GEMV supports has its own kernel on both vector paths (GemvOnPath falls back
 // to the portable code for a type a path lacks, which the reference test alone would not see).
 TEST(QuantGemvTest, EveryTypeHasVectorKernels) {
