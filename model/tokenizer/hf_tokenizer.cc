@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "model/format/json_value.h"
 #include "model/format/mapped_file.h"
+#include "model/tokenizer/hf_spm.h"
 
 namespace tandem {
 namespace {
@@ -181,16 +182,20 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfJson(absl::string_view
   TANDEM_ASSIGN_OR_RETURN(const Struct root, ParseJsonObject(json, "tokenizer.json"));
   const Value* model = FindField(root, "model");
   if (model == nullptr || TypeOf(*model) != "BPE") {
-    return absl::UnimplementedError("tokenizer.json: only model type 'BPE' is supported");
+    return absl::UnimplementedError(absl::StrCat(
+        "tokenizer.json: model.type '", model == nullptr ? "" : TypeOf(*model),
+        "' is not supported (only 'BPE': byte-level, or SentencePiece-style with byte_fallback)"));
   }
-  if (BoolOr(*model, "byte_fallback", false)) {
-    return absl::UnimplementedError("tokenizer.json: byte_fallback BPE is not supported");
-  }
-  if (FindField(root, "normalizer") != nullptr) {
-    return absl::UnimplementedError("tokenizer.json: normalizers are not supported");
+  const bool spm = IsHfSentencePiece(root);
+  if (!spm && FindField(root, "normalizer") != nullptr &&
+      !FindField(root, "normalizer")->is_null()) {
+    return absl::UnimplementedError(
+        "tokenizer.json: normalizer is not supported for byte-level BPE");
   }
   TokenizerSpec spec;
-  TANDEM_ASSIGN_OR_RETURN(spec.pre, PreTokenizerOf(FindField(root, "pre_tokenizer")));
+  if (!spm) {
+    TANDEM_ASSIGN_OR_RETURN(spec.pre, PreTokenizerOf(FindField(root, "pre_tokenizer")));
+  }
   spec.ignore_merges = BoolOr(*model, "ignore_merges", false);  // Llama 3 sets it
   TANDEM_RETURN_IF_ERROR(ReadVocab(*model, spec));
   TANDEM_RETURN_IF_ERROR(ReadMerges(*model, spec));
@@ -209,10 +214,19 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfJson(absl::string_view
     }
     spec.kinds.push_back(kinds[i].value_or(TokenKind::kNormal));
   }
+  if (spm) {
+    TANDEM_RETURN_IF_ERROR(ReadHfSentencePiece(root, &spec));
+    if (spec.ignore_merges) {
+      return absl::UnimplementedError(
+          "tokenizer.json: model.ignore_merges with byte_fallback is not supported");
+    }
+  }
   spec.bos_id = ids.bos_id;
   spec.eos_id = ids.eos_id;
   spec.pad_id = ids.pad_id;
-  spec.add_bos = ids.add_bos;
+  // SentencePiece shape: the post_processor's template decides BOS unless tokenizer_config.json
+  // does (transformers rebuilds the template from add_bos_token).
+  if (!spm || ids.add_bos_given) spec.add_bos = ids.add_bos;
   spec.stop_ids = ids.stop_ids;
   return Tokenizer::Create(std::move(spec));
 }
@@ -253,6 +267,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfDirectory(const std::s
     }
     if (const Value* v = FindField(tc, "add_bos_token"); v != nullptr) {
       TANDEM_ASSIGN_OR_RETURN(ids.add_bos, JsonBool(*v, "tokenizer_config.json: add_bos_token"));
+      ids.add_bos_given = true;
     }
   }
   // Texts from tokenizer_config.json fill ids config.json did not give.

@@ -1,7 +1,8 @@
-// Tokenizer from a Hugging Face tokenizer.json (byte-level BPE only): model.type "BPE" with
-// vocab and merges ("a b" strings or [a, b] pairs) and ignore_merges (a pre-token piece that
-// is a token is kept whole; Llama 3), added_tokens (special -> control, else
-// user-defined), normalizer null, and one of the pre-tokenizers of pretokenizer.h:
+// Tokenizer from a Hugging Face tokenizer.json: the SentencePiece shape of Llama 2 / Mistral /
+// TinyLlama (BPE with byte_fallback, Prepend/Replace normalizer: model/tokenizer/hf_spm.h), or
+// byte-level BPE: model.type "BPE" with vocab and merges ("a b" strings or [a, b] pairs) and
+// ignore_merges (a pre-token piece that is a token is kept whole; Llama 3), added_tokens (special
+// -> control, else user-defined), normalizer null, and one of the pre-tokenizers of pretokenizer.h:
 //   ByteLevel (use_regex)                                   -> kGpt2
 //   Sequence[Digits(individual_digits), ByteLevel]          -> kDigitsGpt2
 //   Sequence[Split(Llama-3 regex, Isolated), ByteLevel(no regex)] -> kLlama3
@@ -31,6 +32,7 @@ struct HfSpecialIds {
   int32_t eos_id = -1;
   int32_t pad_id = -1;
   bool add_bos = false;
+  bool add_bos_given = false;     // add_bos came from tokenizer_config.json (else the JSON decides)
   std::vector<int32_t> stop_ids;  // further ids that end generation
 };
 

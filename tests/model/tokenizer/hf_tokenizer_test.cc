@@ -75,11 +75,14 @@ TEST(HfTokenizerTest, RejectsWhatItCannotReproduce) {
     return TokenizerFromHfJson(absl::StrReplaceAll(json, {{from, to}}), {}).status();
   };
   EXPECT_STATUS_IS(with(R"("normalizer": null)", R"("normalizer": {"type": "NFC"})"),
-                   absl::StatusCode::kUnimplemented, "normalizers are not supported");
+                   absl::StatusCode::kUnimplemented,
+                   "normalizer is not supported for byte-level BPE");
   EXPECT_STATUS_IS(with(R"("type": "BPE")", R"("type": "WordPiece")"),
-                   absl::StatusCode::kUnimplemented, "only model type 'BPE'");
+                   absl::StatusCode::kUnimplemented, "model.type 'WordPiece' is not supported");
+  // byte_fallback makes it the SentencePiece shape, whose pre_tokenizer must be null.
   EXPECT_STATUS_IS(with(R"("byte_fallback": false)", R"("byte_fallback": true)"),
-                   absl::StatusCode::kUnimplemented, "byte_fallback");
+                   absl::StatusCode::kUnimplemented,
+                   "pre_tokenizer 'Sequence' is not supported (SentencePiece-style BPE)");
   EXPECT_STATUS_IS(
       with(R"({"type": "Digits", "individual_digits": true},)", R"({"type": "Metaspace"},)"),
       absl::StatusCode::kUnimplemented, "pre_tokenizer Sequence[Metaspace, ByteLevel]");
@@ -91,6 +94,71 @@ TEST(HfTokenizerTest, RejectsWhatItCannotReproduce) {
                    "merge 'ld' has no space");
   EXPECT_STATUS_IS(TokenizerFromHfJson("[1, 2]", {}), absl::StatusCode::kInvalidArgument,
                    "tokenizer.json: not a valid JSON object");
+}
+
+// The SentencePiece shape (Llama 2 / Mistral / TinyLlama tokenizer.json): merges become scores,
+// "<0xHH>" entries byte tokens, spaces "▁" with a prefix space per plain span, BOS from the
+// template. Expected ids follow the SentencePiece rules (spm_tokenizer_test); the whole
+// Llama 2 vocabulary is checked against llama.cpp in model_hf_spm_vocab_test.
+constexpr const char* kSpmJson = R"({
+  "added_tokens": [
+    {"id": 0, "content": "<unk>", "special": true},
+    {"id": 1, "content": "<s>", "special": true},
+    {"id": 2, "content": "</s>", "special": true}],
+  "normalizer": {"type": "Sequence", "normalizers": [
+    {"type": "Prepend", "prepend": "▁"},
+    {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+  "pre_tokenizer": null,
+  "post_processor": {"type": "TemplateProcessing", "single": [
+    {"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}]},
+  "decoder": {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+    {"type": "ByteFallback"}, {"type": "Fuse"},
+    {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+  "model": {"type": "BPE", "dropout": null, "unk_token": "<unk>", "fuse_unk": true,
+    "byte_fallback": true,
+    "vocab": {"<unk>": 0, "<s>": 1, "</s>": 2, "<0x21>": 3, "<0xC3>": 4, "<0xA9>": 5,
+              "▁": 6, "h": 7, "i": 8, "▁h": 9, "▁hi": 10, "hi": 11},
+    "merges": ["▁ h", "▁h i", "h i"]}
+})";
+
+TEST(HfTokenizerTest, SentencePieceShapeRunsTheSentencePiecePath) {
+  HfSpecialIds ids;
+  ids.bos_id = 1;
+  ids.eos_id = 2;
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = TokenizerFromHfJson(kSpmJson, ids);
+  ASSERT_OK(t);
+  const Tokenizer& tok = **t;
+  EXPECT_EQ(tok.model(), TokenizerModel::kSentencePiece);
+  EXPECT_TRUE(tok.add_bos());
+  EXPECT_EQ(tok.Kind(3), TokenKind::kByte);
+  // "▁hi" wins over "hi" (its merge ranks first); "é" has no token: its two byte tokens.
+  EXPECT_EQ(tok.Encode("hi hi!é"), (Ids{1, 10, 10, 3, 4, 5}));
+  EXPECT_EQ(tok.Encode("hi</s>hi", /*parse_special=*/true, /*with_bos=*/false),
+            (Ids{10, 2, 10}));  // the prefix space again after a special token
+  EXPECT_EQ(tok.Decode({1, 10, 10, 3, 4, 5}, /*skip_special=*/true), " hi hi!é");
+  EXPECT_EQ(tok.Decode({10, 10}), "hi hi");
+
+  const std::string json = kSpmJson;
+  auto with = [&](const std::string& from, const std::string& to) {
+    return TokenizerFromHfJson(absl::StrReplaceAll(json, {{from, to}}), ids).status();
+  };
+  EXPECT_STATUS_IS(
+      with(
+          R"("pre_tokenizer": null)",
+          R"("pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first"})"),
+      absl::StatusCode::kUnimplemented,
+      "pre_tokenizer 'Metaspace' (prepend_scheme 'first') is not supported");
+  EXPECT_STATUS_IS(with(R"({"type": "Prepend", "prepend": "▁"},)", ""),
+                   absl::StatusCode::kUnimplemented, "normalizer Sequence[Replace]");
+  EXPECT_STATUS_IS(with(R"({"type": "Fuse"},)", ""), absl::StatusCode::kUnimplemented,
+                   "decoder Sequence[Replace, ByteFallback, Strip]");
+  EXPECT_STATUS_IS(with(R"("dropout": null)", R"("dropout": 0.1)"),
+                   absl::StatusCode::kUnimplemented, "model.dropout 0.1 is not supported");
+  EXPECT_STATUS_IS(with(R"("type": "BPE")", R"("type": "Unigram")"),
+                   absl::StatusCode::kUnimplemented, "model.type 'Unigram' is not supported");
+  EXPECT_STATUS_IS(with(R"("h i"])", R"("h i", "i h"])"), absl::StatusCode::kInvalidArgument,
+                   "merge 'i h' makes no vocabulary token");
 }
 
 TEST(HfTokenizerTest, DirectoryTakesIdsFromConfigFiles) {

@@ -34,11 +34,15 @@
 #include "model/format/gguf_file.h"
 #include "model/tokenizer/gguf_tokenizer.h"
 #include "tests/model/format/status_matchers.h"
+#include "tests/model/tokenizer/llamacpp_cases.h"
 
 namespace tandem {
 namespace {
 
-using Ids = std::vector<int32_t>;
+using testing::Case;
+using testing::DataDir;
+using testing::Ids;
+using testing::ReadCases;
 
 // Vocabularies Tandem claims: every reference line must match.
 constexpr const char* kClaimed[] = {
@@ -55,65 +59,6 @@ constexpr Refused kRefused[] = {
     {"bert-bge", "tokenizer.ggml.model 'bert'"},
     {"gemma-4", "tokenizer.ggml.model 'gemma4'"},
 };
-
-std::string DataDir() {
-  const char* dir = std::getenv("TANDEM_LLAMACPP_DATA");
-  return dir == nullptr ? "" : absl::StrCat(dir, "/vocab");
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-struct Case {
-  std::string input;
-  Ids ids;
-};
-
-// The reference cases of one vocabulary, split as test-tokenizer-0 splits them. Fails the
-// test (and returns nothing) when the files are missing or disagree in count.
-std::vector<Case> ReadCases(const std::string& gguf) {
-  const std::string inp = ReadAll(gguf + ".inp"), out = ReadAll(gguf + ".out");
-  if (inp.empty() || out.empty()) {
-    ADD_FAILURE() << "missing or empty " << gguf << ".inp/.out";
-    return {};
-  }
-  std::vector<std::string> inputs;
-  const std::string kSep = "\n__ggml_vocab_test__\n";
-  for (size_t pos = 0; pos < inp.size();) {
-    const size_t next = inp.find(kSep, pos);
-    if (next == std::string::npos) {
-      inputs.push_back(inp.substr(pos));
-      break;
-    }
-    inputs.push_back(inp.substr(pos, next - pos));
-    pos = next + kSep.size();
-  }
-  std::vector<std::string> lines = absl::StrSplit(out, '\n');
-  if (!lines.empty() && lines.back().empty()) lines.pop_back();
-  if (lines.size() != inputs.size()) {
-    ADD_FAILURE() << gguf << ": " << inputs.size() << " inputs but " << lines.size()
-                  << " output lines";
-    return {};
-  }
-  std::vector<Case> cases(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    cases[i].input = inputs[i];
-    for (const absl::string_view tok :
-         absl::StrSplit(absl::StripAsciiWhitespace(lines[i]), ' ', absl::SkipEmpty())) {
-      int32_t id = 0;
-      if (!absl::SimpleAtoi(tok, &id)) {
-        ADD_FAILURE() << gguf << ".out line " << i + 1 << ": bad id '" << tok << "'";
-        return {};
-      }
-      cases[i].ids.push_back(id);
-    }
-  }
-  return cases;
-}
 
 // The tokenizer of a claimed vocabulary through the real loader, built once per process (the
 // large vocabularies take a while to load).
