@@ -69,6 +69,37 @@ std::string Driver::NodeRequestId() const {
   return node_calls_ == 0 ? node_request_id_ : absl::StrCat(node_request_id_, "/", node_calls_);
 }
 
+std::string LayoutNameOf(const v1::KvLayout& layout) {
+  const v1::ParallelConfig& p = layout.parallel();
+  return LayoutName(p.tp(), p.pcp(), p.dcp(), p.interleave(), p.block_size());
+}
+
+void Driver::NoteServed(const std::string& node, const v1::DecodeServed& served) {
+  DecodeHop hop{node, LayoutNameOf(served.layout()), served.colocated(), served.kv_bytes(),
+                served.digests_verified()};
+  if (served.colocated()) provenance_.prefill.push_back(PrefillHop{node, hop.layout});
+  provenance_.decode.push_back(std::move(hop));
+}
+
+bool Driver::StrictStops(RequestState& state, Recovery recovery, const absl::Status& error) {
+  if (!provenance_.strict || !StrictRefuses(recovery)) return false;
+  // A decode node that failed after the last token recovers nothing: the request just ends.
+  if (state.phase() == RequestPhase::kDecode &&
+      static_cast<int32_t>(state.streamed().size()) >= state.max_tokens()) {
+    return false;
+  }
+  provenance_.refused = std::string(RecoveryName(recovery));
+  state.Fail(StrictRefusal(recovery, error));
+  return true;
+}
+
+void Driver::NoteRecovery(const RequestState& state, v1::InstanceRole role, const std::string& node,
+                          const absl::Status& error, Recovery recovery) {
+  if (state.phase() != RequestPhase::kPrefill) return;
+  provenance_.failures.push_back(NodeFailure{std::string(RoleName(role)), node,
+                                             absl::StatusCodeToString(error.code()), recovery});
+}
+
 absl::Status Driver::NodeError(v1::InstanceRole role, const std::string& node,
                                const absl::Status& s, bool retryable) {
   if (s.code() == absl::StatusCode::kUnavailable) deps_.pool->ReportFailure(node, role, s);
@@ -81,10 +112,12 @@ void Driver::SendToken(int32_t id, int32_t index, const v1::TokenLogprobs* logpr
   v1::TokenChunk* chunk = response.mutable_token();
   chunk->set_id(id);
   if (logprobs != nullptr) *chunk->mutable_logprobs() = *logprobs;
-  chunk->set_text(detokenizer_->Push(id));
+  chunk->set_text(choice_ != nullptr ? choice_->detokenizer->Push(id) : detokenizer_->Push(id));
   chunk->set_index(index);
+  if (choice_ != nullptr) chunk->set_choice(choice_->index);
   const absl::Time now = absl::Now();
   if (first_token_at_ == absl::InfinitePast()) {
+    sink_->OnProvenance(provenance_);  // before the token: an HTTP stream's headers carry it
     first_token_at_ = now;
     if (deps_.metrics != nullptr) {
       deps_.metrics->time_to_first_token->Observe(absl::ToDoubleSeconds(now - start_));
@@ -155,6 +188,7 @@ void Driver::Prefill(RequestState& state, bool pipelined) {
   request.set_sample_step(plan.sample_step);
   request.set_max_new_tokens(plan.max_new_tokens);
   request.set_early_handle(pipelined);
+  if (prefill_choices_) request.set_n(static_cast<int32_t>(choices_.size()));
   ++node_calls_;
 
   const absl::Time call_deadline = UnaryDeadline();
@@ -187,21 +221,33 @@ void Driver::Prefill(RequestState& state, bool pipelined) {
     const bool retryable = IsRetryablePrefillError(error.code());
     if (retryable) failed_prefill_.insert(node->address());
     state.OnPrefillFailed(NodeError(v1::INSTANCE_ROLE_PREFILL, node->address(), error, retryable));
+    if (retryable) {
+      NoteRecovery(state, v1::INSTANCE_ROLE_PREFILL, node->address(), error,
+                   Recovery::kPrefillRetry);
+    }
     if (retryable && state.phase() != RequestPhase::kFailed && deps_.metrics != nullptr) {
       deps_.metrics->prefill_retries->Increment();
     }
     return;
   }
   deps_.pool->NotePrefilled(node->address(), *prompt_hashes_, absl::Now());
+  provenance_.prefill.push_back(PrefillHop{node->address(), LayoutNameOf(response->kv().layout())});
   kv_ = HeldKv{std::move(*response->mutable_kv()), node->address(), node->channel()};
   if (!prompt_cached_tokens_.has_value()) {
     prompt_cached_tokens_ = static_cast<int32_t>(std::clamp<int64_t>(
         response->cached_tokens(), 0, static_cast<int64_t>(prepared_.prompt.size())));
+    provenance_.cached_tokens = *prompt_cached_tokens_;
     sink_->Prefilled(*prompt_cached_tokens_);
   }
   if (response->kv_pending()) {
     PipelinedDecode(state);
     return;
+  }
+  if (prefill_choices_) {  // every choice's, for PrefillAndDecodeChoices
+    choice_first_tokens_.assign(response->choice_first_tokens().begin(),
+                                response->choice_first_tokens().end());
+    choice_first_logprobs_.assign(response->choice_first_logprobs().begin(),
+                                  response->choice_first_logprobs().end());
   }
   const int32_t index = static_cast<int32_t>(state.streamed().size());
   if (const std::optional<int32_t> token = state.OnPrefillOk(response->first_token())) {
@@ -271,6 +317,7 @@ void Driver::Decode(RequestState& state) {
   while (true) {
     DecodeStream::ReadResult next = stream.Read(idle);
     if (next.kind == DecodeStream::ReadResult::Kind::kEvent) {
+      if (next.event.has_served()) NoteServed(node->address(), next.event.served());
       if (next.event.has_finish()) {
         transfer_time_ += absl::Microseconds(next.event.finish().transfer_us());
       }
@@ -290,6 +337,12 @@ void Driver::Decode(RequestState& state) {
   }
   failure = NodeSideCancelAsUnavailable(failure);
   const bool retryable = IsRetryableDecodeError(failure.code());
+  // The decode node never took the KV (no event yet): the transfer failed, and recovering means
+  // prefilling again; after its tokens, resuming elsewhere.
+  const Recovery recovery = state.kv_to_release() ? Recovery::kReprefill : Recovery::kResume;
+  absl::Status error;
+  v1::InstanceRole blamed = v1::INSTANCE_ROLE_DECODE;
+  std::string blamed_node = node->address();
   if (retryable &&
       BlamesPrefillSource(failure, kv_->handle.prefill_address(), kv_->handle.engine_id())) {
     // The decode node could not reach the prefill node holding the KV: that prefill node is the
@@ -298,13 +351,18 @@ void Driver::Decode(RequestState& state) {
     if (failure.code() == absl::StatusCode::kUnavailable) {
       deps_.pool->ReportFailure(kv_->node, v1::INSTANCE_ROLE_PREFILL, failure);
     }
-    state.OnDecodeFailed(absl::Status(
-        failure.code(), absl::StrCat("prefill node ", kv_->node, " (as decode node ",
-                                     node->address(), " reports): ", failure.message())));
+    blamed = v1::INSTANCE_ROLE_PREFILL;
+    blamed_node = kv_->node;
+    error = absl::Status(failure.code(),
+                         absl::StrCat("prefill node ", kv_->node, " (as decode node ",
+                                      node->address(), " reports): ", failure.message()));
   } else {
     if (retryable) failed_decode_.insert(node->address());
-    state.OnDecodeFailed(NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable));
+    error = NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable);
   }
+  if (retryable && StrictStops(state, recovery, error)) return;
+  state.OnDecodeFailed(error);
+  if (retryable) NoteRecovery(state, blamed, blamed_node, error, recovery);
   if (retryable && state.phase() != RequestPhase::kFailed) {
     ++resumes_;
     if (deps_.metrics != nullptr) deps_.metrics->decode_resumes->Increment();
@@ -358,6 +416,7 @@ void Driver::Colocated(RequestState& state) {
   while (true) {
     DecodeStream::ReadResult next = stream.Read(idle);
     if (next.kind == DecodeStream::ReadResult::Kind::kEvent) {
+      if (next.event.has_served()) NoteServed(node->address(), next.event.served());
       if (first_event == absl::InfinitePast()) {
         first_event = absl::Now();
         if (!next.event.has_token()) {
@@ -392,7 +451,13 @@ void Driver::Colocated(RequestState& state) {
   if (state.phase() == RequestPhase::kPrefill) {
     const bool retryable = IsRetryablePrefillError(failure.code());
     if (retryable) failed_decode_.insert(node->address());
-    state.OnPrefillFailed(NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable));
+    const absl::Status error =
+        NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable);
+    state.OnPrefillFailed(error);
+    if (retryable) {
+      NoteRecovery(state, v1::INSTANCE_ROLE_DECODE, node->address(), error,
+                   Recovery::kPrefillRetry);
+    }
     if (retryable && state.phase() != RequestPhase::kFailed && deps_.metrics != nullptr) {
       deps_.metrics->prefill_retries->Increment();
     }
@@ -400,7 +465,13 @@ void Driver::Colocated(RequestState& state) {
   }
   const bool retryable = IsRetryableDecodeError(failure.code());
   if (retryable) failed_decode_.insert(node->address());
-  state.OnDecodeFailed(NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable));
+  const absl::Status error =
+      NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable);
+  if (retryable && StrictStops(state, Recovery::kResume, error)) return;
+  state.OnDecodeFailed(error);
+  if (retryable) {
+    NoteRecovery(state, v1::INSTANCE_ROLE_DECODE, node->address(), error, Recovery::kResume);
+  }
   if (retryable && state.phase() != RequestPhase::kFailed) {
     ++resumes_;
     if (deps_.metrics != nullptr) deps_.metrics->decode_resumes->Increment();
@@ -461,38 +532,7 @@ void Driver::LogEnd(const RequestState* state, const absl::Status& status) {
   }
 }
 
-grpc::Status Driver::Run(const v1::GenerateRequest& request) {
-  if (deps_.metrics != nullptr) deps_.metrics->requests_running->Add(1);
-  absl::Cleanup not_running = [this] {
-    if (deps_.metrics != nullptr) deps_.metrics->requests_running->Add(-1);
-  };
-  request_id_ = request.request_id();
-  if (request_id_.empty()) {
-    request_id_ = absl::StrCat("req-", absl::Hex(absl::ToUnixMicros(start_)), "-",
-                               deps_.request_counter->fetch_add(1));
-    node_request_id_ = request_id_;
-  } else {
-    // A client's id may repeat (two concurrent requests, or two routers given the same id): the
-    // nodes get it with this router's nonce and a sequence number; logs keep the client's id
-    // (x-request-id metadata).
-    node_request_id_ = absl::StrCat(request_id_, "#", absl::Hex(RouterNonce()), "-",
-                                    deps_.request_counter->fetch_add(1));
-  }
-  // A field this router does not know is refused, never ignored (unknown_proto_fields.h).
-  const absl::Status unknown = RefuseUnknownFields(request);
-  absl::StatusOr<PreparedRequest> prepared = unknown.ok()
-                                                 ? PrepareRequest(*deps_.model, request)
-                                                 : absl::StatusOr<PreparedRequest>(unknown);
-  if (!prepared.ok()) {
-    LogEnd(nullptr, prepared.status());
-    return ToGrpcStatus(prepared.status());
-  }
-  prepared_ = *std::move(prepared);
-  prompt_hashes_.emplace(prepared_.prompt);
-  detokenizer_.emplace(deps_.model->tokenizer(), /*skip_special=*/true);
-
-  RequestState state(prepared_.prompt, prepared_.max_tokens, prepared_.stop_ids,
-                     deps_.options.max_attempts);
+void Driver::Serve(RequestState& state) {
   while (state.phase() == RequestPhase::kPrefill || state.phase() == RequestPhase::kDecode) {
     if (canceller_->cancelled()) {
       state.Fail(absl::CancelledError("request cancelled by the client"));
@@ -521,12 +561,55 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
       state.Fail(absl::CancelledError("request cancelled by the client"));
     }
   }
+}
+
+grpc::Status Driver::Run(const v1::GenerateRequest& request) {
+  if (deps_.metrics != nullptr) deps_.metrics->requests_running->Add(1);
+  absl::Cleanup not_running = [this] {
+    if (deps_.metrics != nullptr) deps_.metrics->requests_running->Add(-1);
+  };
+  request_id_ = request.request_id();
+  if (request_id_.empty()) {
+    request_id_ = absl::StrCat("req-", absl::Hex(absl::ToUnixMicros(start_)), "-",
+                               deps_.request_counter->fetch_add(1));
+    node_request_id_ = request_id_;
+  } else {
+    // A client's id may repeat (two concurrent requests, or two routers given the same id): the
+    // nodes get it with this router's nonce and a sequence number; logs keep the client's id
+    // (x-request-id metadata).
+    node_request_id_ = absl::StrCat(request_id_, "#", absl::Hex(RouterNonce()), "-",
+                                    deps_.request_counter->fetch_add(1));
+  }
+  // A field this router does not know is refused, never ignored (unknown_proto_fields.h).
+  const absl::Status unknown = RefuseUnknownFields(request);
+  absl::StatusOr<PreparedRequest> prepared = unknown.ok()
+                                                 ? PrepareRequest(*deps_.model, request)
+                                                 : absl::StatusOr<PreparedRequest>(unknown);
+  provenance_.strict = deps_.options.strict || request.strict();
+  if (deps_.options.colocated) provenance_.mode = "colocated";
+  if (!prepared.ok()) {
+    LogEnd(nullptr, prepared.status());
+    provenance_.final = true;
+    sink_->OnProvenance(provenance_);
+    return ToGrpcStatus(prepared.status());
+  }
+  prepared_ = *std::move(prepared);
+  prompt_hashes_.emplace(prepared_.prompt);
+  detokenizer_.emplace(deps_.model->tokenizer(), /*skip_special=*/true);
+
+  if (prepared_.n > 1) return RunChoices();
+
+  RequestState state(prepared_.prompt, prepared_.max_tokens, prepared_.stop_ids,
+                     deps_.options.max_attempts);
+  Serve(state);
   if (state.kv_to_release()) {
     ReleaseKv();
     state.OnKvReleased();
   }
+  provenance_.final = true;
   if (state.phase() == RequestPhase::kFailed) {
     LogEnd(&state, state.error());
+    sink_->OnProvenance(provenance_);
     return ToGrpcStatus(state.error());
   }
 
@@ -544,6 +627,7 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
   }
   final->set_total_us(absl::ToInt64Microseconds(absl::Now() - start_));
   sink_->Send(std::move(response));
+  sink_->OnProvenance(provenance_);
   LogEnd(&state, absl::OkStatus());
   return grpc::Status::OK;
 }

@@ -24,6 +24,7 @@
 #include "router/call_canceller.h"
 #include "router/kv_releaser.h"
 #include "router/node_pool.h"
+#include "router/provenance.h"
 #include "router/router_log.h"
 #include "router/router_metrics.h"
 #include "router/router_options.h"
@@ -41,6 +42,10 @@ class GenerateSink {
   // Once, when the prompt's first successful prefill answered: the prompt tokens its prefix
   // cache served (as the final Usage.cached_tokens later says). Default: nothing.
   virtual void Prefilled(int32_t /*cached_tokens*/) {}
+  // The request's provenance (provenance.h): once with final false just before the first token
+  // is sent (what was known then), and once with final true when the request ends, successful
+  // or not (after the GenerateFinal). Default: nothing.
+  virtual void OnProvenance(const Provenance& /*provenance*/) {}
 };
 
 struct RouterDeps {

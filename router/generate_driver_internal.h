@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -14,6 +15,7 @@
 #include "router/decode_stream.h"
 #include "router/generate_driver.h"
 #include "router/prefix_match.h"
+#include "router/provenance.h"
 #include "router/request_prep.h"
 #include "router/request_state.h"
 #include "tandem/v1/prefill.grpc.pb.h"
@@ -35,6 +37,9 @@ struct HeldKv {
 // (its server shutting down as it drains, or its process going away): the node is unavailable,
 // which the retry policy treats as such, rather than a cancellation to hand to the client.
 absl::Status NodeSideCancelAsUnavailable(const absl::Status& status);
+
+// LayoutName of a layout as it crosses the wire (a KV handle's, a DecodeServed's).
+std::string LayoutNameOf(const v1::KvLayout& layout);
 
 // Longest uninterrupted wait: bounds how late a client's cancellation is noticed.
 constexpr absl::Duration kWaitSlice = absl::Milliseconds(100);
@@ -91,11 +96,47 @@ class Driver {
   absl::Status NodeError(v1::InstanceRole role, const std::string& node, const absl::Status& s,
                          bool retryable);
   std::string NodeRequestId() const;
+  // Provenance (provenance.h). A decode node's DecodeServed (its call's first event).
+  void NoteServed(const std::string& node, const v1::DecodeServed& served);
+  // Strict mode, before a retryable failure (`error`, already naming the node) is handed to
+  // `state`: when strict mode refuses `recovery` and the request still has tokens to produce,
+  // fails the request with StrictRefusal and returns true.
+  bool StrictStops(RequestState& state, Recovery recovery, const absl::Status& error);
+  // After the state took a retryable failure: when it recovers (back to kPrefill), records it.
+  void NoteRecovery(const RequestState& state, v1::InstanceRole role, const std::string& node,
+                    const absl::Status& error, Recovery recovery);
   absl::Time UnaryDeadline() const {
     return std::min(absl::Now() + deps_.options.rpc_timeout, client_deadline_);
   }
   // The request's log line and its end-of-request metrics.
   void LogEnd(const RequestState* state, const absl::Status& status);
+  // Serves one sequence to its end with retries and resumes (Run's loop): the request, or one
+  // choice of an n > 1 request (choice_ set, prepared_.sampling.seed its own).
+  void Serve(RequestState& state);
+
+  // ---- n > 1 from one prefill (generate_driver_choices.cc) ----
+  struct Choice {
+    int32_t index = 0;
+    std::optional<RequestState> state;
+    std::optional<StreamingDecoder> detokenizer;
+    bool ended = false;  // its ChoiceEnd was sent
+  };
+  // Run for prepared_.n > 1 choices, once prepared: returns the client's status.
+  grpc::Status RunChoices();
+  // One prefill for every choice (first tokens sampled with seed + index), then one Decode call
+  // with every choice that goes on; leaves each choice done, failed, or to resume on its own.
+  void PrefillAndDecodeChoices();
+  // The Decode call of `live` (choices in kDecode after the joint prefill).
+  void DecodeChoices(const std::vector<Choice*>& live);
+  // A ChoiceEnd for each choice done since the last call.
+  void SendChoiceEnds();
+  std::vector<Choice> choices_;
+  // The choice whose tokens SendToken sends (its detokenizer, TokenChunk.choice); null with n = 1.
+  Choice* choice_ = nullptr;
+  // The next Prefill asks for every choice's first token (PrefillRequest.n) and leaves them here.
+  bool prefill_choices_ = false;
+  std::vector<int32_t> choice_first_tokens_;
+  std::vector<v1::TokenLogprobs> choice_first_logprobs_;
 
   const RouterDeps& deps_;
   const absl::Time client_deadline_;
@@ -128,6 +169,7 @@ class Driver {
   absl::Duration transfer_time_;  // as the decode nodes report it (DecodeFinish.transfer_us)
   int resumes_ = 0;
   int pipelined_ = 0;  // pipelined Decode calls made
+  Provenance provenance_;
 };
 
 }  // namespace tandem::generate_internal

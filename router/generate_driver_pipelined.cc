@@ -22,6 +22,7 @@ namespace tandem::generate_internal {
 
 void Driver::PipelinedDecode(RequestState& state) {
   ++pipelined_;
+  provenance_.mode = "pipelined";
   if (deps_.metrics != nullptr) deps_.metrics->pipelined_requests->Increment();
   absl::StatusOr<NodeLease> node = PickNode(v1::INSTANCE_ROLE_DECODE, failed_decode_);
   if (!node.ok()) {
@@ -118,6 +119,7 @@ void Driver::PipelinedDecode(RequestState& state) {
     DecodeStream::ReadResult next = stream.Read(wait);
     if (next.kind == DecodeStream::ReadResult::Kind::kIdle && !decode_took_kv) continue;
     if (next.kind == DecodeStream::ReadResult::Kind::kEvent) {
+      if (next.event.has_served()) NoteServed(node->address(), next.event.served());
       if (next.event.has_finish()) {
         transfer_time_ += absl::Microseconds(next.event.finish().transfer_us());
       }
@@ -173,7 +175,11 @@ void Driver::PipelinedDecode(RequestState& state) {
       retryable && kv_.has_value() &&
       BlamesPrefillSource(failure, kv_->handle.prefill_address(), kv_->handle.engine_id());
   absl::Status error;
+  v1::InstanceRole blamed = v1::INSTANCE_ROLE_DECODE;
+  std::string blamed_node = node->address();
   if (blames_prefill) {
+    blamed = v1::INSTANCE_ROLE_PREFILL;
+    blamed_node = kv_->node;
     // The decode node could not get the KV from the prefill node: that one is to avoid.
     failed_prefill_.insert(kv_->node);
     if (failure.code() == absl::StatusCode::kUnavailable) {
@@ -190,10 +196,13 @@ void Driver::PipelinedDecode(RequestState& state) {
     // Before the first token the request is prefilled again whatever broke (a decode-side stream
     // error included), as an unpipelined request whose prefill failed.
     ReleaseKv();  // cancels the prefill if it still runs
+    // The KV never reached the decode node: recovering prefills it again.
+    if (retryable && StrictStops(state, Recovery::kReprefill, error)) return;
     if (retryable && !IsRetryablePrefillError(error.code())) {
       error = absl::UnavailableError(error.message());
     }
     state.OnPrefillFailed(error);
+    if (retryable) NoteRecovery(state, blamed, blamed_node, error, Recovery::kReprefill);
     if (retryable && state.phase() != RequestPhase::kFailed && deps_.metrics != nullptr) {
       deps_.metrics->prefill_retries->Increment();
     }
@@ -201,7 +210,10 @@ void Driver::PipelinedDecode(RequestState& state) {
   }
   // After the first token (from the watch or the decode's first event): a decode failure,
   // resumed; the run loop releases the KV if the decode node never took it.
+  const Recovery recovery = decode_took_kv ? Recovery::kResume : Recovery::kReprefill;
+  if (retryable && StrictStops(state, recovery, error)) return;
   state.OnDecodeFailed(error);
+  if (retryable) NoteRecovery(state, blamed, blamed_node, error, recovery);
   if (retryable && state.phase() != RequestPhase::kFailed) {
     ++resumes_;
     if (deps_.metrics != nullptr) deps_.metrics->decode_resumes->Increment();

@@ -11,7 +11,7 @@ namespace tandem {
 GenerateReactor* GenerateReactor::Start(grpc::CallbackServerContext* context,
                                         const v1::GenerateRequest* request, const RouterDeps* deps,
                                         RequestThreads* threads) {
-  auto* reactor = new GenerateReactor();
+  auto* reactor = new GenerateReactor(context);
   const absl::Time deadline = absl::FromChrono(context->deadline());
   threads->Spawn([reactor, request, deps, deadline] {
     const grpc::Status status =
@@ -39,6 +39,7 @@ void GenerateReactor::OnWriteDone(bool ok) {
   bool write_next = false;
   bool finish = false;
   grpc::Status status;
+  std::string provenance;
   {
     absl::MutexLock lock(&mu_);
     if (!ok) {
@@ -55,6 +56,7 @@ void GenerateReactor::OnWriteDone(bool ok) {
         finished_ = true;
         finish = true;
         status = final_status_;
+        provenance = provenance_;
       }
     }
   }
@@ -62,12 +64,13 @@ void GenerateReactor::OnWriteDone(bool ok) {
   if (write_next) {
     StartWrite(&current_);
   } else if (finish) {
-    Finish(status);
+    FinishWithTrailers(status, provenance);
   }
 }
 
 void GenerateReactor::Close(grpc::Status status) {
   bool finish = false;
+  std::string provenance;
   {
     absl::MutexLock lock(&mu_);
     closing_ = true;
@@ -75,9 +78,23 @@ void GenerateReactor::Close(grpc::Status status) {
     if (!writing_ && !finished_) {
       finished_ = true;
       finish = true;
+      provenance = provenance_;
     }
   }
-  if (finish) Finish(status);  // may delete this (OnDone inline); nothing may follow
+  if (finish) FinishWithTrailers(status, provenance);  // may delete this; nothing may follow
+}
+
+void GenerateReactor::OnProvenance(const Provenance& provenance) {
+  if (!provenance.final) return;
+  std::string json = ProvenanceJson(provenance);
+  absl::MutexLock lock(&mu_);
+  provenance_ = std::move(json);
+}
+
+void GenerateReactor::FinishWithTrailers(const grpc::Status& status,
+                                         const std::string& provenance) {
+  if (!provenance.empty()) context_->AddTrailingMetadata("x-tandem-provenance", provenance);
+  Finish(status);
 }
 
 void GenerateReactor::OnCancel() { canceller_.Cancel(); }

@@ -7,11 +7,15 @@
 // response was written; the request thread touches the reactor for the last time in Close().
 // gRPC may run OnWriteDone/OnDone inline inside StartWrite/Finish, so neither is called with
 // the reactor's mutex held, and nothing touches members after Finish.
+//
+// The request's final provenance (GenerateSink::OnProvenance) goes out as the trailing metadata
+// x-tandem-provenance (ProvenanceJson), added just before Finish.
 #pragma once
 
 #include <grpcpp/support/server_callback.h>
 
 #include <deque>
+#include <string>
 
 #include "absl/synchronization/mutex.h"
 #include "router/call_canceller.h"
@@ -33,11 +37,16 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
   void OnDone() override;
+  void OnProvenance(const Provenance& provenance) override;
 
  private:
-  GenerateReactor() = default;
+  explicit GenerateReactor(grpc::CallbackServerContext* context) : context_(context) {}
   // Ends the stream with `status` once the queue is drained. The request thread's last call.
   void Close(grpc::Status status);
+  // Finish, with the provenance as trailing metadata. Called once, without mu_ held.
+  void FinishWithTrailers(const grpc::Status& status, const std::string& provenance);
+
+  grpc::CallbackServerContext* const context_;
 
   CallCanceller canceller_;
   absl::Mutex mu_;
@@ -48,6 +57,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish was called
   grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
+  std::string provenance_ ABSL_GUARDED_BY(mu_);  // ProvenanceJson of the final provenance
 };
 
 }  // namespace tandem

@@ -55,6 +55,10 @@ ABSL_FLAG(bool, colocated, false,
           "colocated serving: send each request to a decode node started with "
           "--colocated_prefill=true, which prefills and decodes it (no --prefill nodes)");
 ABSL_FLAG(int32_t, max_attempts, 3, "retryable node failures one request may take");
+ABSL_FLAG(bool, strict, false,
+          "strict mode for every request: fail it (ABORTED / HTTP 503) instead of prefilling "
+          "again after a failed KV transfer or resuming on another decode node "
+          "(docs/router.md#provenance-and-strict-mode)");
 ABSL_FLAG(int32_t, unhealthy_wait_ms, 60000,
           "longest a request waits for a healthy node of a role before failing UNAVAILABLE "
           "(bounded by the client deadline too); 0 fails at once");
@@ -101,6 +105,7 @@ absl::StatusOr<tandem::RouterOptions> OptionsFromFlags() {
   o.max_attempts = absl::GetFlag(FLAGS_max_attempts);
   o.colocated = absl::GetFlag(FLAGS_colocated);
   o.pipelined_transfer = absl::GetFlag(FLAGS_pipelined_transfer);
+  o.strict = absl::GetFlag(FLAGS_strict);
   if (absl::GetFlag(FLAGS_unhealthy_wait_ms) < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--unhealthy_wait_ms must be >= 0, got ",
                                                    absl::GetFlag(FLAGS_unhealthy_wait_ms)));

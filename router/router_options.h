@@ -35,6 +35,9 @@ struct RouterOptions {
   // while the prefill runs; resumes stay unpipelined. Needs nodes that support it (older prefill
   // nodes answer as usual and the request runs unpipelined). Not with colocated.
   bool pipelined_transfer = false;
+  // Strict mode for every request (GenerateRequest.strict; provenance.h): a request fails instead
+  // of re-prefilling after a failed KV transfer or resuming on another decode node.
+  bool strict = false;
 };
 
 // INVALID_ARGUMENT naming the field: empty listen address, non-positive durations,

@@ -61,6 +61,7 @@ constexpr Field kFields[] = {
     {"include_stop_str_in_output", kBoth, nullptr, ""},
     {"truncate_prompt_tokens", kBoth, nullptr, ""},
     {"request_id", kBoth, nullptr, ""},
+    {"tandem", kBoth, nullptr, ""},
     {"echo", kBoth, nullptr, ""},
     {"best_of", kBoth, nullptr, ""},
     {"add_generation_prompt", kChat, nullptr, ""},

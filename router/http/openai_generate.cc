@@ -7,9 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "proto/convert/sampling_proto.h"
+#include "router/http/openai_choices.h"
 #include "router/http/openai_logprobs.h"
 #include "router/http/openai_prepare.h"
 #include "router/http/openai_response.h"
+#include "router/http/openai_tandem.h"
 #include "router/http/openai_tools.h"
 #include "router/http/stop_matcher.h"
 #include "router/request_validation.h"
@@ -37,6 +39,9 @@ class OpenAiSink : public GenerateSink {
   }
 
   void Prefilled(int32_t cached_tokens) override { cached_tokens_ = cached_tokens; }
+  void OnProvenance(const Provenance& provenance) override {
+    provenance_ = ProvenanceJson(provenance);
+  }
 
   void Send(v1::GenerateResponse response) override {
     // Tokens that arrive after a stop string matched (before the cancel reaches the decode node)
@@ -84,7 +89,8 @@ class OpenAiSink : public GenerateSink {
       std::string body = CompletionBody(meta_, text_, finish_reason, usage, TakeLogprobs());
       if (tools_)
         body = WithToolCalls(std::move(body), ParseToolCalls(text_, request_.tool_format));
-      exchange_.Respond(200, kJson, body, headers_);
+      if (request_.tandem.provenance) body = WithTandemObject(body, provenance_);
+      exchange_.Respond(200, kJson, body, Headers());
       return;
     }
     StartStream();
@@ -109,8 +115,14 @@ class OpenAiSink : public GenerateSink {
     if (logprobs_.has_value() && logprobs_->pending()) {  // tokens whose text was held back
       Write(SseEvent(ChunkBody(meta_, "", false, "", request_.include_usage, TakeLogprobs())));
     }
-    Write(SseEvent(ChunkBody(meta_, "", false, finish_reason, request_.include_usage)));
-    if (request_.include_usage) Write(SseEvent(UsageChunkBody(meta_, usage)));
+    // The last chunk before [DONE] carries the final provenance when the request asked for it.
+    std::string last = ChunkBody(meta_, "", false, finish_reason, request_.include_usage);
+    if (request_.include_usage) {
+      Write(SseEvent(last));
+      last = UsageChunkBody(meta_, usage);
+    }
+    if (request_.tandem.provenance) last = WithTandemObject(last, provenance_);
+    Write(SseEvent(last));
     Write(kSseDone);
     if (!client_gone_) exchange_.EndStream();
   }
@@ -164,7 +176,7 @@ class OpenAiSink : public GenerateSink {
   void StartStream() {
     if (started_) return;
     started_ = true;
-    HttpExchange::Headers headers = headers_;
+    HttpExchange::Headers headers = Headers();  // the provenance as known at the first byte
     headers.emplace_back("Cache-Control", "no-cache");
     if (!exchange_.StartStream(200, "text/event-stream", headers)) {
       Gone();
@@ -173,6 +185,13 @@ class OpenAiSink : public GenerateSink {
     if (meta_.endpoint == OpenAiEndpoint::kChatCompletions) {
       Write(SseEvent(ChunkBody(meta_, "", /*role=*/true, "", request_.include_usage)));
     }
+  }
+
+  // The response's headers: x-request-id and x-tandem-provenance (the provenance known now).
+  HttpExchange::Headers Headers() const {
+    HttpExchange::Headers headers = headers_;
+    if (!provenance_.empty()) headers.emplace_back("x-tandem-provenance", provenance_);
+    return headers;
   }
 
   void Write(absl::string_view data) {
@@ -187,7 +206,7 @@ class OpenAiSink : public GenerateSink {
 
   void Fail(const absl::Status& status) {
     if (!started_) {
-      exchange_.Respond(HttpStatusFor(status.code()), kJson, ErrorBody(status), headers_);
+      exchange_.Respond(HttpStatusFor(status.code()), kJson, ErrorBody(status), Headers());
       return;
     }
     Write(SseEvent(ErrorBody(status)));
@@ -206,6 +225,7 @@ class OpenAiSink : public GenerateSink {
   std::string text_;  // non-streaming: the whole answer
   int32_t tokens_ = 0;
   int32_t cached_tokens_ = 0;  // Prefilled's (a request ended by a stop string has no final)
+  std::string provenance_;     // ProvenanceJson of the latest OnProvenance
   bool started_ = false;
   bool client_gone_ = false;
   // Tools offered (tool_choice not "none"): the output is parsed for calls (openai_tools.h), in
@@ -339,6 +359,16 @@ void ServeCompletion(const RouterDeps& deps, OpenAiEndpoint endpoint, ActiveRequ
   active.Add(&canceller);
   // A client that closes the connection cancels the request, even before its first token.
   exchange.OnClientGone([&canceller] { canceller.Cancel(); });
+  if (request.n > 1) {  // openai_choices.h
+    OpenAiChoicesSink sink(exchange, request, std::move(meta), headers, canceller,
+                           deps.model->tokenizer());
+    const grpc::Status status =
+        RunGenerate(deps, prepared->generate, absl::InfiniteFuture(), &canceller, &sink);
+    exchange.OnClientGone(nullptr);
+    active.Remove(&canceller);
+    sink.Finish(FromGrpcStatus(status), prepared->prompt_tokens);
+    return;
+  }
   OpenAiSink sink(exchange, request, std::move(meta), headers, canceller, deps.model->tokenizer());
   const grpc::Status status =
       RunGenerate(deps, prepared->generate, absl::InfiniteFuture(), &canceller, &sink);

@@ -9,6 +9,12 @@
 // the response with finish_reason "stop". Errors before the first token get the OpenAI error object
 // with HttpStatusFor's status; after it, an error event and [DONE] end the stream.
 //
+// Provenance (router/provenance.h): the x-tandem-provenance header carries ProvenanceJson as
+// known when the headers go out — a stream's at its first token ("final": false: the prefill
+// side, and the decode node when it sent that token), a whole response's or an error's at the
+// end ("final": true). With "tandem": {"provenance": true} the final one also comes in the body
+// (openai_tandem.h).
+//
 // Thread-safety: ServeCompletion runs on many HTTP worker threads at once.
 #pragma once
 

@@ -134,6 +134,8 @@ grpc::ServerUnaryReactor* FakePrefill::Prefill(grpc::CallbackServerContext* ctx,
   kv->set_generation(next_generation_++);
   kv->add_block_table(3);
   kv->set_prefill_address(address_);
+  kv->mutable_layout()->mutable_parallel()->set_tp(kFakePrefillTp);
+  kv->mutable_layout()->mutable_parallel()->set_block_size(kFakeBlockSize);
   handles_.push_back(*kv);
   CachePrefixLocked(request->prompt_ids());
   return FinishUnary(ctx, grpc::Status::OK);
@@ -216,17 +218,30 @@ class FakeDecode::Stream final : public grpc::ServerWriteReactor<v1::DecodeEvent
     if (written_ < to_emit_) {
       event_.set_token(TokenForStep(request_.next_step() + written_));
       ++written_;
-      StartWrite(&event_);
+      WriteEvent();
       return;
     }
     if (!finish_sent_) {
       finish_sent_ = true;
       event_.mutable_finish()->set_reason(behaviour_.finish);
       event_.mutable_finish()->set_generated(request_.max_new_tokens());
-      StartWrite(&event_);
+      WriteEvent();
       return;
     }
     End(grpc::Status::OK);
+  }
+
+  // The first event carries what a real decode node reports in DecodeServed.
+  void WriteEvent() {
+    if (!served_sent_) {
+      served_sent_ = true;
+      v1::DecodeServed* served = event_.mutable_served();
+      served->mutable_layout()->mutable_parallel()->set_tp(kFakeDecodeTp);
+      served->mutable_layout()->mutable_parallel()->set_block_size(kFakeBlockSize);
+      served->set_kv_bytes(kFakeKvBytes);
+      served->set_digests_verified(true);
+    }
+    StartWrite(&event_);
   }
 
   void End(grpc::Status status) {
@@ -244,6 +259,7 @@ class FakeDecode::Stream final : public grpc::ServerWriteReactor<v1::DecodeEvent
   const int to_emit_;
   int written_ = 0;
   bool finish_sent_ = false;
+  bool served_sent_ = false;
   v1::DecodeEvent event_;
   absl::Mutex mu_;
   bool hanging_ ABSL_GUARDED_BY(mu_) = false;

@@ -42,6 +42,13 @@ struct PrefillScript {
   int64_t cached_tokens ABSL_GUARDED_BY(mu) = 0;  // PrefillResponse.cached_tokens of every call
 };
 
+// The layouts the fakes report (a handle's layout, a decode call's DecodeServed) and the KV bytes
+// a fake decode call says it pulled, with its digests verified.
+inline constexpr int32_t kFakePrefillTp = 2;
+inline constexpr int32_t kFakeDecodeTp = 1;
+inline constexpr int32_t kFakeBlockSize = 16;
+inline constexpr int64_t kFakeKvBytes = 4096;
+
 struct DecodeBehaviour {
   int die_after = -1;  // after this many tokens, end the stream with UNAVAILABLE
   std::string die_message = "fake decode node died";  // that status' message

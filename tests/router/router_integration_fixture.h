@@ -71,6 +71,7 @@ class RouterIntegrationTest : public testing::Test {
     options.decode_idle_timeout = absl::Seconds(5);
     options.max_attempts = 3;
     options.retry.wait_budget = wait_budget_;
+    options.strict = router_strict_;
     std::unique_ptr<ServedModel> model = MakeTestModel(kContext);
     ASSERT_NE(model, nullptr);
     absl::StatusOr<std::unique_ptr<RouterServer>> router =
@@ -150,6 +151,7 @@ class RouterIntegrationTest : public testing::Test {
   std::shared_ptr<DecodeScript> decode_script_ = std::make_shared<DecodeScript>();
   // How long a request waits for a healthy node of a role (RetryPolicy::wait_budget).
   absl::Duration wait_budget_ = absl::Milliseconds(300);
+  bool router_strict_ = false;  // RouterOptions::strict (--strict)
   std::unique_ptr<RouterServer> router_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Router::Stub> stub_;
