@@ -28,9 +28,9 @@ inline constexpr int32_t kMaxTileQueries = 16;
 inline constexpr int32_t kPieceTokens = 16;
 
 // Tiles of at least this many queries with head_dim 64 or 128 take the query-lanes path on
-// AVX-512 (attention_tile_query_lanes.h); smaller ones — decode rows, whose K reads stream from
-// DRAM, where that path's per-element broadcasts cost more than the reductions they save — keep
-// the key-lanes path.
+// AVX-512 and AVX2 (attention_tile_query_lanes.h); smaller ones — decode rows, whose K reads stream
+// from DRAM, where that path's per-element broadcasts cost more than the reductions they save —
+// keep the key-lanes path.
 inline constexpr int32_t kQueryLanesMinQueries = 5;
 
 struct TileArgs {

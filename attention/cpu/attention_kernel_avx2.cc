@@ -123,7 +123,52 @@ struct Avx2Traits {
   }
 };
 
-void AttendTile(const TileArgs& args) { AttendTileImpl<Avx2Traits>(args); }
+// The query-lanes path's traits (attention_tile_query_lanes.h): 16 lanes as two 8-lane halves,
+// every operation applied to each half with Avx2Traits' own code, so each lane computes exactly
+// what an AVX-512 lane computes. Scores 4 tokens per pass over the queries: 8 accumulators, two
+// query halves and a broadcast K element fit the 16 ymm registers (16 tokens would spill).
+struct Avx2PairTraits {
+  struct V {
+    __m256 lo, hi;
+  };
+  using Narrow = Avx2Traits;
+  static constexpr int kLanes = 16;
+  static constexpr int32_t kScoreTokens = 4;
+  using N = Avx2Traits;
+
+  static V Zero() { return {N::Zero(), N::Zero()}; }
+  static V Set1(float x) {
+    const __m256 v = N::Set1(x);
+    return {v, v};
+  }
+  static V Load(const float* p) { return {N::Load(p), N::Load(p + 8)}; }
+  static void Store(float* p, V v) {
+    N::Store(p, v.lo);
+    N::Store(p + 8, v.hi);
+  }
+  static V Add(V a, V b) { return {N::Add(a.lo, b.lo), N::Add(a.hi, b.hi)}; }
+  static V Sub(V a, V b) { return {N::Sub(a.lo, b.lo), N::Sub(a.hi, b.hi)}; }
+  static V Mul(V a, V b) { return {N::Mul(a.lo, b.lo), N::Mul(a.hi, b.hi)}; }
+  static V Max(V a, V b) { return {N::Max(a.lo, b.lo), N::Max(a.hi, b.hi)}; }
+  static V Fma(V a, V b, V c) { return {N::Fma(a.lo, b.lo, c.lo), N::Fma(a.hi, b.hi, c.hi)}; }
+  static V Exp(V x) { return {N::Exp(x.lo), N::Exp(x.hi)}; }
+  static V MaskFrom(V x, V limit, float pos) {
+    const __m256 at = _mm256_set1_ps(pos), inf = _mm256_set1_ps(-INFINITY);
+    return {_mm256_blendv_ps(x.lo, inf, _mm256_cmp_ps(at, limit.lo, _CMP_GE_OQ)),
+            _mm256_blendv_ps(x.hi, inf, _mm256_cmp_ps(at, limit.hi, _CMP_GE_OQ))};
+  }
+  template <class S, class Tag>
+  static V LoadKv(const S* p, Tag tag) {
+    return {N::LoadKv(p, tag), N::LoadKv(p + 8, tag)};
+  }
+};
+
+// The key-lanes traits with the query-lanes path attached.
+struct Avx2TileTraits : Avx2Traits {
+  using QueryLanes = Avx2PairTraits;
+};
+
+void AttendTile(const TileArgs& args) { AttendTileImpl<Avx2TileTraits>(args); }
 void StoreRow(const float* src, void* dst, int64_t n, KvDType dtype) {
   StoreRowImpl<Avx2Traits>(src, dst, n, dtype);
 }

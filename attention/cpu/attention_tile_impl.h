@@ -14,9 +14,10 @@
 //   Exp(x): e^x per lane, exactly 0 below −87.3 (so e^−inf = 0)
 //   MaskTail(x, valid): x with lanes >= valid set to −inf (valid may be <= 0 or >= kLanes)
 //   LoadKv(const Storage*, Tag) → V, StoreKv(Storage*, V, Tag) for Tag in KvF32, KvF16, KvBF16
-//   Only traits with kLanes == kPieceTokens (AVX-512) also take the query-lanes path
-//   (attention_tile_query_lanes.h) and define MaskFrom(x, limit, pos): x with the lanes whose
-//   limit <= pos set to −inf.
+//   Traits with kLanes == kPieceTokens (AVX-512), or naming such traits as QueryLanes (AVX2: a
+//   pair of 8-lane vectors), also take the query-lanes path (attention_tile_query_lanes.h); the
+//   16-lane traits define MaskFrom(x, limit, pos): x with the lanes whose limit <= pos set to
+//   −inf.
 //
 // Key-lanes algorithm (AttendTileKeyLanes, per tile): scale q once; walk the token range in pieces
 // of ≤ kPieceTokens tokens that never cross a block; per piece score all queries against the K

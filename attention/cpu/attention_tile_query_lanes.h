@@ -9,6 +9,14 @@
 // broadcast-FMA per (token, c) and no reduction. The online softmax then runs per lane (mask,
 // max, exp and sum over the piece's token vectors), and the weights, stored token-major, feed
 // the same V accumulation as the key-lanes path.
+//
+// The path needs a vector of kPieceTokens = 16 lanes: AVX-512's own, or on AVX2 a traits type
+// whose V is a pair of 8-lane vectors (attention_kernel_avx2.cc: the key-lanes traits name it
+// as QueryLanes). Each lane's arithmetic is the same FMA, max, exp and add sequence on either,
+// so the two ISAs' query-lanes outputs are the same bits. Such traits may also name Narrow (the
+// native traits, which accumulate V: the per-element sums do not depend on the vector width)
+// and kScoreTokens (tokens scored per pass over the queries, so the score accumulators fit the
+// register file: AVX-512 holds 16, AVX2 pairs 4).
 #pragma once
 
 #include <type_traits>
@@ -17,17 +25,45 @@
 
 namespace tandem::attention_cpu {
 
+// Tokens T scores per pass over the queries (T::kScoreTokens, else all of a piece).
+template <class T>
+constexpr int32_t ScoreTokensOf() {
+  if constexpr (requires { T::kScoreTokens; }) {
+    return T::kScoreTokens;
+  } else {
+    return kPieceTokens;
+  }
+}
+
+// The traits that accumulate V rows for T (T::Narrow, else T itself).
+template <class T>
+struct NarrowOf {
+  using type = T;
+};
+template <class T>
+requires requires { typename T::Narrow; }
+struct NarrowOf<T> {
+  using type = typename T::Narrow;
+};
+
 // s[t] = Σ_c qt[c] · kp[t][c] for the kT token rows at kp ([kT][kD] f32): one broadcast-FMA per
-// (token, c), kT independent accumulators.
+// (token, c), in passes of up to ScoreTokensOf<T>() tokens with independent accumulators. Each
+// s[t] sums over c in order whatever the pass size.
 template <class T, int32_t kD, int32_t kT>
 inline void ScoreQueryLanes(const float* qt, const float* kp, typename T::V* s) {
   constexpr int32_t kL = T::kLanes;
+  constexpr int32_t kPass = ScoreTokensOf<T>() < kT ? ScoreTokensOf<T>() : kT;
+  static_assert(kT % kPass == 0, "passes tile the piece");
+  for (int32_t t0 = 0; t0 < kT; t0 += kPass) {
+    typename T::V* st = s + t0;
+    const float* kt = kp + t0 * kD;
 #pragma GCC unroll 16
-  for (int32_t t = 0; t < kT; ++t) s[t] = T::Zero();
-  for (int32_t c = 0; c < kD; ++c) {
-    const typename T::V qv = T::Load(qt + c * kL);
+    for (int32_t t = 0; t < kPass; ++t) st[t] = T::Zero();
+    for (int32_t c = 0; c < kD; ++c) {
+      const typename T::V qv = T::Load(qt + c * kL);
 #pragma GCC unroll 16
-    for (int32_t t = 0; t < kT; ++t) s[t] = T::Fma(qv, T::Set1(kp[t * kD + c]), s[t]);
+      for (int32_t t = 0; t < kPass; ++t) st[t] = T::Fma(qv, T::Set1(kt[t * kD + c]), st[t]);
+    }
   }
 }
 
@@ -132,7 +168,8 @@ void AttendTileQueryLanes(const TileArgs& a) {
       for (int32_t c = 0; c < kD; c += kL) T::Store(ai + c, T::Mul(T::Load(ai + c), cv));
     }
 
-    AccumulateAll<T, E>(p, WeightStrides{1, kL}, nq, kD, v, n, acc, nullptr);
+    AccumulateAll<typename NarrowOf<T>::type, E>(p, WeightStrides{1, kL}, nq, kD, v, n, acc,
+                                                 nullptr);
     j += len;
   }
 
@@ -153,13 +190,26 @@ void AttendTileQueryLanes(const TileArgs& a) {
   }
 }
 
+// The traits of T's query-lanes path: T itself when its vectors hold a piece, else T::QueryLanes
+// (void: none).
+template <class T>
+struct QueryLanesOf {
+  using type = std::conditional_t<T::kLanes == kPieceTokens, T, void>;
+};
+template <class T>
+requires requires { typename T::QueryLanes; }
+struct QueryLanesOf<T> {
+  using type = typename T::QueryLanes;
+};
+
 template <class T, class E>
 void AttendTileTyped(const TileArgs& a) {
-  if constexpr (T::kLanes == kPieceTokens) {
-    const bool query_lanes = a.num_queries >= kQueryLanesMinQueries && a.num_queries <= T::kLanes &&
+  using Q = typename QueryLanesOf<T>::type;
+  if constexpr (!std::is_void_v<Q>) {
+    const bool query_lanes = a.num_queries >= kQueryLanesMinQueries && a.num_queries <= Q::kLanes &&
                              a.token_end - a.token_begin < (int64_t{1} << 24);
-    if (query_lanes && a.head_dim == 64) return AttendTileQueryLanes<T, E, 64>(a);
-    if (query_lanes && a.head_dim == 128) return AttendTileQueryLanes<T, E, 128>(a);
+    if (query_lanes && a.head_dim == 64) return AttendTileQueryLanes<Q, E, 64>(a);
+    if (query_lanes && a.head_dim == 128) return AttendTileQueryLanes<Q, E, 128>(a);
   }
   AttendTileKeyLanes<T, E>(a);
 }

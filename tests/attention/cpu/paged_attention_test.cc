@@ -23,6 +23,7 @@ using testing::AddPrefillRequest;
 using testing::AttentionCase;
 using testing::AttentionData;
 using testing::AttentionError;
+using testing::AttentionOutput;
 using testing::DenseOutput;
 using testing::ShardedOutput;
 
@@ -197,7 +198,7 @@ TEST_P(ShardedAttentionTest, LongSequenceIsSplitAcrossThreads) {
 }
 
 // Prefill chunks long enough to fill tiles with kQueryLanesMinQueries..16 queries at head_dim 64
-// and 128 (the query-lanes path on AVX-512), on blocks that are shorter than, equal to and
+// and 128 (the query-lanes path on AVX-512 and AVX2), on blocks that are shorter than, equal to and
 // longer than a scoring piece, so pieces of every length 1..16 occur (each rounded-up score
 // width) and ranges start mid-block; then the same with the range split across threads.
 TEST_P(ShardedAttentionTest, PrefillTilesOnTheQueryLanesPath) {
@@ -225,6 +226,42 @@ TEST_P(ShardedAttentionTest, PrefillTilesOnTheQueryLanesPath) {
   ASSERT_FALSE(PlanFor(c, 2).merges.empty()) << "the case must split";
   Check(c, 2);
   RecordProperty("worst_relative_error", std::to_string(worst_));
+}
+
+// AVX2 runs the query-lanes path on pairs of 8-lane vectors with each lane's arithmetic that of an
+// AVX-512 lane (attention_tile_query_lanes.h), so a call whose every tile takes that path gives
+// the same bits on both (and the dense reference's tolerance on each, as everywhere).
+TEST_P(ShardedAttentionTest, QueryLanesTilesGiveTheSameBitsOnAvx2AndAvx512) {
+  if (!CpuSupports(CpuIsa::kAvx512)) GTEST_SKIP() << "no AVX-512 to compare with";
+  for (int32_t head_dim : {64, 128}) {
+    for (const DcpGeometry& dcp : {DcpGeometry{16, 1, 1}, DcpGeometry{7, 1, 1}}) {
+      AttentionCase c = NewCase(dcp, 2, 4, head_dim);
+      AddPrefillRequest(c, 170, 40);  // 40 rows × 4 GQA heads: tiles of 16 queries
+      AddPrefillRequest(c, 24, 24);   // a whole prompt, its first rows see a few tokens
+      SCOPED_TRACE(c.Describe());
+      const attention_cpu::AttentionPlan plan = PlanFor(c, 1);
+      ASSERT_TRUE(std::all_of(plan.tiles.begin(), plan.tiles.end(), [](const auto& t) {
+        return t.num_queries() >= attention_cpu::kQueryLanesMinQueries;
+      })) << "every tile must take the query-lanes path";
+      const AttentionData d = testing::MakeData(c);
+      std::vector<AttentionOutput> outs;
+      for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+        ASSERT_TRUE(PinCpuIsa(isa).ok());
+        SetThreadsForThisThread(1);
+        const absl::StatusOr<ShardedOutput> got = testing::RunSharded(c, d);
+        ASSERT_TRUE(got.ok()) << got.status();
+        outs.push_back(got->merged);
+      }
+      ASSERT_EQ(outs[0].out.size(), outs[1].out.size());
+      for (size_t i = 0; i < outs[0].out.size(); ++i) {
+        ASSERT_EQ(outs[0].out[i], outs[1].out[i]) << "output element " << i;
+      }
+      for (size_t i = 0; i < outs[0].lse.size(); ++i) {
+        ASSERT_EQ(outs[0].lse[i], outs[1].lse[i]) << "lse " << i;
+      }
+      Check(c, 1);
+    }
+  }
 }
 
 // More GQA heads per KV head than one tile holds: the heads are spread over several tiles.
