@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "model/token_history.h"
@@ -29,53 +31,118 @@ bool ChangesLogits(const SamplingParams& p, uint64_t step) {
   return min_tokens_active || !p.logit_bias.empty() || UsesPenalties(p);
 }
 
-// Steps 5-8 on processed logits.
+// Ranks `ids` by logit (ties: lower id first) a chunk at a time: Next() sorts and returns the
+// next most likely ids, so a draw that ends among the likeliest tokens — nearly every draw —
+// never sorts the whole vocabulary, and the order it walks is exactly a full sort's.
+class RankedChunks {
+ public:
+  RankedChunks(absl::Span<const float> logits, std::vector<int32_t> ids)
+      : logits_(logits), ids_(std::move(ids)) {}
+
+  absl::Span<const int32_t> Next() {
+    const size_t begin = done_;
+    const size_t end = std::min(ids_.size(), begin + chunk_);
+    const auto by_logit = [this](int32_t a, int32_t b) {
+      return logits_[a] > logits_[b] || (logits_[a] == logits_[b] && a < b);
+    };
+    if (end < ids_.size()) {
+      std::nth_element(ids_.begin() + begin, ids_.begin() + end, ids_.end(), by_logit);
+    }
+    std::sort(ids_.begin() + begin, ids_.begin() + end, by_logit);
+    done_ = end;
+    chunk_ *= 4;  // a flat distribution reaches a full sort's cost in a few chunks
+    return absl::MakeConstSpan(ids_).subspan(begin, end - begin);
+  }
+
+ private:
+  absl::Span<const float> logits_;
+  std::vector<int32_t> ids_;
+  size_t done_ = 0;
+  size_t chunk_ = 64;
+};
+
+// Steps 5-8 on processed logits. Candidates are walked in rank order (logit descending, ties:
+// lower id first): min_p keeps weights >= min_p (probability >= min_p * the largest; a prefix of
+// the ranking), top_k the first k, top_p the shortest prefix whose mass reaches it; the draw is
+// the first candidate whose cumulative weight passes u * total.
 int32_t Draw(absl::Span<const float> logits, const SamplingParams& params, uint64_t step) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
-  std::vector<int32_t> ids(vocab);
-  std::iota(ids.begin(), ids.end(), 0);
-  auto by_logit = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  int32_t top = 0;
+  for (int32_t v = 1; v < vocab; ++v) {
+    if (logits[v] > logits[top]) top = v;
+  }
+  const double max_logit = logits[top];
+  if (!std::isfinite(max_logit)) return top;
+  // Weights proportional to softmax(logits / T); the top token's is 1.
+  auto weight_of = [&](int32_t v) {
+    return std::exp((logits[v] - max_logit) / params.temperature);
   };
-  int32_t keep = vocab;
+  auto kept = [&](int32_t v, double w) { return v == top || (w > 0.0 && w >= params.min_p); };
+  std::vector<double> weight(vocab);
+  std::vector<int32_t> order;  // the candidates in rank order, as far as needed so far
+  size_t limit;                // how many candidates there are
+  double total = 0.0;          // their weight
+  std::optional<RankedChunks> ranked;
   if (params.top_k > 0 && params.top_k < vocab) {
-    keep = params.top_k;
-    std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), by_logit);
+    // Only the first k can be drawn: rank them (a heap pass, cheapest for small k), weigh them,
+    // cut where min_p does.
+    order.resize(vocab);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + params.top_k, order.end(),
+                      [&](int32_t a, int32_t b) {
+                        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                      });
+    order.resize(params.top_k);
+    limit = 0;
+    for (; limit < order.size(); ++limit) {
+      const int32_t v = order[limit];
+      weight[v] = weight_of(v);
+      if (!kept(v, weight[v])) break;
+      total += weight[v];
+    }
+    order.resize(limit);
   } else {
-    std::sort(ids.begin(), ids.end(), by_logit);
+    std::vector<int32_t> alive;
+    alive.reserve(vocab);
+    for (int32_t v = 0; v < vocab; ++v) {
+      weight[v] = weight_of(v);
+      if (kept(v, weight[v])) {
+        alive.push_back(v);
+        total += weight[v];
+      }
+    }
+    limit = alive.size();
+    ranked.emplace(logits, std::move(alive));
   }
-  const double max_logit = logits[ids[0]];
-  if (!std::isfinite(max_logit)) return ids[0];
-  // Weights proportional to softmax(logits / T) over the candidates (sorted: ids[0] is the max,
-  // weight 1). min_p keeps weights >= min_p (probability >= min_p * max probability), a prefix.
-  std::vector<double> weights(keep);
-  int32_t kept = 0;
-  for (; kept < keep; ++kept) {
-    const double w = std::exp((logits[ids[kept]] - max_logit) / params.temperature);
-    if (w <= 0.0 || w < params.min_p) break;
-    weights[kept] = w;
-  }
-  keep = std::max(kept, 1);
-  double total = std::accumulate(weights.begin(), weights.begin() + keep, 0.0);
-  // Nucleus: the smallest prefix whose mass reaches top_p.
+  // Whether order[i] exists, ranking another chunk when needed; false past the limit.
+  auto has = [&](size_t i) {
+    while (order.size() <= i && order.size() < limit) {
+      const absl::Span<const int32_t> chunk = ranked->Next();
+      order.insert(order.end(), chunk.begin(), chunk.end());
+    }
+    return i < order.size();
+  };
+  size_t keep = limit;
   if (params.top_p < 1.f) {
     double mass = 0.0;
-    for (int32_t i = 0; i < keep; ++i) {
-      mass += weights[i] / total;
+    for (size_t i = 0; has(i); ++i) {
+      mass += weight[order[i]] / total;
       if (mass >= params.top_p) {
         keep = i + 1;
         break;
       }
     }
-    total = std::accumulate(weights.begin(), weights.begin() + keep, 0.0);
+    total = 0.0;
+    for (size_t i = 0; i < keep; ++i) total += weight[order[i]];
   }
   const double u = CounterUniform(params.seed, step) * total;
   double acc = 0.0;
-  for (int32_t i = 0; i < keep; ++i) {
-    acc += weights[i];
-    if (u < acc) return ids[i];
+  size_t i = 0;
+  for (; i < keep && has(i); ++i) {
+    acc += weight[order[i]];
+    if (u < acc) return order[i];
   }
-  return ids[keep - 1];
+  return order[i - 1];
 }
 
 }  // namespace

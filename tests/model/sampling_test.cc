@@ -321,6 +321,39 @@ TEST(SamplingTest, MatchesThePlainReferenceOnRandomLogits) {
   EXPECT_GT(sampled_differently_from_greedy, 500);  // the cases exercise more than argmax
 }
 
+// A real vocabulary is ranked a chunk at a time (model/sampling.cc RankedChunks); flat
+// distributions over thousands of tokens, with ties, make draws reach deep into the ranking, so
+// every chunk boundary is crossed, and the token must still be the plain reference's.
+TEST(SamplingTest, MatchesThePlainReferenceDeepInALargeFlatVocabulary) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> unit(0.f, 1.f);
+  int deep = 0;
+  for (int n = 0; n < 200; ++n) {
+    Case c;
+    const int vocab = 3000 + static_cast<int>(rng() % 3000);
+    c.logits.resize(vocab);
+    // Coarse values: many exact ties (ranked by lower id).
+    for (float& x : c.logits) x = std::round(unit(rng) * 40.f) / 10.f;
+    SamplingParams& p = c.params;
+    p.temperature = 0.5f + 3.f * unit(rng);
+    p.seed = rng();
+    p.top_k = n % 4 == 1 ? 1 + static_cast<int32_t>(rng() % vocab) : 0;
+    p.top_p = n % 4 == 2 ? 0.3f + 0.7f * unit(rng) : 1.f;
+    p.min_p = n % 4 == 3 ? 0.2f * unit(rng) : 0.f;
+    for (uint64_t step = 0; step < 5; ++step) {
+      const int32_t token = SampleToken(c.logits, p, step);
+      ASSERT_EQ(token, ReferenceSample(c, step)) << "case " << n << " step " << step;
+      // Ranked below the first chunks.
+      int64_t above = 0;
+      for (int v = 0; v < vocab; ++v) {
+        above += c.logits[v] > c.logits[token] || (c.logits[v] == c.logits[token] && v < token);
+      }
+      deep += above >= 64 * 5;
+    }
+  }
+  EXPECT_GT(deep, 200);  // most draws crossed at least two chunk boundaries
+}
+
 TEST(LogprobsTest, LogSoftmaxOfTheRawLogitsWithTheMostLikelyTokens) {
   const std::vector<float> logits = {1.f, 3.f, -2.f, 3.f, 0.5f};
   double z = 0;
