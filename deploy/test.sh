@@ -68,7 +68,21 @@ run_fuzz() {
   echo "test.sh: building the fuzz targets (2 jobs)"
   cmake --build "$fuzz_build" -j 2 --target tandem_fuzzers
   echo "test.sh: fuzzing (label fuzz, ${TANDEM_FUZZ_SECONDS:-30} s per target)"
-  ctest --test-dir "$fuzz_build" -j 2 -L fuzz --output-on-failure
+  local rc=0
+  ctest --test-dir "$fuzz_build" -j 2 -L fuzz --output-on-failure || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    # Repeated last, so the end of a long log (what CI excerpts keep) holds what reproduces it.
+    echo "test.sh: fuzzing FAILED; saved inputs (reproduce: $fuzz_build/tests/fuzz/fuzz_<target> FILE):"
+    local f
+    for f in "$fuzz_build"/fuzz-artifacts/*/crash-* "$fuzz_build"/fuzz-artifacts/*/leak-* \
+      "$fuzz_build"/fuzz-artifacts/*/timeout-* "$fuzz_build"/fuzz-artifacts/*/oom-*; do
+      [ -f "$f" ] || continue
+      echo "test.sh: $f ($(stat -c %s "$f") bytes) base64: $(head -c 16384 "$f" | base64 -w 0)"
+    done
+    grep -h -E '^(SUMMARY|==[0-9]+==ERROR)|runtime error|fuzz invariant failed|out-of-memory|deadly signal' \
+      "$fuzz_build"/Testing/Temporary/LastTest.log 2>/dev/null | head -n 20 || true
+  fi
+  return "$rc"
 }
 
 bash deploy/install-deps.sh

@@ -35,7 +35,9 @@ mkdir -p "$work/corpus"
 "$fuzzer" -max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 -print_final_stats=1 \
   -artifact_prefix="$artifacts/" "$@" "$work/corpus" "$seeds" >"$log" 2>&1
 rc=$?
-cat "$log"
+# The progress lines (NEW/REDUCE/pulse/RELOAD, hundreds of them) are left out, so a failure's
+# report — at the end of libFuzzer's output — is not buried where a CI excerpt cuts.
+grep -v -E '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse|RELOAD)|^[[:space:]]+NEW_FUNC' "$log" | tail -n 200
 
 found=0
 for f in "$artifacts"/crash-* "$artifacts"/leak-* "$artifacts"/timeout-* "$artifacts"/oom-*; do
