@@ -161,6 +161,26 @@ TEST(HfTokenizerTest, SentencePieceShapeRunsTheSentencePiecePath) {
                    "merge 'i h' makes no vocabulary token");
 }
 
+// A Llama 2 / TinyLlama directory: BOS/EOS texts from tokenizer_config.json; the template adds
+// BOS unless tokenizer_config.json's add_bos_token says otherwise (transformers rebuilds the
+// template from it).
+TEST(HfTokenizerTest, SentencePieceDirectoryTakesBosFromTemplateOrConfig) {
+  const ScopedTempDir dir("hf_spm");
+  WriteFile(dir.path() + "/tokenizer.json", kSpmJson);
+  WriteFile(dir.path() + "/tokenizer_config.json",
+            R"({"bos_token": "<s>", "eos_token": {"content": "</s>"}})");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = TokenizerFromHfDirectory(dir.path());
+  ASSERT_OK(t);
+  EXPECT_EQ((*t)->bos_id(), 1);
+  EXPECT_EQ((*t)->eos_id(), 2);
+  EXPECT_EQ((*t)->Encode("hi"), (Ids{1, 10}));
+  WriteFile(dir.path() + "/tokenizer_config.json",
+            R"({"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": false})");
+  t = TokenizerFromHfDirectory(dir.path());
+  ASSERT_OK(t);
+  EXPECT_EQ((*t)->Encode("hi"), (Ids{10}));
+}
+
 TEST(HfTokenizerTest, DirectoryTakesIdsFromConfigFiles) {
   const ScopedTempDir dir("hf_tok");
   WriteFile(dir.path() + "/tokenizer.json", kJson);
