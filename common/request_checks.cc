@@ -55,4 +55,10 @@ absl::Status CheckContextFit(int64_t prompt_len, int64_t new_tokens, absl::strin
   return absl::OkStatus();
 }
 
+absl::Status CheckChoices(int64_t n) {
+  if (n >= 1 && n <= kMaxChoices) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("n must be in [1, ", kMaxChoices, "] (got ", n, ")"));
+}
+
 }  // namespace tandem

@@ -33,4 +33,11 @@ namespace tandem {
 [[nodiscard]] absl::Status CheckContextFit(int64_t prompt_len, int64_t new_tokens,
                                            absl::string_view new_name, int64_t context_length);
 
+// Choices of one request (GenerateRequest.n, docs/router.md#n-choices-from-one-prefill): at most
+// this many, decoded from one prefill.
+inline constexpr int32_t kMaxChoices = 64;
+
+// n in [1, kMaxChoices]: "n must be in [1, 64] (got 0)".
+[[nodiscard]] absl::Status CheckChoices(int64_t n);
+
 }  // namespace tandem

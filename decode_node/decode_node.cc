@@ -9,6 +9,7 @@
 #include "common/kv_source_failure.h"
 #include "common/request_checks.h"
 #include "common/status_macros.h"
+#include "engine/choice_blocks.h"
 #include "kv_transfer/kv_digest.h"
 #include "kv_transfer/planner.h"
 #include "kv_transfer/ucx/transfer_checks.h"
@@ -280,8 +281,7 @@ absl::Status DecodeNode::PullAll(const TransferMetadata& source, const KvHandle&
     check->Landed(kv.num_tokens);
     return absl::OkStatus();
   }
-  // Block-aligned ranges of about `chunk` bytes: each lands while the one before is checked.
-  const int64_t per_range = std::max<int64_t>(1, chunk * num_blocks / total);
+  // Block-aligned ranges of about pull_chunk_bytes: each lands while the one before is checked.
   const int64_t block_tokens = VirtualBlockTokens(src_dcp);
   for (int64_t b = 0; b < num_blocks; b += per_range) {
     const int64_t begin = b * block_tokens;
@@ -333,11 +333,34 @@ absl::Status DecodeNode::VerifyDigests(const KvHandle& kv, OverlappedKvCheck* ch
 
 absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSink sink,
                                                 const std::function<bool()>& cancelled) {
+  if (!call.choices.empty()) {
+    return absl::InvalidArgumentError("a call with choices starts with StartChoices");
+  }
+  std::vector<DecodeSink> sinks;
+  sinks.push_back(std::move(sink));
+  return StartCall(call, std::move(sinks), cancelled);
+}
+
+absl::StatusOr<TransferStats> DecodeNode::StartChoices(const DecodeCall& call,
+                                                       std::vector<DecodeSink> sinks,
+                                                       const std::function<bool()>& cancelled) {
+  if (call.choices.empty() || sinks.size() != call.choices.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("StartChoices needs one sink per choice (",
+                                                   call.choices.size(), " choices, ", sinks.size(),
+                                                   " sinks)"));
+  }
+  return StartCall(call, std::move(sinks), cancelled);
+}
+
+absl::StatusOr<TransferStats> DecodeNode::StartCall(const DecodeCall& call,
+                                                    std::vector<DecodeSink> sinks,
+                                                    const std::function<bool()>& cancelled) {
   const KvHandle& kv = call.kv;
   TANDEM_RETURN_IF_ERROR(CheckTokenBudget(call.max_new_tokens, "max_new_tokens"));
   if (!call.pipelined) {
     TANDEM_RETURN_IF_ERROR(CheckTokenId(call.first_token, config_.vocab_size, "first token"));
   }
+  TANDEM_RETURN_IF_ERROR(CheckDecodeChoices(call, config_.vocab_size));
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(call.sampling));
   TANDEM_RETURN_IF_ERROR(ValidateSamplingIds(call.sampling, config_.vocab_size));
   if (kv.num_tokens < 1) return absl::InvalidArgumentError("KV handle covers no tokens");
@@ -378,11 +401,21 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   // cancels the pull (nothing pulled could be used).
   std::atomic<bool> cancel_pull{false};
   LeaseKeeper lease(options_.prefill.get(), kv, options_.rpc_timeout, &cancel_pull);
-  TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> blocks, WaitForBlocks(needed, cancelled, lease));
+  // n > 1: the further choices' own blocks come after choice 0's (engine/choice_blocks.h).
+  const int64_t choices = std::max<int64_t>(1, static_cast<int64_t>(call.choices.size()));
+  TANDEM_ASSIGN_OR_RETURN(
+      std::vector<int32_t> allocated,
+      WaitForBlocks(static_cast<int32_t>(ChoiceBlocksNeeded(
+                        needed, kv.num_tokens, VirtualBlockTokens(dst.parallel.dcp_geometry()),
+                        static_cast<int32_t>(choices))),
+                    cancelled, lease));
+  blocks_allocated_.fetch_add(static_cast<int64_t>(allocated.size()));
   bool blocks_owned = true;
   absl::Cleanup free_blocks = [&] {
-    if (blocks_owned) blocks_->Release(blocks);
+    if (blocks_owned) blocks_->Release(allocated);
   };
+  // Choice 0's table: the pull lands here.
+  const std::vector<int32_t> blocks(allocated.begin(), allocated.begin() + needed);
   TransferStats stats;
   int32_t first_token = call.first_token;
   std::optional<TokenLogprobs> first_logprobs;  // pipelined: the prefill's, for first_token
@@ -442,29 +475,9 @@ absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSi
   // Device pools: the pull landed in the host mirror; the pool needs it before the first step.
   TANDEM_RETURN_IF_ERROR(instance_->StageIn(blocks));
 
-  DecodeRequest req;
-  req.id = call.request_id;
-  req.prompt_len = kv.num_tokens;
-  req.first_token = first_token;
-  req.block_table = blocks;
-  req.sampling = call.sampling;
-  req.max_new_tokens = call.max_new_tokens;
-  req.stop_ids = call.stop_ids;
-  req.next_step = call.next_step;
-  if (NeedsContext(call.sampling)) req.context = call.context_ids;
-  // Pipelined: the prefill's first token goes to the sink before any token the engine generates
-  // (the service writes what the sink got only once Start has returned OK).
-  std::function<void(int32_t)> on_token = std::move(sink.on_token);
-  DecodeCallbacks cb;
-  cb.on_token = on_token;
-  cb.on_logprobs = std::move(sink.on_logprobs);
-  cb.on_done = std::move(sink.on_done);
-  if (call.pipelined) {
-    if (first_logprobs.has_value() && cb.on_logprobs) cb.on_logprobs(*first_logprobs);
-    on_token(first_token);
-  }
-  TANDEM_RETURN_IF_ERROR(engine_->Add(std::move(req), std::move(cb)));
-  blocks_owned = false;  // the engine frees them when the request ends
+  blocks_owned = false;  // Admit hands them to the engine, or frees them
+  TANDEM_RETURN_IF_ERROR(
+      Admit(call, std::move(allocated), needed, first_token, first_logprobs, std::move(sinks)));
   return stats;
 }
 

@@ -82,6 +82,12 @@ struct DecodeSink {
   std::function<void(const TokenLogprobs& logprobs)> on_logprobs;
 };
 
+// One sequence of an n > 1 call (DecodeCall::choices).
+struct DecodeChoice {
+  int32_t index = 0;        // the choice's number: it samples with sampling.seed + index
+  int32_t first_token = 0;  // its token at position kv.num_tokens (already streamed)
+};
+
 struct DecodeCall {
   std::string request_id;
   int32_t first_token = 0;
@@ -97,7 +103,16 @@ struct DecodeCall {
   // Pipelined transfer: kv is an early handle of a prefill still running; first_token is
   // ignored (the prefill's, learnt from its progress stream, goes to sink.on_token first).
   bool pipelined = false;
+  // n > 1 from one prefill (engine/choice_blocks.h): the sequences to decode from this one KV
+  // (first_token is then ignored). The KV is pulled once; the choices share its full blocks and
+  // each further choice gets a copy of the partial last one. Empty: one sequence. Not with
+  // pipelined.
+  std::vector<DecodeChoice> choices;
 };
+
+// call.choices: none pipelined, indexes distinct and in [0, kMaxChoices), first tokens in
+// [0, vocab_size), at most kMaxChoices of them. INVALID_ARGUMENT naming what is wrong.
+absl::Status CheckDecodeChoices(const DecodeCall& call, int32_t vocab_size);
 
 struct TransferStats {
   int64_t micros = 0;  // time spent pulling (pipelined: the pulls' sum, not the prefill's wait)
@@ -129,6 +144,12 @@ class DecodeNode {
   // returns; errors of the progress stream name the prefill ("prefill <address>").
   absl::StatusOr<TransferStats> Start(const DecodeCall& call, DecodeSink sink,
                                       const std::function<bool()>& cancelled);
+  // Start for call.choices: sinks[i] gets choice call.choices[i]'s events, each sink's on_done
+  // exactly once on OK (nothing on error; a choice the engine had already started when a later
+  // one was refused ends CANCELLED). Cancel(request_id) cancels every choice. REQUIRES:
+  // sinks.size() == call.choices.size() (INVALID_ARGUMENT otherwise).
+  absl::StatusOr<TransferStats> StartChoices(const DecodeCall& call, std::vector<DecodeSink> sinks,
+                                             const std::function<bool()>& cancelled);
   // Colocated prefill: prefills call.prompt here, then decodes; the first token goes through
   // sink.on_token too. On OK `sink.on_done` will be called exactly once; on error nothing will
   // be called. FAILED_PRECONDITION when the node was built without colocated_prefill;
@@ -156,6 +177,9 @@ class DecodeNode {
   // Since start: transfers whose KV failed its digests (discarded), and transfers verified.
   int64_t kv_digest_mismatches() const { return kv_digest_mismatches_.load(); }
   int64_t kv_digests_verified() const { return kv_digests_verified_.load(); }
+  // Since start: KV blocks taken for Decode calls with a KV handle (n choices of one prompt share
+  // its full blocks, so they take far fewer than n times one's).
+  int64_t blocks_allocated() const { return blocks_allocated_.load(); }
 
  private:
   explicit DecodeNode(DecodeNodeOptions options);
@@ -192,6 +216,16 @@ class DecodeNode {
   absl::Status VerifyDigests(const KvHandle& kv, OverlappedKvCheck* check, TransferStats* stats);
   // Best effort: the prefill frees the KV; returns whether its lease held.
   absl::StatusOr<bool> ReleaseKv(const KvHandle& kv);
+  // Start and StartChoices: sinks has one entry per sequence (max(1, call.choices.size())).
+  absl::StatusOr<TransferStats> StartCall(const DecodeCall& call, std::vector<DecodeSink> sinks,
+                                          const std::function<bool()>& cancelled);
+  // After the pull: the call's sequences join the engine (decode_choices.cc). `allocated` holds
+  // choice 0's table (its first per_choice blocks, with the pulled KV) and the other choices' own
+  // blocks (ChoiceBlocksNeeded in all); it is consumed either way — on an error every block not
+  // handed to the engine is freed.
+  absl::Status Admit(const DecodeCall& call, std::vector<int32_t> allocated, int64_t per_choice,
+                     int32_t first_token, const std::optional<TokenLogprobs>& first_logprobs,
+                     std::vector<DecodeSink> sinks);
 
   DecodeNodeOptions options_;
   std::string model_name_;
@@ -213,6 +247,7 @@ class DecodeNode {
   int32_t waiting_ ABSL_GUARDED_BY(mu_) = 0;  // calls waiting for capacity or pulling
   std::atomic<int64_t> kv_digest_mismatches_{0};
   std::atomic<int64_t> kv_digests_verified_{0};
+  std::atomic<int64_t> blocks_allocated_{0};
   std::unique_ptr<ColocatedPrefill> colocated_;  // with colocated_prefill; destroyed first
 };
 

@@ -53,7 +53,61 @@ struct EventQueue {
   absl::Status status ABSL_GUARDED_BY(mu);
   FinishReason reason ABSL_GUARDED_BY(mu) = FinishReason::kLength;
   int32_t generated ABSL_GUARDED_BY(mu) = 0;
+  // Choices (DecodeRequest.choices): those not ended yet; each ending choice's finish event is
+  // queued in `tokens`, and `done` is set with the last. choice_failed: one ended with an error
+  // or cancelled (status and reason are its), so the others are cancelled too.
+  int32_t choices_left ABSL_GUARDED_BY(mu) = 0;
+  bool choice_failed ABSL_GUARDED_BY(mu) = false;
 };
+
+// The sinks of a call with choices: events name their choice; a choice that ends well queues its
+// finish event; the first error (or cancellation) is the call's status once every choice ended.
+std::vector<DecodeSink> ChoiceSinks(const v1::DecodeRequest& req,
+                                    const std::shared_ptr<EventQueue>& q,
+                                    const DecodeMetrics* metrics) {
+  {
+    absl::MutexLock lock(&q->mu);
+    q->choices_left = req.choices_size();
+  }
+  std::vector<DecodeSink> sinks;
+  for (const v1::DecodeChoice& c : req.choices()) {
+    const int32_t index = c.index();
+    DecodeSink& sink = sinks.emplace_back();
+    sink.on_token = [q, metrics, index](int32_t t) {
+      if (metrics != nullptr) metrics->generation_tokens->Increment();
+      absl::MutexLock lock(&q->mu);
+      v1::DecodeEvent& ev = q->tokens.emplace_back();
+      ev.set_token(t);
+      ev.set_choice(index);
+      if (q->next_logprobs.has_value()) {
+        *ev.mutable_logprobs() = *std::move(q->next_logprobs);
+        q->next_logprobs.reset();
+      }
+    };
+    // The engine calls on_logprobs just before on_token for the same choice, on its one thread.
+    sink.on_logprobs = [q](const TokenLogprobs& logprobs) {
+      absl::MutexLock lock(&q->mu);
+      q->next_logprobs = ToProto(logprobs);
+    };
+    sink.on_done = [q, index](absl::Status s, FinishReason reason, int32_t generated) {
+      absl::MutexLock lock(&q->mu);
+      q->generated += generated;
+      if (s.ok() && (reason == FinishReason::kStop || reason == FinishReason::kLength)) {
+        v1::DecodeEvent& ev = q->tokens.emplace_back();
+        ev.set_choice(index);
+        ev.mutable_finish()->set_reason(ToProto(reason));
+        ev.mutable_finish()->set_generated(generated);
+        if (!q->choice_failed) q->reason = reason;
+      } else if (!q->choice_failed) {
+        q->choice_failed = true;
+        q->status = std::move(s);  // an error, or OK with kCancelled
+        q->reason = reason;
+      }
+      if (--q->choices_left == 0) q->done = true;
+    };
+  }
+  return sinks;
+}
 
 // Whether a failed Start() was the KV transfer's fault (handshake, pull, lease confirmation),
 // rather than the request's (invalid), the capacity's or the client's.
@@ -149,6 +203,11 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "pipelined needs kv (an early handle), not prompt_ids");
   }
+  const bool choices = req->choices_size() > 0;
+  if (choices && colocated) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "choices need kv (one prefill's KV shared by them), not prompt_ids");
+  }
   DecodeCall call;
   call.request_id = req->request_id();
   call.first_token = req->first_token();
@@ -163,6 +222,9 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
   call.next_step = req->next_step();
   call.pipelined = req->pipelined();
   call.context_ids.assign(req->context_ids().begin(), req->context_ids().end());
+  for (const v1::DecodeChoice& c : req->choices()) {
+    call.choices.push_back(DecodeChoice{c.index(), c.first_token()});
+  }
   auto q = std::make_shared<EventQueue>();
   DecodeSink sink;
   // A pipelined call's first token was sampled by the prefill node: not counted as generated here.
@@ -201,6 +263,9 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
     if (req->resume()) cc.resume_token = call.first_token;
     const absl::Status s = node->StartColocated(std::move(cc), std::move(sink));
     started = s.ok() ? absl::StatusOr<TransferStats>(TransferStats{}) : s;
+  } else if (choices) {
+    started = node->StartChoices(call, ChoiceSinks(*req, q, metrics_),
+                                 [ctx] { return ctx->IsCancelled(); });
   } else {
     started = node->Start(call, std::move(sink), [ctx] { return ctx->IsCancelled(); });
   }
@@ -220,6 +285,7 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
   while (true) {
     std::deque<v1::DecodeEvent> tokens;
     bool done = false;
+    bool choice_failed = false;
     {
       absl::MutexLock lock(&q->mu);
       auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
@@ -228,8 +294,13 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
       q->mu.AwaitWithTimeout(absl::Condition(&ready), kCancelPoll);
       tokens.swap(q->tokens);
       done = q->done;
+      choice_failed = q->choice_failed;
     }
     for (v1::DecodeEvent& ev : tokens) {
+      if (ev.has_finish()) {  // a choice's end
+        ev.mutable_finish()->set_transfer_us(started->micros);
+        ev.mutable_finish()->set_transfer_bytes(started->bytes);
+      }
       if (served.has_value()) {
         *ev.mutable_served() = *std::move(served);
         served.reset();
@@ -240,7 +311,7 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
       }
     }
     if (done) break;
-    if (!cancel_sent && ctx->IsCancelled()) {
+    if (!cancel_sent && (ctx->IsCancelled() || choice_failed)) {
       node->Cancel(call.request_id);
       cancel_sent = true;
     }
@@ -253,6 +324,7 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
   if (q->reason == FinishReason::kCancelled || cancel_sent) {
     return grpc::Status(grpc::StatusCode::CANCELLED, "decode cancelled");
   }
+  if (choices) return grpc::Status::OK;  // each choice's finish event is written
   v1::DecodeEvent ev;
   v1::DecodeFinish* fin = ev.mutable_finish();
   fin->set_reason(ToProto(q->reason));

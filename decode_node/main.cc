@@ -109,6 +109,16 @@ int main(int argc, char** argv) {
         !s.ok()) {
       return s;
     }
+    // n > 1 from one prefill (docs/router.md#n-choices-from-one-prefill): what the choices'
+    // shared prompt blocks save shows here.
+    if (absl::Status s = metrics.AddCallbackCounter(
+            "tandem_kv_decode_blocks_allocated_total",
+            "KV blocks taken for Decode calls with a KV handle (the choices of an n > 1 call share "
+            "their prompt's full blocks)",
+            [n] { return double(n->blocks_allocated()); });
+        !s.ok()) {
+      return s;
+    }
     service.SetNode(node.get());
     return absl::StrCat("serving ", node->model_name(), " on ", advertise, " (",
                         node->total_blocks(), " blocks per rank",

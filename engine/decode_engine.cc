@@ -114,13 +114,16 @@ absl::Status DecodeEngine::Add(DecodeRequest request, DecodeCallbacks callbacks)
 
 bool DecodeEngine::Cancel(const std::string& id) {
   absl::MutexLock lock(&mu_);
+  // Every request of that id: the n choices of one Decode call share it.
+  bool marked = false;
   auto mark = [&](auto& list) {
     for (auto& a : list) {
-      if (a->request.id == id && !a->cancelled) return a->cancelled = true;
+      if (a->request.id == id && !a->cancelled) a->cancelled = marked = true;
     }
-    return false;
   };
-  return mark(queue_) || mark(running_);
+  mark(queue_);
+  mark(running_);
+  return marked;
 }
 
 int32_t DecodeEngine::running() const {

@@ -83,7 +83,8 @@ class DecodeEngine {
   // first_token) are not a prefix the grammar allows. A grammar is compiled here, through
   // options.grammars, on the caller's thread (a cache miss costs milliseconds; steps go on).
   absl::Status Add(DecodeRequest request, DecodeCallbacks callbacks);
-  // True if the request was still running or queued (it then ends with CANCELLED).
+  // True if a request of that id was still running or queued (every one of that id — the choices
+  // of an n > 1 call share it — then ends with CANCELLED).
   bool Cancel(const std::string& id);
 
   int32_t running() const;

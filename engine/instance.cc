@@ -241,6 +241,27 @@ absl::Status Instance::Stage(absl::Span<const int32_t> blocks, bool to_mirror) {
 absl::Status Instance::StageOut(absl::Span<const int32_t> blocks) { return Stage(blocks, true); }
 absl::Status Instance::StageIn(absl::Span<const int32_t> blocks) { return Stage(blocks, false); }
 
+absl::Status Instance::CopyBlocks(absl::Span<const std::pair<int32_t, int32_t>> copies) {
+  if (copies.empty()) return absl::OkStatus();
+  for (const auto& [src, dst] : copies) {
+    for (const int32_t b : {src, dst}) {
+      if (b < 0 || b >= num_blocks_) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("block ", b, " outside the pool of ", num_blocks_, " blocks"));
+      }
+    }
+  }
+  const int64_t bb = geometry_.block_bytes();
+  return RunSerialized([this, copies, bb](int32_t rank) -> absl::Status {
+    ComputeBackend& be = models_[rank]->backend();
+    auto* pool = static_cast<std::byte*>(pools_[rank]->base());
+    for (const auto& [src, dst] : copies) {
+      TANDEM_RETURN_IF_ERROR(be.Copy(pool + dst * bb, pool + src * bb, bb));
+    }
+    return be.Synchronize();
+  });
+}
+
 absl::StatusOr<std::vector<float>> Instance::Run(const StepInput& input) {
   TANDEM_ASSIGN_OR_RETURN(StepPlan plan, BuildStepPlan(input, options_.parallel.dcp_geometry(),
                                                        options_.parallel.pcp, config_.vocab_size));

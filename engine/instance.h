@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -98,6 +99,11 @@ class Instance {
   // the instance like a failed step.
   absl::Status StageOut(absl::Span<const int32_t> blocks);
   absl::Status StageIn(absl::Span<const int32_t> blocks);
+  // Copies whole blocks within every rank's pool, (source, destination) pairs — the partial last
+  // prompt block a choice of an n > 1 request gets before its first step writes into it
+  // (engine/choice_blocks.h). Serialised with Run; INVALID_ARGUMENT for an id outside the pool
+  // (nothing copied); a copy error breaks the instance like a failed step.
+  absl::Status CopyBlocks(absl::Span<const std::pair<int32_t, int32_t>> copies);
 
  private:
   Instance(const LlamaConfig& config, const InstanceOptions& options);

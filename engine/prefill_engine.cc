@@ -52,6 +52,7 @@ absl::Status PrefillEngine::Submit(PrefillRequest request, PrefillCallback done)
                                                    " prompt tokens"));
   }
   TANDEM_RETURN_IF_ERROR(CheckTokenBudget(request.reserve_tokens, "reserve_tokens", 0));
+  TANDEM_RETURN_IF_ERROR(CheckChoices(request.choices));
   TANDEM_RETURN_IF_ERROR(CheckContextFit(static_cast<int64_t>(request.prompt.size()),
                                          request.reserve_tokens, "reserve_tokens",
                                          config.max_context));
@@ -270,6 +271,23 @@ void PrefillEngine::Loop() {
         }
         if (sampling.logprobs >= 0) {
           r.first_logprobs = ComputeLogprobs(row, r.first_token, sampling.logprobs);
+        }
+        if (p.request.choices > 1) {
+          // Choice c samples the same row with its own seed (a grammar's Sample leaves its
+          // matcher as it was, so every choice starts from the same state).
+          r.choice_tokens.push_back(r.first_token);
+          if (sampling.logprobs >= 0) r.choice_logprobs.push_back(r.first_logprobs);
+          SamplingParams own = sampling;
+          for (int32_t c = 1; c < p.request.choices; ++c) {
+            own.seed = sampling.seed + static_cast<uint64_t>(c);
+            const int32_t t = p.guided.has_value()
+                                  ? p.guided->Sample(row, own, p.request.sample_step, h)
+                                  : SampleToken(row, own, p.request.sample_step, h);
+            r.choice_tokens.push_back(t);
+            if (sampling.logprobs >= 0) {  // t >= 0: the mask is choice 0's, which sampled
+              r.choice_logprobs.push_back(ComputeLogprobs(row, t, sampling.logprobs));
+            }
+          }
         }
         if (p.request.return_logits) r.logits.assign(row.begin(), row.end());
         r.block_table = p.blocks;

@@ -61,6 +61,9 @@ struct PrefillRequest {
   // where it is complete, model/guided_sampling.h).
   uint64_t sample_step = 0;
   bool return_logits = false;  // copy the last position's logits into the result
+  // n > 1 from one prefill: first tokens to sample from the last position's logits, choice i with
+  // sampling.seed + i (PrefillResult::choice_tokens). 1: first_token only.
+  int32_t choices = 1;
   // Pipelined transfer (docs/kv_transfer.md): called on the scheduler thread once when the
   // request is admitted (its block table, tokens_ready = the cached prefix) and after every chunk
   // step that leaves the prompt unfinished (tokens_ready = prompt tokens whose KV is complete in
@@ -76,6 +79,10 @@ struct PrefillResult {
   std::vector<float> logits;     // [vocab] when return_logits
   int64_t cached_tokens = 0;     // prompt tokens whose KV came from the prefix cache (not computed)
   TokenLogprobs first_logprobs;  // first_token's, with sampling.logprobs >= 0
+  // choices > 1: every choice's first token (choice_tokens[0] = first_token) and, with
+  // sampling.logprobs >= 0, their log-probabilities; empty otherwise.
+  std::vector<int32_t> choice_tokens;
+  std::vector<TokenLogprobs> choice_logprobs;
 };
 
 using PrefillCallback = std::function<void(absl::StatusOr<PrefillResult>)>;

@@ -175,7 +175,8 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(const std::string& request_i
                                                     const SamplingParams& sampling,
                                                     uint64_t sample_step, int32_t max_new_tokens,
                                                     absl::Duration lease, absl::Time deadline,
-                                                    const std::function<bool()>& cancelled) {
+                                                    const std::function<bool()>& cancelled,
+                                                    int32_t choices) {
   // The decode side adds max_new_tokens positions, so they must fit the context too.
   TANDEM_RETURN_IF_ERROR(CheckTokenBudget(max_new_tokens, "max_new_tokens", 0));
   TANDEM_RETURN_IF_ERROR(CheckContextFit(static_cast<int64_t>(prompt.size()), max_new_tokens,
@@ -192,6 +193,7 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(const std::string& request_i
   req.prompt = std::move(prompt);
   req.sampling = sampling;
   req.sample_step = sample_step;
+  req.choices = choices;
   {
     absl::MutexLock lock(&mu_);
     ++prefilling_[request_id];
@@ -211,6 +213,8 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(const std::string& request_i
           if (r.ok()) {
             out.first_token = r->first_token;
             out.first_logprobs = std::move(r->first_logprobs);
+            out.choice_tokens = std::move(r->choice_tokens);
+            out.choice_logprobs = std::move(r->choice_logprobs);
             out.num_tokens = r->num_tokens;
             out.cached_tokens = r->cached_tokens;
             out.lease_expiry = absl::Now() + lease;

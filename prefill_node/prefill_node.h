@@ -64,6 +64,9 @@ struct PrefillNodeOptions {
 struct PrefillOutcome {
   int32_t first_token = 0;
   TokenLogprobs first_logprobs;  // first_token's, with sampling.logprobs >= 0
+  // choices > 1: every choice's first token and log-probabilities (PrefillResult's).
+  std::vector<int32_t> choice_tokens;
+  std::vector<TokenLogprobs> choice_logprobs;
   std::vector<int32_t> block_table;
   int64_t num_tokens = 0;
   int64_t cached_tokens = 0;  // of num_tokens, served from the prefix cache
@@ -104,12 +107,14 @@ class PrefillNode {
   // Runs the prefill and takes a lease on its KV. `cancelled` is polled while waiting; once it
   // returns true the request is cancelled (blocks freed) and CANCELLED returned. Waits at most
   // until `deadline`. INVALID_ARGUMENT for bad prompts/sampling, RESOURCE_EXHAUSTED past the
-  // queue timeout.
+  // queue timeout. `choices` > 1 (n > 1 from one prefill): a first token for each, choice i
+  // sampled with sampling.seed + i (PrefillOutcome::choice_tokens).
   absl::StatusOr<PrefillOutcome> Prefill(const std::string& request_id, std::vector<int32_t> prompt,
                                          const SamplingParams& sampling, uint64_t sample_step,
                                          int32_t max_new_tokens, absl::Duration lease,
                                          absl::Time deadline,
-                                         const std::function<bool()>& cancelled);
+                                         const std::function<bool()>& cancelled,
+                                         int32_t choices = 1);
 
   // Pipelined transfer (docs/kv_transfer.md): like Prefill, but answers as soon as the prompt
   // has its KV blocks, with a lease on them taken now (first_token unset, num_tokens = the prompt

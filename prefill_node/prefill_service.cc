@@ -71,6 +71,11 @@ grpc::Status PrefillServiceImpl::RunPrefill(grpc::ServerContext* ctx, const v1::
                                                                   : ToGrpcStatus(pass.status());
   }
   std::vector<int32_t> prompt(req->prompt_ids().begin(), req->prompt_ids().end());
+  const int32_t choices = req->n() == 0 ? 1 : req->n();
+  if (choices > 1 && req->early_handle()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "n > 1 needs the first tokens in the answer: not with early_handle");
+  }
   const auto cancelled = [ctx] { return ctx->IsCancelled(); };
   absl::StatusOr<PrefillOutcome> out =
       req->early_handle()
@@ -79,7 +84,8 @@ grpc::Status PrefillServiceImpl::RunPrefill(grpc::ServerContext* ctx, const v1::
                                  absl::Milliseconds(req->lease_ms()), DeadlineOf(ctx), cancelled)
           : node->Prefill(req->request_id(), std::move(prompt), FromProto(req->sampling()),
                           req->sample_step(), req->max_new_tokens(),
-                          absl::Milliseconds(req->lease_ms()), DeadlineOf(ctx), cancelled);
+                          absl::Milliseconds(req->lease_ms()), DeadlineOf(ctx), cancelled,
+                          choices);
   if (!out.ok()) return ToGrpcStatus(out.status());
   *cached_tokens = out->cached_tokens;
   resp->set_cached_tokens(out->cached_tokens);
@@ -89,6 +95,12 @@ grpc::Status PrefillServiceImpl::RunPrefill(grpc::ServerContext* ctx, const v1::
     resp->set_first_token(out->first_token);
     if (req->sampling().has_logprobs()) {
       *resp->mutable_first_logprobs() = ToProto(out->first_logprobs);
+    }
+    for (const int32_t t : out->choice_tokens) resp->add_choice_first_tokens(t);
+    if (req->sampling().has_logprobs()) {
+      for (const TokenLogprobs& lp : out->choice_logprobs) {
+        *resp->add_choice_first_logprobs() = ToProto(lp);
+      }
     }
   }
   v1::KvHandle* kv = resp->mutable_kv();

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/request_checks.h"
 #include "common/status_macros.h"
 #include "model/grammar/gbnf.h"
 #include "proto/convert/sampling_proto.h"
@@ -47,6 +48,8 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const ServedModel& model,
   TANDEM_RETURN_IF_ERROR(ValidatePromptInput(input));
   TANDEM_RETURN_IF_ERROR(ValidateMaxTokens(request.max_tokens()));
   PreparedRequest out;
+  out.n = request.n() == 0 ? 1 : request.n();
+  TANDEM_RETURN_IF_ERROR(CheckChoices(out.n));
   out.sampling = FromProto(request.sampling());
   out.sampling.min_tokens_stop_ids.clear();  // the router's own, set below
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(out.sampling));

@@ -21,6 +21,8 @@ struct PreparedRequest {
   SamplingParams sampling;
   // The tokenizer's stop ids unless ignore_eos, then the request's stop_token_ids (each id once).
   std::vector<int32_t> stop_ids;
+  // Choices (GenerateRequest.n; an unset 0 is 1), in [1, kMaxChoices].
+  int32_t n = 1;
 };
 
 [[nodiscard]] absl::StatusOr<PreparedRequest> PrepareRequest(const ServedModel& model,

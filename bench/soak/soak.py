@@ -418,8 +418,8 @@ class Driver:
             want = (400, f"prompt ({len(prompt)} tokens) + max_tokens ({context}) = "
                          f"{len(prompt) + context} exceeds the model's context length {context}")
         elif variant == "n":
-            body = self.completion_body(prompt, 4, False, n=2)
-            want = (400, "'n' must be 1 (got 2): one choice per request is supported")
+            body = self.completion_body(prompt, 4, False, n=65)
+            want = (400, "'n' must be in [1, 64] (got 65)")
         else:
             body = None
             want = (400, None)

@@ -88,24 +88,38 @@ std::string CompletionId(OpenAiEndpoint endpoint, absl::string_view request_id) 
 std::string CompletionBody(const CompletionMeta& meta, absl::string_view text,
                            absl::string_view finish_reason, const CompletionUsage& usage,
                            absl::string_view logprobs_json) {
-  Json choice{{"index", 0},
-              {"logprobs", logprobs_json.empty() ? Json(nullptr) : Json::parse(logprobs_json)},
-              {"finish_reason", FinishReason(finish_reason)}};
-  if (IsChat(meta)) {
-    choice["message"] = Json{{"role", "assistant"}, {"content", std::string(text)}};
-  } else {
-    choice["text"] = std::string(text);
+  return CompletionChoicesBody(meta,
+                               {CompletionChoice{0, std::string(text), std::string(finish_reason),
+                                                 std::string(logprobs_json)}},
+                               usage);
+}
+
+std::string CompletionChoicesBody(const CompletionMeta& meta,
+                                  const std::vector<CompletionChoice>& choices,
+                                  const CompletionUsage& usage) {
+  Json list = Json::array();
+  for (const CompletionChoice& c : choices) {
+    Json choice{
+        {"index", c.index},
+        {"logprobs", c.logprobs_json.empty() ? Json(nullptr) : Json::parse(c.logprobs_json)},
+        {"finish_reason", FinishReason(c.finish_reason)}};
+    if (IsChat(meta)) {
+      choice["message"] = Json{{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    list.push_back(std::move(choice));
   }
   Json body = Header(meta, /*chunk=*/false);
-  body["choices"] = Json::array({choice});
+  body["choices"] = std::move(list);
   body["usage"] = UsageJson(usage);
   return Dump(body);
 }
 
 std::string ChunkBody(const CompletionMeta& meta, absl::string_view text, bool role,
                       absl::string_view finish_reason, bool usage_field,
-                      absl::string_view logprobs_json) {
-  Json choice{{"index", 0},
+                      absl::string_view logprobs_json, int32_t index) {
+  Json choice{{"index", index},
               {"logprobs", logprobs_json.empty() ? Json(nullptr) : Json::parse(logprobs_json)},
               {"finish_reason", FinishReason(finish_reason)}};
   if (IsChat(meta)) {

@@ -41,13 +41,26 @@ std::string CompletionBody(const CompletionMeta& meta, absl::string_view text,
                            absl::string_view finish_reason, const CompletionUsage& usage,
                            absl::string_view logprobs_json = {});
 
+// One choice of a whole response (n > 1: CompletionChoicesBody).
+struct CompletionChoice {
+  int32_t index = 0;
+  std::string text;
+  std::string finish_reason;
+  std::string logprobs_json;  // as CompletionBody's
+};
+// A whole response with these choices, in the given order.
+std::string CompletionChoicesBody(const CompletionMeta& meta,
+                                  const std::vector<CompletionChoice>& choices,
+                                  const CompletionUsage& usage);
+
 // One streaming chunk. Chat: `role` adds "role": "assistant" to the delta (the first chunk);
 // `finish_reason` empty = null (a content chunk); with `usage_field` the chunk carries
 // "usage": null (stream_options.include_usage asks for it on every chunk but the last).
 // `logprobs_json` as CompletionBody's, for the tokens of this chunk.
+// `index`: the choice (n > 1).
 std::string ChunkBody(const CompletionMeta& meta, absl::string_view text, bool role,
                       absl::string_view finish_reason, bool usage_field,
-                      absl::string_view logprobs_json = {});
+                      absl::string_view logprobs_json = {}, int32_t index = 0);
 // The last chunk with stream_options.include_usage: no choices, the usage.
 std::string UsageChunkBody(const CompletionMeta& meta, const CompletionUsage& usage);
 

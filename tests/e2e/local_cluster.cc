@@ -281,6 +281,13 @@ void AddResponse(const v1::GenerateResponse& response, GenerateOutcome* out) {
     out->indices.push_back(response.token().index());
     if (response.token().has_logprobs()) out->logprobs.push_back(response.token().logprobs());
     out->text += response.token().text();
+    const int32_t choice = response.token().choice();
+    out->choice_tokens[choice].push_back(response.token().id());
+    out->choice_text[choice] += response.token().text();
+    out->choice_order.push_back(choice);
+  } else if (response.has_choice_end()) {
+    out->choice_ends[response.choice_end().choice()] = response.choice_end();
+    out->choice_text[response.choice_end().choice()] += response.choice_end().text_tail();
   } else if (response.has_final()) {
     out->final = response.final();
     out->text += response.final().text_tail();

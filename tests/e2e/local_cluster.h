@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,12 @@ struct GenerateOutcome {
   std::vector<v1::TokenLogprobs> logprobs;  // TokenChunk.logprobs of each token (when asked)
   std::string text;
   v1::GenerateFinal final;
+  // GenerateRequest.n > 1: the tokens, text and end of each choice (TokenChunk.choice), and the
+  // choice of every token in arrival order.
+  std::map<int32_t, std::vector<int32_t>> choice_tokens;
+  std::map<int32_t, std::string> choice_text;
+  std::map<int32_t, v1::ChoiceEnd> choice_ends;
+  std::vector<int32_t> choice_order;
 };
 
 struct InstanceLoadView {

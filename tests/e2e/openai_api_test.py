@@ -229,6 +229,42 @@ class OpenAiApiTest(unittest.TestCase):
         # Without include_usage no chunk carries usage.
         self.assertTrue(all(ch.usage is None for ch in chunks))
 
+    def test_n_choices_from_one_prefill(self):
+        # docs/router.md#n-choices-from-one-prefill: choice i is the n = 1 request with seed + i.
+        c = client()
+        args = dict(model=MODEL, messages=MESSAGES, max_tokens=8, temperature=1.0,
+                    extra_body={"ignore_eos": True})
+        whole = c.chat.completions.create(n=2, seed=77, **args)
+        self.assertEqual([ch.index for ch in whole.choices], [0, 1])
+        self.assertEqual(whole.usage.completion_tokens, 16)
+        for i, choice in enumerate(whole.choices):
+            self.assertEqual(choice.finish_reason, "length")
+            one = c.chat.completions.create(seed=77 + i, **args)
+            self.assertEqual(choice.message.content, one.choices[0].message.content)
+        # Streamed: each chunk's choice names its index, the choices interleave, each ends with
+        # its own finish_reason, and the usage counts both.
+        chunks = list(c.chat.completions.create(n=2, seed=77, stream=True,
+                                                stream_options={"include_usage": True}, **args))
+        texts, finishes, order = {0: "", 1: ""}, {}, []
+        for chunk in chunks:
+            for choice in chunk.choices:
+                if choice.delta.content:
+                    order.append(choice.index)
+                texts[choice.index] += choice.delta.content or ""
+                if choice.finish_reason:
+                    finishes[choice.index] = choice.finish_reason
+        self.assertEqual(texts, {i: whole.choices[i].message.content for i in (0, 1)})
+        self.assertEqual(finishes, {0: "length", 1: "length"})
+        self.assertLess(order.index(1), len(order) - 1 - order[::-1].index(0), order)
+        self.assertEqual(chunks[-1].usage.completion_tokens, 16)
+        # Completions; greedy choices are identical; best_of = n is accepted.
+        greedy = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=6, temperature=0,
+                                      n=3, best_of=3, extra_body={"ignore_eos": True})
+        self.assertEqual(len(greedy.choices), 3)
+        self.assertEqual(len({ch.text for ch in greedy.choices}), 1)
+        self.assertEqual(greedy.usage.completion_tokens, 18)
+        wait_for(idle, 20, "cluster idle after n > 1")
+
     def test_prompt_as_token_ids(self):
         ids = client().completions.create(model=MODEL, prompt=[5, 6, 7, 8], max_tokens=3,
                                           temperature=0, extra_body={"ignore_eos": True})
@@ -322,7 +358,7 @@ class OpenAiApiTest(unittest.TestCase):
     def test_invalid_requests_are_400_with_the_grpc_messages(self):
         c = client()
         self.assert_error(openai.BadRequestError, 400, lambda: c.completions.create(
-            model=MODEL, prompt="x", n=2), param="n")
+            model=MODEL, prompt="x", n=0), param="n", message="'n' must be in [1, 64] (got 0)")
         # The messages of the router's gRPC validation (router/request_validation.cc), verbatim.
         self.assert_error(openai.BadRequestError, 400, lambda: c.completions.create(
             model=MODEL, prompt="x", max_tokens=0), message="max_tokens must be >= 1 (got 0)")
@@ -466,7 +502,7 @@ class OpenAiApiTest(unittest.TestCase):
         self.assertEqual((error["code"], error["type"]), (405, "invalid_request_error"))
         # The code is the HTTP status in every error object.
         with self.assertRaises(openai.BadRequestError) as cm:
-            client().completions.create(model=MODEL, prompt="x", n=2)
+            client().completions.create(model=MODEL, prompt="x", n=65)
         self.assertEqual(cm.exception.body["code"], 400)
 
     # ---- disconnect --------------------------------------------------------------------------

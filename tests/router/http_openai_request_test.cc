@@ -50,6 +50,15 @@ TEST(OpenAiRequestTest, ChatWithEveryParameter) {
   EXPECT_EQ(r->unknown_fields, std::vector<std::string>{"some_future_field"});
 }
 
+TEST(OpenAiRequestTest, NChoicesAndBestOfEqualToN) {
+  auto r = Completion(R"({"prompt": "x", "n": 3, "best_of": 3})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->n, 3);
+  auto one = Chat(R"({"messages": [{"role": "user", "content": "x"}]})");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->n, 1);
+}
+
 TEST(OpenAiRequestTest, VllmFieldsTandemHonours) {
   auto r = Completion(R"({"prompt": "x", "add_special_tokens": false,
       "include_stop_str_in_output": true, "truncate_prompt_tokens": 5, "request_id": "abc"})");
@@ -223,7 +232,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadCase{"not_json", kChat, "{", "<none>", "not valid JSON"},
         BadCase{"not_object", kChat, "[1]", "<none>", "JSON object"},
-        BadCase{"n2", kChat, R"({"messages": [], "n": 2})", "n", "'n' must be 1"},
+        BadCase{"n0", kChat, R"({"messages": [], "n": 0})", "n", "'n' must be in [1, 64]"},
+        BadCase{"n65", kChat, R"({"messages": [], "n": 65})", "n", "(got 65)"},
         BadCase{"n_string", kChat, R"({"messages": [], "n": "1"})", "n", "integer"},
         BadCase{"no_messages", kChat, R"({"model": "m"})", "messages", "'messages'"},
         BadCase{"role_missing", kChat, R"({"messages": [{"content": "x"}]})", "messages[0].role",
@@ -297,7 +307,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"top_logprobs_range", kChat,
                 R"({"messages": [], "logprobs": true, "top_logprobs": 21})", "top_logprobs",
                 "[0, 20]"},
-        BadCase{"best_of", kCmpl, R"({"prompt": "a", "best_of": 2})", "best_of", "must be 1"},
+        BadCase{"best_of", kCmpl, R"({"prompt": "a", "best_of": 2})", "best_of",
+                "unless it equals n"},
+        BadCase{"best_of_over_n", kCmpl, R"({"prompt": "a", "n": 2, "best_of": 3})", "best_of",
+                "unless it equals n"},
         BadCase{"suffix", kCmpl, R"({"prompt": "a", "suffix": "end"})", "suffix", "not supported"},
         BadCase{"add_generation_prompt", kChat,
                 R"({"messages": [], "add_generation_prompt": "no"})", "add_generation_prompt",

@@ -1,0 +1,280 @@
+// n > 1 from one prefill (docs/router.md#n-choices-from-one-prefill): Driver::RunChoices and the
+// joint prefill and decode of a request's choices (generate_driver_internal.h).
+//
+// Each choice is a RequestState of its own; choice i samples with seed + i. The prompt is
+// prefilled once (PrefillRequest.n: a first token per choice from the same logits) and its KV
+// pulled by one decode node once, where every choice that goes on decodes from it
+// (DecodeRequest.choices; the node shares the prompt's blocks). Tokens reach the client as the
+// decode node interleaves them, each TokenChunk naming its choice; a ChoiceEnd follows each
+// choice's last token. A choice the joint calls do not finish — the decode node failed, or the
+// router serves colocated — is then served on its own, in index order, exactly as a one-choice
+// request resumes (its prompt + tokens prefilled again, seed + i): every choice's tokens are the
+// ones an n = 1 request with that seed would have produced.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/kv_source_failure.h"
+#include "proto/convert/sampling_proto.h"
+#include "router/decode_stream.h"
+#include "router/generate_driver_internal.h"
+#include "router/retry_policy.h"
+#include "serving/grpc_status.h"
+
+namespace tandem::generate_internal {
+
+void Driver::SendChoiceEnds() {
+  for (Choice& c : choices_) {
+    if (c.ended || c.state->phase() != RequestPhase::kDone) continue;
+    c.ended = true;
+    v1::GenerateResponse response;
+    v1::ChoiceEnd* end = response.mutable_choice_end();
+    end->set_choice(c.index);
+    end->set_finish_reason(std::string(FinishReasonName(c.state->finish_reason())));
+    end->set_text_tail(c.detokenizer->Flush());
+    end->set_completion_tokens(static_cast<int32_t>(c.state->streamed().size()));
+    sink_->Send(std::move(response));
+  }
+}
+
+void Driver::PrefillAndDecodeChoices() {
+  const int32_t n = static_cast<int32_t>(choices_.size());
+  RequestState& lead = *choices_[0].state;
+  // The prefill, retried like a one-choice request's; choice 0's state counts the attempts.
+  choice_ = &choices_[0];
+  prefill_choices_ = true;
+  while (lead.phase() == RequestPhase::kPrefill) {
+    if (canceller_->cancelled()) {
+      lead.Fail(absl::CancelledError("request cancelled by the client"));
+      break;
+    }
+    choice_first_tokens_.clear();
+    choice_first_logprobs_.clear();
+    const int failures = lead.retries();
+    Prefill(lead, /*pipelined=*/false);
+    if (lead.retries() > failures && lead.phase() == RequestPhase::kPrefill &&
+        !Backoff(lead.retries())) {
+      lead.Fail(absl::CancelledError("request cancelled by the client"));
+    }
+  }
+  prefill_choices_ = false;
+  absl::Status error;
+  if (lead.phase() == RequestPhase::kFailed) {
+    error = lead.error();
+  } else if (static_cast<int32_t>(choice_first_tokens_.size()) != n) {
+    // The prefill node answered with one first token: it predates n > 1.
+    error = absl::FailedPreconditionError(
+        absl::StrCat("prefill node ", kv_.has_value() ? kv_->node : std::string("?"), " sent ",
+                     choice_first_tokens_.size(), " first tokens for ", n,
+                     " choices (a build without n > 1)"));
+  }
+  if (!error.ok()) {
+    for (Choice& c : choices_) c.state->Fail(error);  // choice 1 at least was still prefilling
+    if (lead.kv_to_release() && kv_.has_value()) ReleaseKv();
+    lead.OnKvReleased();
+    return;
+  }
+  const bool logprobs = static_cast<int32_t>(choice_first_logprobs_.size()) == n;
+  for (int32_t i = 1; i < n; ++i) {
+    choice_ = &choices_[i];
+    if (const std::optional<int32_t> token =
+            choices_[i].state->OnPrefillOk(choice_first_tokens_[i])) {
+      SendToken(*token, 0, logprobs ? &choice_first_logprobs_[i] : nullptr);
+    }
+  }
+  SendChoiceEnds();
+  std::vector<Choice*> live;
+  for (Choice& c : choices_) {
+    if (c.state->phase() == RequestPhase::kDecode) live.push_back(&c);
+  }
+  if (!live.empty()) DecodeChoices(live);
+  // The KV no decode node took (every choice ended at its first token, or the call failed before
+  // its first event): released once, for every choice.
+  const bool held = std::any_of(choices_.begin(), choices_.end(),
+                                [](const Choice& c) { return c.state->kv_to_release(); });
+  if (held && kv_.has_value()) ReleaseKv();
+  for (Choice& c : choices_) c.state->OnKvReleased();
+}
+
+void Driver::DecodeChoices(const std::vector<Choice*>& live) {
+  absl::StatusOr<NodeLease> node = PickNode(v1::INSTANCE_ROLE_DECODE, failed_decode_);
+  if (!node.ok()) {
+    for (Choice* c : live) c->state->Fail(node.status());
+    return;
+  }
+  // One token streamed by each: the same budget and draw number for all.
+  const DecodePlan plan = live[0]->state->NextDecode();
+  v1::DecodeRequest request;
+  request.set_request_id(kv_->handle.request_id().empty() ? NodeRequestId()
+                                                          : kv_->handle.request_id());
+  request.set_first_token(plan.first_token);
+  *request.mutable_kv() = kv_->handle;
+  *request.mutable_sampling() = ToProto(prepared_.sampling);  // the node adds each index
+  request.set_max_new_tokens(plan.max_new_tokens);
+  request.mutable_stop_ids()->Add(prepared_.stop_ids.begin(), prepared_.stop_ids.end());
+  request.set_next_step(plan.next_step);
+  if (NeedsContext(prepared_.sampling)) {
+    request.mutable_context_ids()->Add(prepared_.prompt.begin(), prepared_.prompt.end());
+  }
+  for (Choice* c : live) {
+    v1::DecodeChoice* choice = request.add_choices();
+    choice->set_index(c->index);
+    choice->set_first_token(c->state->streamed().back());
+  }
+
+  const absl::Duration idle = deps_.options.decode_idle_timeout;
+  const absl::Time deadline = std::min(
+      client_deadline_, absl::Now() + deps_.options.rpc_timeout + idle * (plan.max_new_tokens + 1));
+  const absl::Time called = absl::Now();
+  absl::Cleanup timed = [this, called] { decode_time_ += absl::Now() - called; };
+  DecodeStream stream(node->channel(), std::move(request), deadline, request_id_);
+  CallCanceller::Registration registration(canceller_, stream.context());
+  auto decoding = [&live] {
+    return std::any_of(live.begin(), live.end(),
+                       [](Choice* c) { return c->state->phase() == RequestPhase::kDecode; });
+  };
+  bool took_kv = false;
+  bool timed_transfer = false;
+  absl::Status failure;
+  while (true) {
+    DecodeStream::ReadResult next = stream.Read(idle);
+    if (next.kind != DecodeStream::ReadResult::Kind::kEvent) {
+      failure = StreamEndFailure(next, idle);
+      break;
+    }
+    if (next.event.has_served()) NoteServed(node->address(), next.event.served());
+    if (!took_kv) {  // the node has pulled the KV and released the prefill's lease
+      took_kv = true;
+      for (Choice* c : live) c->state->OnKvReleased();
+    }
+    if (next.event.has_finish() && !timed_transfer) {  // every choice's finish repeats it
+      timed_transfer = true;
+      transfer_time_ += absl::Microseconds(next.event.finish().transfer_us());
+    }
+    const auto it = std::find_if(live.begin(), live.end(), [&](Choice* c) {
+      return c->index == next.event.choice();
+    });
+    if (it == live.end()) {
+      failure = absl::InternalError(absl::StrCat("decode node sent an event for choice ",
+                                                 next.event.choice(), ", which it was not sent"));
+      break;
+    }
+    choice_ = *it;
+    OnDecodeEvent(*choice_->state, next.event);
+    SendChoiceEnds();
+    if (!decoding()) {
+      // Collect the final status so the node sees a clean end rather than a cancellation.
+      stream.Read(idle);
+      return;
+    }
+  }
+  if (canceller_->cancelled()) {
+    for (Choice* c : live) c->state->Fail(absl::CancelledError("request cancelled by the client"));
+    return;
+  }
+  failure = NodeSideCancelAsUnavailable(failure);
+  const bool retryable = IsRetryableDecodeError(failure.code());
+  const Recovery recovery = took_kv ? Recovery::kResume : Recovery::kReprefill;
+  absl::Status error;
+  v1::InstanceRole blamed = v1::INSTANCE_ROLE_DECODE;
+  std::string blamed_node = node->address();
+  if (retryable &&
+      BlamesPrefillSource(failure, kv_->handle.prefill_address(), kv_->handle.engine_id())) {
+    failed_prefill_.insert(kv_->node);
+    if (failure.code() == absl::StatusCode::kUnavailable) {
+      deps_.pool->ReportFailure(kv_->node, v1::INSTANCE_ROLE_PREFILL, failure);
+    }
+    blamed = v1::INSTANCE_ROLE_PREFILL;
+    blamed_node = kv_->node;
+    error = absl::Status(failure.code(), absl::StrCat("prefill node ", kv_->node, " (as decode node ",
+                                                      node->address(), " reports): ",
+                                                      failure.message()));
+  } else {
+    if (retryable) failed_decode_.insert(node->address());
+    error = NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable);
+  }
+  // Every choice still decoding resumes on its own (Serve), or the request fails.
+  bool resumed = false;
+  for (Choice* c : live) {
+    if (c->state->phase() != RequestPhase::kDecode) continue;
+    if (retryable && StrictStops(*c->state, recovery, error)) continue;
+    c->state->OnDecodeFailed(error);
+    if (retryable) NoteRecovery(*c->state, blamed, blamed_node, error, recovery);
+    resumed = resumed || (retryable && c->state->phase() == RequestPhase::kPrefill);
+  }
+  SendChoiceEnds();
+  if (resumed) {
+    ++resumes_;
+    if (deps_.metrics != nullptr) deps_.metrics->decode_resumes->Increment();
+  }
+}
+
+grpc::Status Driver::RunChoices() {
+  const int32_t n = prepared_.n;
+  const uint64_t seed = prepared_.sampling.seed;
+  choices_.resize(n);
+  for (int32_t i = 0; i < n; ++i) {
+    choices_[i].index = i;
+    choices_[i].state.emplace(prepared_.prompt, prepared_.max_tokens, prepared_.stop_ids,
+                              deps_.options.max_attempts);
+    choices_[i].detokenizer.emplace(deps_.model->tokenizer(), /*skip_special=*/true);
+  }
+  // Colocated serving has no prefill to share: each choice is served on its own below.
+  if (!deps_.options.colocated) PrefillAndDecodeChoices();
+  const RequestState* failed = nullptr;
+  for (Choice& c : choices_) {
+    RequestState& state = *c.state;
+    if (state.phase() == RequestPhase::kPrefill || state.phase() == RequestPhase::kDecode) {
+      choice_ = &c;
+      prepared_.sampling.seed = seed + static_cast<uint64_t>(c.index);
+      Serve(state);
+      prepared_.sampling.seed = seed;
+      if (state.kv_to_release()) {
+        ReleaseKv();
+        state.OnKvReleased();
+      }
+      SendChoiceEnds();
+    }
+    if (state.phase() == RequestPhase::kFailed) {
+      failed = &state;
+      break;
+    }
+  }
+  choice_ = nullptr;
+  provenance_.final = true;
+  if (failed != nullptr) {
+    LogEnd(failed, failed->error());
+    sink_->OnProvenance(provenance_);
+    return ToGrpcStatus(failed->error());
+  }
+
+  int32_t completion_tokens = 0;
+  int retries = 0;
+  for (const Choice& c : choices_) {
+    completion_tokens += static_cast<int32_t>(c.state->streamed().size());
+    retries += c.state->retries();
+  }
+  v1::GenerateResponse response;
+  v1::GenerateFinal* final = response.mutable_final();
+  // Each choice's finish reason and text tail came with its ChoiceEnd; choice 0's reason here.
+  final->set_finish_reason(std::string(FinishReasonName(choices_[0].state->finish_reason())));
+  final->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(prepared_.prompt.size()));
+  final->mutable_usage()->set_completion_tokens(completion_tokens);
+  final->mutable_usage()->set_cached_tokens(prompt_cached_tokens_.value_or(0));
+  final->set_request_id(request_id_);
+  final->set_retries(retries);
+  if (first_token_at_ != absl::InfinitePast()) {
+    final->set_ttft_us(absl::ToInt64Microseconds(first_token_at_ - start_));
+  }
+  final->set_total_us(absl::ToInt64Microseconds(absl::Now() - start_));
+  sink_->Send(std::move(response));
+  sink_->OnProvenance(provenance_);
+  LogEnd(choices_[0].state.operator->(), absl::OkStatus());
+  return grpc::Status::OK;
+}
+
+}  // namespace tandem::generate_internal

@@ -1,0 +1,81 @@
+// The OpenAI response of a request with n > 1 (docs/router.md#n-choices-from-one-prefill): what
+// RunGenerate delivers — TokenChunks naming their choice, a ChoiceEnd per choice, the final —
+// becomes a `choices` array of n (stream: false) or chunks whose choice carries its `index`, in
+// the order the decode node interleaved the choices' tokens (stream: true; chat: one role chunk
+// per choice first, each choice's finish_reason chunk when it ends).
+//
+// Per choice, as the one-choice response does it: stop strings (a match ends that choice's text;
+// the request is cancelled once every choice has ended), logprobs, and, with tools offered, the
+// tool calls parsed from its text (ids "call_<id>-<index>_<i>"). usage.completion_tokens counts
+// every choice's tokens the client was given.
+//
+// Thread-safety: one per request, used on the thread running RunGenerate.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "model/tokenizer/tokenizer.h"
+#include "router/call_canceller.h"
+#include "router/generate_driver.h"
+#include "router/http/openai_logprobs.h"
+#include "router/http/openai_request.h"
+#include "router/http/openai_response.h"
+#include "router/http/stop_matcher.h"
+#include "serving/http_server.h"
+
+namespace tandem {
+
+class OpenAiChoicesSink : public GenerateSink {
+ public:
+  // REQUIRES: request.n > 1.
+  OpenAiChoicesSink(HttpExchange& exchange, const OpenAiRequest& request, CompletionMeta meta,
+                    HttpExchange::Headers headers, CallCanceller& canceller,
+                    const Tokenizer& tokenizer);
+
+  void Prefilled(int32_t cached_tokens) override { cached_tokens_ = cached_tokens; }
+  void OnProvenance(const Provenance& provenance) override;
+  void Send(v1::GenerateResponse response) override;
+  // After RunGenerate returned `status`: writes the end of the response.
+  void Finish(const absl::Status& status, int32_t prompt_tokens);
+
+ private:
+  struct Choice {
+    int32_t index = 0;
+    StopMatcher stop;
+    std::optional<LogprobsBuilder> logprobs;
+    int32_t tokens = 0;         // given to the client
+    std::string text;           // stream: false, the whole text; with tools, the whole text too
+    std::string held;           // stream with tools: text from where a call may begin
+    std::string finish_reason;  // set when the choice ended
+    bool closed = false;        // stream: its finish chunk was written
+  };
+  // Text of `c` now safe to send.
+  void Emit(Choice& c, const std::string& text);
+  // Stream: the end of `c` (held tool text, pending logprobs, the finish chunk).
+  void Close(Choice& c);
+  bool AllEnded() const;
+  std::string TakeLogprobs(Choice& c);
+  std::string ToolIdPrefix(const Choice& c) const;
+  void StartStream();
+  void Write(absl::string_view data);
+  void Fail(const absl::Status& status);
+  HttpExchange::Headers Headers() const;
+
+  HttpExchange& exchange_;
+  const OpenAiRequest& request_;
+  const CompletionMeta meta_;
+  const HttpExchange::Headers headers_;
+  CallCanceller& canceller_;
+  const bool tools_;
+  std::vector<Choice> choices_;
+  std::optional<v1::GenerateFinal> final_;
+  int32_t cached_tokens_ = 0;
+  std::string provenance_;  // ProvenanceJson of the latest OnProvenance
+  bool started_ = false;
+  bool client_gone_ = false;
+};
+
+}  // namespace tandem
