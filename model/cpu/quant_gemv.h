@@ -10,7 +10,8 @@
 // decode re-reads a row from cache, not memory. One exception: the AVX2 path's packed Q4_0, Q4_1
 // and Q8_0 kernel factors each block's scale out of its dot product, d·Σq·x + o·Σx
 // (quant_gemv_avx2_factored.h: the same real numbers, rounded in another place; AVX2 has no
-// 16-entry permute to expand weights cheaply).
+// 16-entry permute to expand weights cheaply), and so does its Q4_K kernel per 32-weight
+// sub-block (quant_gemv_avx2_q4k.h).
 //
 // Paths: AVX-512 (F, BW, VL + FMA, F16C), AVX2 (+ FMA, F16C) and portable C++ (dequantise a row,
 // then dot), picked by attention/cpu/cpu_isa.h's ActiveCpuIsa() — tests pin each path in turn.

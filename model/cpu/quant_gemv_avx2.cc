@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include "model/cpu/quant_gemv_avx2_factored.h"
+#include "model/cpu/quant_gemv_avx2_q4k.h"
 #include "model/cpu/quant_gemv_impl.h"
 
 namespace tandem::quant::internal {
@@ -87,9 +88,11 @@ struct Avx2 {
 
 }  // namespace
 
-// Packed Q4_0/Q4_1/Q8_0 rows take the block-factored kernel (quant_gemv_avx2_factored.h); the
-// other types expand exact weights (quant_gemv_impl.h).
+// Packed Q4_0/Q4_1/Q8_0 rows take the block-factored kernel (quant_gemv_avx2_factored.h), Q4_K
+// rows its sub-block-factored one (quant_gemv_avx2_q4k.h); the other types expand exact weights
+// (quant_gemv_impl.h).
 GemvFn Avx2Gemv(GgmlType type, bool packed) {
+  if (!packed && type == GgmlType::kQ4_K) return &impl::Q4KGemv;
   if (packed) {
     switch (type) {
       case GgmlType::kQ8_0:

@@ -101,6 +101,7 @@ std::vector<Case> Cases() {
       {GgmlType::kF16, 37, 77},   {GgmlType::kF16, 9, 64},    {GgmlType::kBF16, 41, 45},
       {GgmlType::kBF16, 3, 7},    {GgmlType::kQ5_0, 35, 96},  {GgmlType::kQ5_0, 3, 32},
       {GgmlType::kQ5_1, 37, 160}, {GgmlType::kQ5_K, 33, 512}, {GgmlType::kQ5_K, 4, 256},
+      {GgmlType::kQ4_K, 3, 256},  {GgmlType::kQ4_K, 33, 768},
   };
 }
 
@@ -203,20 +204,22 @@ TEST(QuantGemvTest, EveryPathTypeAndEpilogueMatchesTheDequantisedReference) {
   }
 }
 
-// The AVX2 path's packed Q4_0/Q4_1/Q8_0 kernel (quant_gemv_avx2_factored.h) sums each output in
-// an order set by its own weight row and activation row alone, so an activation row gives the
+// The AVX2 path's factored kernels — packed Q4_0/Q4_1/Q8_0 (quant_gemv_avx2_factored.h) and Q4_K
+// (quant_gemv_avx2_q4k.h) — sum each output in an order set by its own weight row and activation
+// row alone, so an activation row gives the
 // same bits whether it is computed alone (m = 1: one weight row per pass) or inside a batch of
 // 13 (blocks of 4, 2 and 1 activation rows), and with the activations' magnitudes spread over
 // 2^±60 (the kernel's power-of-two prescaling of x must stay exact).
-TEST(QuantGemvTest, Avx2PackedKernelGivesEveryRowTheSameBitsAloneAndInABatch) {
+TEST(QuantGemvTest, Avx2FactoredKernelsGiveEveryRowTheSameBitsAloneAndInABatch) {
   if (!CpuSupports(CpuIsa::kAvx2)) GTEST_SKIP() << "no AVX2";
   const int64_t m = 13;
   for (const Case& c : {Case{GgmlType::kQ4_1, 37, 224}, Case{GgmlType::kQ4_0, 19, 576},
-                        Case{GgmlType::kQ4_1, 9, 96}, Case{GgmlType::kQ8_0, 37, 96}}) {
+                        Case{GgmlType::kQ4_1, 9, 96}, Case{GgmlType::kQ8_0, 37, 96},
+                        Case{GgmlType::kQ4_K, 35, 768}}) {
     SCOPED_TRACE(std::string(GgmlTypeName(c.type)) + " k=" + std::to_string(c.k));
     const std::vector<uint8_t> rows = RandomRows(c.type, c.n, c.k, c.k + 1);
-    const quant::QuantMatrix wm = Layouts(c, rows)[1];
-    ASSERT_TRUE(wm.packed);
+    const quant::QuantMatrix wm = Layouts(c, rows).back();  // packed where the type packs
+    ASSERT_EQ(wm.packed, quant::PackSupports(c.type));
     std::vector<float> x = Random(m * c.k, 21);
     for (size_t t = 0; t < x.size(); ++t) x[t] = std::ldexp(x[t], static_cast<int>(t % 121) - 60);
     std::vector<float> batch(m * c.n);
