@@ -273,8 +273,10 @@ absl::Status DecodeNode::PullAll(const TransferMetadata& source, const KvHandle&
   const int64_t total = plan.total_bytes();
   const DcpGeometry src_dcp = source.layout.parallel.dcp_geometry();
   const int64_t num_blocks = VirtualBlocksFor(src_dcp, kv.num_tokens);
-  const int64_t chunk = options_.pull_chunk_bytes;
-  if (!check->has_digests() || chunk <= 0 || total <= chunk || num_blocks < 2) {
+  const int64_t per_range = check->has_digests()
+                                ? BlocksPerPullRange(total, num_blocks, options_.pull_chunk_bytes)
+                                : num_blocks;
+  if (per_range >= num_blocks) {
     stats->bytes = total;
     stats->copies = plan.total_copies();
     TANDEM_RETURN_IF_ERROR(Pull(source, plan, cancelled, cancel));

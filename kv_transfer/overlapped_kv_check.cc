@@ -44,10 +44,15 @@ absl::Status OverlappedKvCheck::SetDigests(std::vector<uint32_t> digests) {
 void OverlappedKvCheck::Landed(int64_t tokens) {
   landed_ = std::max(landed_, std::min(tokens, in_.num_tokens));
   // Once everything landed the pull is over: Finish checks the rest on the waiting thread.
-  if (digests_.empty() || lanes_ == nullptr || landed_ == in_.num_tokens) return;
+  if (digests_.empty() || landed_ == in_.num_tokens) return;
   const int64_t whole = landed_ / block_tokens_;
   if (whole <= queued_) return;
   const int64_t begin = queued_, end = whole;
+  if (lanes_ == nullptr) {
+    Check(begin, end, 1);
+    queued_ = end;
+    return;
+  }
   jobs_->Add();
   const absl::Status queued = lanes_->Submit(
       lane_,
@@ -94,6 +99,13 @@ absl::Status OverlappedKvCheck::Finish(std::vector<KvDigestMismatch>* mismatches
 absl::Duration OverlappedKvCheck::check_time() const {
   absl::MutexLock lock(&mu_);
   return check_time_;
+}
+
+int64_t BlocksPerPullRange(int64_t total_bytes, int64_t num_blocks, int64_t range_bytes) {
+  if (range_bytes <= 0 || total_bytes <= range_bytes || num_blocks < 2) {
+    return std::max<int64_t>(1, num_blocks);
+  }
+  return std::max<int64_t>(1, range_bytes * num_blocks / total_bytes);
 }
 
 int32_t OverlappedKvCheck::lane_checks() const {

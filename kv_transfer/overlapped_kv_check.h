@@ -11,7 +11,8 @@
 // after the last pull succeeded. The destructor waits for queued checks (they read the pools and
 // this object), so on every exit path nothing runs after it; checks are CPU-bound and bounded in
 // length, so that wait is too. A lane whose queue is full is not waited for: those blocks are
-// checked by Finish instead.
+// checked by Finish instead. Without lanes, ranges are checked inline as they land (the same
+// bytes read while still cached, on one core).
 //
 // Thread-safety: the methods are for one thread (the pulling one); the lane's jobs share only
 // state guarded by an internal mutex.
@@ -48,7 +49,8 @@ struct OverlappedKvCheckInput {
 
 class OverlappedKvCheck {
  public:
-  // lanes: where checks run (lane `lane`); may be null (everything is checked by Finish).
+  // lanes: where checks run (lane `lane`). Null: each landed range is checked inline, on the
+  // thread calling Landed, right after it landed (while its bytes are still in cache).
   OverlappedKvCheck(OverlappedKvCheckInput input, SerialWorkers* lanes, int32_t lane);
   ~OverlappedKvCheck();
   OverlappedKvCheck(const OverlappedKvCheck&) = delete;
@@ -95,5 +97,10 @@ class OverlappedKvCheck {
   absl::Duration check_time_ ABSL_GUARDED_BY(mu_);
   int32_t lane_checks_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// Blocks per pull range when `total_bytes` over `num_blocks` blocks are pulled in ranges of about
+// `range_bytes` (what DecodeNode's unpipelined pull and bench/transfer both use): >= 1;
+// num_blocks (one range) when range_bytes <= 0 or the whole fits in one range.
+int64_t BlocksPerPullRange(int64_t total_bytes, int64_t num_blocks, int64_t range_bytes);
 
 }  // namespace tandem

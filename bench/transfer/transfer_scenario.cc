@@ -15,7 +15,9 @@
 #include "common/status_macros.h"
 #include "kv_transfer/gather_plan.h"
 #include "kv_transfer/kv_digest.h"
+#include "kv_transfer/overlapped_kv_check.h"
 #include "kv_transfer/planner.h"
+#include "kv_transfer/serial_workers.h"
 #include "kv_transfer/ucx/kv_puller.h"
 #include "kv_transfer/ucx/testing/kv_pattern.h"
 #include "kv_transfer/ucx/testing/source_peer.h"
@@ -167,6 +169,37 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
     return absl::Now() - start;
   };
 
+  // Digests on, as a decode node runs them (DecodeNode::PullAll, OverlappedKvCheck): the pull in
+  // block ranges of about options.check_range_bytes, each landed range checked on a lane while
+  // the next is pulled, the last checked after the pull. Timed end to end, planning included.
+  SerialWorkers check_lane("bench check lane", 1, 256);
+  const int64_t num_blocks = static_cast<int64_t>(config.blocks.size());
+  const int64_t per_range =
+      BlocksPerPullRange(plan.total_bytes(), num_blocks, options.check_range_bytes);
+  const int64_t block_tokens = VirtualBlockTokens(sc.src.parallel.dcp_geometry());
+  int32_t ranges_overlapped = 0;
+  auto pull_checked = [&](const PullOptions& po,
+                          bool inline_check) -> absl::StatusOr<absl::Duration> {
+    const absl::Time start = absl::Now();
+    OverlappedKvCheck check(
+        OverlappedKvCheckInput{sc.src, sc.dst, sc.tokens, "bench-request", 1, config.blocks,
+                               generations, dst_blocks, dst_views},
+        inline_check ? nullptr : &check_lane, 0);
+    TANDEM_RETURN_IF_ERROR(check.SetDigests(digests));
+    for (int64_t b = 0; b < num_blocks; b += per_range) {
+      const int64_t begin = b * block_tokens;
+      const int64_t end = std::min(sc.tokens, (b + per_range) * block_tokens);
+      TANDEM_ASSIGN_OR_RETURN(
+          TransferPlan part, PlanKvTransferRange(metadata.layout, config.blocks, sc.dst, dst_blocks,
+                                                 sc.tokens, begin, end));
+      TANDEM_RETURN_IF_ERROR(puller->Execute(metadata, part.copies[0], local_span, po));
+      check.Landed(end);
+    }
+    TANDEM_RETURN_IF_ERROR(check.Finish(nullptr, DefaultKvDigestThreads()));
+    if (!inline_check) ranges_overlapped = check.lane_checks();
+    return absl::Now() - start;
+  };
+
   ScenarioResult result;
   result.copies = static_cast<int64_t>(copies.size());
   result.segments = static_cast<int64_t>(gather.segments.size());
@@ -190,6 +223,8 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
     }
     TANDEM_RETURN_IF_ERROR(compute_digests().status());
     TANDEM_RETURN_IF_ERROR(check_digests().status());  // what a real UCX pull landed passes
+    TANDEM_RETURN_IF_ERROR(pull_checked(pull, false).status());
+    TANDEM_RETURN_IF_ERROR(pull_checked(pull, true).status());
     if (options.raw_per_copy) {
       TANDEM_RETURN_IF_ERROR(RawGetLoop(*raw_worker, raw_by_rank, copies, local).status());
     }
@@ -199,8 +234,9 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
 
   // Timed passes: planned, raw and memcpy back to back, so the ratios of one pass see the same
   // machine load (this machine is shared and has 2 cores).
-  std::vector<absl::Duration> planned, raw, raw_bulk, copy, checks, computes;
-  std::vector<double> vs_raw, vs_raw_bulk, vs_memcpy, check_vs, compute_vs;
+  std::vector<absl::Duration> planned, raw, raw_bulk, copy, checks, computes, checked_pulls;
+  std::vector<double> vs_raw, vs_raw_bulk, vs_memcpy, check_vs, compute_vs, overlapped_vs,
+      inline_vs;
   result.planned_post_best = absl::InfiniteDuration();
   double cpu_ms = 0;
   for (int32_t rep = 0; rep < options.reps; ++rep) {
@@ -222,6 +258,13 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
     TANDEM_ASSIGN_OR_RETURN(const absl::Duration compute_time, compute_digests());
     checks.push_back(check_time);
     computes.push_back(compute_time);
+    // Digests on (the overlapped check) right after digests off (the planned pull above).
+    pull.progress = nullptr;
+    TANDEM_ASSIGN_OR_RETURN(const absl::Duration checked_time, pull_checked(pull, false));
+    checked_pulls.push_back(checked_time);
+    overlapped_vs.push_back(absl::FDivDuration(checked_time, elapsed) - 1.0);
+    TANDEM_ASSIGN_OR_RETURN(const absl::Duration inline_time, pull_checked(pull, true));
+    inline_vs.push_back(absl::FDivDuration(inline_time, elapsed) - 1.0);
     check_vs.push_back(absl::FDivDuration(check_time, elapsed));
     compute_vs.push_back(absl::FDivDuration(compute_time, elapsed));
     result.planned_post_best =
@@ -248,6 +291,13 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
   result.digest_check_vs_pull = check_vs[check_vs.size() / 2];
   result.digest_compute_vs_pull = compute_vs[compute_vs.size() / 2];
   result.digest_check = Summarise(checks);
+  std::sort(overlapped_vs.begin(), overlapped_vs.end());
+  result.digest_overlapped_overhead = overlapped_vs[overlapped_vs.size() / 2];
+  std::sort(inline_vs.begin(), inline_vs.end());
+  result.digest_inline_overhead = inline_vs[inline_vs.size() / 2];
+  result.pull_checked = Summarise(checked_pulls);
+  result.check_ranges = (num_blocks + per_range - 1) / per_range;
+  result.check_ranges_overlapped = ranges_overlapped;
   result.digest_compute = Summarise(computes);
   result.planned_passes = planned;
   result.raw_passes = raw;

@@ -14,7 +14,9 @@
 // KV digests (docs/kv_transfer.md, Provable KV), digests on vs off in the same pass: after the
 // planned pull, VerifyKvDigests of what it landed (the decode node's check) and
 // ComputeKvDigests over local copies of the source pools holding the peer's exact content (the
-// prefill node's cost), each timed and divided by that pass's pull.
+// prefill node's cost), each timed and divided by that pass's pull; and digests on as the decode
+// node runs them — the pull in block ranges with each landed range checked while the next is
+// pulled (OverlappedKvCheck) — timed end to end right after the planned pull (digests off).
 #pragma once
 
 #include <cstdint>
@@ -45,6 +47,8 @@ struct ScenarioOptions {
   bool verify = true;         // check every byte of the first planned pull
   UcxKvPullerOptions puller;  // its `ucx` is set from `transport`
   bool raw_per_copy = true;   // false: skip the raw loop over the copy list (raw times are 0)
+  // Range size of the overlapped check (DecodeNodeOptions::pull_chunk_bytes' default).
+  int64_t check_range_bytes = int64_t{16} << 20;
 };
 
 struct Timing {
@@ -76,6 +80,14 @@ struct ScenarioResult {
   Timing digest_compute;
   double digest_check_vs_pull = 0;
   double digest_compute_vs_pull = 0;
+  // Digests on, overlapped: pull + check end to end, and the median over passes of
+  // (that time / the pass's planned pull) - 1 — the visible cost of the check.
+  Timing pull_checked;
+  double digest_overlapped_overhead = 0;
+  // The same with each range checked inline on the pulling thread as it lands (no lane).
+  double digest_inline_overhead = 0;
+  int64_t check_ranges = 0;             // ranges the pull went in
+  int32_t check_ranges_overlapped = 0;  // of them, checked on the lane during the pull
 };
 
 [[nodiscard]] absl::StatusOr<ScenarioResult> RunScenario(const Scenario& scenario,

@@ -56,6 +56,7 @@ struct Outcome {
   absl::StatusOr<TransferStats> started = absl::UnknownError("not run");
   absl::Status done = absl::UnknownError("not done");
   int32_t generated = 0;
+  std::vector<int32_t> tokens;  // what the sink got
 };
 
 class DecodeNodeTest : public ::testing::Test {
@@ -103,6 +104,7 @@ class DecodeNodeTest : public ::testing::Test {
     o.rpc_timeout = absl::Milliseconds(100);
     o.stall_timeout = stall_timeout;
     o.pullers = fake::FakePullerFactory(&net_);
+    o.pull_chunk_bytes = pull_chunk_bytes_;
     o.prefill = prefill_;
     absl::StatusOr<LoadedModel> model = LoadModel(*model_path_);
     EXPECT_OK(model);
@@ -123,6 +125,7 @@ class DecodeNodeTest : public ::testing::Test {
       absl::Notification notification;
       absl::Status status;
       int32_t generated = 0;
+      std::vector<int32_t> tokens;  // written on the engine thread before the notification
     };
     auto done = std::make_shared<Done>();
     DecodeCall call;
@@ -131,7 +134,7 @@ class DecodeNodeTest : public ::testing::Test {
     call.kv = kv;
     call.max_new_tokens = max_new_tokens;
     DecodeSink sink;
-    sink.on_token = [](int32_t) {};
+    sink.on_token = [done](int32_t t) { done->tokens.push_back(t); };
     sink.on_done = [done](absl::Status s, FinishReason, int32_t generated) {
       done->status = std::move(s);
       done->generated = generated;
@@ -143,6 +146,7 @@ class DecodeNodeTest : public ::testing::Test {
       EXPECT_TRUE(done->notification.WaitForNotificationWithTimeout(kBound));
       out.done = done->status;
       out.generated = done->generated;
+      out.tokens = done->tokens;
     }
     return out;
   }
@@ -154,6 +158,7 @@ class DecodeNodeTest : public ::testing::Test {
   }
 
   inline static std::string* model_path_ = nullptr;
+  int64_t pull_chunk_bytes_ = DecodeNodeOptions().pull_chunk_bytes;  // for NewNode
   int32_t vocab_ = 0;
   FakeKvNetwork net_;
   std::shared_ptr<FakePrefill> prefill_ = std::make_shared<FakePrefill>(kLease);
