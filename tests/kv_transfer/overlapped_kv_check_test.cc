@@ -189,6 +189,35 @@ TEST_F(OverlappedKvCheckTest, AFullLaneLeavesTheBlocksToFinish) {
   EXPECT_EQ(check.lane_checks(), 0);
 }
 
+TEST_F(OverlappedKvCheckTest, WithoutALaneEachRangeIsCheckedInlineAsItLands) {
+  OverlappedKvCheck check(Input(), nullptr, 0);
+  ASSERT_TRUE(check.SetDigests(digests_).ok());
+  Land(0, 32);
+  check.Landed(32);
+  const absl::Duration after_first = check.check_time();
+  EXPECT_GT(after_first, absl::ZeroDuration());  // checked here, before Landed returned
+  // A byte of the second range corrupted: caught by the inline check of that range.
+  Land(32, kTokens);
+  dp_.bytes[0][static_cast<size_t>(dst_blocks_[2]) *
+               static_cast<size_t>(RankPoolGeometry(dst_, 0).block_bytes())] ^= std::byte{0x80};
+  check.Landed(64);
+  EXPECT_GT(check.check_time(), after_first);
+  check.Landed(kTokens);
+  std::vector<KvDigestMismatch> bad;
+  EXPECT_THAT(check.Finish(&bad, 1), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("mismatch")));
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_EQ(bad[0].table_index, 2);
+  EXPECT_EQ(check.lane_checks(), 0);
+}
+
+TEST(BlocksPerPullRangeTest, SplitsIntoRangesOfAboutTheAskedBytes) {
+  EXPECT_EQ(BlocksPerPullRange(64 << 20, 32, 16 << 20), 8);  // 2 MiB blocks, 16 MiB ranges
+  EXPECT_EQ(BlocksPerPullRange(64 << 20, 32, 1), 1);         // at least one block
+  EXPECT_EQ(BlocksPerPullRange(64 << 20, 32, 0), 32);        // off: one range
+  EXPECT_EQ(BlocksPerPullRange(8 << 20, 4, 16 << 20), 4);    // fits in one range
+  EXPECT_EQ(BlocksPerPullRange(64 << 20, 1, 1), 1);          // one block: one range
+}
+
 TEST_F(OverlappedKvCheckTest, DestructionWaitsForQueuedChecks) {
   SerialWorkers w("check lane", 1, 8);
   absl::Notification started, release;
