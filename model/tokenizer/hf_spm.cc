@@ -111,18 +111,39 @@ absl::Status ReadHfSentencePiece(const Value& root, TokenizerSpec* spec) {
     const Value* v = FindField(model, key);
     if (!IsNull(v)) return Unsupported(absl::StrCat("model.", key), v->dump());
   }
+  SpacePrefix space_prefix = SpacePrefix::kEverySpan;
   if (const Value* pre = FindField(root, "pre_tokenizer"); !IsNull(pre)) {
-    std::string what = absl::StrCat("'", TypeOf(pre), "'");
-    if (TypeOf(pre) == "Metaspace") {
-      absl::StrAppend(&what, " (prepend_scheme '", StringOf(*pre, "prepend_scheme"), "')");
+    if (TypeOf(pre) != "Metaspace") {
+      return Unsupported("pre_tokenizer", absl::StrCat("'", TypeOf(pre), "'"));
     }
-    return Unsupported("pre_tokenizer", what);
+    // transformers' non-legacy LlamaConverter: Metaspace("▁", prepend_scheme first, split
+    // false) and no normalizer.
+    const std::string scheme = StringOf(*pre, "prepend_scheme");
+    const Value* split = FindField(*pre, "split");
+    if (StringOf(*pre, "replacement") != kSpace) {
+      return Unsupported("pre_tokenizer Metaspace replacement",
+                         absl::StrCat("'", StringOf(*pre, "replacement"), "'"));
+    }
+    if (scheme != "first" && scheme != "always") {
+      return Unsupported("pre_tokenizer Metaspace prepend_scheme", absl::StrCat("'", scheme, "'"));
+    }
+    if (split == nullptr || !split->is_boolean() || split->get<bool>()) {
+      return Unsupported("pre_tokenizer Metaspace split",
+                         split == nullptr ? "(absent: true)" : split->dump());
+    }
+    if (const Value* n = FindField(root, "normalizer"); !IsNull(n)) {
+      return Unsupported("normalizer", absl::StrCat("'", TypeOf(n), "' with Metaspace"));
+    }
+    space_prefix =
+        scheme == "first" ? SpacePrefix::kFirstSpanUnlessSpace : SpacePrefix::kEverySpanUnlessSpace;
+  } else if (absl::Status s = CheckNormalizer(FindField(root, "normalizer")); !s.ok()) {
+    return s;
   }
-  if (absl::Status s = CheckNormalizer(FindField(root, "normalizer")); !s.ok()) return s;
   if (absl::Status s = CheckDecoder(FindField(root, "decoder")); !s.ok()) return s;
 
   spec->model = TokenizerModel::kSentencePiece;
   spec->add_space_prefix = true;
+  spec->space_prefix = space_prefix;
   // post_processor TemplateProcessing whose single-sequence template starts with a special
   // token (Llama 2's "<s> $A"): BOS in front of every prompt.
   spec->add_bos = false;

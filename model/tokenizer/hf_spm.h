@@ -8,6 +8,12 @@
 //   normalizer: Sequence[Prepend "▁", Replace " " -> "▁"]   (-> add_space_prefix; every plain
 //               span, as the normalizer runs on each span between added tokens)
 //   pre_tokenizer: null
+// or, as the non-legacy converter (Mistral v0.3 and later conversions) writes it,
+//   normalizer: null
+//   pre_tokenizer: Metaspace {"replacement": "▁", "prepend_scheme": "first" | "always",
+//                  "split": false}  (-> SpacePrefix: "▁" in front of the span that starts the
+//                  text ("first") or of every span ("always"), never when it starts with a space)
+// and in both
 //   decoder:    Sequence[Replace "▁" -> " ", ByteFallback, Fuse, Strip " " (start 1, stop 0)]
 //
 // The merges become SentencePiece scores: a token's score is minus the rank of the first merge
@@ -16,9 +22,9 @@
 // converter lists, for every piece, all of its splits into two vocabulary pieces, ordered by
 // the piece's SentencePiece score. Vocabulary entries "<0xHH>" are byte tokens.
 //
-// Anything else is refused (Unimplemented) naming the field: Metaspace pre-tokenizers (their
-// prepend_scheme and no-double-space rule differ from SentencePiece's), other normalizers or
-// decoders, dropout, subword affixes. Unigram models are refused by the caller.
+// Anything else is refused (Unimplemented) naming the field: other pre-tokenizers, Metaspace with
+// another replacement, prepend_scheme "never" or split true, other normalizers or decoders,
+// dropout, subword affixes. Unigram models are refused by the caller.
 //
 // Pure; thread-safe.
 #pragma once

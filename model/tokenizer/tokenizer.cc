@@ -130,6 +130,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerSpec spec)
   }
   t->model_ = spec.model;
   t->add_space_prefix_ = spm && spec.add_space_prefix;
+  t->space_prefix_ = spec.space_prefix;
   t->tokens_ = std::move(spec.tokens);
   t->kinds_ = std::move(spec.kinds);
   t->pre_ = spec.pre;
@@ -151,12 +152,21 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerSpec spec)
   return t;
 }
 
-void Tokenizer::EncodePlain(absl::string_view text, std::vector<int32_t>* out) const {
+void Tokenizer::EncodePlain(absl::string_view text, bool at_start,
+                            std::vector<int32_t>* out) const {
   if (text.empty()) return;
   if (spm_.has_value()) {
     // Plain spans alternate with special tokens, so every span starts the input or follows a
-    // special token: each gets the prefix space (llama.cpp's is_prev_special rule).
-    std::string escaped = add_space_prefix_ ? "\xE2\x96\x81" : "";
+    // special token: each gets the prefix space (llama.cpp's is_prev_special rule) — or, as
+    // HF's Metaspace pre-tokenizer does, only a span not starting with a space, and with
+    // prepend_scheme "first" only the one at the start of the text.
+    bool prefix = add_space_prefix_;
+    if (space_prefix_ != SpacePrefix::kEverySpan &&
+        (text[0] == ' ' || absl::StartsWith(text, "\xE2\x96\x81"))) {
+      prefix = false;
+    }
+    if (space_prefix_ == SpacePrefix::kFirstSpanUnlessSpace && !at_start) prefix = false;
+    std::string escaped = prefix ? "\xE2\x96\x81" : "";
     escaped.append(absl::StrReplaceAll(text, {{" ", "\xE2\x96\x81"}}));
     spm_->Encode(escaped, out);
     return;
@@ -186,7 +196,7 @@ std::vector<int32_t> Tokenizer::Encode(absl::string_view text, bool parse_specia
       ++p;
       continue;
     }
-    EncodePlain(text.substr(plain_begin, p - plain_begin), &out);
+    EncodePlain(text.substr(plain_begin, p - plain_begin), plain_begin == 0, &out);
     out.push_back(match->second);
     p += match->first.size();
     if (rstrip_[match->second]) {
@@ -194,7 +204,7 @@ std::vector<int32_t> Tokenizer::Encode(absl::string_view text, bool parse_specia
     }
     plain_begin = p;
   }
-  EncodePlain(text.substr(plain_begin), &out);
+  EncodePlain(text.substr(plain_begin), plain_begin == 0, &out);
   if (spec_add_eos_ && with_bos) out.push_back(eos_id_);
   return out;
 }

@@ -3,7 +3,8 @@
 //    pre-tokenise each plain span (pretokenizer.h), BPE-merge each piece (bpe.h);
 //  * SentencePiece (model "llama": Llama 2, Mistral, TinyLlama, Phi-3): spaces become "▁",
 //    a space is put in front of text that starts the input or follows a special token
-//    (add_space_prefix), then score-ordered merging with byte fallback (spm.h).
+//    (add_space_prefix; HF's Metaspace rules as SpacePrefix says), then score-ordered merging
+//    with byte fallback (spm.h).
 //
 // Encode first splits out special tokens (longest first): user-defined tokens always, control
 // and unknown tokens only with parse_special. Decode concatenates token bytes (byte-level or
@@ -49,6 +50,15 @@ enum class TokenizerModel {
   kSentencePiece,  // GGUF "llama"
 };
 
+// Where SentencePiece's prefix space goes (with add_space_prefix).
+enum class SpacePrefix : uint8_t {
+  kEverySpan,  // every plain span, always (llama.cpp; HF's legacy Prepend normalizer)
+  // HF Metaspace prepend_scheme "first": only the span at the start of the text, and not when
+  // it already starts with a space.
+  kFirstSpanUnlessSpace,
+  kEverySpanUnlessSpace,  // HF Metaspace prepend_scheme "always"
+};
+
 struct TokenizerSpec {
   TokenizerModel model = TokenizerModel::kByteLevelBpe;
   std::vector<std::string> tokens;  // id -> text (byte-level or "▁"-escaped for normal tokens)
@@ -63,7 +73,8 @@ struct TokenizerSpec {
   bool add_bos = false;           // the model expects BOS in front of every prompt
   bool add_eos = false;           // ... and EOS after it
   bool add_space_prefix = false;  // SentencePiece (see above)
-  bool ignore_merges = false;     // BPE: a piece that is a token is kept whole (Llama 3)
+  SpacePrefix space_prefix = SpacePrefix::kEverySpan;
+  bool ignore_merges = false;  // BPE: a piece that is a token is kept whole (Llama 3)
   // Special tokens that swallow the whitespace after them when matched in text (llama.cpp's
   // RSTRIP attribute; Phi-3's added tokens).
   std::vector<int32_t> rstrip_ids;
@@ -124,7 +135,8 @@ class Tokenizer {
 
  private:
   Tokenizer() = default;
-  void EncodePlain(absl::string_view text, std::vector<int32_t>* out) const;
+  // at_start: the span begins the text (SpacePrefix::kFirstSpanUnlessSpace).
+  void EncodePlain(absl::string_view text, bool at_start, std::vector<int32_t>* out) const;
 
   TokenizerModel model_ = TokenizerModel::kByteLevelBpe;
   std::vector<std::string> tokens_;
@@ -142,6 +154,7 @@ class Tokenizer {
   bool spec_add_bos_ = false;
   bool spec_add_eos_ = false;
   bool add_space_prefix_ = false;
+  SpacePrefix space_prefix_ = SpacePrefix::kEverySpan;
   std::vector<int32_t> stop_ids_;
 };
 

@@ -143,12 +143,38 @@ TEST(HfTokenizerTest, SentencePieceShapeRunsTheSentencePiecePath) {
   auto with = [&](const std::string& from, const std::string& to) {
     return TokenizerFromHfJson(absl::StrReplaceAll(json, {{from, to}}), ids).status();
   };
-  EXPECT_STATUS_IS(
-      with(
-          R"("pre_tokenizer": null)",
-          R"("pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first"})"),
-      absl::StatusCode::kUnimplemented,
-      "pre_tokenizer 'Metaspace' (prepend_scheme 'first') is not supported");
+  // The non-legacy shape: Metaspace instead of the normalizer; no prefix space after a special
+  // token (prepend_scheme "first") nor before a leading space.
+  const std::string metaspace = absl::StrReplaceAll(
+      json,
+      {{R"("pre_tokenizer": null)", R"("pre_tokenizer": {"type": "Metaspace", "replacement": "▁", )"
+                                    R"("prepend_scheme": "first", "split": false})"},
+       {R"({"type": "Sequence", "normalizers": [
+    {"type": "Prepend", "prepend": "▁"},
+    {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]})",
+        "null"}});
+  absl::StatusOr<std::unique_ptr<Tokenizer>> m = TokenizerFromHfJson(metaspace, ids);
+  ASSERT_OK(m);
+  // Expected ids: HF tokenizers 0.23.3 on this JSON.
+  EXPECT_EQ((*m)->Encode("hi</s>hi", true, false), (Ids{10, 2, 11}));
+  EXPECT_EQ((*m)->Encode(" hi</s> hi", true, false), (Ids{10, 2, 10}));
+  EXPECT_EQ((*m)->Encode("</s>hi", true, false), (Ids{2, 11}));
+  EXPECT_EQ((*m)->Encode(" hi", false, false), (Ids{10}));
+  absl::StatusOr<std::unique_ptr<Tokenizer>> always =
+      TokenizerFromHfJson(absl::StrReplaceAll(metaspace, {{R"("first")", R"("always")"}}), ids);
+  ASSERT_OK(always);
+  EXPECT_EQ((*always)->Encode("hi</s>hi", true, false), (Ids{10, 2, 10}));
+  EXPECT_EQ((*always)->Encode("</s>hi", true, false), (Ids{2, 10}));
+  EXPECT_EQ((*always)->Encode(" hi</s> hi", true, false), (Ids{10, 2, 10}));
+  auto metaspace_with = [&](const std::string& from, const std::string& to) {
+    return TokenizerFromHfJson(absl::StrReplaceAll(metaspace, {{from, to}}), ids).status();
+  };
+  EXPECT_STATUS_IS(metaspace_with(R"("split": false)", R"("split": true)"),
+                   absl::StatusCode::kUnimplemented, "pre_tokenizer Metaspace split true");
+  EXPECT_STATUS_IS(metaspace_with(R"("first")", R"("never")"), absl::StatusCode::kUnimplemented,
+                   "pre_tokenizer Metaspace prepend_scheme 'never' is not supported");
+  EXPECT_STATUS_IS(with(R"("pre_tokenizer": null)", R"("pre_tokenizer": {"type": "Whitespace"})"),
+                   absl::StatusCode::kUnimplemented, "pre_tokenizer 'Whitespace' is not supported");
   EXPECT_STATUS_IS(with(R"({"type": "Prepend", "prepend": "▁"},)", ""),
                    absl::StatusCode::kUnimplemented, "normalizer Sequence[Replace]");
   EXPECT_STATUS_IS(with(R"({"type": "Fuse"},)", ""), absl::StatusCode::kUnimplemented,
