@@ -1,5 +1,5 @@
 // n > 1 from one prefill, measured (issue 24 item 4, docs/router.md#n-choices-from-one-prefill):
-// a real local cluster (router + prefill tp 2 + decode tp 1 processes, the real model) serves the
+// a real local cluster (router + prefill tp 3 + decode tp 1 processes, the real model) serves the
 // same 1,000-token prompt with n = 1 and then n = 4, and the decode node's own counters say what
 // each request cost it — KV bytes pulled from the prefill (tandem_kv_transfer_bytes_total) and KV
 // blocks taken (tandem_kv_decode_blocks_allocated_total), read before and after each request.
@@ -83,7 +83,7 @@ int Run() {
   }
   testing::ClusterSpec spec;
   spec.model_path = model;
-  spec.prefill = {testing::NodeSpec{{"--tp=2", "--kv_budget_mb=256"}}};
+  spec.prefill = {testing::NodeSpec{{"--tp=3", "--kv_budget_mb=256"}}};
   spec.decode = {testing::NodeSpec{{"--tp=1", "--kv_budget_mb=256"}}};
   absl::StatusOr<std::unique_ptr<testing::LocalCluster>> cluster =
       testing::LocalCluster::Start(spec, absl::Minutes(4));
@@ -109,7 +109,7 @@ int Run() {
                  one->kv_bytes, one->blocks);
     return 1;
   }
-  std::printf("prompt %d tokens, %d tokens a choice, prefill tp 2 -> decode tp 1\n",
+  std::printf("prompt %d tokens, %d tokens a choice, prefill tp 3 -> decode tp 1\n",
               absl::GetFlag(FLAGS_prompt_tokens), absl::GetFlag(FLAGS_max_tokens));
   std::printf("RESULT n1_kv_bytes=%.0f\nRESULT n%d_kv_bytes=%.0f\n", one->kv_bytes, n,
               many->kv_bytes);

@@ -1,5 +1,5 @@
 // n > 1 from one prefill (docs/router.md#n-choices-from-one-prefill) through real processes with
-// the real model (labels e2e + model) on a mismatched P/D layout, prefill tp 2 → decode tp 1:
+// the real model (labels e2e + model) on a mismatched P/D layout, prefill tp 3 → decode tp 1:
 // seeded sampling gives choice i exactly the tokens of an n = 1 request with seed + i, greedy
 // choices are identical, the choices' tokens arrive interleaved, a cancellation mid-stream frees
 // every block on every node, and a decode node killed mid-answer leaves every choice resumed
@@ -21,7 +21,7 @@ constexpr int32_t kTokens = 10;
 ClusterSpec Spec(int decode_nodes) {
   ClusterSpec spec;
   spec.model_path = ModelPath();
-  spec.prefill = {NodeSpec{{"--tp=2", "--kv_budget_mb=64"}}};
+  spec.prefill = {NodeSpec{{"--tp=3", "--kv_budget_mb=64"}}};
   for (int i = 0; i < decode_nodes; ++i) spec.decode.push_back(NodeSpec{{"--kv_budget_mb=64"}});
   return spec;
 }
