@@ -41,6 +41,7 @@ struct HttpReply {
   long status = 0;
   std::string body;
   std::string request_id;
+  std::string provenance;  // the x-tandem-provenance header
 };
 
 // POSTs `json` (GETs when `json` is nullopt); `keep_going(body so far)` false makes the client
@@ -76,6 +77,10 @@ HttpReply Post(int port, const std::string& path, const std::optional<std::strin
         if (line.rfind("x-request-id:", 0) == 0) {
           static_cast<HttpReply*>(p)->request_id = std::string(absl::StripAsciiWhitespace(
               absl::string_view(line).substr(sizeof("x-request-id:") - 1)));
+        }
+        if (line.rfind("x-tandem-provenance:", 0) == 0) {
+          static_cast<HttpReply*>(p)->provenance = std::string(absl::StripAsciiWhitespace(
+              absl::string_view(line).substr(sizeof("x-tandem-provenance:") - 1)));
         }
         return n;
       });
@@ -686,6 +691,66 @@ TEST_F(RouterHttpMetricsTest, HealthIs503WhileTheRouterDrains) {
   // ... and counted as a failure by that code.
   const std::string line = R"(tandem_request_failure_total{code="UNAVAILABLE"} 1)";
   EXPECT_THAT(ScrapeUntil({line}), HasSubstr(line + "\n"));
+}
+
+// Provenance and strict mode over HTTP (docs/router.md#provenance-and-strict-mode): the header
+// on every response, the body's tandem object on request, a strict request whose decode node dies
+// mid-answer answered 503 naming the refused resume, and a misspelt tandem option refused.
+TEST_F(RouterHttpTest, ProvenanceHeaderAndObjectAndAStrictRefusal) {
+  const HttpReply whole =
+      Post(http_->port(), "/v1/completions",
+           R"({"prompt": "hi", "max_tokens": 4, "tandem": {"provenance": true}})");
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  ASSERT_FALSE(whole.provenance.empty());
+  const Json header = Json::parse(whole.provenance);
+  EXPECT_EQ(header["final"], true);
+  EXPECT_EQ(header["prefill"][0]["node"], prefill_->address());
+  EXPECT_EQ(header["decode"][0]["node"], decode_->address());
+  EXPECT_EQ(header["decode"][0]["layout"], "tp1 block16");
+  EXPECT_EQ(Json::parse(whole.body)["tandem"]["provenance"], header);
+
+  // Streamed without include_usage: the finish chunk carries the object; the header what was
+  // known at the first token (the prefill's).
+  const HttpReply streamed =
+      Post(http_->port(), "/v1/completions",
+           R"({"prompt": "hi", "max_tokens": 4, "stream": true, "tandem": {"provenance": true}})");
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  const Json first = Json::parse(streamed.provenance);
+  EXPECT_EQ(first["final"], false);
+  EXPECT_EQ(first["prefill"][0]["layout"], "tp2 block16");
+  EXPECT_TRUE(first["decode"].empty());
+  bool done = false;
+  const std::vector<Json> events = Events(streamed.body, &done);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(events.back()["tandem"]["provenance"]["final"], true);
+  EXPECT_EQ(events.back()["tandem"]["provenance"]["decode"].size(), 1u);
+  // Without asking, no object (the header is always there).
+  const HttpReply plain =
+      Post(http_->port(), "/v1/completions", R"({"prompt": "hi", "max_tokens": 4})");
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  EXPECT_FALSE(Json::parse(plain.body).contains("tandem"));
+  EXPECT_FALSE(plain.provenance.empty());
+
+  {
+    absl::MutexLock lock(&decode_script_->mu);
+    decode_script_->calls.push_back({.die_after = 2});
+  }
+  const HttpReply strict = Post(http_->port(), "/v1/completions",
+                                R"({"prompt": "hi", "max_tokens": 8, "tandem": {"strict": true}})");
+  EXPECT_EQ(strict.status, 503) << strict.body;
+  const Json error = Json::parse(strict.body)["error"];
+  EXPECT_EQ(error["code"], 503);
+  EXPECT_THAT(error["message"].get<std::string>(),
+              HasSubstr("strict mode: resuming on another decode node (resume) refused after"));
+  const Json refused = Json::parse(strict.provenance);
+  EXPECT_EQ(refused["refused"], "resume");
+  EXPECT_EQ(refused["strict"], true);
+
+  const HttpReply typo = Post(http_->port(), "/v1/completions",
+                              R"({"prompt": "hi", "max_tokens": 4, "tandem": {"strcit": true}})");
+  EXPECT_EQ(typo.status, 400) << typo.body;
+  EXPECT_EQ(Json::parse(typo.body)["error"]["param"], "tandem.strcit");
 }
 
 }  // namespace
