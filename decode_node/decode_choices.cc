@@ -21,8 +21,8 @@ absl::Status CheckDecodeChoices(const DecodeCall& call, int32_t vocab_size) {
   absl::flat_hash_set<int32_t> seen;
   for (const DecodeChoice& c : call.choices) {
     if (c.index < 0 || c.index >= kMaxChoices || !seen.insert(c.index).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "choice index ", c.index, " is repeated or outside [0, ", kMaxChoices, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("choice index ", c.index, " is repeated or outside [0, ", kMaxChoices, ")"));
     }
     TANDEM_RETURN_IF_ERROR(CheckTokenId(c.first_token, vocab_size,
                                         absl::StrCat("choice ", c.index, "'s first token")));
@@ -36,9 +36,9 @@ absl::Status DecodeNode::Admit(const DecodeCall& call, std::vector<int32_t> allo
                                std::vector<DecodeSink> sinks) {
   const KvHandle& kv = call.kv;
   const int32_t n = static_cast<int32_t>(sinks.size());
-  absl::StatusOr<ChoiceTables> forked = ForkChoiceTables(
-      *blocks_, allocated, per_choice, kv.num_tokens,
-      VirtualBlockTokens(options_.instance.parallel.dcp_geometry()), n);
+  absl::StatusOr<ChoiceTables> forked =
+      ForkChoiceTables(*blocks_, allocated, per_choice, kv.num_tokens,
+                       VirtualBlockTokens(options_.instance.parallel.dcp_geometry()), n);
   if (!forked.ok()) {
     blocks_->Release(allocated);
     return forked.status();

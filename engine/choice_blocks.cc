@@ -34,8 +34,8 @@ absl::StatusOr<ChoiceTables> ForkChoiceTables(BlockManager& blocks,
   const int64_t expected = ChoiceBlocksNeeded(per_choice, prompt_len, block_tokens, n);
   if (static_cast<int64_t>(allocated.size()) != expected) {
     return absl::InvalidArgumentError(absl::StrCat(n, " choices of ", per_choice,
-                                                   " blocks each need ", expected,
-                                                   " blocks, got ", allocated.size()));
+                                                   " blocks each need ", expected, " blocks, got ",
+                                                   allocated.size()));
   }
   const int64_t shared = SharedBlocks(per_choice, prompt_len, block_tokens);
   const int64_t own = per_choice - shared;

@@ -170,13 +170,10 @@ NodeLoad PrefillNode::Load() const {
   return l;
 }
 
-absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(const std::string& request_id,
-                                                    std::vector<int32_t> prompt,
-                                                    const SamplingParams& sampling,
-                                                    uint64_t sample_step, int32_t max_new_tokens,
-                                                    absl::Duration lease, absl::Time deadline,
-                                                    const std::function<bool()>& cancelled,
-                                                    int32_t choices) {
+absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(
+    const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& sampling,
+    uint64_t sample_step, int32_t max_new_tokens, absl::Duration lease, absl::Time deadline,
+    const std::function<bool()>& cancelled, int32_t choices) {
   // The decode side adds max_new_tokens positions, so they must fit the context too.
   TANDEM_RETURN_IF_ERROR(CheckTokenBudget(max_new_tokens, "max_new_tokens", 0));
   TANDEM_RETURN_IF_ERROR(CheckContextFit(static_cast<int64_t>(prompt.size()), max_new_tokens,

@@ -84,8 +84,7 @@ grpc::Status PrefillServiceImpl::RunPrefill(grpc::ServerContext* ctx, const v1::
                                  absl::Milliseconds(req->lease_ms()), DeadlineOf(ctx), cancelled)
           : node->Prefill(req->request_id(), std::move(prompt), FromProto(req->sampling()),
                           req->sample_step(), req->max_new_tokens(),
-                          absl::Milliseconds(req->lease_ms()), DeadlineOf(ctx), cancelled,
-                          choices);
+                          absl::Milliseconds(req->lease_ms()), DeadlineOf(ctx), cancelled, choices);
   if (!out.ok()) return ToGrpcStatus(out.status());
   *cached_tokens = out->cached_tokens;
   resp->set_cached_tokens(out->cached_tokens);

@@ -67,10 +67,9 @@ void Driver::PrefillAndDecodeChoices() {
     error = lead.error();
   } else if (static_cast<int32_t>(choice_first_tokens_.size()) != n) {
     // The prefill node answered with one first token: it predates n > 1.
-    error = absl::FailedPreconditionError(
-        absl::StrCat("prefill node ", kv_.has_value() ? kv_->node : std::string("?"), " sent ",
-                     choice_first_tokens_.size(), " first tokens for ", n,
-                     " choices (a build without n > 1)"));
+    error = absl::FailedPreconditionError(absl::StrCat(
+        "prefill node ", kv_.has_value() ? kv_->node : std::string("?"), " sent ",
+        choice_first_tokens_.size(), " first tokens for ", n, " choices (a build without n > 1)"));
   }
   if (!error.ok()) {
     for (Choice& c : choices_) c.state->Fail(error);  // choice 1 at least was still prefilling
@@ -155,9 +154,8 @@ void Driver::DecodeChoices(const std::vector<Choice*>& live) {
       timed_transfer = true;
       transfer_time_ += absl::Microseconds(next.event.finish().transfer_us());
     }
-    const auto it = std::find_if(live.begin(), live.end(), [&](Choice* c) {
-      return c->index == next.event.choice();
-    });
+    const auto it = std::find_if(live.begin(), live.end(),
+                                 [&](Choice* c) { return c->index == next.event.choice(); });
     if (it == live.end()) {
       failure = absl::InternalError(absl::StrCat("decode node sent an event for choice ",
                                                  next.event.choice(), ", which it was not sent"));
@@ -190,9 +188,9 @@ void Driver::DecodeChoices(const std::vector<Choice*>& live) {
     }
     blamed = v1::INSTANCE_ROLE_PREFILL;
     blamed_node = kv_->node;
-    error = absl::Status(failure.code(), absl::StrCat("prefill node ", kv_->node, " (as decode node ",
-                                                      node->address(), " reports): ",
-                                                      failure.message()));
+    error = absl::Status(failure.code(),
+                         absl::StrCat("prefill node ", kv_->node, " (as decode node ",
+                                      node->address(), " reports): ", failure.message()));
   } else {
     if (retryable) failed_decode_.insert(node->address());
     error = NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable);

@@ -27,7 +27,8 @@ OpenAiChoicesSink::OpenAiChoicesSink(HttpExchange& exchange, const OpenAiRequest
   choices_.reserve(request.n);
   for (int32_t i = 0; i < request.n; ++i) {
     choices_.push_back(Choice{i, StopMatcher(request.stop, request.include_stop_str_in_output)});
-    if (request.sampling.logprobs >= 0) choices_.back().logprobs.emplace(request.endpoint, tokenizer);
+    if (request.sampling.logprobs >= 0)
+      choices_.back().logprobs.emplace(request.endpoint, tokenizer);
   }
 }
 
@@ -88,8 +89,8 @@ void OpenAiChoicesSink::Emit(Choice& c, const std::string& text) {
     const std::string now = c.held.substr(0, start);
     c.held.erase(0, start);
     if (!now.empty()) {
-      Write(SseEvent(ChunkBody(meta_, now, false, "", request_.include_usage, TakeLogprobs(c),
-                               c.index)));
+      Write(SseEvent(
+          ChunkBody(meta_, now, false, "", request_.include_usage, TakeLogprobs(c), c.index)));
     }
     return;
   }
@@ -160,9 +161,8 @@ void OpenAiChoicesSink::Finish(const absl::Status& status, int32_t prompt_tokens
       for (size_t i = 0; i < choices_.size(); ++i) {
         if (parsed[i].calls.empty()) continue;
         nlohmann::json& choice = j["choices"][i];
-        choice["message"]["content"] = parsed[i].content.empty()
-                                           ? nlohmann::json(nullptr)
-                                           : nlohmann::json(parsed[i].content);
+        choice["message"]["content"] =
+            parsed[i].content.empty() ? nlohmann::json(nullptr) : nlohmann::json(parsed[i].content);
         choice["message"]["tool_calls"] = ToolCallsJson(parsed[i].calls, ToolIdPrefix(choices_[i]));
         if (choice["finish_reason"] == "stop") choice["finish_reason"] = "tool_calls";
       }

@@ -11,11 +11,12 @@
 // max_completion_tokens (the latter wins), temperature, top_p, top_k (-1 = disabled, as vLLM),
 // seed, stop (string or strings), ignore_eos, min_p, repetition_penalty, presence_penalty,
 // frequency_penalty, logit_bias, min_tokens, stop_token_ids, logprobs, top_logprobs
-// (openai_sampling.h), n (1 only), stream, stream_options.include_usage, add_special_tokens,
-// include_stop_str_in_output, truncate_prompt_tokens, request_id, tandem (openai_tandem.h);
-// response_format and vLLM's guided_json / guided_regex / guided_choice / guided_grammar
-// (openai_structured.h: the GBNF in sampling.grammar); tools, tool_choice and messages' tool_calls
-// / tool_call_id (openai_tools.h). Refused when they ask for anything: echo, best_of > 1.
+// (openai_sampling.h), n (openai_choices.h), stream, stream_options.include_usage,
+// add_special_tokens, include_stop_str_in_output, truncate_prompt_tokens, request_id, tandem
+// (openai_tandem.h); response_format and vLLM's guided_json / guided_regex / guided_choice /
+// guided_grammar (openai_structured.h: the GBNF in sampling.grammar); tools, tool_choice and
+// messages' tool_calls / tool_call_id (openai_tools.h). Refused when they ask for anything: echo,
+// best_of other than n.
 //
 // Errors are INVALID_ARGUMENT naming the field; the field is also attached as the status payload
 // kOpenAiParamPayload (the OpenAI error object's `param`). Range checks the router's gRPC path
@@ -49,7 +50,10 @@ struct OpenAiRequest {
   std::optional<int32_t> max_tokens;  // unset = up to the end of the context (vLLM's default)
   SamplingParams sampling;            // OpenAI defaults: temperature 1, top_p 1; top_k off
   std::optional<uint64_t> seed;       // unset = a random seed
-  std::vector<std::string> stop;      // non-empty stop strings
+  // Choices from one prefill (openai_choices.h), in [1, kMaxChoices]; choice i samples with
+  // seed + i.
+  int32_t n = 1;
+  std::vector<std::string> stop;  // non-empty stop strings
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;  // further ids that end generation (vLLM)
   bool stream = false;

@@ -174,8 +174,8 @@ TEST_F(ChoicesTest, ChoicesAreCheckedBeforeAnyBlockIsTaken) {
   std::unique_ptr<DecodeNode> node = NewNode();
   ASSERT_NE(node, nullptr);
   ChoiceRun bad = DecodeChoices(*node, prefill_->Lease(kFast, "v", 40), 8, {7, vocab_});
-  EXPECT_THAT(bad.started, StatusIs(absl::StatusCode::kInvalidArgument,
-                                    HasSubstr("choice 1's first token")));
+  EXPECT_THAT(bad.started,
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("choice 1's first token")));
   // Three choices of 40 + 200 positions need 15 + 2 * 13 blocks: more than the instance has.
   ChoiceRun big = DecodeChoices(*node, prefill_->Lease(kFast, "w", 40), 200, {7, 9, 11});
   EXPECT_THAT(big.started, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("in total")));

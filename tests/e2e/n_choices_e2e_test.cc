@@ -43,7 +43,8 @@ class NChoicesTest : public RealModelTest {
  protected:
   static void SetUpTestSuite() {
     if (ModelPath().empty()) return;
-    absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(Spec(1), absl::Minutes(4));
+    absl::StatusOr<std::unique_ptr<LocalCluster>> c =
+        LocalCluster::Start(Spec(1), absl::Minutes(4));
     ASSERT_TRUE(c.ok()) << c.status();
     cluster_ = c->release();
   }
@@ -61,7 +62,8 @@ class NChoicesTest : public RealModelTest {
 };
 
 TEST_F(NChoicesTest, SeededChoiceIIsTheOneChoiceRequestWithSeedPlusI) {
-  const GenerateOutcome three = cluster_->Generate(Request(3, 1.0f, 4242, kTokens), absl::Minutes(3));
+  const GenerateOutcome three =
+      cluster_->Generate(Request(3, 1.0f, 4242, kTokens), absl::Minutes(3));
   ASSERT_TRUE(three.status.ok()) << three.status.error_message() << "\n" << cluster_->LogTails();
   ASSERT_EQ(three.choice_tokens.size(), 3u);
   ASSERT_EQ(three.choice_ends.size(), 3u);
@@ -96,11 +98,10 @@ TEST_F(NChoicesTest, GreedyChoicesAreIdentical) {
 
 TEST_F(NChoicesTest, CancellingMidStreamFreesEveryBlock) {
   int tokens = 0;
-  const GenerateOutcome out = cluster_->Generate(
-      Request(3, 1.0f, 7, 400), absl::Minutes(3),
-      [&](int32_t, grpc::ClientContext& ctx) {
-        if (++tokens == 8) ctx.TryCancel();
-      });
+  const GenerateOutcome out = cluster_->Generate(Request(3, 1.0f, 7, 400), absl::Minutes(3),
+                                                 [&](int32_t, grpc::ClientContext& ctx) {
+                                                   if (++tokens == 8) ctx.TryCancel();
+                                                 });
   EXPECT_EQ(out.status.error_code(), grpc::StatusCode::CANCELLED) << out.status.error_message();
   ExpectIdle(*cluster_);
   absl::StatusOr<std::vector<InstanceLoadView>> loads = cluster_->Loads();
