@@ -112,8 +112,9 @@ void Driver::SendToken(int32_t id, int32_t index, const v1::TokenLogprobs* logpr
   v1::TokenChunk* chunk = response.mutable_token();
   chunk->set_id(id);
   if (logprobs != nullptr) *chunk->mutable_logprobs() = *logprobs;
-  chunk->set_text(detokenizer_->Push(id));
+  chunk->set_text(choice_ != nullptr ? choice_->detokenizer->Push(id) : detokenizer_->Push(id));
   chunk->set_index(index);
+  if (choice_ != nullptr) chunk->set_choice(choice_->index);
   const absl::Time now = absl::Now();
   if (first_token_at_ == absl::InfinitePast()) {
     sink_->OnProvenance(provenance_);  // before the token: an HTTP stream's headers carry it
@@ -187,6 +188,7 @@ void Driver::Prefill(RequestState& state, bool pipelined) {
   request.set_sample_step(plan.sample_step);
   request.set_max_new_tokens(plan.max_new_tokens);
   request.set_early_handle(pipelined);
+  if (prefill_choices_) request.set_n(static_cast<int32_t>(choices_.size()));
   ++node_calls_;
 
   const absl::Time call_deadline = UnaryDeadline();
@@ -240,6 +242,12 @@ void Driver::Prefill(RequestState& state, bool pipelined) {
   if (response->kv_pending()) {
     PipelinedDecode(state);
     return;
+  }
+  if (prefill_choices_) {  // every choice's, for PrefillAndDecodeChoices
+    choice_first_tokens_.assign(response->choice_first_tokens().begin(),
+                                response->choice_first_tokens().end());
+    choice_first_logprobs_.assign(response->choice_first_logprobs().begin(),
+                                  response->choice_first_logprobs().end());
   }
   const int32_t index = static_cast<int32_t>(state.streamed().size());
   if (const std::optional<int32_t> token = state.OnPrefillOk(response->first_token())) {
@@ -524,6 +532,37 @@ void Driver::LogEnd(const RequestState* state, const absl::Status& status) {
   }
 }
 
+void Driver::Serve(RequestState& state) {
+  while (state.phase() == RequestPhase::kPrefill || state.phase() == RequestPhase::kDecode) {
+    if (canceller_->cancelled()) {
+      state.Fail(absl::CancelledError("request cancelled by the client"));
+      break;
+    }
+    if (state.kv_to_release() && state.phase() == RequestPhase::kPrefill) {
+      ReleaseKv();
+      state.OnKvReleased();
+    }
+    const int failures = state.retries();
+    if (deps_.options.colocated) {
+      Colocated(state);
+    } else if (state.phase() == RequestPhase::kPrefill) {
+      // A resume prefills the prompt and the tokens streamed so far: unpipelined, as its
+      // sampled token is ignored (request_state.h). Logprobs stay pipelined: the prefill's
+      // final progress message carries the first token's.
+      Prefill(state, deps_.options.pipelined_transfer && state.streamed().empty());
+    } else {
+      Decode(state);
+    }
+    // A retryable failure: back off before the next attempt (no node is hammered while it
+    // recovers; PickNode then waits for one to be healthy).
+    if (state.retries() > failures &&
+        (state.phase() == RequestPhase::kPrefill || state.phase() == RequestPhase::kDecode) &&
+        !Backoff(state.retries())) {
+      state.Fail(absl::CancelledError("request cancelled by the client"));
+    }
+  }
+}
+
 grpc::Status Driver::Run(const v1::GenerateRequest& request) {
   if (deps_.metrics != nullptr) deps_.metrics->requests_running->Add(1);
   absl::Cleanup not_running = [this] {
@@ -558,36 +597,11 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
   prompt_hashes_.emplace(prepared_.prompt);
   detokenizer_.emplace(deps_.model->tokenizer(), /*skip_special=*/true);
 
+  if (prepared_.n > 1) return RunChoices();
+
   RequestState state(prepared_.prompt, prepared_.max_tokens, prepared_.stop_ids,
                      deps_.options.max_attempts);
-  while (state.phase() == RequestPhase::kPrefill || state.phase() == RequestPhase::kDecode) {
-    if (canceller_->cancelled()) {
-      state.Fail(absl::CancelledError("request cancelled by the client"));
-      break;
-    }
-    if (state.kv_to_release() && state.phase() == RequestPhase::kPrefill) {
-      ReleaseKv();
-      state.OnKvReleased();
-    }
-    const int failures = state.retries();
-    if (deps_.options.colocated) {
-      Colocated(state);
-    } else if (state.phase() == RequestPhase::kPrefill) {
-      // A resume prefills the prompt and the tokens streamed so far: unpipelined, as its
-      // sampled token is ignored (request_state.h). Logprobs stay pipelined: the prefill's
-      // final progress message carries the first token's.
-      Prefill(state, deps_.options.pipelined_transfer && state.streamed().empty());
-    } else {
-      Decode(state);
-    }
-    // A retryable failure: back off before the next attempt (no node is hammered while it
-    // recovers; PickNode then waits for one to be healthy).
-    if (state.retries() > failures &&
-        (state.phase() == RequestPhase::kPrefill || state.phase() == RequestPhase::kDecode) &&
-        !Backoff(state.retries())) {
-      state.Fail(absl::CancelledError("request cancelled by the client"));
-    }
-  }
+  Serve(state);
   if (state.kv_to_release()) {
     ReleaseKv();
     state.OnKvReleased();

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -109,6 +110,33 @@ class Driver {
   }
   // The request's log line and its end-of-request metrics.
   void LogEnd(const RequestState* state, const absl::Status& status);
+  // Serves one sequence to its end with retries and resumes (Run's loop): the request, or one
+  // choice of an n > 1 request (choice_ set, prepared_.sampling.seed its own).
+  void Serve(RequestState& state);
+
+  // ---- n > 1 from one prefill (generate_driver_choices.cc) ----
+  struct Choice {
+    int32_t index = 0;
+    std::optional<RequestState> state;
+    std::optional<StreamingDecoder> detokenizer;
+    bool ended = false;  // its ChoiceEnd was sent
+  };
+  // Run for prepared_.n > 1 choices, once prepared: returns the client's status.
+  grpc::Status RunChoices();
+  // One prefill for every choice (first tokens sampled with seed + index), then one Decode call
+  // with every choice that goes on; leaves each choice done, failed, or to resume on its own.
+  void PrefillAndDecodeChoices();
+  // The Decode call of `live` (choices in kDecode after the joint prefill).
+  void DecodeChoices(const std::vector<Choice*>& live);
+  // A ChoiceEnd for each choice done since the last call.
+  void SendChoiceEnds();
+  std::vector<Choice> choices_;
+  // The choice whose tokens SendToken sends (its detokenizer, TokenChunk.choice); null with n = 1.
+  Choice* choice_ = nullptr;
+  // The next Prefill asks for every choice's first token (PrefillRequest.n) and leaves them here.
+  bool prefill_choices_ = false;
+  std::vector<int32_t> choice_first_tokens_;
+  std::vector<v1::TokenLogprobs> choice_first_logprobs_;
 
   const RouterDeps& deps_;
   const absl::Time client_deadline_;

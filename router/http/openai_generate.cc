@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "proto/convert/sampling_proto.h"
+#include "router/http/openai_choices.h"
 #include "router/http/openai_logprobs.h"
 #include "router/http/openai_prepare.h"
 #include "router/http/openai_response.h"
@@ -358,6 +359,16 @@ void ServeCompletion(const RouterDeps& deps, OpenAiEndpoint endpoint, ActiveRequ
   active.Add(&canceller);
   // A client that closes the connection cancels the request, even before its first token.
   exchange.OnClientGone([&canceller] { canceller.Cancel(); });
+  if (request.n > 1) {  // openai_choices.h
+    OpenAiChoicesSink sink(exchange, request, std::move(meta), headers, canceller,
+                           deps.model->tokenizer());
+    const grpc::Status status =
+        RunGenerate(deps, prepared->generate, absl::InfiniteFuture(), &canceller, &sink);
+    exchange.OnClientGone(nullptr);
+    active.Remove(&canceller);
+    sink.Finish(FromGrpcStatus(status), prepared->prompt_tokens);
+    return;
+  }
   OpenAiSink sink(exchange, request, std::move(meta), headers, canceller, deps.model->tokenizer());
   const grpc::Status status =
       RunGenerate(deps, prepared->generate, absl::InfiniteFuture(), &canceller, &sink);

@@ -24,6 +24,7 @@ v1::GenerateRequest ToGenerateRequest(const OpenAiRequest& r, const std::vector<
   sampling.seed = r.seed.has_value() ? *r.seed : std::random_device{}();
   *g.mutable_sampling() = ToProto(sampling);
   g.set_max_tokens(max_tokens);
+  g.set_n(r.n);
   g.set_request_id(request_id);
   g.set_ignore_eos(r.ignore_eos);
   g.mutable_stop_token_ids()->Add(r.stop_token_ids.begin(), r.stop_token_ids.end());

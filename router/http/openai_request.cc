@@ -7,6 +7,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "common/request_checks.h"
 #include "router/http/openai_fields.h"
 #include "router/http/openai_sampling.h"
 #include "router/http/openai_structured.h"
@@ -214,9 +215,12 @@ absl::Status RejectUnsupported(const Json& body) {
     if (it == body.end() || it->is_null() || (it->is_boolean() && !it->get<bool>())) continue;
     return OpenAiInvalidParam(field, absl::StrCat("'", field, "' is not supported"));
   }
+  // best_of = n returns every sequence generated: honoured as n; more would need ranking.
   const auto best_of = body.find("best_of");
-  if (best_of != body.end() && best_of->is_number() && best_of->get<double>() != 1) {
-    return OpenAiInvalidParam("best_of", "'best_of' is not supported (must be 1)");
+  const auto n = body.find("n");
+  const double choices = n != body.end() && n->is_number() ? n->get<double>() : 1;
+  if (best_of != body.end() && best_of->is_number() && best_of->get<double>() != choices) {
+    return OpenAiInvalidParam("best_of", "'best_of' is not supported unless it equals n");
   }
   return absl::OkStatus();
 }
@@ -244,9 +248,12 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
   r.unknown_fields = UnknownFields(endpoint, json);
   absl::StatusOr<std::optional<int64_t>> n = OptionalInt(json, "n");
   if (!n.ok()) return n.status();
-  if (n->has_value() && **n != 1) {
-    return OpenAiInvalidParam(
-        "n", absl::StrCat("'n' must be 1 (got ", **n, "): one choice per request is supported"));
+  if (n->has_value()) {
+    if (**n < 1 || **n > kMaxChoices) {
+      return OpenAiInvalidParam(
+          "n", absl::StrCat("'n' must be in [1, ", kMaxChoices, "] (got ", **n, ")"));
+    }
+    r.n = static_cast<int32_t>(**n);
   }
   if (absl::Status s = endpoint == OpenAiEndpoint::kChatCompletions
                            ? ParseMessages(json, r.prompt, r.unknown_fields, r.message_tool_calls)
