@@ -7,6 +7,9 @@
 //   * hot m=1 / m=16: one 1536×576 matrix again and again (L2-resident: compute, not memory), in
 //     G weights/s;
 //   * dequant: that matrix's rows dequantised to f32 (the prefill tiles), in G weights/s.
+// Super-block types (Q4_K, Q6_K: 256-element blocks) take each K rounded up to whole blocks
+// (576 -> 768), so their rows can be read at all; their GB/s and ratio stay comparable, their
+// G weights/s count the larger matrices' weights.
 // Each figure is the best of --reps repetitions (the machine may be shared).
 //   quant_gemv_bench [--types q4_1,q8_0] [--isas avx512,avx2] [--threads 1] [--reps 5]
 //                    [--clock wall|cpu]  (cpu: the thread's CPU time, for --threads 1 on a
@@ -153,16 +156,18 @@ int Main() {
   std::printf("%-7s %-5s %9s %9s %9s %9s %10s %10s %10s\n", "isa", "type", "stream1", "ratio",
               "stream16", "ratio", "hot1 Gw/s", "hot16 Gw/s", "deq Gw/s");
   for (GgmlType type : types) {
+    const int64_t block = GgmlTypeTraits(type).block_size;
+    auto whole = [&](int64_t k) { return (k + block - 1) / block * block; };
     std::vector<std::unique_ptr<QuantLinear>> ops;
     int64_t bytes = 0;
     for (int l = 0; l < kLayers; ++l) {
       for (const Shape& s : layer) {
-        ops.push_back(Make(type, s.n, s.k, ops.size() + 1));
+        ops.push_back(Make(type, s.n, whole(s.k), ops.size() + 1));
         bytes += ops.back()->resident_bytes();
       }
     }
-    const std::unique_ptr<QuantLinear> hot = Make(type, 1536, 576, 99);
-    const int64_t hot_weights = 1536 * 576;
+    const std::unique_ptr<QuantLinear> hot = Make(type, 1536, whole(576), 99);
+    const int64_t hot_weights = 1536 * whole(576);
     std::vector<float> x(16 * 1536, 0.01f), y(16 * 1536), tile(hot_weights);
     for (CpuIsa isa : isas) {
       if (!PinCpuIsa(isa).ok()) continue;
