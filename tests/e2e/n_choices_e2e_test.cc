@@ -2,8 +2,9 @@
 // the real model (labels e2e + model) on a mismatched P/D layout, prefill tp 3 → decode tp 1:
 // seeded sampling gives choice i exactly the tokens of an n = 1 request with seed + i, greedy
 // choices are identical, the choices' tokens arrive interleaved, a cancellation mid-stream frees
-// every block on every node, and a decode node killed mid-answer leaves every choice resumed
-// with its own tokens (nothing leaked, no free errors: the cluster's destructor checks those).
+// every block on every node, a decode node killed mid-answer leaves every choice resumed with its
+// own tokens (nothing leaked, no free errors: the cluster's destructor checks those), and a
+// --colocated router gives the same choices.
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -138,6 +139,27 @@ TEST_F(NChoicesTest, DecodeNodeDyingMidAnswerResumesEveryChoiceWithItsOwnTokens)
   EXPECT_GE(out.final.retries(), 1);
   for (int32_t i = 0; i < 3; ++i) EXPECT_EQ(out.choice_tokens.at(i), reference[i]) << i;
   ExpectIdle(cluster);
+}
+
+// A --colocated router has no prefill to share: it serves the choices one after another, each as
+// a one-choice request with its own seed, so the tokens are the disaggregated cluster's.
+TEST_F(NChoicesTest, ColocatedRouterServesEachChoiceWithItsOwnSeed) {
+  ClusterSpec spec;
+  spec.model_path = ModelPath();
+  spec.decode = {NodeSpec{{"--colocated_prefill=true", "--kv_budget_mb=64"}}};
+  spec.router_flags = {"--colocated=true"};
+  absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(spec, absl::Minutes(4));
+  ASSERT_TRUE(c.ok()) << c.status();
+  const GenerateOutcome colocated =
+      (*c)->Generate(Request(2, 1.0f, 4242, kTokens), absl::Minutes(3));
+  ASSERT_TRUE(colocated.status.ok()) << colocated.status.error_message() << "\n"
+                                     << (*c)->LogTails();
+  const GenerateOutcome split =
+      cluster_->Generate(Request(2, 1.0f, 4242, kTokens), absl::Minutes(3));
+  ASSERT_TRUE(split.status.ok()) << split.status.error_message();
+  EXPECT_EQ(colocated.choice_tokens, split.choice_tokens);
+  EXPECT_EQ(colocated.final.usage().completion_tokens(), 2 * kTokens);
+  ExpectIdle(**c);
 }
 
 }  // namespace

@@ -848,6 +848,57 @@ class OpenAiApiTest(unittest.TestCase):
                 self.assertEqual(calls, [])
                 self.assertIn(finish, ("stop", "length"))
 
+    def test_structured_output_and_tools_per_choice_with_n(self):
+        # n > 1: every choice has its own matcher (docs/router.md#n-choices-from-one-prefill), so
+        # each one parses and is the n = 1 answer with seed + i; tool calls are parsed per choice
+        # (streamed: deltas per choice index) with ids distinct across choices.
+        import pydantic
+        from typing import List, Literal
+
+        class Weather(pydantic.BaseModel):
+            city: Literal["Paris", "Rome", "Oslo"]
+            temperature_c: int
+            sunny: bool
+            tags: List[Literal["wind", "rain", "fog"]]
+
+        c = client()
+        args = dict(model=MODEL, messages=MESSAGES, response_format=Weather, max_tokens=300,
+                    temperature=1.0)
+        r = c.beta.chat.completions.parse(n=3, seed=5, **args)
+        self.assertEqual([ch.index for ch in r.choices], [0, 1, 2])
+        for i, choice in enumerate(r.choices):
+            self.assertEqual(choice.finish_reason, "stop", choice.message.content)
+            self.assertIsInstance(choice.message.parsed, Weather)
+            one = c.beta.chat.completions.parse(seed=5 + i, **args)
+            self.assertEqual(choice.message.content, one.choices[0].message.content)
+        whole = c.chat.completions.create(model=MODEL, messages=MESSAGES, tools=self.TOOLS,
+                                          tool_choice="required", max_tokens=200, temperature=0.8,
+                                          seed=11, n=2)
+        ids = []
+        for choice in whole.choices:
+            self.assertEqual(choice.finish_reason, "tool_calls", choice.message)
+            self.assertEqual(len(choice.message.tool_calls), 1)
+            json.loads(choice.message.tool_calls[0].function.arguments)
+            ids.append(choice.message.tool_calls[0].id)
+        self.assertEqual(len(set(ids)), 2, ids)
+        streamed = {0: [], 1: []}
+        finishes = {}
+        for chunk in c.chat.completions.create(model=MODEL, messages=MESSAGES, tools=self.TOOLS,
+                                               tool_choice="required", max_tokens=200,
+                                               temperature=0.8, seed=11, n=2, stream=True):
+            for choice in chunk.choices:
+                streamed[choice.index] += choice.delta.tool_calls or []
+                if choice.finish_reason:
+                    finishes[choice.index] = choice.finish_reason
+        self.assertEqual(finishes, {0: "tool_calls", 1: "tool_calls"})
+        for i in (0, 1):
+            name = "".join(d.function.name or "" for d in streamed[i] if d.function)
+            arguments = "".join(d.function.arguments or "" for d in streamed[i] if d.function)
+            self.assertEqual(name, whole.choices[i].message.tool_calls[0].function.name)
+            self.assertEqual(json.loads(arguments),
+                             json.loads(whole.choices[i].message.tool_calls[0].function.arguments))
+        wait_for(idle, 20, "cluster idle after n > 1 with grammars")
+
     def test_zz_disconnect_mid_stream_cancels_and_frees_blocks(self):
         wait_for(idle, 20, "an idle fleet before the disconnect test")
         c = client()
