@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/synchronization/notification.h"
+#include "common/request_checks.h"
 #include "engine/combined_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -142,6 +143,71 @@ TEST(EnginesTest, StagedInstanceCopiesExactlyTheNamedBlocks) {
   EXPECT_FALSE(plain->staged());
   EXPECT_EQ(plain->transfer_pool(0).base, plain->pool(0).base);
   EXPECT_TRUE(plain->StageOut({0}).ok());
+}
+
+// n > 1 from one prefill (docs/router.md#n-choices-from-one-prefill): choice c's first token is
+// drawn from the same last-position logits with seed + c.
+TEST(EnginesTest, PrefillSamplesEachChoicesFirstTokenWithSeedPlusItsIndex) {
+  auto inst = MakeInstance();
+  BlockManager blocks(inst->num_blocks());
+  PrefillEngine prefill(inst.get(), &blocks, PrefillOptions{});
+  PrefillRequest pr;
+  pr.id = "choices";
+  pr.prompt = Prompt(10, 3);
+  pr.sampling.temperature = 2.f;
+  pr.sampling.seed = 50;
+  pr.sampling.logprobs = 2;
+  pr.return_logits = true;
+  pr.choices = 4;
+  PrefillWait wait;
+  ASSERT_TRUE(prefill.Submit(pr, wait.Callback()).ok());
+  ASSERT_TRUE(wait.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(wait.result.ok()) << wait.result.status();
+  const PrefillResult& r = *wait.result;
+  ASSERT_EQ(r.choice_tokens.size(), 4u);
+  ASSERT_EQ(r.choice_logprobs.size(), 4u);
+  EXPECT_EQ(r.choice_tokens[0], r.first_token);
+  for (int32_t c = 0; c < 4; ++c) {
+    SamplingParams own = pr.sampling;
+    own.seed = 50 + c;
+    EXPECT_EQ(r.choice_tokens[c], SampleToken(r.logits, own, 0)) << c;
+    EXPECT_EQ(r.choice_logprobs[c], ComputeLogprobs(r.logits, r.choice_tokens[c], 2)) << c;
+  }
+  blocks.Release(r.block_table);
+  EXPECT_EQ(blocks.free_blocks(), blocks.total_blocks());
+  for (const int32_t bad : {0, kMaxChoices + 1}) {
+    pr.choices = bad;
+    const absl::Status s = prefill.Submit(pr, [](absl::StatusOr<PrefillResult>) {});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  }
+}
+
+// The partial last prompt block each further choice gets (engine/choice_blocks.h): whole blocks,
+// on every rank.
+TEST(EnginesTest, CopyBlocksCopiesWholeBlocksOnEveryRank) {
+  InstanceOptions o;
+  o.parallel.tp = 2;
+  o.parallel.block_size = 4;
+  o.kv_bytes_per_rank = int64_t{1} << 20;
+  absl::StatusOr<std::unique_ptr<Instance>> inst = Instance::Create(Weights(), o);
+  ASSERT_TRUE(inst.ok()) << inst.status();
+  Instance& in = **inst;
+  const int64_t bb = in.block_bytes();
+  auto bytes_of = [bb](const KvPoolView& v, int32_t block) {
+    return static_cast<std::byte*>(v.base) + block * bb;
+  };
+  for (int32_t r = 0; r < in.world(); ++r) {
+    for (int32_t b = 0; b < 4; ++b) std::memset(bytes_of(in.pool(r), b), 0x20 + 4 * r + b, bb);
+  }
+  ASSERT_TRUE(in.CopyBlocks({{1, 3}, {0, 2}}).ok());
+  for (int32_t r = 0; r < in.world(); ++r) {
+    for (const auto& [src, dst] : {std::pair{1, 3}, std::pair{0, 2}}) {
+      EXPECT_EQ(std::memcmp(bytes_of(in.pool(r), src), bytes_of(in.pool(r), dst), bb), 0)
+          << "rank " << r << " block " << dst;
+    }
+    EXPECT_EQ(*bytes_of(in.pool(r), 1), static_cast<std::byte>(0x20 + 4 * r + 1));
+  }
+  EXPECT_EQ(in.CopyBlocks({{0, in.num_blocks()}}).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(EnginesTest, PrefillRejectsRequestsThatCanNeverRun) {
