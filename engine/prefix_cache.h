@@ -26,9 +26,10 @@
 // records each cached block's checks (kv_transfer/kv_digest.h KvBlockChecks, computed when the
 // block was first written) with RecordChecks; Acquire re-reads the matched blocks through
 // options.verify — outside the cache's lock, holding its own references, so a long prefix's
-// re-read does not stall other admissions — and, on a mismatch, drops it and the rest of its chain and reuses nothing from
-// there on (the prompt computes those tokens again), counting corrupt_blocks. Checks(table)
-// hands the recorded checks back, so a hit's digests bind to them rather than to the bytes.
+// re-read does not stall other admissions — and, on a mismatch, drops it and the rest of its chain
+// and reuses nothing from there on (the prompt computes those tokens again), counting
+// corrupt_blocks. Checks(table) hands the recorded checks back, so a hit's digests bind to them
+// rather than to the bytes.
 //
 // Thread-safe. Lock order: the cache's mutex, then BlockManager's.
 #pragma once
