@@ -64,6 +64,26 @@ absl::Status NodeSideCancelAsUnavailable(const absl::Status& status) {
       absl::UnavailableError(absl::StrCat("node cancelled the call: ", status.message())), status);
 }
 
+Driver::DecodeBlame Driver::BlameDecodeFailure(const std::string& decode_node,
+                                               const absl::Status& failure, bool retryable) {
+  if (retryable &&
+      BlamesPrefillSource(failure, kv_->handle.prefill_address(), kv_->handle.engine_id())) {
+    // The decode node could not reach the prefill node holding the KV: that prefill node is the
+    // one to avoid (and to report), not the decode node that told us.
+    failed_prefill_.insert(kv_->node);
+    if (failure.code() == absl::StatusCode::kUnavailable) {
+      deps_.pool->ReportFailure(kv_->node, v1::INSTANCE_ROLE_PREFILL, failure);
+    }
+    return {
+        absl::Status(failure.code(), absl::StrCat("prefill node ", kv_->node, " (as decode node ",
+                                                  decode_node, " reports): ", failure.message())),
+        v1::INSTANCE_ROLE_PREFILL, kv_->node};
+  }
+  if (retryable) failed_decode_.insert(decode_node);
+  return {NodeError(v1::INSTANCE_ROLE_DECODE, decode_node, failure, retryable),
+          v1::INSTANCE_ROLE_DECODE, decode_node};
+}
+
 std::string Driver::NodeRequestId() const {
   // A resumed request must not collide with a lease its earlier attempt may still hold.
   return node_calls_ == 0 ? node_request_id_ : absl::StrCat(node_request_id_, "/", node_calls_);
@@ -340,26 +360,7 @@ void Driver::Decode(RequestState& state) {
   // The decode node never took the KV (no event yet): the transfer failed, and recovering means
   // prefilling again; after its tokens, resuming elsewhere.
   const Recovery recovery = state.kv_to_release() ? Recovery::kReprefill : Recovery::kResume;
-  absl::Status error;
-  v1::InstanceRole blamed = v1::INSTANCE_ROLE_DECODE;
-  std::string blamed_node = node->address();
-  if (retryable &&
-      BlamesPrefillSource(failure, kv_->handle.prefill_address(), kv_->handle.engine_id())) {
-    // The decode node could not reach the prefill node holding the KV: that prefill node is the
-    // one to avoid (and to report), not the decode node that told us.
-    failed_prefill_.insert(kv_->node);
-    if (failure.code() == absl::StatusCode::kUnavailable) {
-      deps_.pool->ReportFailure(kv_->node, v1::INSTANCE_ROLE_PREFILL, failure);
-    }
-    blamed = v1::INSTANCE_ROLE_PREFILL;
-    blamed_node = kv_->node;
-    error = absl::Status(failure.code(),
-                         absl::StrCat("prefill node ", kv_->node, " (as decode node ",
-                                      node->address(), " reports): ", failure.message()));
-  } else {
-    if (retryable) failed_decode_.insert(node->address());
-    error = NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable);
-  }
+  const auto [error, blamed, blamed_node] = BlameDecodeFailure(node->address(), failure, retryable);
   if (retryable && StrictStops(state, recovery, error)) return;
   state.OnDecodeFailed(error);
   if (retryable) NoteRecovery(state, blamed, blamed_node, error, recovery);

@@ -177,24 +177,7 @@ void Driver::DecodeChoices(const std::vector<Choice*>& live) {
   failure = NodeSideCancelAsUnavailable(failure);
   const bool retryable = IsRetryableDecodeError(failure.code());
   const Recovery recovery = took_kv ? Recovery::kResume : Recovery::kReprefill;
-  absl::Status error;
-  v1::InstanceRole blamed = v1::INSTANCE_ROLE_DECODE;
-  std::string blamed_node = node->address();
-  if (retryable &&
-      BlamesPrefillSource(failure, kv_->handle.prefill_address(), kv_->handle.engine_id())) {
-    failed_prefill_.insert(kv_->node);
-    if (failure.code() == absl::StatusCode::kUnavailable) {
-      deps_.pool->ReportFailure(kv_->node, v1::INSTANCE_ROLE_PREFILL, failure);
-    }
-    blamed = v1::INSTANCE_ROLE_PREFILL;
-    blamed_node = kv_->node;
-    error = absl::Status(failure.code(),
-                         absl::StrCat("prefill node ", kv_->node, " (as decode node ",
-                                      node->address(), " reports): ", failure.message()));
-  } else {
-    if (retryable) failed_decode_.insert(node->address());
-    error = NodeError(v1::INSTANCE_ROLE_DECODE, node->address(), failure, retryable);
-  }
+  const auto [error, blamed, blamed_node] = BlameDecodeFailure(node->address(), failure, retryable);
   // Every choice still decoding resumes on its own (Serve), or the request fails.
   bool resumed = false;
   for (Choice* c : live) {

@@ -96,6 +96,16 @@ class Driver {
   absl::Status NodeError(v1::InstanceRole role, const std::string& node, const absl::Status& s,
                          bool retryable);
   std::string NodeRequestId() const;
+  // A retryable-or-not failure of a decode call on `decode_node`, attributed: the prefill node
+  // holding the KV when the decode node reports it could not reach it (that prefill node is then
+  // avoided, and reported when UNAVAILABLE), else the decode node (avoided when retryable).
+  struct DecodeBlame {
+    absl::Status error;  // names the node, as NodeError does
+    v1::InstanceRole role = v1::INSTANCE_ROLE_DECODE;
+    std::string node;
+  };
+  DecodeBlame BlameDecodeFailure(const std::string& decode_node, const absl::Status& failure,
+                                 bool retryable);
   // Provenance (provenance.h). A decode node's DecodeServed (its call's first event).
   void NoteServed(const std::string& node, const v1::DecodeServed& served);
   // Strict mode, before a retryable failure (`error`, already naming the node) is handed to
