@@ -243,16 +243,26 @@ TEST_F(SlowPrefillTest, PullsOverlapThePrefill) {
   // 47 chunks of 32 tokens: the decode node must have pulled some before the prefill ended.
   EXPECT_GT(DecodeCounter(**cluster, 0, "tandem_kv_pipelined_chunks_before_prefill_done_total"), 0)
       << (*cluster)->Log("decode", 0);
-  // Two watchers of the prefill's progress, both to the end: the decode node (to pull) and the
-  // router (to stream the first token as soon as the prefill samples it).
+  // Two watchers of the prefill's progress: the decode node (to pull), to the end, and the router
+  // (to stream the first token as soon as the prefill samples it). The router's watch is only a
+  // head start: when the decode node's first event arrives before the watch's last message, the
+  // router drops the watch (router/generate_driver_pipelined.cc), which the prefill logs as the
+  // watcher going away — with the decode node pulling on persistent lanes that race is real.
   const std::string prefill_log = (*cluster)->Log("prefill", 0);
-  int watches_ok = 0;
+  int watches = 0, watches_ok = 0, watches_dropped = 0;
   for (size_t at = prefill_log.find("watch_kv=true"); at != std::string::npos;
        at = prefill_log.find("watch_kv=true", at + 1)) {
-    const size_t eol = prefill_log.find('\n', at);
-    if (absl::StrContains(prefill_log.substr(at, eol - at), "outcome=OK")) ++watches_ok;
+    const std::string line = prefill_log.substr(at, prefill_log.find('\n', at) - at);
+    ++watches;
+    if (absl::StrContains(line, "outcome=OK")) ++watches_ok;
+    if (absl::StrContains(line, "outcome=CANCELLED") &&
+        absl::StrContains(line, "the watcher went away")) {
+      ++watches_dropped;
+    }
   }
-  EXPECT_EQ(watches_ok, 2) << prefill_log;
+  EXPECT_EQ(watches, 2) << prefill_log;
+  EXPECT_GE(watches_ok, 1) << prefill_log;  // the decode node's, at least
+  EXPECT_EQ(watches_ok + watches_dropped, 2) << prefill_log;
   const absl::Status idle = (*cluster)->WaitIdle(absl::Seconds(10));
   EXPECT_TRUE(idle.ok()) << idle;
 }
