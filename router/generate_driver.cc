@@ -64,6 +64,19 @@ absl::Status NodeSideCancelAsUnavailable(const absl::Status& status) {
       absl::UnavailableError(absl::StrCat("node cancelled the call: ", status.message())), status);
 }
 
+v1::DecodeRequest Driver::DecodeRequestFor(const DecodePlan& plan) const {
+  v1::DecodeRequest request;
+  request.set_request_id(kv_->handle.request_id().empty() ? NodeRequestId()
+                                                          : kv_->handle.request_id());
+  request.set_first_token(plan.first_token);
+  *request.mutable_kv() = kv_->handle;
+  *request.mutable_sampling() = ToProto(prepared_.sampling);
+  request.set_max_new_tokens(plan.max_new_tokens);
+  request.mutable_stop_ids()->Add(prepared_.stop_ids.begin(), prepared_.stop_ids.end());
+  request.set_next_step(plan.next_step);
+  return request;
+}
+
 Driver::DecodeBlame Driver::BlameDecodeFailure(const std::string& decode_node,
                                                const absl::Status& failure, bool retryable) {
   if (retryable &&
@@ -311,15 +324,7 @@ void Driver::Decode(RequestState& state) {
     return;
   }
   const DecodePlan plan = state.NextDecode();
-  v1::DecodeRequest request;
-  request.set_request_id(kv_->handle.request_id().empty() ? NodeRequestId()
-                                                          : kv_->handle.request_id());
-  request.set_first_token(plan.first_token);
-  *request.mutable_kv() = kv_->handle;
-  *request.mutable_sampling() = ToProto(prepared_.sampling);
-  request.set_max_new_tokens(plan.max_new_tokens);
-  request.mutable_stop_ids()->Add(prepared_.stop_ids.begin(), prepared_.stop_ids.end());
-  request.set_next_step(plan.next_step);
+  v1::DecodeRequest request = DecodeRequestFor(plan);
   if (NeedsContext(prepared_.sampling)) {
     // The KV's tokens: the prompt, then every streamed token but the last (first_token).
     request.mutable_context_ids()->Add(state.prompt().begin(), state.prompt().end());

@@ -107,15 +107,7 @@ void Driver::DecodeChoices(const std::vector<Choice*>& live) {
   }
   // One token streamed by each: the same budget and draw number for all.
   const DecodePlan plan = live[0]->state->NextDecode();
-  v1::DecodeRequest request;
-  request.set_request_id(kv_->handle.request_id().empty() ? NodeRequestId()
-                                                          : kv_->handle.request_id());
-  request.set_first_token(plan.first_token);
-  *request.mutable_kv() = kv_->handle;
-  *request.mutable_sampling() = ToProto(prepared_.sampling);  // the node adds each index
-  request.set_max_new_tokens(plan.max_new_tokens);
-  request.mutable_stop_ids()->Add(prepared_.stop_ids.begin(), prepared_.stop_ids.end());
-  request.set_next_step(plan.next_step);
+  v1::DecodeRequest request = DecodeRequestFor(plan);  // the node adds each index to the seed
   if (NeedsContext(prepared_.sampling)) {
     request.mutable_context_ids()->Add(prepared_.prompt.begin(), prepared_.prompt.end());
   }

@@ -96,6 +96,9 @@ class Driver {
   absl::Status NodeError(v1::InstanceRole role, const std::string& node, const absl::Status& s,
                          bool retryable);
   std::string NodeRequestId() const;
+  // The fields of a Decode call every path sets alike: the request id, the KV handle, the
+  // request's sampling and stop ids, and `plan`'s first token, budget and draw number.
+  v1::DecodeRequest DecodeRequestFor(const DecodePlan& plan) const;
   // A retryable-or-not failure of a decode call on `decode_node`, attributed: the prefill node
   // holding the KV when the decode node reports it could not reach it (that prefill node is then
   // avoided, and reported when UNAVAILABLE), else the decode node (avoided when retryable).
