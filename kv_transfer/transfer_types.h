@@ -48,12 +48,17 @@ struct TransferPlan {
   int64_t total_copies() const;
 };
 
+// Where a pool's bytes live: host memory, or device memory a CUDA-aware transport registered
+// (GPU-direct KV, docs/gpu.md#gpu-direct-kv). Only host memory may be read with loads.
+enum class KvMemoryType : int32_t { kHost = 0, kCuda = 1 };
+
 // What a destination needs to reach one source rank.
 struct RankTransferInfo {
   std::string worker_address;  // packed ucp worker address
   uint64_t pool_base = 0;      // remote virtual address of block 0
   int64_t pool_bytes = 0;      // bytes registered
   std::string rkey;            // packed remote key of the pool
+  KvMemoryType memory_type = KvMemoryType::kHost;
 };
 
 // Published by a prefill instance; immutable within an epoch.

@@ -28,6 +28,12 @@ absl::StatusOr<std::unique_ptr<UcxKvPuller>> UcxKvPuller::Create(
                      ") and staging_slots >= 1 (got ", options.staging_slots, ")"));
   }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxContext> context, UcxContext::Create(options.ucx));
+  if (options.device_pools && options.device_pool_memory == KvMemoryType::kCuda &&
+      !context->supports_cuda_memory()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "UcxKvPuller: device pools need a CUDA-aware UCX; this one reports memory types ",
+        context->memory_type_names(), " (-DTANDEM_UCX_ROOT, docs/gpu.md)"));
+  }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxWorker> worker,
                           UcxWorker::Create(std::shared_ptr<UcxContext>(std::move(context))));
   return std::unique_ptr<UcxKvPuller>(new UcxKvPuller(options, std::move(worker)));
@@ -36,6 +42,14 @@ absl::StatusOr<std::unique_ptr<UcxKvPuller>> UcxKvPuller::Create(
 UcxKvPuller::~UcxKvPuller() = default;
 
 absl::StatusOr<std::unique_ptr<KvPoolMemory>> UcxKvPuller::AllocatePool(int64_t bytes) {
+  if (options_.device_pools) {
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<KvPoolMemory> device,
+                            options_.device_pools(options_.device, bytes));
+    TANDEM_ASSIGN_OR_RETURN(
+        std::unique_ptr<UcxPool> pool,
+        UcxPool::Register(worker_->context(), std::move(device), options_.device_pool_memory));
+    return std::unique_ptr<KvPoolMemory>(std::move(pool));
+  }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxPool> pool,
                           UcxPool::Create(worker_->context(), bytes));
   return std::unique_ptr<KvPoolMemory>(std::move(pool));

@@ -6,8 +6,9 @@
 // source instance into this rank's pool:
 //   * every copy is bounds-checked against the source rank's pool and the local pool before
 //     anything is posted (INVALID_ARGUMENT naming the copy);
-//   * a source pool UCX mapped into this process (shared memory, RemoteRank::mapped_pool) is
-//     read with memcpy, copy by copy, on this thread — no UCX call per copy;
+//   * a host source pool UCX mapped into this process (shared memory, RemoteRank::mapped_pool)
+//     is read with memcpy into a host local pool, copy by copy, on this thread — no UCX call per
+//     copy; device memory on either side (GPU-direct) is only ever read by UCX gets;
 //   * otherwise small copies are gathered (gather_plan.h): contiguous source ranges are read
 //     with one ucp_get_nbx each into a staging slot and scattered locally; the rest are read
 //     with one ucp_get_nbx per copy straight into the pool;
@@ -75,6 +76,15 @@ struct UcxKvPullerOptions {
   // With gets in flight and nothing to do, progress the worker for this long before blocking
   // on its event fd.
   absl::Duration spin_before_wait = absl::Microseconds(100);
+  // GPU-direct KV (docs/gpu.md#gpu-direct-kv): when set, AllocatePool takes device memory from
+  // device_pools(device, bytes) and registers it with UCX as `device_pool_memory` (kCuda; kHost
+  // only in tests, which register host memory through the same path), and Execute treats the
+  // local pool as memory of that type: with kCuda every byte moves by UCX get, none by memcpy
+  // (PullAccessFor, kv_transfer/kv_pool_path.h). Create fails FAILED_PRECONDITION for kCuda when
+  // UCX reports no CUDA memory type.
+  KvPoolAllocator device_pools;
+  int32_t device = 0;
+  KvMemoryType device_pool_memory = KvMemoryType::kCuda;
 };
 
 class UcxKvPuller final : public KvPuller {
@@ -100,6 +110,10 @@ class UcxKvPuller final : public KvPuller {
   // Drops the cached connections to (engine_id, epoch).
   void Forget(absl::string_view engine_id, uint64_t epoch) override;
   int64_t cached_connections() const { return static_cast<int64_t>(connections_.size()); }
+  // Memory type of the local pool Execute writes (kHost unless options.device_pools is set).
+  KvMemoryType local_memory() const {
+    return options_.device_pools ? options_.device_pool_memory : KvMemoryType::kHost;
+  }
 
  private:
   using Key = std::tuple<std::string, uint64_t, int32_t>;  // engine id, epoch, source rank

@@ -20,7 +20,7 @@ void AppendLe(std::string& out, uint64_t v) {
 }
 
 uint64_t Checksum(absl::string_view worker_address, uint64_t pool_base, int64_t pool_bytes,
-                  absl::string_view rkey) {
+                  absl::string_view rkey, int32_t memory_type) {
   std::string enc;
   enc.reserve(worker_address.size() + rkey.size() + 32);
   AppendLe(enc, worker_address.size());
@@ -29,6 +29,8 @@ uint64_t Checksum(absl::string_view worker_address, uint64_t pool_base, int64_t 
   AppendLe(enc, static_cast<uint64_t>(pool_bytes));
   AppendLe(enc, rkey.size());
   enc.append(rkey.data(), rkey.size());
+  // Host pools hash as before memory types existed.
+  if (memory_type != 0) AppendLe(enc, static_cast<uint64_t>(memory_type));
   return Fnv1a64(enc);
 }
 
@@ -52,7 +54,10 @@ v1::TransferMetadata ToProto(const TransferMetadata& m) {
     out->set_kv_head_begin(place.kv_head_begin);
     out->set_kv_head_count(place.kv_head_count);
     out->set_dcp_rank(place.dcp_rank);
-    out->set_checksum(Checksum(info.worker_address, info.pool_base, info.pool_bytes, info.rkey));
+    out->set_memory_type(info.memory_type == KvMemoryType::kCuda ? v1::POOL_MEMORY_CUDA
+                                                                 : v1::POOL_MEMORY_HOST);
+    out->set_checksum(Checksum(info.worker_address, info.pool_base, info.pool_bytes, info.rkey,
+                               static_cast<int32_t>(out->memory_type())));
   }
   return p;
 }
@@ -72,15 +77,21 @@ absl::StatusOr<TransferMetadata> FromProto(const v1::TransferMetadata& p) {
 
   for (int r = 0; r < p.ranks_size(); ++r) {
     const v1::RankTransferInfo& in = p.ranks(r);
-    if (in.checksum() !=
-        Checksum(in.worker_address(), in.pool_base(), in.pool_bytes(), in.rkey())) {
+    if (in.checksum() != Checksum(in.worker_address(), in.pool_base(), in.pool_bytes(), in.rkey(),
+                                  static_cast<int32_t>(in.memory_type()))) {
       return absl::InvalidArgumentError(absl::StrCat(
           "transfer metadata: ranks[", r,
-          "].checksum does not match its worker_address/pool_base/pool_bytes/rkey (garbled in "
-          "transit or produced by an incompatible peer)"));
+          "].checksum does not match its worker_address/pool_base/pool_bytes/rkey/memory_type "
+          "(garbled in transit or produced by an incompatible peer)"));
     }
-    m.ranks.push_back(
-        RankTransferInfo{in.worker_address(), in.pool_base(), in.pool_bytes(), in.rkey()});
+    if (in.memory_type() != v1::POOL_MEMORY_HOST && in.memory_type() != v1::POOL_MEMORY_CUDA) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "transfer metadata: ranks[", r, "].memory_type ", static_cast<int>(in.memory_type()),
+          " is not a memory type this build knows"));
+    }
+    m.ranks.push_back(RankTransferInfo{
+        in.worker_address(), in.pool_base(), in.pool_bytes(), in.rkey(),
+        in.memory_type() == v1::POOL_MEMORY_CUDA ? KvMemoryType::kCuda : KvMemoryType::kHost});
   }
   TANDEM_RETURN_IF_ERROR(ValidateTransferMetadata(m));
 

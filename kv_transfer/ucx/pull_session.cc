@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kv_transfer/kv_pool_path.h"
 #include "kv_transfer/ucx/transfer_checks.h"
 #include "kv_transfer/ucx/ucx_status.h"
 
@@ -107,17 +108,21 @@ absl::Status UcxPullSession::Connect() {
 
   // Pools UCX mapped into this process are read with memcpy; the rest with gets, small copies
   // gathered into segment reads (gather_plan.h).
+  // Device memory on either side (GPU-direct) moves only by get (PullAccessFor).
+  const KvMemoryType local = puller_->local_memory();
   mapped_.assign(num_ranks, nullptr);
-  bool all_mapped = true;
+  std::vector<bool> gatherable(num_ranks, false);
+  bool any_gatherable = false;
   for (size_t rank = 0; rank < num_ranks; ++rank) {
     if (remote_[rank] == nullptr) continue;
-    if (po.read_mapped_pools) mapped_[rank] = remote_[rank]->mapped_pool();
-    if (mapped_[rank] == nullptr) all_mapped = false;
+    const PullMemoryAccess access = PullAccessFor(local, source_.ranks[rank].memory_type);
+    if (po.read_mapped_pools && access.memcpy_mapped) mapped_[rank] = remote_[rank]->mapped_pool();
+    gatherable[rank] = access.gather && mapped_[rank] == nullptr;
+    any_gatherable = any_gatherable || gatherable[rank];
   }
-  gathering_ = po.gather_small_copies && !all_mapped;
+  gathering_ = po.gather_small_copies && any_gatherable;
   if (gathering_) {
-    gather_ =
-        PlanGather(copies_, po.gather, [&](int32_t rank) { return mapped_[rank] == nullptr; });
+    gather_ = PlanGather(copies_, po.gather, [&](int32_t rank) { return gatherable[rank]; });
   }
   num_direct_ = gathering_ ? static_cast<int64_t>(gather_.direct.size())
                            : static_cast<int64_t>(copies_.size());
@@ -137,6 +142,11 @@ absl::Status UcxPullSession::Connect() {
   for (int32_t s = 0; s < options_.max_in_flight; ++s) free_slots_[s] = s;
   param_.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param_.cb.send = &OnGetDone;
+  if (local == KvMemoryType::kCuda) {
+    // Spares UCX detecting the local buffer's memory type on every get.
+    param_.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    param_.memory_type = UCS_MEMORY_TYPE_CUDA;
+  }
   return absl::OkStatus();
 }
 
@@ -188,8 +198,9 @@ void UcxPullSession::PostWindow() {
       ++next_direct_;
       const TransferCopy& c = copies_[i];
       if (const std::byte* pool = mapped_[c.src_rank]; pool != nullptr) {
-        std::memcpy(local_pool_.data() + c.dst_offset, pool + c.src_offset,
-                    static_cast<size_t>(c.length));
+        // The bytes pass through this thread: their digest spans are CRCed in the same pass.
+        CopyWithCrcs(local_pool_.data() + c.dst_offset, pool + c.src_offset, c.length,
+                     options_.copy_crcs, i);
         ++posted_;
         Complete(c.src_rank, 1, c.length, UCS_OK);
         continue;

@@ -37,14 +37,22 @@ absl::StatusOr<std::unique_ptr<UcxTransferSource>> UcxTransferSource::Create(
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxContext> context, UcxContext::Create(options.ucx));
     rank->context = std::move(context);
     TANDEM_ASSIGN_OR_RETURN(rank->worker, UcxWorker::Create(rank->context));
-    TANDEM_ASSIGN_OR_RETURN(rank->pool,
-                            UcxPool::Create(rank->context, options.pool_bytes_per_rank));
+    if (options.device_pools) {
+      TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<KvPoolMemory> device,
+                              options.device_pools(r, options.pool_bytes_per_rank));
+      TANDEM_ASSIGN_OR_RETURN(
+          rank->pool, UcxPool::Register(rank->context, std::move(device), KvMemoryType::kCuda));
+    } else {
+      TANDEM_ASSIGN_OR_RETURN(rank->pool,
+                              UcxPool::Create(rank->context, options.pool_bytes_per_rank));
+    }
 
     RankTransferInfo info;
     TANDEM_ASSIGN_OR_RETURN(info.worker_address, rank->worker->PackedAddress());
     info.pool_base = reinterpret_cast<uint64_t>(rank->pool->base());
     info.pool_bytes = rank->pool->bytes();
     info.rkey = rank->pool->packed_rkey();
+    info.memory_type = rank->pool->memory_type();
     self->metadata_.ranks.push_back(std::move(info));
 
     // Last: from here on only the progress thread touches the worker.

@@ -3,7 +3,8 @@
 //
 // For every global rank it owns a UCX context, a worker, the rank's KV pool (allocated through
 // UCX, see ucx_pool.h) and a progress thread on the worker, and it publishes the instance's
-// TransferMetadata (per rank: packed worker address, pool base, pool bytes, packed rkey).
+// TransferMetadata (per rank: packed worker address, pool base, pool bytes, packed rkey, memory
+// type).
 // Readers pull with one-sided gets; the source does nothing per transfer.
 //
 // Ownership: owns everything above. Destruction joins the progress threads first, then releases
@@ -27,6 +28,11 @@ namespace tandem {
 
 struct UcxTransferSourceOptions : KvSourceOptions {
   UcxOptions ucx;
+  // GPU-direct KV (docs/gpu.md#gpu-direct-kv): when set, rank r's pool is device memory from
+  // device_pools(r, pool_bytes_per_rank), registered with UCX as CUDA memory and published with
+  // memory type kCuda; Create fails FAILED_PRECONDITION when UCX reports no CUDA memory type.
+  // Unset: UCX allocates host pools (shared memory), as before.
+  KvPoolAllocator device_pools;
 };
 
 class UcxTransferSource final : public KvSource {

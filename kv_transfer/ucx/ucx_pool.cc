@@ -31,9 +31,42 @@ absl::StatusOr<std::unique_ptr<UcxPool>> UcxPool::Create(std::shared_ptr<UcxCont
   params.address = nullptr;
   params.length = static_cast<size_t>(bytes);
   params.flags = UCP_MEM_MAP_ALLOCATE;
+  return Map(std::move(context), params, bytes, KvMemoryType::kHost, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<UcxPool>> UcxPool::Register(std::shared_ptr<UcxContext> context,
+                                                           std::unique_ptr<KvPoolMemory> memory,
+                                                           KvMemoryType type) {
+  if (memory == nullptr || memory->base() == nullptr || memory->bytes() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("UcxPool::Register needs memory with a base and bytes > 0, got ",
+                     memory == nullptr ? "none" : absl::StrCat(memory->bytes(), " bytes")));
+  }
+  if (type == KvMemoryType::kCuda && !context->supports_cuda_memory()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("UcxPool::Register: this UCX reports no CUDA memory type (memory types: ",
+                     context->memory_type_names(),
+                     "); device pools need a CUDA-aware UCX (-DTANDEM_UCX_ROOT, docs/gpu.md)"));
+  }
+  ucp_mem_map_params_t params{};
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+  params.address = memory->base();
+  params.length = static_cast<size_t>(memory->bytes());
+  params.memory_type = type == KvMemoryType::kCuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+  const int64_t bytes = memory->bytes();
+  return Map(std::move(context), params, bytes, type, std::move(memory));
+}
+
+absl::StatusOr<std::unique_ptr<UcxPool>> UcxPool::Map(std::shared_ptr<UcxContext> context,
+                                                      const ucp_mem_map_params_t& params,
+                                                      int64_t bytes, KvMemoryType type,
+                                                      std::unique_ptr<KvPoolMemory> registered) {
   ucp_mem_h raw_memh = nullptr;
-  absl::Status status = ToStatus(ucp_mem_map(context->get(), &params, &raw_memh),
-                                 absl::StrCat("ucp_mem_map(ALLOCATE, ", bytes, " bytes)"));
+  absl::Status status = ToStatus(
+      ucp_mem_map(context->get(), &params, &raw_memh),
+      absl::StrCat("ucp_mem_map(", registered == nullptr ? "ALLOCATE" : "register", ", ", bytes,
+                   " bytes, ", type == KvMemoryType::kCuda ? "cuda" : "host", " memory)"));
   if (!status.ok()) return status;
   std::unique_ptr<ucp_mem, MemhDeleter> memh(raw_memh, MemhDeleter{context->get()});
 
@@ -50,9 +83,11 @@ absl::StatusOr<std::unique_ptr<UcxPool>> UcxPool::Create(std::shared_ptr<UcxCont
   std::unique_ptr<void, RkeyBufferDeleter> rkey(raw_rkey);
   std::string packed(static_cast<const char*>(rkey.get()), rkey_size);
 
-  // UCX may round the length up; only the requested bytes are the pool.
-  return std::unique_ptr<UcxPool>(
-      new UcxPool(std::move(context), memh.release(), attr.address, bytes, std::move(packed)));
+  // UCX may round the length up; only the requested bytes are the pool. A registered pool
+  // starts where the registered memory does.
+  void* base = registered != nullptr ? registered->base() : attr.address;
+  return std::unique_ptr<UcxPool>(new UcxPool(std::move(context), memh.release(), base, bytes,
+                                              std::move(packed), type, std::move(registered)));
 }
 
 UcxPool::~UcxPool() { ucp_mem_unmap(context_->get(), memh_); }

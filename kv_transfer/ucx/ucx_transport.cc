@@ -8,22 +8,26 @@
 
 namespace tandem {
 
-KvSourceFactory UcxSourceFactory(UcxOptions ucx) {
-  return [ucx = std::move(ucx)](
+KvSourceFactory UcxSourceFactory(UcxOptions ucx, KvPoolAllocator device_pools) {
+  return [ucx = std::move(ucx), device_pools = std::move(device_pools)](
              const KvSourceOptions& options) -> absl::StatusOr<std::unique_ptr<KvSource>> {
     UcxTransferSourceOptions o;
     static_cast<KvSourceOptions&>(o) = options;
     o.ucx = ucx;
+    o.device_pools = device_pools;
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransferSource> source,
                             UcxTransferSource::Create(o));
     return std::unique_ptr<KvSource>(std::move(source));
   };
 }
 
-KvPullerFactory UcxPullerFactory(UcxOptions ucx) {
-  return [ucx = std::move(ucx)](int32_t) -> absl::StatusOr<std::unique_ptr<KvPuller>> {
-    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxKvPuller> puller,
-                            UcxKvPuller::Create(UcxKvPullerOptions{ucx}));
+KvPullerFactory UcxPullerFactory(UcxOptions ucx, KvPoolAllocator device_pools) {
+  return [ucx = std::move(ucx), device_pools = std::move(device_pools)](
+             int32_t rank) -> absl::StatusOr<std::unique_ptr<KvPuller>> {
+    UcxKvPullerOptions o{ucx};
+    o.device_pools = device_pools;
+    o.device = rank;
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxKvPuller> puller, UcxKvPuller::Create(o));
     return std::unique_ptr<KvPuller>(std::move(puller));
   };
 }

@@ -66,7 +66,28 @@ absl::StatusOr<std::unique_ptr<UcxContext>> UcxContext::Create(const UcxOptions&
   ucp_context_h context = nullptr;
   status = ToStatus(ucp_init(&params, config.get(), &context), "ucp_init");
   if (!status.ok()) return status;
-  return std::unique_ptr<UcxContext>(new UcxContext(context, EnabledResources(context)));
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  status = ToStatus(ucp_context_query(context, &attr), "ucp_context_query(MEMORY_TYPES)");
+  if (!status.ok()) {
+    ucp_cleanup(context);
+    return status;
+  }
+  return std::unique_ptr<UcxContext>(
+      new UcxContext(context, EnabledResources(context), attr.memory_types));
+}
+
+bool UcxContext::supports_cuda_memory() const {
+  return (memory_types_ & (uint64_t{1} << UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
+std::string UcxContext::memory_type_names() const {
+  std::string out;
+  for (int t = 0; t < UCS_MEMORY_TYPE_LAST; ++t) {
+    if ((memory_types_ & (uint64_t{1} << t)) == 0) continue;
+    absl::StrAppend(&out, out.empty() ? "" : ",", ucs_memory_type_names[t]);
+  }
+  return out;
 }
 
 UcxContext::~UcxContext() { ucp_cleanup(context_); }

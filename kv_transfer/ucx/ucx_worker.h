@@ -14,6 +14,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -48,11 +49,20 @@ class UcxContext {
   // asking for peer error handling is "unreachable" (docs/kv_transfer.md).
   bool can_detect_peer_failure() const;
 
+  // Memory types UCX can reach with what it loaded (ucp_context_query,
+  // UCP_ATTR_FIELD_MEMORY_TYPES): a bitmask over ucs_memory_type_t. Debian's UCX 1.13 reports
+  // host only; a CUDA-aware UCX on a machine with a GPU adds cuda (docs/gpu.md#gpu-direct-kv).
+  uint64_t memory_types() const { return memory_types_; }
+  bool supports_cuda_memory() const;
+  // memory_types() as UCX names them, comma-separated ("host,cuda,cuda-managed").
+  std::string memory_type_names() const;
+
  private:
-  UcxContext(ucp_context_h context, std::vector<std::string> resources)
-      : context_(context), resources_(std::move(resources)) {}
+  UcxContext(ucp_context_h context, std::vector<std::string> resources, uint64_t memory_types)
+      : context_(context), resources_(std::move(resources)), memory_types_(memory_types) {}
   ucp_context_h context_;
   std::vector<std::string> resources_;
+  uint64_t memory_types_;
 };
 
 class UcxWorker {

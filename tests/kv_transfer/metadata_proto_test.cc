@@ -4,6 +4,7 @@
 #include <string>
 
 #include "attention/parallel_layout.h"
+#include "common/fnv1a.h"
 #include "gtest/gtest.h"
 #include "tests/kv_transfer/status_matchers.h"
 
@@ -43,7 +44,25 @@ void ExpectSame(const TransferMetadata& a, const TransferMetadata& b) {
     EXPECT_EQ(a.ranks[r].pool_base, b.ranks[r].pool_base);
     EXPECT_EQ(a.ranks[r].pool_bytes, b.ranks[r].pool_bytes);
     EXPECT_EQ(a.ranks[r].rkey, b.ranks[r].rkey);
+    EXPECT_EQ(a.ranks[r].memory_type, b.ranks[r].memory_type);
   }
+}
+
+// The checksum as kv_transfer.proto specifies it, written out independently of the code under
+// test: fields 1-4, then field 9 only when it is not POOL_MEMORY_HOST.
+uint64_t SpecChecksum(const v1::RankTransferInfo& in) {
+  std::string enc;
+  auto le = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i) enc.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  le(in.worker_address().size());
+  enc += in.worker_address();
+  le(in.pool_base());
+  le(static_cast<uint64_t>(in.pool_bytes()));
+  le(in.rkey().size());
+  enc += in.rkey();
+  if (in.memory_type() != v1::POOL_MEMORY_HOST) le(static_cast<uint64_t>(in.memory_type()));
+  return Fnv1a64(enc);
 }
 
 TEST(MetadataProtoTest, RoundTripsAndCarriesPlacement) {
@@ -80,6 +99,38 @@ TEST(MetadataProtoTest, ChecksumCoversEveryUcxField) {
   p = good;
   p.mutable_ranks(3)->mutable_rkey()->append("x");
   expect_rejected(p, "rkey");
+}
+
+TEST(MetadataProtoTest, MemoryTypeTravelsAndIsChecksummed) {
+  TransferMetadata m = Metadata();
+  m.ranks[1].memory_type = KvMemoryType::kCuda;
+  const v1::TransferMetadata p = ToProto(m);
+  EXPECT_EQ(p.ranks(0).memory_type(), v1::POOL_MEMORY_HOST);
+  EXPECT_EQ(p.ranks(1).memory_type(), v1::POOL_MEMORY_CUDA);
+  for (int r = 0; r < p.ranks_size(); ++r) {
+    // Host entries hash exactly as before memory types existed (older peers keep agreeing).
+    EXPECT_EQ(p.ranks(r).checksum(), SpecChecksum(p.ranks(r))) << "rank " << r;
+  }
+  absl::StatusOr<TransferMetadata> back = ParseTransferMetadata(p.SerializeAsString());
+  ASSERT_OK(back);
+  ExpectSame(m, *back);
+
+  // A device pool passed off as host memory (which a puller would read with loads), or the
+  // other way round, fails the checksum.
+  v1::TransferMetadata q = p;
+  q.mutable_ranks(1)->set_memory_type(v1::POOL_MEMORY_HOST);
+  EXPECT_THAT(FromProto(q), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("ranks[1].checksum does not match")));
+  q = p;
+  q.mutable_ranks(0)->set_memory_type(v1::POOL_MEMORY_CUDA);
+  EXPECT_THAT(FromProto(q), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("ranks[0].checksum does not match")));
+  // A memory type from a newer build, consistently checksummed, is refused by name.
+  q = p;
+  q.mutable_ranks(2)->set_memory_type(static_cast<v1::PoolMemoryType>(7));
+  q.mutable_ranks(2)->set_checksum(SpecChecksum(q.ranks(2)));
+  EXPECT_THAT(FromProto(q), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("ranks[2].memory_type 7 is not a memory type")));
 }
 
 TEST(MetadataProtoTest, RejectsMissingOrUnknownFields) {
