@@ -25,7 +25,13 @@
 #   which of the four records to run), CONCURRENCY (default "1 4 16": the concurrencies of (2)),
 #   LLAMA_THREADS (default 2: llama-server's -t/-tb; the record's "same total threads" is 2),
 #   RATES (default "0.25 0.5 1": the Poisson rates of (1), req/s), PART1_LLAMA (default 1: the
-#   llama-server rows of (1)).
+#   llama-server rows of (1)), TANDEM_CPU_ISA (avx2: every Tandem node on its forced AVX2 path —
+#   checked in each node's log — and llama-server from the AVX2-only llama.cpp build, so an
+#   AVX-512 machine records an AVX2 server's figures; summary.md names the path).
+# The forced-AVX2 end-to-end record (issue 29 item 5; c = 1, 4, 16, every run's prompts new):
+#   TANDEM_CPU_ISA=avx2 PARTS=2 bash bench/serve/run.sh /tmp/tandem-e2e-avx2
+# llama.cpp's threads spin at its barriers: on a busy machine its figures collapse (tens of times
+# slower), so records need an otherwise idle machine.
 # Smoke test of the script (minutes, figures meaningless):
 #   PARTS=1 PART1_LLAMA=0 RATES="1" BENCH_SCALE=0.25 nice -n 10 bash bench/serve/run.sh /tmp/smoke
 # llama-server comes from bench/peer/build_llamacpp.sh (built once into ~/.cache/tandem/llamacpp).
@@ -105,9 +111,25 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# check_isa LOG...: each node log's "cpu kernels:" line goes to $out/isa.txt; with TANDEM_CPU_ISA
+# set, every node must report that path as forced (a node that ignored the switch would make a
+# "forced AVX2" record an AVX-512 one).
+check_isa() {
+  local f line
+  for f in "$@"; do
+    line=$(grep -m1 'cpu kernels:' "$f" || true)
+    [ -n "$line" ] || die "no 'cpu kernels:' line in $f"
+    echo "$line" >> "$out/isa.txt"
+    if [ -n "${TANDEM_CPU_ISA:-}" ] && [[ $line != *"cpu kernels: $TANDEM_CPU_ISA"* ]]; then
+      die "TANDEM_CPU_ISA=$TANDEM_CPU_ISA but $f says: $line"
+    fi
+  done
+}
+
 start_tandem() {
   log "starting Tandem (1 prefill + 1 decode, 1 thread each)"
   router=$("$REPO/deploy/cluster.sh" up "$conf" | tail -n 1)
+  check_isa "$TANDEM_RUN_DIR/prefill-0.log" "$TANDEM_RUN_DIR/decode-0.log"
   prefill_addr="127.0.0.1:$(cat "$TANDEM_RUN_DIR/prefill-0.port")"
   decode_addr="127.0.0.1:$(cat "$TANDEM_RUN_DIR/decode-0.port")"
   log "router $router, prefill $prefill_addr, decode $decode_addr"
@@ -119,6 +141,12 @@ start_llama() {
   "$llama_bin/llama-server" -m "$model" -t "$llama_threads" -tb "$llama_threads" -np 16 -c 8192 -cb --host 127.0.0.1 \
     --port "$llama_port" --no-webui > "$out/llama-server.log" 2>&1 &
   llama_pid=$!
+  # bench/peer/build_llamacpp.sh builds the TANDEM_CPU_ISA=avx2 llama.cpp (no AVX-512) into its
+  # own build-avx2 directory: a forced-AVX2 record must run that one.
+  echo "llama-server: $llama_bin/llama-server" >> "$out/isa.txt"
+  if [ "${TANDEM_CPU_ISA:-}" = avx2 ] && [[ $llama_bin != */build-avx2/bin ]]; then
+    die "TANDEM_CPU_ISA=avx2 but llama-server is not the AVX2-only build: $llama_bin"
+  fi
   for _ in $(seq 1 120); do
     curl -sf "http://127.0.0.1:$llama_port/health" > /dev/null 2>&1 && return 0
     kill -0 "$llama_pid" 2>/dev/null || die "llama-server exited: $(tail -5 "$out/llama-server.log")"
@@ -259,7 +287,12 @@ def rep(name):
         return None
     with open(path) as f:
         return json.load(f)["report"]
-lines = []
+# The machine, the instruction-set path, and what each server reported using, above the tables.
+lines = [open(os.path.join(out, "cpu.txt")).read().strip()]
+for extra in ("isa.txt",):
+    if os.path.exists(os.path.join(out, extra)):
+        lines += ["", "```"] + open(os.path.join(out, extra)).read().rstrip("\n").splitlines() + ["```"]
+lines.append("")
 def row(label, name):
     r = rep(name)
     if r is None:
@@ -296,10 +329,12 @@ for c in concs:
     row(f"llama-server c={c}", f"llamacpp_c{c}")
 row(f"Tandem c={concs[-1]} over gRPC", f"tandem_grpc_c{concs[-1]}")
 top = concs[-1]
+for c in concs:  # every concurrency's ratio (issue 29 item 5 records c = 1, 4 and 16)
+    if rep(f"llamacpp_c{c}") and rep(f"tandem_c{c}"):
+        results.append(f"RESULT tandem_vs_llamacpp_tokens_per_s_c{c}="
+                       f"{rep(f'tandem_c{c}')['output_tokens_per_s'] / rep(f'llamacpp_c{c}')['output_tokens_per_s']:.4g}")
 if rep(f"llamacpp_c{top}") and rep(f"tandem_c{top}"):
     llama = rep(f"llamacpp_c{top}")["output_tokens_per_s"]
-    results.append(f"RESULT tandem_vs_llamacpp_tokens_per_s_c{top}="
-                   f"{rep(f'tandem_c{top}')['output_tokens_per_s'] / llama:.4g}")
     if rep(f"tandem_grpc_c{top}"):
         results.append(f"RESULT tandem_grpc_vs_llamacpp_tokens_per_s_c{top}="
                        f"{rep(f'tandem_grpc_c{top}')['output_tokens_per_s'] / llama:.4g}")
