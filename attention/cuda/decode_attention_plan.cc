@@ -15,8 +15,10 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 absl::StatusOr<CudaAttentionKernel> ParseCudaAttentionKernel(std::string_view value) {
   if (value.empty() || value == "per_head") return CudaAttentionKernel::kPerHead;
   if (value == "gqa_split_kv") return CudaAttentionKernel::kGqaSplitKv;
-  return absl::InvalidArgumentError(absl::StrCat(kCudaAttentionEnv, "=", std::string(value),
-                                                 " is not one of per_head, gqa_split_kv"));
+  if (value == "flashinfer") return CudaAttentionKernel::kFlashInfer;
+  return absl::InvalidArgumentError(
+      absl::StrCat(kCudaAttentionEnv, "=", std::string(value),
+                   " is not one of per_head, gqa_split_kv, flashinfer"));
 }
 
 AttentionSplit PlanDecodeSplit(int64_t ctas, int64_t max_visible, int32_t tokens_per_step) {

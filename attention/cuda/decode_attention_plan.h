@@ -45,10 +45,12 @@ namespace tandem::gpu {
 enum class CudaAttentionKernel {
   kPerHead,     // paged_attention.cu: one CTA per (row, query head, split); the default
   kGqaSplitKv,  // decode_attention.cu: one CTA per (row, KV head, split)
+  kFlashInfer,  // FlashInfer's decode/prefill (attention/cuda/flashinfer/), per_head fallback
 };
 
 // The environment variable that selects the kernel, and its parser: unset or empty or "per_head"
-// → kPerHead, "gqa_split_kv" → kGqaSplitKv, anything else INVALID_ARGUMENT naming the values.
+// → kPerHead, "gqa_split_kv" → kGqaSplitKv, "flashinfer" → kFlashInfer, anything else
+// INVALID_ARGUMENT naming the values.
 inline constexpr char kCudaAttentionEnv[] = "TANDEM_CUDA_ATTENTION";
 absl::StatusOr<CudaAttentionKernel> ParseCudaAttentionKernel(std::string_view value);
 

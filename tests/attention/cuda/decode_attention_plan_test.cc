@@ -53,11 +53,12 @@ TEST(DecodeAttentionPlanTest, ParsesTheKernelChoice) {
   EXPECT_EQ(*ParseCudaAttentionKernel(""), CudaAttentionKernel::kPerHead);
   EXPECT_EQ(*ParseCudaAttentionKernel("per_head"), CudaAttentionKernel::kPerHead);
   EXPECT_EQ(*ParseCudaAttentionKernel("gqa_split_kv"), CudaAttentionKernel::kGqaSplitKv);
+  EXPECT_EQ(*ParseCudaAttentionKernel("flashinfer"), CudaAttentionKernel::kFlashInfer);
   const absl::StatusOr<CudaAttentionKernel> bad = ParseCudaAttentionKernel("fast");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find(
-                "TANDEM_CUDA_ATTENTION=fast is not one of per_head, gqa_split_kv"),
+                "TANDEM_CUDA_ATTENTION=fast is not one of per_head, gqa_split_kv, flashinfer"),
             std::string::npos)
       << bad.status();
 }

@@ -1,0 +1,11 @@
+// FlashInfer's batch prefill for f16 KV, head_dim 128 (one instantiation per file:
+// flashinfer_kernels.h).
+#include "attention/cuda/flashinfer/fi_launch.cuh"
+
+namespace tandem::gpu::fi_internal {
+
+absl::Status PrefillF16Hd128(const FiCall& c, cudaStream_t s) {
+  return RunPrefill<half, 128>(c, s);
+}
+
+}  // namespace tandem::gpu::fi_internal
