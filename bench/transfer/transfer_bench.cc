@@ -21,6 +21,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "bench/transfer/device_scenario.h"
 #include "bench/transfer/transfer_scenario.h"
 #include "kv_transfer/ucx/testing/source_peer.h"
 
@@ -49,6 +50,11 @@ ABSL_FLAG(bool, token_granular, true, "include the token-interleaved (one copy p
 ABSL_FLAG(std::string, scenario, "", "run only scenarios whose name contains this");
 ABSL_FLAG(bool, passes, false, "print every timed pass (ms)");
 ABSL_FLAG(bool, verify, true, "verify every byte of the warm-up pull of each scenario");
+ABSL_FLAG(std::string, memory, "host",
+          "host: UCX-allocated host pools (the scenarios above); cuda: GPU-direct KV between two "
+          "CUDA device pools, matched layout, beside cudaMemcpy D2D (needs a GPU and a "
+          "CUDA-aware UCX)");
+ABSL_FLAG(int32_t, device, 0, "--memory=cuda: the CUDA device both pools live on");
 
 namespace tandem::bench {
 namespace {
@@ -82,6 +88,38 @@ double GBps(int64_t bytes, absl::Duration d) { return bytes / absl::ToDoubleSeco
 bool IsShort(const Scenario& sc) { return sc.tokens <= 1024; }
 
 }  // namespace
+
+int MainDevice(const char* self) {
+  const int64_t tokens = absl::GetFlag(FLAGS_tokens);
+  const int32_t b = absl::GetFlag(FLAGS_block_size);
+  const Scenario sc{"matched tp1->tp1", Layout(1, 1, 1, b), Layout(1, 1, 1, b), tokens};
+  ScenarioOptions options;
+  options.self_executable = self;
+  options.reps = absl::GetFlag(FLAGS_reps);
+  options.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
+  options.verify = absl::GetFlag(FLAGS_verify);
+  absl::StatusOr<DeviceScenarioResult> r =
+      RunDeviceScenario(sc, options, absl::GetFlag(FLAGS_device));
+  if (!r.ok()) {
+    std::fprintf(stderr, "transfer_bench --memory=cuda: %s\n", r.status().ToString().c_str());
+    return 2;
+  }
+  std::printf(
+      "== memory cuda: %s, UCX memory types %s; %d layers, %d KV heads, head_dim %d, bf16, "
+      "B=%d ==\n"
+      "%-28s %5lld tok %8.1f MiB  %7lld copies\n"
+      "    planned pull %6.2f GB/s (median %6.2f)  cudaMemcpy D2D %6.2f GB/s (median %6.2f)\n"
+      "    first pull (connect + IPC open) %.2f ms  best pull %.3f ms over %d passes\n",
+      r->device_name.c_str(), r->ucx_memory_types.c_str(), absl::GetFlag(FLAGS_layers),
+      absl::GetFlag(FLAGS_kv_heads), absl::GetFlag(FLAGS_head_dim), b, sc.name.c_str(),
+      static_cast<long long>(sc.tokens), r->bytes / 1048576.0, static_cast<long long>(r->copies),
+      GBps(r->bytes, r->planned.best), GBps(r->bytes, r->planned.median),
+      GBps(r->bytes, r->memcpy.best), GBps(r->bytes, r->memcpy.median),
+      absl::ToDoubleMilliseconds(r->first_pull), absl::ToDoubleMilliseconds(r->planned.best),
+      options.reps);
+  std::printf("RESULT gpu_transfer_vs_memcpy=%.3f\n", r->planned_vs_memcpy);
+  return 0;
+}
 
 int Main(const char* self) {
   std::vector<testing::Transport> transports;
@@ -204,8 +242,16 @@ int Main(const char* self) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  const std::string memory = absl::GetFlag(FLAGS_memory);
+  if (memory != "host" && memory != "cuda") {
+    std::fprintf(stderr, "transfer_bench: --memory must be host or cuda (got '%s')\n",
+                 memory.c_str());
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_source_peer)) {
+    if (memory == "cuda") return tandem::bench::RunDeviceSourcePeer(absl::GetFlag(FLAGS_device));
     return tandem::testing::RunSourcePeer(tandem::testing::kPeerInFd, tandem::testing::kPeerOutFd);
   }
+  if (memory == "cuda") return tandem::bench::MainDevice("/proc/self/exe");
   return tandem::bench::Main("/proc/self/exe");
 }

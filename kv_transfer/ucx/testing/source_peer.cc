@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -149,7 +150,7 @@ absl::StatusOr<SourcePeerConfig> DecodeSourcePeerConfig(absl::string_view line) 
   return c;
 }
 
-int RunSourcePeer(int in_fd, int out_fd) {
+int RunSourcePeer(int in_fd, int out_fd, const SourcePeerDevice* device) {
   absl::StatusOr<SourcePeerConfig> config = DecodeSourcePeerConfig(ReadLine(in_fd));
   if (!config.ok()) {
     std::fprintf(stderr, "source peer: bad config: %s\n", config.status().ToString().c_str());
@@ -161,6 +162,7 @@ int RunSourcePeer(int in_fd, int out_fd) {
   options.compat_hash = config->compat_hash;
   options.layout = config->layout;
   options.pool_bytes_per_rank = PoolBytesForBlocks(config->layout, config->blocks);
+  if (device != nullptr) options.device_pools = device->allocate;
   absl::StatusOr<std::unique_ptr<UcxTransferSource>> source = UcxTransferSource::Create(options);
   if (!source.ok()) {
     std::fprintf(stderr, "source peer: %s\n", source.status().ToString().c_str());
@@ -168,9 +170,18 @@ int RunSourcePeer(int in_fd, int out_fd) {
   }
   for (int32_t r = 0; r < (*source)->world(); ++r) {
     KvPoolMemory& pool = (*source)->pool(r);
-    FillSourcePool(config->layout, r, config->blocks, config->num_tokens,
-                   absl::Span<std::byte>(static_cast<std::byte*>(pool.base()),
-                                         static_cast<size_t>(pool.bytes())));
+    if (device == nullptr) {
+      FillSourcePool(config->layout, r, config->blocks, config->num_tokens,
+                     absl::Span<std::byte>(static_cast<std::byte*>(pool.base()),
+                                           static_cast<size_t>(pool.bytes())));
+      continue;
+    }
+    std::vector<std::byte> host(static_cast<size_t>(pool.bytes()));
+    FillSourcePool(config->layout, r, config->blocks, config->num_tokens, absl::MakeSpan(host));
+    if (const absl::Status s = device->upload(pool.base(), host.data(), pool.bytes()); !s.ok()) {
+      std::fprintf(stderr, "source peer: uploading rank %d's pool: %s\n", r, s.ToString().c_str());
+      return 3;
+    }
   }
   const std::string metadata = SerializeTransferMetadata((*source)->metadata());
   std::string frame;

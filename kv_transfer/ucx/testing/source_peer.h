@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -24,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/kv_pool_memory.h"
 #include "kv_transfer/transfer_types.h"
 
 namespace tandem::testing {
@@ -43,8 +45,17 @@ struct SourcePeerConfig {
 std::string EncodeSourcePeerConfig(const SourcePeerConfig& config);
 [[nodiscard]] absl::StatusOr<SourcePeerConfig> DecodeSourcePeerConfig(absl::string_view line);
 
-// The peer's side of the protocol; returns the process exit code.
-int RunSourcePeer(int in_fd, int out_fd);
+// Device pools for a peer serving GPU-direct KV (transfer_bench --memory cuda): `allocate`
+// hands out each rank's device pool (registered with UCX as CUDA memory), `upload` copies the
+// host-filled pattern into it (dst device, src host, bytes).
+struct SourcePeerDevice {
+  KvPoolAllocator allocate;
+  std::function<absl::Status(void*, const void*, int64_t)> upload;
+};
+
+// The peer's side of the protocol; returns the process exit code. `device` set: the pools are
+// device memory (the pattern is written on the host and uploaded).
+int RunSourcePeer(int in_fd, int out_fd, const SourcePeerDevice* device = nullptr);
 
 class SourcePeerProcess {
  public:
