@@ -7,7 +7,7 @@
 //   * hot m=1 / m=16: one 1536×576 matrix again and again (L2-resident: compute, not memory), in
 //     G weights/s;
 //   * dequant: that matrix's rows dequantised to f32 (the prefill tiles), in G weights/s.
-// Super-block types (Q4_K, Q6_K: 256-element blocks) take each K rounded up to whole blocks
+// Super-block types (Q4_K, Q5_K, Q6_K: 256-element blocks) take each K rounded up to whole blocks
 // (576 -> 768), so their rows can be read at all; their GB/s and ratio stay comparable, their
 // G weights/s count the larger matrices' weights.
 // Each figure is the best of --reps repetitions (the machine may be shared).
@@ -52,8 +52,14 @@ bool ParseType(const std::string& s, GgmlType* t) {
     *t = GgmlType::kQ4_1;
   else if (s == "q8_0")
     *t = GgmlType::kQ8_0;
+  else if (s == "q5_0")
+    *t = GgmlType::kQ5_0;
+  else if (s == "q5_1")
+    *t = GgmlType::kQ5_1;
   else if (s == "q4_k")
     *t = GgmlType::kQ4_K;
+  else if (s == "q5_k")
+    *t = GgmlType::kQ5_K;
   else if (s == "q6_k")
     *t = GgmlType::kQ6_K;
   else if (s == "f16")

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "model/cpu/quant_pack_q5.h"
 #include "model/format/dequant.h"
 #include "model/format/half.h"
 
@@ -49,11 +50,17 @@ void UnpackRow(GgmlType type, const uint8_t* row, int64_t k, float* out) {
   }
 }
 
+bool IsQ5(GgmlType type) { return type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1; }
+
 // Row n of w as f32 into out (k floats), from either layout.
 void RowToF32(const QuantMatrix& w, int64_t n, float* out) {
   const uint8_t* row = w.data + n * w.row_bytes;
   if (w.packed) {
-    UnpackRow(w.type, row, w.k, out);
+    if (IsQ5(w.type)) {
+      UnpackQ5Row(w.type, row, w.k, out);
+    } else {
+      UnpackRow(w.type, row, w.k, out);
+    }
     return;
   }
   const absl::Status s =
@@ -64,16 +71,26 @@ void RowToF32(const QuantMatrix& w, int64_t n, float* out) {
 }  // namespace
 
 bool PackSupports(GgmlType type) {
-  return type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ8_0;
+  return type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ8_0 ||
+         IsQ5(type);
 }
 
 int64_t PackedRowBytes(GgmlType type, int64_t k) {
+  if (IsQ5(type)) return Q5PackedRowBytes(type, k);
   return k / 32 * (QuantBytes(type) + 4 * ScaleCount(type));
 }
 
 std::vector<uint8_t> PackRows(GgmlType type, const uint8_t* rows, int64_t n, int64_t k) {
   const int64_t blocks = k / 32;
   const int64_t file_block = GgmlTypeTraits(type).block_bytes;
+  if (IsQ5(type)) {  // quant_pack_q5.h
+    const int64_t row_bytes = Q5PackedRowBytes(type, k);
+    std::vector<uint8_t> out(n * row_bytes);
+    for (int64_t r = 0; r < n; ++r) {
+      PackQ5Row(type, rows + r * blocks * file_block, k, out.data() + r * row_bytes);
+    }
+    return out;
+  }
   const int64_t qbytes = QuantBytes(type), scales = ScaleCount(type);
   const int64_t row_bytes = PackedRowBytes(type, k);
   std::vector<uint8_t> out(n * row_bytes);

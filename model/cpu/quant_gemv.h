@@ -10,8 +10,11 @@
 // decode re-reads a row from cache, not memory. One exception: the AVX2 path's packed Q4_0, Q4_1
 // and Q8_0 kernel factors each block's scale out of its dot product, d·Σq·x + o·Σx
 // (quant_gemv_avx2_factored.h: the same real numbers, rounded in another place; AVX2 has no
-// 16-entry permute to expand weights cheaply), and so does its Q4_K kernel per 32-weight
-// sub-block (quant_gemv_avx2_q4k.h).
+// 16-entry permute to expand weights cheaply), and so do its Q4_K kernel per 32-weight
+// sub-block (quant_gemv_avx2_q4k.h), its Q6_K kernel per 16-weight sub-block
+// (quant_gemv_avx2_q6k.h) and its packed Q5_0/Q5_1 kernel (quant_gemv_avx2_q5.h); the AVX-512
+// path runs the AVX2 Q4_K and Q6_K kernels too. Every kernel sums an output in an order set by
+// its own weight row and activation row, so results do not depend on the batch size.
 //
 // Paths: AVX-512 (F, BW, VL + FMA, F16C), AVX2 (+ FMA, F16C) and portable C++ (dequantise a row,
 // then dot), picked by attention/cpu/cpu_isa.h's ActiveCpuIsa() — tests pin each path in turn.
@@ -35,7 +38,8 @@ enum class Epilogue : uint8_t {
 };
 
 // A row-major weight matrix of n rows, each k elements of `type` in row_bytes bytes.
-// packed: the row layout of PackRows (Q4_0, Q4_1, Q8_0 only), else the file's blocks.
+// packed: the row layout of PackRows (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1 only), else the file's
+// blocks.
 struct QuantMatrix {
   GgmlType type = GgmlType::kF32;
   const uint8_t* data = nullptr;
@@ -57,6 +61,9 @@ struct QuantMatrix {
 // as 16 dwords whose low nibbles, after a shift by 4t, index a 16-entry table with one permute
 // per 16 weights (the file's byte order needs a byte → dword widening per 16 weights on the same
 // shuffle port). G = 1 is the file's own order. The quants are the same bytes, moved.
+//
+// Q5_0 and Q5_1 rows have their own packed layout: 5-bit fields in 32-bit lanes, groups of three
+// blocks (quant_pack_q5.h).
 bool PackSupports(GgmlType type);
 int64_t PackedRowBytes(GgmlType type, int64_t k);
 // rows: n rows in the file's layout; returns n rows of PackedRowBytes.

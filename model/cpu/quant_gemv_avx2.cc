@@ -4,6 +4,8 @@
 
 #include "model/cpu/quant_gemv_avx2_factored.h"
 #include "model/cpu/quant_gemv_avx2_q4k.h"
+#include "model/cpu/quant_gemv_avx2_q5.h"
+#include "model/cpu/quant_gemv_avx2_q6k.h"
 #include "model/cpu/quant_gemv_impl.h"
 
 namespace tandem::quant::internal {
@@ -45,6 +47,16 @@ struct Avx2 {
       const __m256i mask = _mm256_set1_epi32(0x0f);
       out[h] = _mm256_cvtepi32_ps(_mm256_and_si256(v, mask));
       out[2 + h] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 4), mask));
+    }
+  }
+  // Field f (0..5) of a packed Q5 lane group's 16 lanes (quant_pack_q5.h) as f32: out[0] lanes
+  // 0..7, out[1] lanes 8..15.
+  static void U5Field(const uint8_t* q, int f, V* out) {
+    const __m128i shift = _mm_cvtsi32_si128(5 * f);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * h));
+      out[h] =
+          _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srl_epi32(v, shift), _mm256_set1_epi32(31)));
     }
   }
   static V Zero() { return _mm256_setzero_ps(); }
@@ -93,6 +105,7 @@ struct Avx2 {
 // (quant_gemv_impl.h).
 GemvFn Avx2Gemv(GgmlType type, bool packed) {
   if (!packed && type == GgmlType::kQ4_K) return &impl::Q4KGemv;
+  if (!packed && type == GgmlType::kQ6_K) return &impl::Q6KGemv;
   if (packed) {
     switch (type) {
       case GgmlType::kQ8_0:
@@ -101,6 +114,10 @@ GemvFn Avx2Gemv(GgmlType type, bool packed) {
         return &impl::FactoredGemv<impl::PackedKind::kQ4_0>;
       case GgmlType::kQ4_1:
         return &impl::FactoredGemv<impl::PackedKind::kQ4_1>;
+      case GgmlType::kQ5_0:
+        return &impl::Q5Gemv<1>;
+      case GgmlType::kQ5_1:
+        return &impl::Q5Gemv<2>;
       default:
         break;
     }

@@ -381,13 +381,14 @@ template <int NB, int MB>
 
 // Outputs of weight rows [n, n + NB) for activation rows [m0, m0 + MB): each chunk of the NB rows
 // is decoded once and multiplied into all MB activation rows. One accumulator per (row,
-// activation row) — plus one per chunk vector when NB·MB is small, so the FMA chains stay
-// independent enough to hide their latency.
+// activation row), in every block shape — also the 1 × 1 and 1 × 2 blocks of a tile's last
+// rows, whose single FMA chain is slower, so that an output is summed in the same order whatever
+// block computes it (results independent of the batch size; quant_linear_test checks it).
 template <class I, class D, int NB, int MB>
 void RowsBlock(const GemvArgs& a, int64_t n, int64_t m0) {
   using V = typename I::V;
   constexpr int kVecs = Chunk<I>::kVecs;
-  constexpr int kSplit = NB * MB >= 4 ? 1 : kVecs;  // accumulators per (row, activation row)
+  constexpr int kSplit = 1;  // accumulators per (row, activation row): see above
   const int64_t k = a.w.k;
   const int64_t chunks = k / 32;
   const float* x = a.x + m0 * k;
@@ -415,15 +416,16 @@ void RowsBlock(const GemvArgs& a, int64_t n, int64_t m0) {
   };
   int64_t c = 0;
   if constexpr (I::kLut && HasLaneGroups<D>) {
-    for (; c + 4 <= chunks; c += 4) {
-      prefetch_chunks(c, 4);
+    constexpr int kG = D::kGroupChunks;  // 4 (packed 4-bit) or 3 (packed 5-bit)
+    for (; c + kG <= chunks; c += kG) {
+      prefetch_chunks(c, kG);
       typename D::Group g[NB];
 #pragma GCC unroll 16
       for (int r = 0; r < NB; ++r) g[r] = D::LoadGroup(rows[r], c, k);
       GroupStep<I, D, NB, MB, kSplit, 0>(acc, g, x, k, c);
       GroupStep<I, D, NB, MB, kSplit, 1>(acc, g, x, k, c);
       GroupStep<I, D, NB, MB, kSplit, 2>(acc, g, x, k, c);
-      GroupStep<I, D, NB, MB, kSplit, 3>(acc, g, x, k, c);
+      if constexpr (kG == 4) GroupStep<I, D, NB, MB, kSplit, 3>(acc, g, x, k, c);
     }
   }
   for (; c < chunks; ++c) {
@@ -470,8 +472,8 @@ void RowRange(const GemvArgs& a, int64_t n0, int64_t n1, int64_t m0) {
 // All m rows of outputs [n_begin, n_end): tiles of 32 weight rows (a few KB, they stay in L1
 // while every block of activation rows passes over them). Blocks: I::kMaxRows activation rows
 // × I::kBatchWeightRows weight rows, then smaller blocks for the remainder; a single activation
-// row (batch-1 decode) takes 4 weight rows at a time. Every block shape with NB·MB ≥ 4 sums each
-// output in the same order (kSplit = 1), so results do not depend on the batch size.
+// row (batch-1 decode) takes 4 weight rows at a time. Every block shape sums each output in the
+// same order (one accumulator, RowsBlock), so results do not depend on the batch size.
 template <class I, class D>
 void Gemv(const GemvArgs& a, int64_t n_begin, int64_t n_end) {
   constexpr int kMaxRows = I::kMaxRows, kNb = I::kBatchWeightRows;
@@ -519,9 +521,9 @@ void DequantRows(const QuantMatrix& w, int64_t n0, int64_t n1, float* out) {
 
 // The 5-bit types (quant_gemv_q5.h, included at the end of this header).
 template <class I>
-internal::GemvFn SelectQ5(GgmlType type);
+internal::GemvFn SelectQ5(GgmlType type, bool packed);
 template <class I>
-internal::DequantFn SelectQ5Dequant(GgmlType type);
+internal::DequantFn SelectQ5Dequant(GgmlType type, bool packed);
 
 template <class I>
 internal::DequantFn SelectDequant(GgmlType type, bool packed) {
@@ -534,7 +536,7 @@ internal::DequantFn SelectDequant(GgmlType type, bool packed) {
       case GgmlType::kQ4_1:
         return &DequantRows<I, PackedQ4_1<I>>;
       default:
-        return nullptr;
+        return SelectQ5Dequant<I>(type, packed);
     }
   }
   switch (type) {
@@ -553,7 +555,7 @@ internal::DequantFn SelectDequant(GgmlType type, bool packed) {
     case GgmlType::kBF16:
       return &DequantRows<I, Bf16<I>>;
     default:
-      return SelectQ5Dequant<I>(type);
+      return SelectQ5Dequant<I>(type, packed);
   }
 }
 
@@ -568,7 +570,7 @@ internal::GemvFn Select(GgmlType type, bool packed) {
       case GgmlType::kQ4_1:
         return &Gemv<I, PackedQ4_1<I>>;
       default:
-        return nullptr;
+        return SelectQ5<I>(type, packed);
     }
   }
   switch (type) {
@@ -587,7 +589,7 @@ internal::GemvFn Select(GgmlType type, bool packed) {
     case GgmlType::kBF16:
       return &Gemv<I, Bf16<I>>;
     default:
-      return SelectQ5<I>(type);
+      return SelectQ5<I>(type, packed);
   }
 }
 

@@ -6,14 +6,17 @@
 // Each decoder builds the 32 weights of chunk c as model/format/dequant.cc does: the 5-bit
 // value q (nibble | fifth bit << 4) is exact in a byte, converted to f32 exactly, then d·(q − 16)
 // (Q5_0), d·q + m (Q5_1) or (d·sc)·q − dmin·mn (Q5_K, Q4_K's scales) — one mul, then one add
-// or sub, never fused — so the weights are bit-identical to the dequantised model's. The files
-// keep their own layout (no packing); the fifth bits are spread to bytes with a byte shuffle.
+// or sub, never fused — so the weights are bit-identical to the dequantised model's. Q5_K keeps
+// the file's layout (its fifth bits spread to bytes with a byte shuffle), as do Q5_0 / Q5_1 rows
+// that were not packed; QuantLinear packs Q5_0 / Q5_1 into 5-bit lane fields (quant_pack_q5.h).
 #pragma once
 
 #include <immintrin.h>
 
 #include <cstdint>
 #include <cstring>
+
+#include "model/cpu/quant_pack_q5.h"
 
 namespace tandem::quant::impl {
 namespace {
@@ -100,29 +103,109 @@ struct Q5_K {
   }
 };
 
+// Packed Q5_0 / Q5_1 rows (quant_pack_q5.h): chunk c is block c % 3 of group c / 3, whose
+// elements are fields 2·(c % 3) (0..15) and 2·(c % 3) + 1 (16..31) of the group's 16 lanes.
+// With kLut the block's 32 possible weights sit in two 16-entry tables (q = 0..15, 16..31) and a
+// two-table permute indexes them by the low 5 bits of each lane, shifted to the field: one shift
+// and one permute per 16 weights. Without kLut, U5Field gives a field's 16 quants in f32.
+template <class I, class T>
+struct PackedQ5 {
+  using V = typename I::V;
+  static constexpr int kGroupChunks = 3;
+  static const float* Scales(const uint8_t* row, int64_t k) {
+    return reinterpret_cast<const float*>(row + Q5Groups(k / 32) * kQ5GroupBytes);
+  }
+  struct Group {
+    typename I::IV lanes;
+    const float* sc;  // the scales of the group's first block
+  };
+  // c: the group's first chunk.
+  static Group LoadGroup(const uint8_t* row, int64_t c, int64_t k) {
+    return Group{I::LoadLanes(row + c / kQ5GroupBlocks * kQ5GroupBytes, 4),
+                 Scales(row, k) + T::kScales * c};
+  }
+  template <int B>
+  static void GroupChunk(const Group& gr, V* w) {
+    V lo, hi;
+    T::template Tables<I>(gr.sc + T::kScales * B, &lo, &hi);
+    w[0] = I::Perm2(I::template Srl<10 * B>(gr.lanes), lo, hi);
+    w[1] = I::Perm2(I::template Srl<10 * B + 5>(gr.lanes), lo, hi);
+  }
+  static void Decode(const uint8_t* row, int64_t c, int64_t k, V* w) {
+    const int64_t b = c % kQ5GroupBlocks;
+    if constexpr (I::kLut) {
+      const Group gr = LoadGroup(row, c - b, k);
+      if (b == 0) {
+        GroupChunk<0>(gr, w);
+      } else if (b == 1) {
+        GroupChunk<1>(gr, w);
+      } else {
+        GroupChunk<2>(gr, w);
+      }
+    } else {
+      const uint8_t* group = row + c / kQ5GroupBlocks * kQ5GroupBytes;
+      I::U5Field(group, static_cast<int>(2 * b), w);
+      I::U5Field(group, static_cast<int>(2 * b + 1), w + 16 / I::kLanes);
+      T::template Scale<I>(Scales(row, k) + T::kScales * c, w);
+    }
+  }
+};
+
+struct Q5_0Math {
+  static constexpr int kScales = 1;
+  template <class I>
+  static void Tables(const float* sc, typename I::V* lo, typename I::V* hi) {
+    const typename I::V d = I::Set1(sc[0]);
+    *lo = I::Mul(d, I::Sub(I::Iota16(), I::Set1(16.f)));  // d·(q − 16), q = 0..15
+    *hi = I::Mul(d, I::Iota16());                         // q = 16..31
+  }
+  template <class I>
+  static void Scale(const float* sc, typename I::V* w) {
+    const typename I::V d = I::Set1(sc[0]), sixteen = I::Set1(16.f);
+#pragma GCC unroll 16
+    for (int p = 0; p < Chunk<I>::kVecs; ++p) w[p] = I::Mul(d, I::Sub(w[p], sixteen));
+  }
+};
+
+struct Q5_1Math {
+  static constexpr int kScales = 2;
+  template <class I>
+  static void Tables(const float* sc, typename I::V* lo, typename I::V* hi) {
+    const typename I::V d = I::Set1(sc[0]), m = I::Set1(sc[1]);
+    *lo = I::Add(I::Mul(d, I::Iota16()), m);  // d·q + m, q = 0..15
+    *hi = I::Add(I::Mul(d, I::Add(I::Iota16(), I::Set1(16.f))), m);
+  }
+  template <class I>
+  static void Scale(const float* sc, typename I::V* w) {
+    const typename I::V d = I::Set1(sc[0]), m = I::Set1(sc[1]);
+#pragma GCC unroll 16
+    for (int p = 0; p < Chunk<I>::kVecs; ++p) w[p] = I::Add(I::Mul(d, w[p]), m);
+  }
+};
+
 template <class I>
-internal::GemvFn SelectQ5(GgmlType type) {
+internal::GemvFn SelectQ5(GgmlType type, bool packed) {
   switch (type) {
     case GgmlType::kQ5_0:
-      return &Gemv<I, Q5_0<I>>;
+      return packed ? &Gemv<I, PackedQ5<I, Q5_0Math>> : &Gemv<I, Q5_0<I>>;
     case GgmlType::kQ5_1:
-      return &Gemv<I, Q5_1<I>>;
+      return packed ? &Gemv<I, PackedQ5<I, Q5_1Math>> : &Gemv<I, Q5_1<I>>;
     case GgmlType::kQ5_K:
-      return &Gemv<I, Q5_K<I>>;
+      return packed ? nullptr : &Gemv<I, Q5_K<I>>;
     default:
       return nullptr;
   }
 }
 
 template <class I>
-internal::DequantFn SelectQ5Dequant(GgmlType type) {
+internal::DequantFn SelectQ5Dequant(GgmlType type, bool packed) {
   switch (type) {
     case GgmlType::kQ5_0:
-      return &DequantRows<I, Q5_0<I>>;
+      return packed ? &DequantRows<I, PackedQ5<I, Q5_0Math>> : &DequantRows<I, Q5_0<I>>;
     case GgmlType::kQ5_1:
-      return &DequantRows<I, Q5_1<I>>;
+      return packed ? &DequantRows<I, PackedQ5<I, Q5_1Math>> : &DequantRows<I, Q5_1<I>>;
     case GgmlType::kQ5_K:
-      return &DequantRows<I, Q5_K<I>>;
+      return packed ? nullptr : &DequantRows<I, Q5_K<I>>;
     default:
       return nullptr;
   }

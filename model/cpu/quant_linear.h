@@ -44,8 +44,8 @@ class QuantLinear final : public LinearOp {
   int64_t k() const override { return k_; }
   GgmlType type() const { return type_; }
   int64_t row_bytes() const { return row_bytes_; }
-  // Bytes held: the rows (Q4_0/Q4_1/Q8_0 in quant::PackRows' layout, f32 scales: +20% for Q4_1,
-  // +6% for Q8_0 over the file) plus the bias.
+  // Bytes held: the rows (Q4_0/Q4_1/Q8_0/Q5_0/Q5_1 in quant::PackRows' layout, f32 scales:
+  // +20% for Q4_1, +6% for Q8_0, +15% for Q5_0, +22% for Q5_1 over the file) plus the bias.
   int64_t resident_bytes() const override;
 
   absl::Status Forward(const float* x, int64_t m, float* y,
@@ -93,7 +93,7 @@ class QuantLinear final : public LinearOp {
 
   GgmlType type_ = GgmlType::kF32;
   int64_t n_ = 0, k_ = 0, row_bytes_ = 0;
-  bool packed_ = false;        // rows in quant::PackRows' layout (Q4_0, Q4_1, Q8_0)
+  bool packed_ = false;        // rows in quant::PackRows' layout (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1)
   uint8_t* blocks_ = nullptr;  // [n][row_bytes], owned (aligned_alloc)
   std::vector<float> bias_;
 };

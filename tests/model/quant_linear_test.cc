@@ -3,7 +3,9 @@
 // supported type, odd shapes (n not a multiple of the kernel's 32-row tile, K not a multiple of
 // 32 for the one-element-block types F16/BF16, several blocks and super-blocks otherwise; for
 // Q4_0/Q4_1 every mix of the packed layout's 4-, 2- and 1-block lane groups: 1, 3 = 2+1,
-// 5 = 4+1, 7 = 4+2+1 and 18 = 4·4+2 blocks; the 5-bit types Q5_0, Q5_1, Q5_K too),
+// 5 = 4+1, 7 = 4+2+1 and 18 = 4·4+2 blocks; the 5-bit types Q5_0, Q5_1, Q5_K too, packed Q5_0/
+// Q5_1 with 3-block groups whole and ending in 1 or 2 blocks: 1, 3, 5, 7, 18 blocks; K-quants
+// at 1, 2 and 3 super-blocks),
 // M = 1..33, each epilogue, and each ISA path this CPU has (portable, AVX2, AVX-512).
 //
 // Tolerance: f32 products of the same exact weights, summed in another order:
@@ -101,7 +103,8 @@ std::vector<Case> Cases() {
       {GgmlType::kF16, 37, 77},   {GgmlType::kF16, 9, 64},    {GgmlType::kBF16, 41, 45},
       {GgmlType::kBF16, 3, 7},    {GgmlType::kQ5_0, 35, 96},  {GgmlType::kQ5_0, 3, 32},
       {GgmlType::kQ5_1, 37, 160}, {GgmlType::kQ5_K, 33, 512}, {GgmlType::kQ5_K, 4, 256},
-      {GgmlType::kQ4_K, 3, 256},  {GgmlType::kQ4_K, 33, 768},
+      {GgmlType::kQ4_K, 3, 256},  {GgmlType::kQ4_K, 33, 768}, {GgmlType::kQ6_K, 33, 768},
+      {GgmlType::kQ5_0, 19, 576}, {GgmlType::kQ5_1, 9, 224},  {GgmlType::kQ5_1, 5, 32},
   };
 }
 
@@ -113,7 +116,8 @@ std::vector<CpuIsa> Paths() {
   return out;
 }
 
-// The matrix in the file's layout, and for Q4_0/Q4_1/Q8_0 also in the kernels' packed layout
+// The matrix in the file's layout, and for Q4_0/Q4_1/Q8_0/Q5_0/Q5_1 also in the kernels' packed
+// layout
 // (quant::PackRows; the packed copies live as long as the process: small test matrices).
 std::vector<quant::QuantMatrix> Layouts(const Case& c, const std::vector<uint8_t>& rows) {
   std::vector<quant::QuantMatrix> out = {
@@ -204,44 +208,51 @@ TEST(QuantGemvTest, EveryPathTypeAndEpilogueMatchesTheDequantisedReference) {
   }
 }
 
-// The AVX2 path's factored kernels — packed Q4_0/Q4_1/Q8_0 (quant_gemv_avx2_factored.h) and Q4_K
-// (quant_gemv_avx2_q4k.h) — sum each output in an order set by its own weight row and activation
-// row alone, so an activation row gives the
-// same bits whether it is computed alone (m = 1: one weight row per pass) or inside a batch of
-// 13 (blocks of 4, 2 and 1 activation rows), and with the activations' magnitudes spread over
-// 2^±60 (the kernel's power-of-two prescaling of x must stay exact).
-TEST(QuantGemvTest, Avx2FactoredKernelsGiveEveryRowTheSameBitsAloneAndInABatch) {
-  if (!CpuSupports(CpuIsa::kAvx2)) GTEST_SKIP() << "no AVX2";
+// Every vector kernel sums each output in an order set by its own weight row and activation row
+// alone — the AVX2 path's factored ones (packed Q4_0/Q4_1/Q8_0, quant_gemv_avx2_factored.h;
+// Q4_K, Q6_K, packed Q5_0/Q5_1: quant_gemv_avx2_q4k.h, _q6k.h, _q5.h) and the AVX-512 table
+// kernels, including a tile's last rows (n = 9, 19, 35, 37: not multiples of the 4-row blocks) —
+// so an activation row gives the same bits whether it is computed alone (m = 1) or inside a batch
+// of 13 (blocks of 8 or 4, 2 and 1 activation rows), and with the activations' magnitudes spread
+// over 2^±60 (the factored kernels' power-of-two prescaling of x must stay exact).
+TEST(QuantGemvTest, VectorKernelsGiveEveryRowTheSameBitsAloneAndInABatch) {
   const int64_t m = 13;
-  for (const Case& c : {Case{GgmlType::kQ4_1, 37, 224}, Case{GgmlType::kQ4_0, 19, 576},
-                        Case{GgmlType::kQ4_1, 9, 96}, Case{GgmlType::kQ8_0, 37, 96},
-                        Case{GgmlType::kQ4_K, 35, 768}}) {
-    SCOPED_TRACE(std::string(GgmlTypeName(c.type)) + " k=" + std::to_string(c.k));
-    const std::vector<uint8_t> rows = RandomRows(c.type, c.n, c.k, c.k + 1);
-    const quant::QuantMatrix wm = Layouts(c, rows).back();  // packed where the type packs
-    ASSERT_EQ(wm.packed, quant::PackSupports(c.type));
-    std::vector<float> x = Random(m * c.k, 21);
-    for (size_t t = 0; t < x.size(); ++t) x[t] = std::ldexp(x[t], static_cast<int>(t % 121) - 60);
-    std::vector<float> batch(m * c.n);
-    quant::GemvArgs a;
-    a.w = wm;
-    a.x = x.data();
-    a.m = m;
-    a.y = batch.data();
-    quant::GemvOnPath(CpuIsa::kAvx2, a, 0, c.n);
-    std::vector<float> w(c.n * c.k);
-    ASSERT_TRUE(Dequantize(c.type, absl::MakeConstSpan(rows), absl::MakeSpan(w)).ok());
-    ASSERT_EQ(
-        CheckAgainstReference(w, c, m, x, nullptr, quant::Epilogue::kStore, batch, batch, batch),
-        0);
-    for (int64_t i = 0; i < m; ++i) {
-      std::vector<float> alone(c.n);
-      a.x = x.data() + i * c.k;
-      a.m = 1;
-      a.y = alone.data();
-      quant::GemvOnPath(CpuIsa::kAvx2, a, 0, c.n);
-      for (int64_t j = 0; j < c.n; ++j) {
-        ASSERT_EQ(alone[j], batch[i * c.n + j]) << "row " << i << " output " << j;
+  const Case cases[] = {{GgmlType::kQ4_1, 37, 224}, {GgmlType::kQ4_0, 19, 576},
+                        {GgmlType::kQ4_1, 9, 96},   {GgmlType::kQ8_0, 37, 96},
+                        {GgmlType::kQ4_K, 35, 768}, {GgmlType::kQ6_K, 35, 768},
+                        {GgmlType::kQ6_K, 5, 256},  {GgmlType::kQ5_0, 19, 576},
+                        {GgmlType::kQ5_1, 37, 224}, {GgmlType::kQ5_0, 9, 160}};
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    for (const Case& c : cases) {
+      if (!CpuSupports(isa)) continue;
+      SCOPED_TRACE(std::string(GgmlTypeName(c.type)) + " k=" + std::to_string(c.k) +
+                   " path=" + CpuIsaName(isa));
+      const std::vector<uint8_t> rows = RandomRows(c.type, c.n, c.k, c.k + 1);
+      const quant::QuantMatrix wm = Layouts(c, rows).back();  // packed where the type packs
+      ASSERT_EQ(wm.packed, quant::PackSupports(c.type));
+      std::vector<float> x = Random(m * c.k, 21);
+      for (size_t t = 0; t < x.size(); ++t) x[t] = std::ldexp(x[t], static_cast<int>(t % 121) - 60);
+      std::vector<float> batch(m * c.n);
+      quant::GemvArgs a;
+      a.w = wm;
+      a.x = x.data();
+      a.m = m;
+      a.y = batch.data();
+      quant::GemvOnPath(isa, a, 0, c.n);
+      std::vector<float> w(c.n * c.k);
+      ASSERT_TRUE(Dequantize(c.type, absl::MakeConstSpan(rows), absl::MakeSpan(w)).ok());
+      ASSERT_EQ(
+          CheckAgainstReference(w, c, m, x, nullptr, quant::Epilogue::kStore, batch, batch, batch),
+          0);
+      for (int64_t i = 0; i < m; ++i) {
+        std::vector<float> alone(c.n);
+        a.x = x.data() + i * c.k;
+        a.m = 1;
+        a.y = alone.data();
+        quant::GemvOnPath(isa, a, 0, c.n);
+        for (int64_t j = 0; j < c.n; ++j) {
+          ASSERT_EQ(alone[j], batch[i * c.n + j]) << "row " << i << " output " << j;
+        }
       }
     }
   }
@@ -256,6 +267,12 @@ TEST(QuantGemvTest, EveryTypeHasVectorKernels) {
     EXPECT_NE(quant::internal::Avx512Gemv(c.type, false), nullptr);
     EXPECT_NE(quant::internal::Avx2Dequant(c.type, false), nullptr);
     EXPECT_NE(quant::internal::Avx512Dequant(c.type, false), nullptr);
+    if (quant::PackSupports(c.type)) {
+      EXPECT_NE(quant::internal::Avx2Gemv(c.type, true), nullptr);
+      EXPECT_NE(quant::internal::Avx512Gemv(c.type, true), nullptr);
+      EXPECT_NE(quant::internal::Avx2Dequant(c.type, true), nullptr);
+      EXPECT_NE(quant::internal::Avx512Dequant(c.type, true), nullptr);
+    }
   }
 }
 
@@ -313,6 +330,8 @@ TEST(QuantLinearTest, BothPathsMatchTheReferenceForEveryEpilogue) {
                                          {GgmlType::kQ4_K, 5000, 256},
                                          {GgmlType::kQ6_K, 33, 256},
                                          {GgmlType::kQ5_0, 40, 576},
+                                         {GgmlType::kQ5_1, 36, 224},
+                                         {GgmlType::kQ6_K, 40, 1536},
                                          {GgmlType::kQ5_K, 35, 256},
                                          {GgmlType::kBF16, 37, 45}}) {
     const std::vector<uint8_t> rows = RandomRows(c.type, c.n, c.k, 17);
