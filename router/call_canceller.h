@@ -1,20 +1,25 @@
 // Propagates a client's cancellation to the one outgoing call a request has in flight.
 //
-// The Generate reactor calls Cancel() from gRPC's OnCancel (client cancelled, deadline passed,
-// connection lost, server shutting down); the request thread registers each outgoing call's
-// ClientContext while the call is in flight. Cancel() marks the request cancelled and calls
-// TryCancel on the registered context; registering after Cancel() cancels the call at once, so
-// there is no window in which a cancellation is lost.
+// The Generate reactor (or the HTTP handler) calls Cancel() when the client goes away (client
+// cancelled, deadline passed, connection lost, server shutting down); the request thread
+// registers each outgoing call (a Cancellable: node_client.h's calls) while it is in flight.
+// Cancel() marks the request cancelled and cancels the registered call; registering after
+// Cancel() cancels the call at once, so there is no window in which a cancellation is lost.
 //
-// Thread-safety: all methods are thread-safe. A registered context must outlive its
-// Registration.
+// Thread-safety: all methods are thread-safe. A registered call must outlive its Registration.
 #pragma once
-
-#include <grpcpp/client_context.h>
 
 #include "absl/synchronization/mutex.h"
 
 namespace tandem {
+
+// A call in flight that can be asked to stop (from any thread). Cancel must not call back into
+// the CallCanceller.
+class Cancellable {
+ public:
+  virtual ~Cancellable() = default;
+  virtual void Cancel() = 0;
+};
 
 class CallCanceller {
  public:
@@ -27,7 +32,7 @@ class CallCanceller {
 
   class Registration {
    public:
-    Registration(CallCanceller* owner, grpc::ClientContext* context);
+    Registration(CallCanceller* owner, Cancellable* call);
     ~Registration();
     Registration(const Registration&) = delete;
     Registration& operator=(const Registration&) = delete;
@@ -39,7 +44,7 @@ class CallCanceller {
  private:
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::ClientContext* active_ ABSL_GUARDED_BY(mu_) = nullptr;
+  Cancellable* active_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace tandem

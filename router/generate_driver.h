@@ -12,6 +12,9 @@
 // while a lease may exist (the router cancelled it, or it ended CANCELLED or DEADLINE_EXCEEDED:
 // PrefillMayHaveLeased), the KvReleaser releases it by request id, off the request's thread.
 //
+// The node calls go through RouterDeps::nodes (a NodeClient: gRPC in production, an in-process
+// fake in the driver's unit tests) and time through RouterDeps::clock.
+//
 // Thread-safety: RunGenerate may run on many threads at once; the dependencies are shared.
 #pragma once
 
@@ -22,7 +25,9 @@
 
 #include "absl/time/time.h"
 #include "router/call_canceller.h"
+#include "router/clock.h"
 #include "router/kv_releaser.h"
+#include "router/node_client.h"
 #include "router/node_pool.h"
 #include "router/provenance.h"
 #include "router/router_log.h"
@@ -71,6 +76,10 @@ struct RouterDeps {
   // Releases the lease an abandoned Prefill call may have left (kv_releaser.h). nullptr: none is
   // sent, and such a lease expires after the prefill node's --lease_ms.
   KvReleaser* kv_releaser = nullptr;
+  // Every node call goes through `nodes` (node_client.h); nullptr: gRPC (DefaultGrpcNodeClient).
+  NodeClient* nodes = nullptr;
+  // The driver's time: deadlines, backoffs, waits and timings. nullptr: RealClock().
+  Clock* clock = nullptr;
 };
 
 grpc::Status RunGenerate(const RouterDeps& deps, const v1::GenerateRequest& request,

@@ -15,12 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
-#include "common/kv_source_failure.h"
 #include "proto/convert/sampling_proto.h"
-#include "router/decode_stream.h"
+#include "router/decode_call.h"
 #include "router/generate_driver_internal.h"
 #include "router/retry_policy.h"
 #include "serving/grpc_status.h"
@@ -68,7 +65,7 @@ void Driver::PrefillAndDecodeChoices() {
   } else if (static_cast<int32_t>(choice_first_tokens_.size()) != n) {
     // The prefill node answered with one first token: it predates n > 1.
     error = absl::FailedPreconditionError(absl::StrCat(
-        "prefill node ", kv_.has_value() ? kv_->node : std::string("?"), " sent ",
+        "prefill node ", kv_.has_value() ? kv_->node.address : std::string("?"), " sent ",
         choice_first_tokens_.size(), " first tokens for ", n, " choices (a build without n > 1)"));
   }
   if (!error.ok()) {
@@ -117,51 +114,40 @@ void Driver::DecodeChoices(const std::vector<Choice*>& live) {
     choice->set_first_token(c->state->streamed().back());
   }
 
-  const absl::Duration idle = deps_.options.decode_idle_timeout;
-  const absl::Time deadline = std::min(
-      client_deadline_, absl::Now() + deps_.options.rpc_timeout + idle * (plan.max_new_tokens + 1));
-  const absl::Time called = absl::Now();
-  absl::Cleanup timed = [this, called] { decode_time_ += absl::Now() - called; };
-  DecodeStream stream(node->channel(), std::move(request), deadline, request_id_);
-  CallCanceller::Registration registration(canceller_, stream.context());
   auto decoding = [&live] {
     return std::any_of(live.begin(), live.end(),
                        [](Choice* c) { return c->state->phase() == RequestPhase::kDecode; });
   };
   bool took_kv = false;
   bool timed_transfer = false;
-  absl::Status failure;
-  while (true) {
-    DecodeStream::ReadResult next = stream.Read(idle);
-    if (next.kind != DecodeStream::ReadResult::Kind::kEvent) {
-      failure = StreamEndFailure(next, idle);
-      break;
-    }
-    if (next.event.has_served()) NoteServed(node->address(), next.event.served());
+  DecodeCallHooks hooks;
+  hooks.on_event = [&](const v1::DecodeEvent& event) -> absl::StatusOr<CallStep> {
     if (!took_kv) {  // the node has pulled the KV and released the prefill's lease
       took_kv = true;
       for (Choice* c : live) c->state->OnKvReleased();
     }
-    if (next.event.has_finish() && !timed_transfer) {  // every choice's finish repeats it
+    if (event.has_finish() && !timed_transfer) {  // every choice's finish repeats it
       timed_transfer = true;
-      transfer_time_ += absl::Microseconds(next.event.finish().transfer_us());
+      transfer_time_ += absl::Microseconds(event.finish().transfer_us());
     }
     const auto it = std::find_if(live.begin(), live.end(),
-                                 [&](Choice* c) { return c->index == next.event.choice(); });
+                                 [&](Choice* c) { return c->index == event.choice(); });
     if (it == live.end()) {
-      failure = absl::InternalError(absl::StrCat("decode node sent an event for choice ",
-                                                 next.event.choice(), ", which it was not sent"));
-      break;
+      return absl::InternalError(absl::StrCat("decode node sent an event for choice ",
+                                              event.choice(), ", which it was not sent"));
     }
     choice_ = *it;
-    OnDecodeEvent(*choice_->state, next.event);
+    OnDecodeEvent(*choice_->state, event);
     SendChoiceEnds();
-    if (!decoding()) {
-      // Collect the final status so the node sees a clean end rather than a cancellation.
-      stream.Read(idle);
-      return;
-    }
-  }
+    // Every choice done: collect the final status so the node sees a clean end.
+    return decoding() ? CallStep::kRead : CallStep::kFinish;
+  };
+  const absl::Time called = clock_->Now();
+  const DecodeCallResult call =
+      RunDecode(DecodeCallTo(*node, std::move(request), plan.max_new_tokens), std::move(hooks));
+  decode_time_ += clock_->Now() - called;
+  if (call.failure.ok()) return;
+  absl::Status failure = call.failure;
   if (canceller_->cancelled()) {
     for (Choice* c : live) c->state->Fail(absl::CancelledError("request cancelled by the client"));
     return;

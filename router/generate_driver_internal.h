@@ -1,6 +1,8 @@
 // The per-request driver behind RunGenerate (generate_driver.h): private to the router, shared
-// by generate_driver.cc (prefill, decode, colocated serving, the run loop) and
-// generate_driver_pipelined.cc (pipelined transfer). Not for use outside those files.
+// by generate_driver.cc (prefill, ReleaseKv, the run loop), generate_driver_decode.cc (the plain
+// and colocated Decode calls and what their failures mean), generate_driver_pipelined.cc
+// (pipelined transfer) and generate_driver_choices.cc (n > 1). Every Decode call is run by
+// RunDecodeCall (decode_call.h). Not for use outside those files.
 #pragma once
 
 #include <memory>
@@ -12,31 +14,24 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "model/tokenizer/streaming_decoder.h"
-#include "router/decode_stream.h"
+#include "router/clock.h"
+#include "router/decode_call.h"
 #include "router/generate_driver.h"
+#include "router/grpc_node_client.h"
+#include "router/node_client.h"
 #include "router/prefix_match.h"
 #include "router/provenance.h"
 #include "router/request_prep.h"
 #include "router/request_state.h"
-#include "tandem/v1/prefill.grpc.pb.h"
+#include "tandem/v1/prefill.pb.h"
 
 namespace tandem::generate_internal {
-
-// Why a decode stream ended before its finish event: nothing within the idle timeout, a clean
-// end without a finish, or the call's error.
-absl::Status StreamEndFailure(const DecodeStream::ReadResult& next, absl::Duration idle);
 
 // The KV a prefill node holds for this request, and how to reach that node to release it.
 struct HeldKv {
   v1::KvHandle handle;
-  std::string node;
-  std::shared_ptr<grpc::Channel> channel;
+  NodeRef node;
 };
-
-// A node call that ends CANCELLED while the client has not cancelled was cancelled by the node
-// (its server shutting down as it drains, or its process going away): the node is unavailable,
-// which the retry policy treats as such, rather than a cancellation to hand to the client.
-absl::Status NodeSideCancelAsUnavailable(const absl::Status& status);
 
 // LayoutName of a layout as it crosses the wire (a KV handle's, a DecodeServed's).
 std::string LayoutNameOf(const v1::KvLayout& layout);
@@ -55,7 +50,9 @@ class Driver {
         client_deadline_(client_deadline),
         canceller_(canceller),
         sink_(sink),
-        start_(absl::Now()) {}
+        nodes_(deps.nodes != nullptr ? deps.nodes : DefaultGrpcNodeClient()),
+        clock_(deps.clock != nullptr ? deps.clock : RealClock()),
+        start_(clock_->Now()) {}
 
   grpc::Status Run(const v1::GenerateRequest& request);
 
@@ -80,6 +77,24 @@ class Driver {
   void Colocated(RequestState& state);
   // Handles one decode event; false when the call is over for this request.
   bool OnDecodeEvent(RequestState& state, const v1::DecodeEvent& event);
+  // OnDecodeEvent as the call's next step: read on, collect the finish, or stop the call.
+  CallStep DecodeStep(RequestState& state, const v1::DecodeEvent& event);
+  // The Decode call to `node` with `request`: its deadline min(client deadline, now +
+  // rpc_timeout + idle · (max_new_tokens + 1)), the idle timeout, the request id.
+  DecodeCallSpec DecodeCallTo(const NodeLease& node, v1::DecodeRequest request,
+                              int32_t max_new_tokens) const;
+  // Runs `spec` with `hooks` (RunDecodeCall), recording every event's DecodeServed first.
+  DecodeCallResult RunDecode(DecodeCallSpec spec, DecodeCallHooks hooks);
+  // A Decode call of one sequence (plain, colocated or pipelined) on `node` ended with `failure`.
+  // A client's cancellation fails the request (a pipelined call's KV released). Else: whom to
+  // blame, whether strict mode stops the request, and the state's next phase. Before the first
+  // token (phase kPrefill) a colocated call fails like a prefill (retried when
+  // IsRetryablePrefillError), a pipelined one like its prefill whatever broke (retried when
+  // IsRetryableDecodeError; the KV released); after it, a decode failure (resumed; re-prefilled
+  // when the decode node never took the KV).
+  enum class DecodeCallKind { kPlain, kColocated, kPipelined };
+  void OnDecodeCallFailed(RequestState& state, const std::string& node, absl::Status failure,
+                          DecodeCallKind kind);
   void ReleaseKv();
   // A healthy node of `role`; when none is, waits for one (bounded by the client's deadline and
   // the retry policy's wait budget, interrupted by cancellation) instead of failing at once.
@@ -119,7 +134,7 @@ class Driver {
   void NoteRecovery(const RequestState& state, v1::InstanceRole role, const std::string& node,
                     const absl::Status& error, Recovery recovery);
   absl::Time UnaryDeadline() const {
-    return std::min(absl::Now() + deps_.options.rpc_timeout, client_deadline_);
+    return std::min(clock_->Now() + deps_.options.rpc_timeout, client_deadline_);
   }
   // The request's log line and its end-of-request metrics.
   void LogEnd(const RequestState* state, const absl::Status& status);
@@ -155,6 +170,8 @@ class Driver {
   const absl::Time client_deadline_;
   CallCanceller* const canceller_;
   GenerateSink* const sink_;
+  NodeClient* const nodes_;
+  Clock* const clock_;
   const absl::Time start_;
 
   std::string request_id_;
