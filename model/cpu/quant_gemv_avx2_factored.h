@@ -268,8 +268,8 @@ inline void ScaledActivations(const float* x, int64_t m, int64_t k, float* out) 
   }
 }
 
-// All m rows of outputs [n_begin, n_end), in tiles of 32 weight rows as Gemv: blocks of 4
-// activation rows, then 2, then 1, each against one weight row at a time.
+// All m rows of outputs [n_begin, n_end), in tiles of 32 weight rows as Gemv: blocks of 8
+// activation rows (Q8_0 only), then 4, then 2, then 1, each against one weight row at a time.
 template <PackedKind P>
 void FactoredGemv(const GemvArgs& a, int64_t n_begin, int64_t n_end) {
   const int64_t k = a.w.k;
@@ -289,6 +289,14 @@ void FactoredGemv(const GemvArgs& a, int64_t n_begin, int64_t n_end) {
   for (int64_t t = n_begin; t < n_end; t += kTile) {
     const int64_t te = t + kTile < n_end ? t + kTile : n_end;
     int64_t m0 = 0;
+    if constexpr (P == PackedKind::kQ8_0) {
+      // Q8_0 decodes a block with 4 widening loads and converts: shared by 8 activation rows
+      // (8 accumulators, 4 quants, the scale and the running sum: 14 ymm registers, activations
+      // as memory operands) it costs half as much per output as by 4 (hot m = 16: +5%).
+      for (; m0 + 8 <= a.m; m0 += 8) {
+        FactoredRowRange<P, 1, 8>(sa, t, te, m0, offsets.data() + m0 * ostride, ostride);
+      }
+    }
     for (; m0 + 4 <= a.m; m0 += 4) {
       FactoredRowRange<P, 1, 4>(sa, t, te, m0, offsets.data() + m0 * ostride, ostride);
     }
