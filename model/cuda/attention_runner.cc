@@ -1,11 +1,13 @@
 #include "model/cuda/attention_runner.h"
 
 #include <cstdlib>
+#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "attention/cpu/paged_attention.h"
 #include "attention/cuda/attention_launch_plan.h"
 #include "attention/cuda/cuda_attention.h"
+#include "attention/cuda/flashinfer/flashinfer_attention.h"
 #include "common/cuda/cuda_device.h"
 #include "common/status_macros.h"
 
@@ -38,8 +40,12 @@ absl::StatusOr<std::unique_ptr<AttentionRunner>> AttentionRunner::Create(int32_t
                           StagedUpload::Create(device, stream, timeout));
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<StagedUpload> rows,
                           StagedUpload::Create(device, stream, timeout));
-  return std::unique_ptr<AttentionRunner>(
-      new AttentionRunner(device, stream, timeout, kernel, std::move(slots), std::move(rows)));
+  std::unique_ptr<StagedUpload> fi_plan;
+  if (kernel == CudaAttentionKernel::kFlashInfer) {
+    TANDEM_ASSIGN_OR_RETURN(fi_plan, StagedUpload::Create(device, stream, timeout));
+  }
+  return std::unique_ptr<AttentionRunner>(new AttentionRunner(
+      device, stream, timeout, kernel, std::move(slots), std::move(rows), std::move(fi_plan)));
 }
 
 absl::Status AttentionRunner::WriteKv(const KvPoolView& pool, int32_t layer, const int64_t* slots,
@@ -113,6 +119,15 @@ absl::Status AttentionRunner::Attention(const KvPoolView& pool, int32_t layer,
   const PackedRowsLayout layout = PackAttentionRows(rows, blob_);
   TANDEM_RETURN_IF_ERROR(ValidateRows(pool, layer, rows, num_q_heads));
 
+  if (kernel_ == CudaAttentionKernel::kFlashInfer) {
+    const flashinfer_plan::PathChoice choice = flashinfer_plan::ChoosePath(
+        true, FlashInferBuilt(), flashinfer_plan::ShapeOf(pool.geometry, num_q_heads));
+    if (choice.flashinfer) {
+      return FlashInferAttention(pool, layer, rows, q, num_q_heads, scale, out, lse);
+    }
+    LogFallbackOnce(choice.fallback);
+  }
+
   const int64_t items = rows.num_rows * num_q_heads;
   const bool gqa_split_kv = kernel_ == CudaAttentionKernel::kGqaSplitKv &&
                             DecodeKernelSupports(pool.geometry.head_dim,
@@ -133,6 +148,69 @@ absl::Status AttentionRunner::Attention(const KvPoolView& pool, int32_t layer,
     TANDEM_ASSIGN_OR_RETURN(args.scratch, Scratch(scratch_floats));
   }
   return gqa_split_kv ? LaunchDecodeAttention(args, stream_) : LaunchPagedAttention(args, stream_);
+}
+
+void AttentionRunner::LogFallbackOnce(const std::string& reason) {
+  if (logged_fallbacks_.insert(reason).second) {
+    std::cerr << "cuda attention: TANDEM_CUDA_ATTENTION=flashinfer falls back to per_head: "
+              << reason << std::endl;
+  }
+}
+
+absl::Status AttentionRunner::FlashInferAttention(const KvPoolView& pool, int32_t layer,
+                                                  const AttentionRows& rows, const float* q,
+                                                  int32_t num_q_heads, float scale, float* out,
+                                                  float* lse) {
+  namespace fp = flashinfer_plan;
+  const PoolGeometry& g = pool.geometry;
+  const bool same = fi_device_plan_ != nullptr && fi_rows_blob_ == blob_ &&
+                    SameRowScalars(rows, fi_rows_) && fi_heads_ == num_q_heads &&
+                    fi_kv_heads_ == g.num_kv_heads && fi_block_size_ == g.block_size;
+  if (!same) {
+    TANDEM_ASSIGN_OR_RETURN(const fp::PagedKvBatch batch,
+                            fp::BuildPagedKvBatch(rows, /*causal_runs=*/true));
+    fi_kernel_ = fp::ChooseKernel(batch);
+    fi_decode_ = fp::DecodeWork{};
+    fp::PrefillWork prefill;
+    if (fi_kernel_ == fp::FlashInferKernel::kDecode) {
+      fi_decode_ = fp::PlanDecodeWork(batch, g.num_kv_heads, g.block_size);
+      fi_ctas_ = fi_decode_.num_ctas();
+    } else {
+      prefill = fp::PlanPrefillWork(batch, num_q_heads / g.num_kv_heads, fp::kPrefillCtaTileQ);
+      fi_ctas_ = prefill.num_ctas();
+    }
+    fi_sequences_ = batch.num_sequences();
+    fi_layout_ = fp::PackPlan(batch, fi_decode_, prefill, fi_blob_);
+    fi_device_plan_ = nullptr;
+    TANDEM_ASSIGN_OR_RETURN(
+        const void* device_plan,
+        fi_plan_upload_->Upload(fi_blob_.data(), fi_layout_.ints * int64_t{sizeof(int32_t)}));
+    fi_device_plan_ = static_cast<const int32_t*>(device_plan);
+    fi_rows_blob_ = blob_;
+    fi_rows_ = rows;
+    fi_heads_ = num_q_heads;
+    fi_kv_heads_ = g.num_kv_heads;
+    fi_block_size_ = g.block_size;
+  }
+  FlashInferAttentionArgs a;
+  a.pool = pool;
+  a.layer = layer;
+  a.num_rows = rows.num_rows;
+  a.q = q;
+  a.num_q_heads = num_q_heads;
+  a.scale = scale;
+  a.out = out;
+  a.lse = lse;
+  a.kernel = fi_kernel_;
+  a.num_sequences = fi_sequences_;
+  a.num_ctas = fi_ctas_;
+  a.partition_kv = fi_decode_.partition_kv;
+  a.plan = fi_device_plan_;
+  a.layout = fi_layout_;
+  const int64_t bytes = FlashInferScratchBytes(g, num_q_heads, rows.num_rows, fi_decode_);
+  TANDEM_ASSIGN_OR_RETURN(float* scratch, Scratch((bytes + 3) / 4));
+  a.scratch = scratch;
+  return LaunchFlashInferAttention(a, stream_);
 }
 
 }  // namespace tandem::gpu

@@ -9,9 +9,12 @@
 // is enqueued, so a bad block id can never become an illegal GPU address.
 //
 // Kernel choice: the per-head kernel (LaunchPagedAttention) unless the environment variable
-// TANDEM_CUDA_ATTENTION=gqa_split_kv (read once by Create; another value fails Create) selects
-// the GQA split-KV kernel (LaunchDecodeAttention), which is then used for every shape it
-// supports (decode_attention_plan.h: DecodeKernelSupports) and the per-head kernel for the rest.
+// TANDEM_CUDA_ATTENTION (read once by Create; an unknown value fails Create) selects another:
+// `gqa_split_kv` the GQA split-KV kernel (LaunchDecodeAttention) for every shape it supports
+// (decode_attention_plan.h: DecodeKernelSupports); `flashinfer` FlashInfer's decode/prefill
+// (attention/cuda/flashinfer/) for every shape flashinfer_plan.h's ChoosePath accepts. Any
+// other shape — or every shape when the binary was built without FlashInfer — runs the
+// per-head kernel, and the reason is written to stderr once per distinct reason.
 //
 // Thread-safety: one owner thread (the backend's); enqueues on the backend's stream.
 #pragma once
@@ -21,12 +24,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "attention/attention_args.h"
 #include "attention/cuda/decode_attention_plan.h"
+#include "attention/cuda/flashinfer/flashinfer_plan.h"
 #include "common/cuda/cuda_buffer.h"
 #include "common/cuda/staged_upload.h"
 
@@ -50,16 +56,22 @@ class AttentionRunner {
  private:
   AttentionRunner(int32_t device, cudaStream_t stream, absl::Duration timeout,
                   CudaAttentionKernel kernel, std::unique_ptr<StagedUpload> slots,
-                  std::unique_ptr<StagedUpload> rows)
+                  std::unique_ptr<StagedUpload> rows, std::unique_ptr<StagedUpload> fi_plan)
       : device_(device),
         stream_(stream),
         timeout_(timeout),
         kernel_(kernel),
         slots_upload_(std::move(slots)),
-        rows_upload_(std::move(rows)) {}
+        rows_upload_(std::move(rows)),
+        fi_plan_upload_(std::move(fi_plan)) {}
   absl::Status ValidateRows(const KvPoolView& pool, int32_t layer, const AttentionRows& rows,
                             int32_t num_q_heads);
   absl::StatusOr<float*> Scratch(int64_t floats);
+  // The FlashInfer path for validated rows (host arrays); REQUIRES ChoosePath accepted it.
+  absl::Status FlashInferAttention(const KvPoolView& pool, int32_t layer, const AttentionRows& rows,
+                                   const float* q, int32_t num_q_heads, float scale, float* out,
+                                   float* lse);
+  void LogFallbackOnce(const std::string& reason);
 
   const int32_t device_;
   const cudaStream_t stream_;
@@ -67,7 +79,24 @@ class AttentionRunner {
   const CudaAttentionKernel kernel_;
   std::unique_ptr<StagedUpload> slots_upload_;
   std::unique_ptr<StagedUpload> rows_upload_;
+  std::unique_ptr<StagedUpload> fi_plan_upload_;
   std::unique_ptr<CudaDeviceBuffer> scratch_;
+  std::set<std::string> logged_fallbacks_;
+
+  // The FlashInfer plan of the last call, reused while the row metadata (blob_) and shapes are
+  // unchanged (every layer after the first in a step).
+  std::vector<std::byte> fi_rows_blob_;
+  AttentionRows fi_rows_;  // its scalars (DCP geometry and rank)
+  int32_t fi_heads_ = 0;
+  int32_t fi_kv_heads_ = 0;
+  int32_t fi_block_size_ = 0;
+  std::vector<int32_t> fi_blob_;
+  const int32_t* fi_device_plan_ = nullptr;
+  flashinfer_plan::PackedPlan fi_layout_;
+  flashinfer_plan::FlashInferKernel fi_kernel_ = flashinfer_plan::FlashInferKernel::kDecode;
+  flashinfer_plan::DecodeWork fi_decode_;
+  int32_t fi_sequences_ = 0;
+  int32_t fi_ctas_ = 0;
 
   // The last metadata that passed validation, and what it was validated against.
   std::vector<std::byte> blob_;
