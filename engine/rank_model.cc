@@ -129,6 +129,12 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
   const int64_t inter = weights_.intermediate_count;
   const DcpGeometry geom = parallel_.dcp_geometry();
   const BlockTablesView tables = plan.tables();
+  if (backend_->activation_dtype() != ActivationDType::kF32 && tp * pcp * dcp != 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(absl::string_view(backend_->name().data(), backend_->name().size()),
+                     " backend with bf16 activations runs instances of one rank only (got ",
+                     parallel_.ToString(), "): collectives move f32"));
+  }
 
   // ---- host metadata ----
   ids_.resize(m);
@@ -242,7 +248,7 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
   TANDEM_RETURN_IF_ERROR(be.GatherRows(src, logit_index_.data(), s, hidden, hs));
   TANDEM_RETURN_IF_ERROR(
       be.RmsNorm(hs, weights_.output_norm->f32(), s, hidden, config_.rms_norm_eps, hs));
-  TANDEM_RETURN_IF_ERROR(be.Linear(*weights_.lm_head, hs, s, lg));
+  TANDEM_RETURN_IF_ERROR(be.LinearF32Out(*weights_.lm_head, hs, s, lg));
   if (tp > 1) TANDEM_RETURN_IF_ERROR(comms_.tp->AllGather(lg, lg_all, s * vmax, CommDType::kF32));
   if (placement_.global_rank == 0) {
     std::vector<float> host(tp * s * vmax);

@@ -54,6 +54,11 @@ struct RopeParams {
   float mscale = 1.f;
 };
 
+// What the activation buffers the ops read and write between each other hold. kBF16: bf16 values
+// (the first half of buffers the engine still sizes in floats); the engine then keeps an instance
+// to one rank (its collectives move f32) and reads logits through LinearF32Out.
+enum class ActivationDType : uint8_t { kF32, kBF16 };
+
 class ComputeBackend {
  public:
   virtual ~ComputeBackend() = default;
@@ -105,8 +110,14 @@ class ComputeBackend {
                                                  " backend cannot read weight rows"));
   }
 
+  virtual ActivationDType activation_dtype() const { return ActivationDType::kF32; }
+
   // ---- ops ----
   virtual absl::Status Linear(const LinearOp& op, const float* x, int64_t m, float* y) = 0;
+  // Linear whose output y is f32 whatever activation_dtype() (the logits the engine downloads).
+  virtual absl::Status LinearF32Out(const LinearOp& op, const float* x, int64_t m, float* y) {
+    return Linear(op, x, m, y);
+  }
   // y += x·Wᵀ + b (a residual add). A backend that cannot fuse the add into its GEMM computes
   // into `scratch` ([m][op.n()] floats, distinct from x and y) and adds.
   virtual absl::Status LinearAdd(const LinearOp& op, const float* x, int64_t m, float* y,

@@ -3,6 +3,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "attention/cuda/cuda_attention.h"
 #include "common/cuda/cuda_buffer.h"
@@ -14,6 +17,9 @@
 #include "model/cuda/attention_runner.h"
 #include "model/cuda/cuda_linear.h"
 #include "model/cuda/cuda_ops.h"
+#include "model/cuda/cuda_ops_bf16.h"
+#include "model/cuda/gemm_plan.h"
+#include "model/cuda/lt_gemm.h"
 
 namespace tandem {
 namespace {
@@ -25,6 +31,8 @@ namespace {
   TANDEM_RETURN_IF_ERROR(tandem_device_scope_.status())
 
 using gpu::AttentionRunner;
+using gpu::CudaActivations;
+using gpu::CudaBackendOptions;
 using gpu::CudaDeviceBuffer;
 using gpu::CudaLinear;
 using gpu::CudaStream;
@@ -68,17 +76,21 @@ class CublasHandle {
 
 class CudaBackend final : public ComputeBackend {
  public:
-  static absl::StatusOr<std::unique_ptr<ComputeBackend>> Create(int32_t device) {
+  static absl::StatusOr<std::unique_ptr<ComputeBackend>> Create(int32_t device,
+                                                                const CudaBackendOptions& options) {
     TANDEM_RETURN_IF_ERROR(gpu::CheckCudaDevice(device));
     // The rank thread works on this device from now on (kernels launch on the current device).
     TANDEM_RETURN_IF_CUDA_ERROR(cudaSetDevice(device));
-    std::unique_ptr<CudaBackend> b(new CudaBackend(device));
+    std::unique_ptr<CudaBackend> b(new CudaBackend(device, options));
     TANDEM_ASSIGN_OR_RETURN(b->stream_, CudaStream::Create(device));
     const cudaStream_t s = b->stream_->get();
     TANDEM_ASSIGN_OR_RETURN(b->cublas_, CublasHandle::Create(device, s));
     TANDEM_ASSIGN_OR_RETURN(b->attention_, AttentionRunner::Create(device, s, kCudaWaitTimeout));
     TANDEM_ASSIGN_OR_RETURN(b->positions_, StagedUpload::Create(device, s, kCudaWaitTimeout));
     TANDEM_ASSIGN_OR_RETURN(b->indices_, StagedUpload::Create(device, s, kCudaWaitTimeout));
+    if (b->bf16_) {
+      TANDEM_ASSIGN_OR_RETURN(b->lt_, gpu::LtGemm::Create(device, s));
+    }
     gpu::BindStreamToThisThread(b->stream_);
     return std::unique_ptr<ComputeBackend>(std::move(b));
   }
@@ -140,27 +152,39 @@ class CudaBackend final : public ComputeBackend {
     return std::unique_ptr<LinearOp>(std::move(op));
   }
 
+  ActivationDType activation_dtype() const override {
+    return bf16_ ? ActivationDType::kBF16 : ActivationDType::kF32;
+  }
+
   absl::Status Linear(const LinearOp& op, const float* x, int64_t m, float* y) override {
     TANDEM_ON_BACKEND_DEVICE();
-    const auto* linear = dynamic_cast<const CudaLinear*>(&op);
-    if (linear == nullptr || linear->device() != device_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cuda:", device_,
-                       ": the LinearOp was not prepared by a CUDA backend of "
-                       "this device"));
-    }
+    TANDEM_ASSIGN_OR_RETURN(const CudaLinear* linear, Mine(op));
+    if (bf16_) return GemmBf16(*linear, x, m, y, gpu::GemmDType::kBF16, /*accumulate=*/false);
     TANDEM_ASSIGN_OR_RETURN(void* x16,
                             Scratch(bf16_scratch_, m * linear->k() * int64_t{sizeof(uint16_t)}));
     return linear->Forward(cublas_->get(), x, m, static_cast<uint16_t*>(x16), y);
   }
 
-  // Unfused: the GEMM, then the element-wise kernel (cuBLAS's beta and a fused SwiGLU epilogue
-  // are the next steps once a GPU run can measure them).
+  absl::Status LinearF32Out(const LinearOp& op, const float* x, int64_t m, float* y) override {
+    if (!bf16_) return Linear(op, x, m, y);
+    TANDEM_ON_BACKEND_DEVICE();
+    TANDEM_ASSIGN_OR_RETURN(const CudaLinear* linear, Mine(op));
+    return GemmBf16(*linear, x, m, y, gpu::GemmDType::kF32, /*accumulate=*/false);
+  }
+
+  // f32 activations: the GEMM, then the element-wise kernel. bf16: the residual add is the
+  // GEMM's beta = 1 (cuBLASLt or cublasGemmEx), no separate kernel.
   absl::Status LinearAdd(const LinearOp& op, const float* x, int64_t m, float* y,
                          float* scratch) override {
+    if (bf16_) {
+      TANDEM_ON_BACKEND_DEVICE();
+      TANDEM_ASSIGN_OR_RETURN(const CudaLinear* linear, Mine(op));
+      return GemmBf16(*linear, x, m, y, gpu::GemmDType::kBF16, /*accumulate=*/true);
+    }
     TANDEM_RETURN_IF_ERROR(Linear(op, x, m, scratch));
     return Add(y, scratch, m * op.n());
   }
+  // SiLU has no cuBLASLt epilogue and needs `up` (gemm_plan.h): the GEMM, then SiluMul.
   absl::Status LinearSiluMul(const LinearOp& gate, const float* x, int64_t m, const float* up,
                              float* out) override {
     TANDEM_RETURN_IF_ERROR(Linear(gate, x, m, out));
@@ -176,6 +200,10 @@ class CudaBackend final : public ComputeBackend {
       }
     }
     TANDEM_ASSIGN_OR_RETURN(const void* d_ids, indices_->Upload(ids, m * int64_t{sizeof(int32_t)}));
+    if (bf16_) {
+      return gpu::LaunchEmbeddingBf16(table, static_cast<const int32_t*>(d_ids), m, hidden,
+                                      B16(out), stream());
+    }
     return gpu::LaunchEmbedding(table, static_cast<const int32_t*>(d_ids), m, hidden, out,
                                 stream());
   }
@@ -183,6 +211,7 @@ class CudaBackend final : public ComputeBackend {
   absl::Status RmsNorm(const float* x, const float* w, int64_t m, int64_t n, float eps,
                        float* y) override {
     TANDEM_ON_BACKEND_DEVICE();
+    if (bf16_) return gpu::LaunchRmsNormBf16(B16(x), w, m, n, eps, B16(y), stream());
     return gpu::LaunchRmsNorm(x, w, m, n, eps, y, stream());
   }
 
@@ -191,17 +220,23 @@ class CudaBackend final : public ComputeBackend {
     TANDEM_ON_BACKEND_DEVICE();
     TANDEM_ASSIGN_OR_RETURN(const void* d_pos,
                             positions_->Upload(positions, m * int64_t{sizeof(int64_t)}));
+    if (bf16_) {
+      return gpu::LaunchRopeBf16(B16(x), m, heads, head_dim, static_cast<const int64_t*>(d_pos),
+                                 params, stream());
+    }
     return gpu::LaunchRope(x, m, heads, head_dim, static_cast<const int64_t*>(d_pos), params,
                            stream());
   }
 
   absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out) override {
     TANDEM_ON_BACKEND_DEVICE();
+    if (bf16_) return gpu::LaunchSiluMulBf16(B16(gate), B16(up), n, B16(out), stream());
     return gpu::LaunchSiluMul(gate, up, n, out, stream());
   }
 
   absl::Status Add(float* x, const float* y, int64_t n) override {
     TANDEM_ON_BACKEND_DEVICE();
+    if (bf16_) return gpu::LaunchAddBf16(B16(x), B16(y), n, stream());
     return gpu::LaunchAdd(x, y, n, stream());
   }
 
@@ -218,32 +253,107 @@ class CudaBackend final : public ComputeBackend {
     }
     TANDEM_ASSIGN_OR_RETURN(const void* d_index,
                             indices_->Upload(index, m * int64_t{sizeof(int64_t)}));
+    if (bf16_) {
+      return gpu::LaunchGatherRowsBf16(B16(src), static_cast<const int64_t*>(d_index), m, cols,
+                                       B16(dst), stream());
+    }
     return gpu::LaunchGatherRows(src, static_cast<const int64_t*>(d_index), m, cols, dst, stream());
   }
 
   absl::Status WriteKv(const KvPoolView& pool, int32_t layer, const int64_t* slots, int64_t m,
                        const float* k, const float* v) override {
     TANDEM_ON_BACKEND_DEVICE();
-    return attention_->WriteKv(pool, layer, slots, m, k, v);
+    if (!bf16_) return attention_->WriteKv(pool, layer, slots, m, k, v);
+    // The attention runner takes f32 K/V (attention_runner.h): widen at this boundary.
+    const int64_t n = m * pool.geometry.num_kv_heads * pool.geometry.head_dim;
+    TANDEM_ASSIGN_OR_RETURN(void* kv32, Scratch(kv_scratch_, 2 * n * int64_t{sizeof(float)}));
+    float* k32 = static_cast<float*>(kv32);
+    TANDEM_RETURN_IF_ERROR(gpu::LaunchBf16ToF32(B16(k), n, k32, stream()));
+    TANDEM_RETURN_IF_ERROR(gpu::LaunchBf16ToF32(B16(v), n, k32 + n, stream()));
+    return attention_->WriteKv(pool, layer, slots, m, k32, k32 + n);
   }
 
   absl::Status Attention(const KvPoolView& pool, int32_t layer, const AttentionRows& rows,
                          const float* q, int32_t num_q_heads, float scale, float* out,
                          float* lse) override {
     TANDEM_ON_BACKEND_DEVICE();
-    return attention_->Attention(pool, layer, rows, q, num_q_heads, scale, out, lse);
+    if (!bf16_) return attention_->Attention(pool, layer, rows, q, num_q_heads, scale, out, lse);
+    // f32 at the attention runner's boundary (see WriteKv); lse is f32 either way.
+    const int64_t n = rows.num_rows * num_q_heads * pool.geometry.head_dim;
+    TANDEM_ASSIGN_OR_RETURN(void* qo32, Scratch(qo_scratch_, 2 * n * int64_t{sizeof(float)}));
+    float* q32 = static_cast<float*>(qo32);
+    TANDEM_RETURN_IF_ERROR(gpu::LaunchBf16ToF32(B16(q), n, q32, stream()));
+    TANDEM_RETURN_IF_ERROR(
+        attention_->Attention(pool, layer, rows, q32, num_q_heads, scale, q32 + n, lse));
+    return gpu::LaunchToBf16(q32 + n, n, B16(out), stream());
   }
 
   absl::Status CorrectPartial(int32_t n, int32_t me, const float* all_lse, int64_t items,
                               int32_t head_dim, float* out) override {
     TANDEM_ON_BACKEND_DEVICE();
+    if (bf16_) {
+      return absl::FailedPreconditionError(
+          "cuda backend with bf16 activations: DCP partial correction needs f32 outputs");
+    }
     return gpu::LaunchCorrectPartial(n, me, all_lse, items, head_dim, out, nullptr, stream());
   }
 
  private:
-  explicit CudaBackend(int32_t device) : device_(device) {}
+  CudaBackend(int32_t device, const CudaBackendOptions& options)
+      : device_(device), options_(options), bf16_(options.activations == CudaActivations::kBF16) {}
 
   cudaStream_t stream() const { return stream_->get(); }
+
+  // With bf16 activations the engine's float* buffers hold bf16.
+  static uint16_t* B16(float* p) { return reinterpret_cast<uint16_t*>(p); }
+  static const uint16_t* B16(const float* p) { return reinterpret_cast<const uint16_t*>(p); }
+
+  absl::StatusOr<const CudaLinear*> Mine(const LinearOp& op) const {
+    const auto* linear = dynamic_cast<const CudaLinear*>(&op);
+    if (linear == nullptr || linear->device() != device_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda:", device_, ": the LinearOp was not prepared by a CUDA backend of this device"));
+    }
+    return linear;
+  }
+
+  // Largest power of two (<= 256) dividing every non-null pointer.
+  static int32_t Alignment(std::initializer_list<const void*> ptrs) {
+    int32_t a = 256;
+    for (const void* p : ptrs) {
+      if (p == nullptr) continue;
+      const auto v = reinterpret_cast<uintptr_t>(p);
+      while (a > 1 && v % static_cast<uintptr_t>(a) != 0) a /= 2;
+    }
+    return a;
+  }
+
+  // y (+)= x·Wᵀ + b with x bf16 and y in `out`, planned by gemm_plan.h: cuBLASLt with the
+  // bias as an epilogue, or cublasGemmEx and a bias kernel.
+  absl::Status GemmBf16(const CudaLinear& op, const float* x, int64_t m, float* y,
+                        gpu::GemmDType out, bool accumulate) {
+    if (m == 0) return absl::OkStatus();
+    const bool out16 = out == gpu::GemmDType::kBF16;
+    const void* bias = op.bias_f32() == nullptr
+                           ? nullptr
+                           : (out16 ? static_cast<const void*>(op.bias_bf16()) : op.bias_f32());
+    gpu::GemmRequest r;
+    r.m = m;
+    r.n = op.n();
+    r.k = op.k();
+    r.out = out;
+    r.bias = bias != nullptr;
+    r.accumulate = accumulate;
+    r.sm_major = lt_->sm_major();
+    r.pointer_alignment = Alignment({x, op.weight(), y, bias});
+    TANDEM_ASSIGN_OR_RETURN(const gpu::GemmPlan plan, gpu::PlanGemm(r));
+    if (plan.lt) return lt_->Run(plan, op.weight(), x, y, bias);
+    TANDEM_RETURN_IF_ERROR(
+        op.ForwardBf16In(cublas_->get(), B16(x), m, y, out16, accumulate ? 1.f : 0.f));
+    if (!plan.bias_kernel) return absl::OkStatus();
+    if (out16) return gpu::LaunchAddBiasBf16(B16(y), op.bias_f32(), m, op.n(), stream());
+    return gpu::LaunchAddBias(y, op.bias_f32(), m, op.n(), stream());
+  }
 
   static absl::Status CheckBytes(int64_t bytes) {
     if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("negative size ", bytes));
@@ -261,6 +371,8 @@ class CudaBackend final : public ComputeBackend {
   }
 
   const int32_t device_;
+  const CudaBackendOptions options_;
+  const bool bf16_;
   // Destroyed last (declared first): everything below enqueues on it.
   std::shared_ptr<CudaStream> stream_;
   std::unique_ptr<CublasHandle> cublas_;
@@ -269,14 +381,25 @@ class CudaBackend final : public ComputeBackend {
   std::unique_ptr<StagedUpload> indices_;    // embedding ids, gather indices
   std::unique_ptr<CudaDeviceBuffer> bf16_scratch_;
   std::unique_ptr<CudaDeviceBuffer> copy_scratch_;
+  std::unique_ptr<gpu::LtGemm> lt_;               // bf16 activations only
+  std::unique_ptr<CudaDeviceBuffer> kv_scratch_;  // bf16 mode: f32 K and V for WriteKv
+  std::unique_ptr<CudaDeviceBuffer> qo_scratch_;  // bf16 mode: f32 q and output of Attention
 };
 
 #undef TANDEM_ON_BACKEND_DEVICE
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(
+    int32_t device_index, const gpu::CudaBackendOptions& options) {
+  return CudaBackend::Create(device_index, options);
+}
+
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(int32_t device_index) {
-  return CudaBackend::Create(device_index);
+  TANDEM_ASSIGN_OR_RETURN(const gpu::CudaBackendOptions options,
+                          gpu::ParseCudaBackendOptions(std::getenv("TANDEM_CUDA_ACTIVATIONS"),
+                                                       std::getenv("TANDEM_CUDA_GRAPHS")));
+  return CudaBackend::Create(device_index, options);
 }
 
 }  // namespace tandem

@@ -13,6 +13,12 @@
 //   pinned staging; host metadata is validated before upload, so bad indices are
 //   INVALID_ARGUMENT, never an illegal GPU address.
 // * device_key() = "cuda:<index>".
+// * Options (cuda_backend_options.h; CreateCudaBackend(device) reads them from the environment):
+//   with bf16 activations, every activation buffer holds bf16 (activation_dtype() = kBF16),
+//   GEMMs run on cuBLASLt with bias/residual epilogues where gemm_plan.h says they fit, and only
+//   LinearF32Out writes f32. Attention and WriteKv still take f32 (attention_runner.h), so q, k,
+//   v and the attention output are converted at that boundary until the attention runner takes
+//   bf16.
 //
 // Creation fails with UNAVAILABLE when the device does not exist or no GPU/driver is usable (the
 // message says which, including the CUDA runtime's reason).
@@ -24,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "model/backend.h"
+#include "model/cuda/cuda_backend_options.h"
 
 namespace tandem {
 
@@ -31,6 +38,9 @@ namespace tandem {
 // long means a hung kernel, and collectives have their own (shorter) communicator timeout.
 inline constexpr absl::Duration kCudaWaitTimeout = absl::Minutes(5);
 
+// Options from TANDEM_CUDA_ACTIVATIONS / TANDEM_CUDA_GRAPHS (INVALID_ARGUMENT for a bad value).
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(int32_t device_index);
+absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(
+    int32_t device_index, const gpu::CudaBackendOptions& options);
 
 }  // namespace tandem

@@ -1,6 +1,8 @@
 // y[m][n] = x[m][k]·Wᵀ + b on the GPU: W stored as bf16 (converted once, round to nearest even),
-// bias as f32; the GEMM runs in cuBLAS with bf16 inputs and fp32 accumulation and output. The
-// f32 activation is converted to bf16 by a kernel first (into caller-provided scratch).
+// bias as f32 and bf16; the GEMM runs in cuBLAS with bf16 inputs and fp32 accumulation and output.
+// The f32 activation is converted to bf16 by a kernel first (into caller-provided scratch).
+// With bf16 activations the backend runs the weights through lt_gemm.h instead (weight(),
+// bias_f32(), bias_bf16()).
 //
 // Also the one translation of cuBLAS errors into absl::Status (STYLE.md "Errors"):
 // CUBLAS_STATUS_ALLOC_FAILED → RESOURCE_EXHAUSTED, NOT_INITIALIZED → UNAVAILABLE,
@@ -44,14 +46,33 @@ class CudaLinear final : public LinearOp {
   absl::Status Forward(cublasHandle_t handle, const float* x, int64_t m, uint16_t* x_bf16,
                        float* y) const;
 
+  // The fallback of the bf16-activation path when cuBLASLt does not fit (gemm_plan.h): x bf16
+  // [m][k]; y [m][n] f32 or bf16 (`y_bf16`); beta 0 (y =) or 1 (y +=); no bias (the caller
+  // adds it with a kernel).
+  absl::Status ForwardBf16In(cublasHandle_t handle, const uint16_t* x, int64_t m, void* y,
+                             bool y_bf16, float beta) const;
+
+  const uint16_t* weight() const { return static_cast<const uint16_t*>(weight_->data()); }
+  // [n] or nullptr without a bias.
+  const float* bias_f32() const { return bias_ == nullptr ? nullptr : bias_->f32(); }
+  const uint16_t* bias_bf16() const {
+    return bias16_ == nullptr ? nullptr : static_cast<const uint16_t*>(bias16_->data());
+  }
+  int64_t resident_bytes() const override { return n_ * k_ * 2 + (bias_ == nullptr ? 0 : n_ * 6); }
+
  private:
   CudaLinear(int64_t n, int64_t k, std::unique_ptr<CudaDeviceBuffer> weight,
-             std::unique_ptr<CudaDeviceBuffer> bias)
-      : n_(n), k_(k), weight_(std::move(weight)), bias_(std::move(bias)) {}
+             std::unique_ptr<CudaDeviceBuffer> bias, std::unique_ptr<CudaDeviceBuffer> bias16)
+      : n_(n),
+        k_(k),
+        weight_(std::move(weight)),
+        bias_(std::move(bias)),
+        bias16_(std::move(bias16)) {}
   const int64_t n_;
   const int64_t k_;
   std::unique_ptr<CudaDeviceBuffer> weight_;  // bf16 [n][k]
   std::unique_ptr<CudaDeviceBuffer> bias_;    // f32 [n], or null
+  std::unique_ptr<CudaDeviceBuffer> bias16_;  // bf16 [n] (cuBLASLt's bias epilogue), or null
 };
 
 }  // namespace tandem::gpu
