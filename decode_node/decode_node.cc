@@ -218,7 +218,10 @@ absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvH
                            {kv.prefill_address, kv.engine_id, {}});
     }
     // The digests come with done: the ranges already landed are checked during the last pull.
-    if (next->done) TANDEM_RETURN_IF_ERROR(check->SetDigests(next->kv_digests));
+    if (next->done) {
+      TANDEM_RETURN_IF_ERROR(DigestsCheckable(next->kv_digests));
+      TANDEM_RETURN_IF_ERROR(check->SetDigests(next->kv_digests));
+    }
     if (next->tokens_ready > landed) {
       TANDEM_ASSIGN_OR_RETURN(TransferPlan plan,
                               PlanKvTransferRange(source.layout, kv.block_table, dst, blocks,
@@ -240,6 +243,16 @@ absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvH
       return absl::OkStatus();
     }
   }
+}
+
+absl::Status DecodeNode::DigestsCheckable(const std::vector<uint32_t>& digests) const {
+  if (digests.empty() || options_.instance.kv_staging != KvStaging::kDevice) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      "the prefill sent KV digests, but this decode node's KV pools are device memory "
+      "(--kv_gpu_direct) that cannot be read on the host to check them; run the prefill nodes "
+      "with --kv_digests=false next to GPU-direct decode nodes");
 }
 
 OverlappedKvCheckInput DecodeNode::CheckInput(const TransferMetadata& source, const KvHandle& kv,
@@ -431,7 +444,8 @@ absl::StatusOr<TransferStats> DecodeNode::StartCall(const DecodeCall& call,
     pulled = PullPipelined(*meta, kv, blocks, cancelled, &cancel_pull, &first_token,
                            &first_logprobs, &digests, &check, &stats);
   } else {
-    pulled = check.SetDigests(digests);
+    pulled = DigestsCheckable(digests);
+    if (pulled.ok()) pulled = check.SetDigests(digests);
     if (pulled.ok()) pulled = PullAll(*meta, kv, blocks, cancelled, &cancel_pull, &check, &stats);
   }
   lease.Stop();

@@ -214,6 +214,9 @@ class DecodeNode {
   // landed; counts and logs a mismatch. ABORTED naming the prefill on a mismatch or a malformed
   // digest list.
   absl::Status VerifyDigests(const KvHandle& kv, OverlappedKvCheck* check, TransferStats* stats);
+  // OK unless digests came for device pools (GPU-direct KV, --kv_gpu_direct): those cannot be
+  // read on the host, so the KV could not be proven — FAILED_PRECONDITION, nothing is read.
+  absl::Status DigestsCheckable(const std::vector<uint32_t>& digests) const;
   // Best effort: the prefill frees the KV; returns whether its lease held.
   absl::StatusOr<bool> ReleaseKv(const KvHandle& kv);
   // Start and StartChoices: sinks has one entry per sequence (max(1, call.choices.size())).

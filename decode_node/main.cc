@@ -12,6 +12,7 @@
 #include "decode_node/grpc_prefill_client.h"
 #include "kv_transfer/ucx/ucx_transport.h"
 #include "serving/instance_flags.h"
+#include "serving/node_kv_transport.h"
 #include "serving/node_metrics.h"
 #include "serving/node_process.h"
 #include "serving/served_model_name.h"
@@ -74,7 +75,11 @@ int main(int argc, char** argv) {
     o.queue_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_queue_timeout_ms));
     o.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
     o.stall_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_stall_timeout_ms));
-    o.pullers = tandem::UcxPullerFactory(tandem::UcxOptionsFromFlags());
+    absl::StatusOr<tandem::NodeKvTransport> kv =
+        tandem::ResolveNodeKvTransport("tandem-decode", tandem::UcxOptionsFromFlags(),
+                                       absl::GetFlag(FLAGS_kv_gpu_direct), &o.instance);
+    if (!kv.ok()) return kv.status();
+    o.pullers = tandem::UcxPullerFactory(kv->ucx, kv->device_pools);
     o.prefill = std::make_shared<tandem::GrpcPrefillClient>(tandem::GrpcChannelCredentials(*tls));
     o.colocated_prefill = absl::GetFlag(FLAGS_colocated_prefill);
     o.colocated.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);

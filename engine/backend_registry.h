@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/kv_pool_memory.h"
 #include "engine/communicator.h"
 #include "model/backend.h"
 
@@ -26,6 +27,13 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateBackend(absl::string_view 
 // Whether the backend's buffers are host memory that any thread (and the UCX transfer) can read
 // and write directly: true for "cpu"; false for "cuda" and unknown kinds.
 bool BackendMemoryIsHost(absl::string_view kind);
+
+// Device memory for one rank's KV pool that a GPU-direct transport registers in place
+// (docs/gpu.md#gpu-direct-kv): cudaMalloc'd on device `device_index` for "cuda" (freed with the
+// returned object). INVALID_ARGUMENT for "cpu" (its pools are host memory) and unknown kinds.
+absl::StatusOr<std::unique_ptr<KvPoolMemory>> AllocateDeviceKvPool(absl::string_view kind,
+                                                                   int32_t device_index,
+                                                                   int64_t bytes);
 
 // Communicators for one group whose members are the given device indices, in group-rank order
 // (CPU: in-process shared memory; CUDA: NCCL).

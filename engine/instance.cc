@@ -102,8 +102,9 @@ absl::StatusOr<std::unique_ptr<Instance>> Instance::Create(const LlamaWeights& w
 
   inst->models_.resize(world);
   inst->pools_.resize(world);
-  inst->staged_ = options.pool_allocator && (options.kv_staging == KvStaging::kAlways ||
-                                             !BackendMemoryIsHost(options.backend));
+  inst->staged_ =
+      options.pool_allocator && options.kv_staging != KvStaging::kDevice &&
+      (options.kv_staging == KvStaging::kAlways || !BackendMemoryIsHost(options.backend));
   if (inst->staged_) inst->mirrors_.resize(world);
   {
     absl::MutexLock lock(&inst->mu_);

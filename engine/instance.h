@@ -36,6 +36,8 @@ namespace tandem {
 enum class KvStaging {
   kAuto,    // a mirror only when the backend's memory is not host memory (GPU pools)
   kAlways,  // a mirror even on the CPU backend: exercises the GPU path's staging on any machine
+  kDevice,  // never a mirror: the allocator returns backend (device) memory the transport reaches
+            // directly (GPU-direct KV, docs/gpu.md#gpu-direct-kv)
 };
 
 struct InstanceOptions {

@@ -13,6 +13,7 @@
 #include "prefill_node/prefill_node.h"
 #include "prefill_node/prefill_service.h"
 #include "serving/instance_flags.h"
+#include "serving/node_kv_transport.h"
 #include "serving/node_metrics.h"
 #include "serving/node_process.h"
 #include "serving/served_model_name.h"
@@ -88,7 +89,11 @@ int main(int argc, char** argv) {
     o.prefix_cache_max_blocks = absl::GetFlag(FLAGS_prefix_cache_max_blocks);
     o.kv_digests = absl::GetFlag(FLAGS_kv_digests);
     o.testing_flip_kv_byte = absl::GetFlag(FLAGS_testing_flip_kv_byte);
-    o.sources = tandem::UcxSourceFactory(tandem::UcxOptionsFromFlags());
+    absl::StatusOr<tandem::NodeKvTransport> kv =
+        tandem::ResolveNodeKvTransport("tandem-prefill", tandem::UcxOptionsFromFlags(),
+                                       absl::GetFlag(FLAGS_kv_gpu_direct), &o.instance);
+    if (!kv.ok()) return kv.status();
+    o.sources = tandem::UcxSourceFactory(kv->ucx, kv->device_pools);
     std::fprintf(stderr, "tandem-prefill: loading %s (%s) on %s\n", o.model_path.c_str(),
                  o.instance.parallel.ToString().c_str(), advertise.c_str());
     absl::StatusOr<std::unique_ptr<tandem::PrefillNode>> created = tandem::PrefillNode::Create(o);

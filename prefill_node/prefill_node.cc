@@ -99,6 +99,15 @@ absl::StatusOr<std::unique_ptr<PrefillNode>> PrefillNode::Create(PrefillNodeOpti
   so.layout = layout;
   so.pool_bytes_per_rank = PoolBytes(geom, blocks);
   TANDEM_ASSIGN_OR_RETURN(node->source_, o.sources(so));
+  // Device pools (GPU-direct KV) are not host memory: whatever reads KV on the host cannot run.
+  const bool device_pools =
+      std::any_of(node->source_->metadata().ranks.begin(), node->source_->metadata().ranks.end(),
+                  [](const RankTransferInfo& r) { return r.memory_type != KvMemoryType::kHost; });
+  if (device_pools && (o.kv_digests || o.prefix_cache || o.testing_flip_kv_byte > 0)) {
+    return absl::InvalidArgumentError(
+        "device KV pools (--kv_gpu_direct) cannot be read on the host: start tandem-prefill "
+        "with --kv_digests=false and --prefix_cache=false (both read KV on the host)");
+  }
 
   InstanceOptions io = o.instance;
   KvSource* source = node->source_.get();

@@ -37,6 +37,11 @@ ABSL_FLAG(std::string, backend, "cpu", "compute backend: cpu or cuda");
 ABSL_FLAG(std::string, kv_staging, "auto",
           "auto: KV pools in device memory transfer through host mirrors (GPU backends); "
           "always: use mirrors on the CPU backend too (exercises the GPU path's staging)");
+ABSL_FLAG(bool, kv_gpu_direct, false,
+          "GPU-direct KV: register device KV pools with a CUDA-aware UCX and pull device to "
+          "device (needs a build with -DTANDEM_UCX_ROOT; without CUDA in UCX, host mirrors are "
+          "the logged fallback). Needs --kv_digests=false and --prefix_cache=false on prefill "
+          "nodes (both read KV on the host)");
 
 namespace tandem {
 

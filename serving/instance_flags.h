@@ -15,6 +15,8 @@
 //   --threads_per_rank N    0 = cores / ranks
 //   --backend cpu|cuda
 //   --kv_staging auto|always  host mirrors of device KV pools for the transfer (always: on CPU too)
+//   --kv_gpu_direct         device KV pools registered with a CUDA-aware UCX, pulled device to
+//                           device (off by default; serving/node_kv_transport.h)
 //   --router HOST:PORT      send heartbeats to this router (optional)
 //   --ucx_tls LIST          UCX_TLS for the KV transfer (e.g. "sm,self" or "tcp"); empty = UCX
 //   default
@@ -42,6 +44,7 @@ ABSL_DECLARE_FLAG(std::string, advertise);
 ABSL_DECLARE_FLAG(std::string, port_file);
 ABSL_DECLARE_FLAG(std::string, router);
 ABSL_DECLARE_FLAG(std::string, ucx_tls);
+ABSL_DECLARE_FLAG(bool, kv_gpu_direct);
 ABSL_DECLARE_FLAG(std::string, metrics_listen);
 ABSL_DECLARE_FLAG(std::string, metrics_port_file);
 ABSL_DECLARE_FLAG(int32_t, drain_timeout_s);
