@@ -295,12 +295,12 @@ void Driver::Serve(RequestState& state) {
   }
 }
 
-grpc::Status Driver::Run(const v1::GenerateRequest& request) {
+grpc::Status Driver::Run(const GenerateInput& request, const absl::Status& refused) {
   if (deps_.metrics != nullptr) deps_.metrics->requests_running->Add(1);
   absl::Cleanup not_running = [this] {
     if (deps_.metrics != nullptr) deps_.metrics->requests_running->Add(-1);
   };
-  request_id_ = request.request_id();
+  request_id_ = request.request_id;
   if (request_id_.empty()) {
     request_id_ = absl::StrCat("req-", absl::Hex(absl::ToUnixMicros(start_)), "-",
                                deps_.request_counter->fetch_add(1));
@@ -312,12 +312,10 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
     node_request_id_ = absl::StrCat(request_id_, "#", absl::Hex(RouterNonce()), "-",
                                     deps_.request_counter->fetch_add(1));
   }
-  // A field this router does not know is refused, never ignored (unknown_proto_fields.h).
-  const absl::Status unknown = RefuseUnknownFields(request);
-  absl::StatusOr<PreparedRequest> prepared = unknown.ok()
+  absl::StatusOr<PreparedRequest> prepared = refused.ok()
                                                  ? PrepareRequest(*deps_.model, request)
-                                                 : absl::StatusOr<PreparedRequest>(unknown);
-  provenance_.strict = deps_.options.strict || request.strict();
+                                                 : absl::StatusOr<PreparedRequest>(refused);
+  provenance_.strict = deps_.options.strict || request.strict;
   if (deps_.options.colocated) provenance_.mode = "colocated";
   if (!prepared.ok()) {
     LogEnd(nullptr, prepared.status());
@@ -366,8 +364,11 @@ grpc::Status Driver::Run(const v1::GenerateRequest& request) {
 
 }  // namespace generate_internal
 
-grpc::Status RunGenerate(const RouterDeps& deps, const v1::GenerateRequest& request,
-                         absl::Time client_deadline, CallCanceller* canceller, GenerateSink* sink) {
+namespace {
+
+grpc::Status Generate(const RouterDeps& deps, const GenerateInput& request,
+                      const absl::Status& refused, absl::Time client_deadline,
+                      CallCanceller* canceller, GenerateSink* sink) {
   if (deps.draining != nullptr && deps.draining->load()) {
     if (deps.metrics != nullptr) deps.metrics->RecordFailure("UNAVAILABLE");
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -385,10 +386,24 @@ grpc::Status RunGenerate(const RouterDeps& deps, const v1::GenerateRequest& requ
                        " requests in flight (--max_requests_in_flight); retry later"));
     }
     generate_internal::Driver driver(deps, client_deadline, canceller, sink);
-    return driver.Run(request);
+    return driver.Run(request, refused);
   }
   generate_internal::Driver driver(deps, client_deadline, canceller, sink);
-  return driver.Run(request);
+  return driver.Run(request, refused);
+}
+
+}  // namespace
+
+grpc::Status RunGenerate(const RouterDeps& deps, const v1::GenerateRequest& request,
+                         absl::Time client_deadline, CallCanceller* canceller, GenerateSink* sink) {
+  // A field this router does not know is refused, never ignored (unknown_proto_fields.h).
+  return Generate(deps, GenerateInputFromProto(request), RefuseUnknownFields(request),
+                  client_deadline, canceller, sink);
+}
+
+grpc::Status RunGenerate(const RouterDeps& deps, const GenerateInput& request,
+                         absl::Time client_deadline, CallCanceller* canceller, GenerateSink* sink) {
+  return Generate(deps, request, absl::OkStatus(), client_deadline, canceller, sink);
 }
 
 }  // namespace tandem

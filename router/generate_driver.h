@@ -30,6 +30,7 @@
 #include "router/node_client.h"
 #include "router/node_pool.h"
 #include "router/provenance.h"
+#include "router/request_prep.h"
 #include "router/router_log.h"
 #include "router/router_metrics.h"
 #include "router/router_options.h"
@@ -82,7 +83,11 @@ struct RouterDeps {
   Clock* clock = nullptr;
 };
 
+// The gRPC API's request: a field this router does not know is refused (unknown_proto_fields.h).
 grpc::Status RunGenerate(const RouterDeps& deps, const v1::GenerateRequest& request,
+                         absl::Time client_deadline, CallCanceller* canceller, GenerateSink* sink);
+// A request built without protobuf (the HTTP API's).
+grpc::Status RunGenerate(const RouterDeps& deps, const GenerateInput& request,
                          absl::Time client_deadline, CallCanceller* canceller, GenerateSink* sink);
 
 }  // namespace tandem

@@ -54,7 +54,9 @@ class Driver {
         clock_(deps.clock != nullptr ? deps.clock : RealClock()),
         start_(clock_->Now()) {}
 
-  grpc::Status Run(const v1::GenerateRequest& request);
+  // `refused`: not OK when the request must be refused as it is (a field this router does not
+  // know), after its id is assigned.
+  grpc::Status Run(const GenerateInput& request, const absl::Status& refused);
 
  private:
   // `pipelined` (RouterOptions::pipelined_transfer, not on a resume): the Prefill call asks for an

@@ -349,7 +349,7 @@ void ServeCompletion(const RouterDeps& deps, OpenAiEndpoint endpoint, ActiveRequ
     if (!header.has_value() || !PlausibleId(*header)) {
       request_id = *request.request_id;
       headers = {{"x-request-id", request_id}};
-      prepared->generate.set_request_id(request_id);
+      prepared->generate.request_id = request_id;
     }
   }
 

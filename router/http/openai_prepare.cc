@@ -6,29 +6,28 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/chat_template/chat_formatter.h"
-#include "proto/convert/sampling_proto.h"
 #include "router/http/openai_tools.h"
 #include "router/request_validation.h"
 
 namespace tandem {
 namespace {
 
-// The GenerateRequest for the router: the prompt as the ids it tokenised to (so the usage and the
-// default budget are known here), the budget, sampling and stop behaviour.
-v1::GenerateRequest ToGenerateRequest(const OpenAiRequest& r, const std::vector<int32_t>& ids,
-                                      int32_t max_tokens, const std::string& request_id) {
-  v1::GenerateRequest g;
-  g.set_model(r.model);
-  g.mutable_token_ids()->mutable_ids()->Add(ids.begin(), ids.end());
-  SamplingParams sampling = r.sampling;
-  sampling.seed = r.seed.has_value() ? *r.seed : std::random_device{}();
-  *g.mutable_sampling() = ToProto(sampling);
-  g.set_max_tokens(max_tokens);
-  g.set_n(r.n);
-  g.set_request_id(request_id);
-  g.set_ignore_eos(r.ignore_eos);
-  g.mutable_stop_token_ids()->Add(r.stop_token_ids.begin(), r.stop_token_ids.end());
-  g.set_strict(r.tandem.strict);
+// The router's request: the prompt as the ids it tokenised to (so the usage and the default
+// budget are known here), the budget, sampling and stop behaviour.
+GenerateInput ToGenerateInput(const OpenAiRequest& r, const std::vector<int32_t>& ids,
+                              int32_t max_tokens, const std::string& request_id) {
+  GenerateInput g;
+  g.model = r.model;
+  g.prompt.kind = PromptInput::Kind::kTokenIds;
+  g.prompt.token_ids = ids;
+  g.sampling = r.sampling;
+  g.sampling.seed = r.seed.has_value() ? *r.seed : std::random_device{}();
+  g.max_tokens = max_tokens;
+  g.n = r.n;
+  g.request_id = request_id;
+  g.ignore_eos = r.ignore_eos;
+  g.stop_token_ids = r.stop_token_ids;
+  g.strict = r.tandem.strict;
   return g;
 }
 
@@ -131,7 +130,7 @@ absl::StatusOr<PreparedOpenAiRequest> PrepareOpenAiRequest(const ServedModel& mo
       std::max<int64_t>(1, limits.context_length - static_cast<int64_t>(ids.size()))));
   PreparedOpenAiRequest out;
   out.prompt_tokens = static_cast<int32_t>(ids.size());
-  out.generate = ToGenerateRequest(*request, ids, max_tokens, request_id);
+  out.generate = ToGenerateInput(*request, ids, max_tokens, request_id);
   out.request = *std::move(request);
   return out;
 }

@@ -41,7 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     TANDEM_FUZZ_CHECK(!ErrorBody(prepared.status()).empty());
     return 0;
   }
-  TANDEM_FUZZ_CHECK(prepared->prompt_tokens == prepared->generate.token_ids().ids_size());
+  TANDEM_FUZZ_CHECK(prepared->prompt_tokens ==
+                    static_cast<int32_t>(prepared->generate.prompt.token_ids.size()));
   absl::StatusOr<PreparedRequest> routed = PrepareRequest(model, prepared->generate);
   if (!routed.ok()) {
     TANDEM_FUZZ_CHECK(routed.status().code() == absl::StatusCode::kInvalidArgument ||

@@ -94,7 +94,7 @@ std::string RenderDirectly(const std::string& source, const Tokenizer& tokenizer
 }
 
 std::string PromptText(const ServedModel& model, const PreparedOpenAiRequest& p) {
-  const auto& ids = p.generate.token_ids().ids();
+  const auto& ids = p.generate.prompt.token_ids;
   return model.tokenizer().Decode(std::vector<int32_t>(ids.begin(), ids.end()));
 }
 
@@ -127,7 +127,7 @@ TEST_P(ToolsThroughTemplateTest, PromptIsTheTemplatesOwnRendering) {
   // encodes a templated chat (special markers parsed, no tokenizer BOS).
   const std::vector<int32_t> want_ids =
       model->tokenizer().Encode(want, /*parse_special=*/true, /*with_bos=*/false);
-  const auto& got_ids = auto_call->generate.token_ids().ids();
+  const auto& got_ids = auto_call->generate.prompt.token_ids;
   EXPECT_EQ(std::vector<int32_t>(got_ids.begin(), got_ids.end()), want_ids)
       << "router:\n"
       << PromptText(*model, *auto_call) << "\ntemplate:\n"
