@@ -7,16 +7,24 @@
 // backend uses (attention/cuda/cuda_attention.h). KV bytes per step count K and V of every
 // visible token of every KV head once (GQA heads sharing a KV head re-read it from L2).
 //
-// Every workload runs through both kernels: per_head (LaunchPagedAttention, the backend's
-// default) and gqa_split_kv (LaunchDecodeAttention, TANDEM_CUDA_ATTENTION=gqa_split_kv); the
-// outputs of the two are compared (max |Δ| of output and LSE is printed; a difference above
-// 1e-3 fails the run, since both read the same KV in f32 arithmetic).
+// Every workload runs through Tandem's two kernels: per_head (LaunchPagedAttention, the
+// backend's default) and gqa_split_kv (LaunchDecodeAttention, TANDEM_CUDA_ATTENTION=
+// gqa_split_kv), and, for f16/bf16 KV when the binary has FlashInfer, through FlashInfer's
+// batch decode (LaunchFlashInferAttention, TANDEM_CUDA_ATTENTION=flashinfer, planned as the
+// runner plans it; the timed call includes its q narrowing and output widening). Outputs are
+// compared with per_head's: gqa_split_kv must agree within 1e-3 (both f32 arithmetic over the
+// same KV); FlashInfer, which rounds q and out to the KV dtype, within 0.05·max|out| + 0.05
+// (a sanity check — the exact judge is cuda_flashinfer_attention_test).
 //
 // Output: one line per measurement, then RESULT lines, each KV bytes/s ÷ the read bandwidth
 // measured in this run:
-//   gpu_decode_attention_bw_ratio            per_head, headline workload (bf16, 64 requests ×
-//                                            4096 tokens, 8 KV heads × GQA 4, head_dim 128)
+//   gpu_decode_attention_bw_ratio            flashinfer, headline workload (bf16, 64 requests ×
+//                                            4096 tokens, 8 KV heads × GQA 4, head_dim 128);
+//                                            not printed when FlashInfer is not built
+//   gpu_decode_attention_per_head_bw_ratio   per_head, headline workload
 //   gpu_decode_attention_gqa_bw_ratio        gqa_split_kv, headline workload
+//   gpu_decode_attention_flashinfer_split_bw_ratio  flashinfer, 4 × 32768 tokens (partitioned)
+//   gpu_decode_attention_flashinfer_d64_bw_ratio    flashinfer, SmolLM2 shape (head_dim 64)
 //   gpu_decode_attention_gqa_split_bw_ratio  gqa_split_kv, 4 × 32768 tokens (split keys)
 //   gpu_decode_attention_gqa_d64_bw_ratio    gqa_split_kv, SmolLM2 shape (head_dim 64)
 // Exit status 1 (with the reason) when no GPU is usable or the kernels disagree.
@@ -27,6 +35,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -35,6 +44,8 @@
 #include "attention/cuda/attention_launch_plan.h"
 #include "attention/cuda/cuda_attention.h"
 #include "attention/cuda/decode_attention_plan.h"
+#include "attention/cuda/flashinfer/flashinfer_attention.h"
+#include "attention/cuda/flashinfer/flashinfer_plan.h"
 #include "common/cuda/cuda_device.h"
 #include "common/cuda/cuda_status.h"
 
@@ -167,6 +178,55 @@ struct Measured {
   std::vector<float> out, lse;  // the kernel's result, for the cross-kernel check
 };
 
+// The kernels a workload runs through, in column order.
+constexpr int kKernels = 3;
+const char* const kKernelNames[kKernels] = {"per_head", "gqa_split_kv", "flashinfer"};
+
+// FlashInfer's launch for the rows `host` (planned on the host like the runner does); the plan
+// and scratch live in `keep` for the timed calls.
+struct FlashInferLaunch {
+  FlashInferAttentionArgs args;
+  std::unique_ptr<DeviceMemory> plan, scratch;
+  int32_t kv_chunk = 0;  // keys per CTA when partitioned
+};
+FlashInferLaunch PlanFlashInfer(const AttentionRows& host, const PagedAttentionArgs& a) {
+  namespace fp = flashinfer_plan;
+  FlashInferLaunch l;
+  const PoolGeometry& g = a.pool.geometry;
+  absl::StatusOr<fp::PagedKvBatch> batch = fp::BuildPagedKvBatch(host, true);
+  BENCH_CHECK(batch.status());
+  fp::DecodeWork dw;
+  fp::PrefillWork pw;
+  l.args.kernel = fp::ChooseKernel(*batch);
+  if (l.args.kernel == fp::FlashInferKernel::kDecode) {
+    dw = fp::PlanDecodeWork(*batch, g.num_kv_heads, g.block_size);
+    l.args.num_ctas = dw.num_ctas();
+    l.kv_chunk = dw.kv_chunk;
+  } else {
+    pw = fp::PlanPrefillWork(*batch, a.num_q_heads / g.num_kv_heads, fp::kPrefillCtaTileQ);
+    l.args.num_ctas = pw.num_ctas();
+  }
+  std::vector<int32_t> blob;
+  l.args.layout = fp::PackPlan(*batch, dw, pw, blob);
+  l.plan = std::make_unique<DeviceMemory>(blob.size() * sizeof(int32_t));
+  BENCH_CUDA(cudaMemcpy(l.plan->get(), blob.data(), l.plan->bytes(), cudaMemcpyHostToDevice));
+  l.scratch = std::make_unique<DeviceMemory>(
+      std::max<int64_t>(16, FlashInferScratchBytes(g, a.num_q_heads, host.num_rows, dw)));
+  l.args.pool = a.pool;
+  l.args.layer = a.layer;
+  l.args.num_rows = host.num_rows;
+  l.args.q = a.q;
+  l.args.num_q_heads = a.num_q_heads;
+  l.args.scale = a.scale;
+  l.args.out = a.out;
+  l.args.lse = a.lse;
+  l.args.num_sequences = batch->num_sequences();
+  l.args.partition_kv = dw.partition_kv;
+  l.args.plan = static_cast<const int32_t*>(l.plan->get());
+  l.args.scratch = l.scratch->get();
+  return l;
+}
+
 Measured RunDecode(const Workload& w, CudaAttentionKernel kernel) {
   PoolGeometry g{w.kv_heads, 1, w.block_size, w.head_dim, w.dtype};
   const DcpGeometry dcp{w.block_size, 1, 1};
@@ -223,10 +283,16 @@ Measured RunDecode(const Workload& w, CudaAttentionKernel kernel) {
 
   Measured m;
   m.split = a.split;
-  m.seconds = TimeIt(3, 20, [&] {
-    BENCH_CHECK(kernel == CudaAttentionKernel::kGqaSplitKv ? LaunchDecodeAttention(a, nullptr)
-                                                           : LaunchPagedAttention(a, nullptr));
-  });
+  if (kernel == CudaAttentionKernel::kFlashInfer) {
+    const FlashInferLaunch fi = PlanFlashInfer(host, a);
+    m.split = AttentionSplit{fi.args.partition_kv ? fi.args.num_ctas / w.requests : 1, fi.kv_chunk};
+    m.seconds = TimeIt(3, 20, [&] { BENCH_CHECK(LaunchFlashInferAttention(fi.args, nullptr)); });
+  } else {
+    m.seconds = TimeIt(3, 20, [&] {
+      BENCH_CHECK(kernel == CudaAttentionKernel::kGqaSplitKv ? LaunchDecodeAttention(a, nullptr)
+                                                             : LaunchPagedAttention(a, nullptr));
+    });
+  }
   BENCH_CUDA(cudaDeviceSynchronize());
   m.out.resize(items * w.head_dim);
   m.lse.resize(items);
@@ -259,23 +325,31 @@ int Main() {
       {"bf16 4x32768 Hkv=8 G=4 D=128 (split keys)", KvDType::kBF16, 4, 32768, 8, 4, 128, 16},
       {"bf16 256x1024 Hkv=3 G=3 D=64 (SmolLM2 shape)", KvDType::kBF16, 256, 1024, 3, 3, 64, 16},
   };
-  // Ratios of the per_head kernel (index 0) and the gqa_split_kv kernel (index 1) per workload.
-  std::vector<std::array<double, 2>> ratios;
+  const bool flashinfer = FlashInferBuilt();
+  if (!flashinfer) {
+    std::printf(
+        "flashinfer: not built into this binary (deploy/fetch-flashinfer.sh); "
+        "gpu_decode_attention_bw_ratio is not measured\n");
+  }
+  // Ratios per workload of per_head (0), gqa_split_kv (1) and flashinfer (2; nan when not run).
+  std::vector<std::array<double, kKernels>> ratios;
   bool agree = true;
   for (const Workload& w : workloads) {
-    std::array<double, 2> ratio{};
-    std::array<Measured, 2> m;
-    for (int k = 0; k < 2; ++k) {
-      const CudaAttentionKernel kernel =
-          k == 0 ? CudaAttentionKernel::kPerHead : CudaAttentionKernel::kGqaSplitKv;
+    std::array<double, kKernels> ratio{NAN, NAN, NAN};
+    std::array<Measured, kKernels> m;
+    for (int k = 0; k < kKernels; ++k) {
+      const CudaAttentionKernel kernel = k == 0   ? CudaAttentionKernel::kPerHead
+                                         : k == 1 ? CudaAttentionKernel::kGqaSplitKv
+                                                  : CudaAttentionKernel::kFlashInfer;
+      if (k == 2 && (!flashinfer || w.dtype == KvDType::kF32)) continue;
       m[k] = RunDecode(w, kernel);
       const double bw = m[k].kv_bytes / m[k].seconds;
       ratio[k] = bw / read_bw;
       std::printf(
           "decode attention %s [%s]: %.3f ms/step, %.1f MB KV, %.0f GB/s = %.3f of measured read "
           "bandwidth, %.3f of nominal 4.8 TB/s (splits %d x %lld tokens)\n",
-          w.name, k == 0 ? "per_head" : "gqa_split_kv", m[k].seconds * 1e3, m[k].kv_bytes / 1e6,
-          bw / 1e9, ratio[k], bw / kNominalBytesPerSecond, m[k].split.num_splits,
+          w.name, kKernelNames[k], m[k].seconds * 1e3, m[k].kv_bytes / 1e6, bw / 1e9, ratio[k],
+          bw / kNominalBytesPerSecond, m[k].split.num_splits,
           static_cast<long long>(m[k].split.tokens_per_split));
     }
     const double out_diff = MaxDiff(m[0].out, m[1].out);
@@ -283,14 +357,27 @@ int Main() {
     std::printf("decode attention %s: gqa_split_kv vs per_head max |d out| %.3g, |d lse| %.3g\n",
                 w.name, out_diff, lse_diff);
     if (!(out_diff <= 1e-3 && lse_diff <= 1e-3)) agree = false;
+    if (!std::isnan(ratio[2])) {
+      double out_max = 0;
+      for (float x : m[0].out) out_max = std::max(out_max, std::abs(double{x}));
+      const double fi_out = MaxDiff(m[0].out, m[2].out), fi_lse = MaxDiff(m[0].lse, m[2].lse);
+      std::printf("decode attention %s: flashinfer vs per_head max |d out| %.3g, |d lse| %.3g\n",
+                  w.name, fi_out, fi_lse);
+      if (!(fi_out <= 0.05 * out_max + 0.05 && fi_lse <= 0.05)) agree = false;
+    }
     ratios.push_back(ratio);
   }
-  std::printf("RESULT gpu_decode_attention_bw_ratio=%.3f\n", ratios[0][0]);
+  if (flashinfer) {
+    std::printf("RESULT gpu_decode_attention_bw_ratio=%.3f\n", ratios[0][2]);
+    std::printf("RESULT gpu_decode_attention_flashinfer_split_bw_ratio=%.3f\n", ratios[3][2]);
+    std::printf("RESULT gpu_decode_attention_flashinfer_d64_bw_ratio=%.3f\n", ratios[4][2]);
+  }
+  std::printf("RESULT gpu_decode_attention_per_head_bw_ratio=%.3f\n", ratios[0][0]);
   std::printf("RESULT gpu_decode_attention_gqa_bw_ratio=%.3f\n", ratios[0][1]);
   std::printf("RESULT gpu_decode_attention_gqa_split_bw_ratio=%.3f\n", ratios[3][1]);
   std::printf("RESULT gpu_decode_attention_gqa_d64_bw_ratio=%.3f\n", ratios[4][1]);
   if (!agree) {
-    std::fprintf(stderr, "gpu_attention_bench: the two kernels disagree (see the lines above)\n");
+    std::fprintf(stderr, "gpu_attention_bench: the kernels disagree (see the lines above)\n");
     return 1;
   }
   return 0;
