@@ -5,15 +5,18 @@
 # supports --backend and the model is cached) a single-GPU generate of the real model, then print
 # a summary ending with
 #   RESULT gpu_decode_attention_bw_ratio=<x>
-# (decode attention KV bytes/s ÷ the read bandwidth measured in the same run; nan if unmeasured),
-# preceded by the benchmark's other RESULT lines (the gqa_split_kv kernel's ratios, see
-# gpu_attention_bench.cu).
+# (FlashInfer's decode attention KV bytes/s ÷ the read bandwidth measured in the same run; nan if
+# unmeasured, e.g. FlashInfer not built), preceded by the benchmark's other RESULT lines (per_head,
+# gqa_split_kv and more FlashInfer ratios, see gpu_attention_bench.cu).
 # Everything runs within TANDEM_GPU_BUDGET_S seconds (default 480). Safe to run repeatedly: the
 # build directory is reused incrementally, nothing is deleted, logs go to <build>/gpu-check/.
 #
 #   env TANDEM_GPU_BUILD    build directory (default build-gpu)
 #   env TANDEM_MODEL        model file for the generate step (default: deploy/fetch-model.sh's
 #                           cache; never downloaded here)
+#   env TANDEM_FLASHINFER_DIR  FlashInfer headers (deploy/fetch-flashinfer.sh's directory; default:
+#                           build-flashinfer/0.7.4 when present — a copy carried to a machine
+#                           without network, docs/gpu.md#flashinfer — else CMake's default)
 # Exit status: 0 when the build, the tests and the benchmark succeeded, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -63,12 +66,16 @@ mkdir -p "$logs"
 # RelWithDebInfo, the build type CI and the development machines use: Release (-O3) trips GCC 12's
 # -Wrestrict false positive in tests/model/format on Debian 12 (issue 14). Device code is
 # optimised by ptxas (-O3) either way.
+fi_dir=${TANDEM_FLASHINFER_DIR:-}
+[ -n "$fi_dir" ] || [ ! -d build-flashinfer/0.7.4 ] || fi_dir=$PWD/build-flashinfer/0.7.4
 if ! cmake -S . -B "$build" -G Ninja -DTANDEM_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  "-DCMAKE_CUDA_ARCHITECTURES=$arch" >"$logs/configure.log" 2>&1; then
+  "-DCMAKE_CUDA_ARCHITECTURES=$arch" ${fi_dir:+"-DTANDEM_FLASHINFER_DIR=$fi_dir"} \
+  >"$logs/configure.log" 2>&1; then
   tail -n 30 "$logs/configure.log"
   note "configure FAILED (see $logs/configure.log)"
   finish 1
 fi
+note "$(grep -m1 -o 'FlashInfer: .*' "$logs/configure.log" || echo 'FlashInfer: (no configure line)')"
 mapfile -t tests < <(ctest --test-dir "$build" -L cuda -N | sed -n 's/^ *Test *#[0-9]*: *//p')
 targets=("${tests[@]}" gpu_attention_bench)
 have_generate=0
