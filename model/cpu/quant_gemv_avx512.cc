@@ -2,6 +2,7 @@
 // file; called only when the CPU has them (quant_gemv.cc).
 #include <immintrin.h>
 
+#include "model/cpu/quant_gemv_avx512_kquants.h"
 #include "model/cpu/quant_gemv_impl.h"
 
 namespace tandem::quant::internal {
@@ -126,16 +127,11 @@ struct Avx512 {
 
 }  // namespace
 
+// Q4_K and Q6_K rows take the sub-block-factored kernels (quant_gemv_avx512_kquants.h); the
+// other types expand exact weights (quant_gemv_impl.h).
 GemvFn Avx512Gemv(GgmlType type, bool packed) {
-  // Q4_K: the AVX2 kernel factors each 32-weight sub-block's scale and min out of its dot
-  // product (quant_gemv_avx2_q4k.h) and streams twice as fast as this path's exact-weight one
-  // (quant_gemv_bench, 2 threads, quiet: 0.463 vs 0.228 of the read bandwidth), so an AVX-512
-  // machine runs it too, until a factored 512-bit kernel exists.
-  // Q6_K likewise (quant_gemv_avx2_q6k.h: hot 1536×768, one thread, loaded machine: 14.3 vs
-  // 12.8 G weights/s).
-  if (type == GgmlType::kQ4_K || type == GgmlType::kQ6_K) {
-    if (GemvFn avx2 = Avx2Gemv(type, packed)) return avx2;
-  }
+  if (!packed && type == GgmlType::kQ4_K) return &impl::KQuantGemv<impl::Q4KPairs>;
+  if (!packed && type == GgmlType::kQ6_K) return &impl::KQuantGemv<impl::Q6KPairs>;
   return impl::Select<Avx512>(type, packed);
 }
 DequantFn Avx512Dequant(GgmlType type, bool packed) {

@@ -1,0 +1,234 @@
+// The AVX-512 GEMVs for Q4_K and Q6_K rows in the file's layout, with each sub-block's scale
+// factored out of its dot product — quant_gemv_avx2_q4k.h's and quant_gemv_avx2_q6k.h's kernels
+// (their headers state the arithmetic) on 16-lane vectors. Included only by
+// quant_gemv_avx512.cc.
+//
+// A super-block is four "pairs" of 64 consecutive elements. Each pair's quants become one vector
+// of 16 dwords: dwords 0..7 hold elements 4i + b (dword i, byte b) of its first 32 elements,
+// dwords 8..15 those of its last 32, each q in the low bits of its byte —
+//   Q4_K pair P (sub-blocks 2P, 2P + 1): the 32 quant bytes qs[32P ..] broadcast to both
+//     256-bit halves, the second half shifted right by 4 (high nibbles);
+//   Q6_K pair 2h + p (half h, quarters 2p, 2p + 1): the half's 64 low-bit bytes as they are
+//     (dwords 8..15 are quarter 1's / 3's bytes) for the nibbles, and its 32 high-bit bytes
+//     broadcast and shifted per half (sllv / srlv) to bring each quarter's two bits to bits 4, 5.
+// Masking with (0x0F or 0x3F) << 8b leaves q·2^{8b}, exact in f32, against an activation copy in
+// that order scaled by 2^{−8b} (PairActivations): each product is q·x bit for bit. Lanes of the
+// vector belong to sub-blocks by fours (Q6_K, 16 elements) or eights (Q4_K, 32), so a pair's
+// scale is a permute of the super-block's scales. The offsets' part (Q4_K: the mins; Q6_K:
+// 32·D_t) is one FMA per super-block against the 16-element sums of x. A super-block's four
+// pairs are one partial sum. Each output's operations depend only on its weight row and
+// activation row, never on the batch.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "model/cpu/quant_gemv_impl.h"
+
+namespace tandem::quant::impl {
+namespace {  // one copy, in quant_gemv_avx512.cc
+
+// x [m][k] in the kernels' order into out [m][k]: in each 64-element pair, position 16b + i
+// holds element 4i + b (i < 8) or 32 + 4(i − 8) + b (i >= 8), times 2^{−8b}; and the 16-element
+// sums of x into sums [m][k / 16].
+inline void PairActivations(const float* x, int64_t m, int64_t k, float* out, float* sums) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t c = 0; c < k; c += 64) {
+      const float* src = x + i * k + c;
+      float* dst = out + i * k + c;
+      for (int b = 0; b < 4; ++b) {
+        const float f = std::ldexp(1.f, -8 * b);
+        for (int t = 0; t < 8; ++t) {
+          dst[16 * b + t] = src[4 * t + b] * f;
+          dst[16 * b + 8 + t] = src[32 + 4 * t + b] * f;
+        }
+      }
+    }
+    for (int64_t s = 0; s < k / 16; ++s) {
+      sums[i * (k / 16) + s] = _mm512_reduce_add_ps(_mm512_loadu_ps(x + i * k + 16 * s));
+    }
+  }
+}
+
+// Lanes 0..15 = v[lanes / group].
+template <int kGroup>
+[[gnu::always_inline]] inline __m512 Spread(__m512 v, int first) {
+  __m512i idx;
+  if constexpr (kGroup == 4) {
+    idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  } else if constexpr (kGroup == 8) {
+    idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  } else {
+    idx = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  }
+  return _mm512_permutexvar_ps(_mm512_add_epi32(idx, _mm512_set1_epi32(first)), v);
+}
+
+struct Q4KPairs {
+  static constexpr int64_t kBytes = 144;
+  __m512 d1;       // lanes 0..7: d·scale_j
+  __m512 offsets;  // lane t: dmin·min_{t/2}, against the 16-element sums
+  const uint8_t* qs;
+  explicit Q4KPairs(const uint8_t* blk) : qs(blk + 16) {
+    // The 6-bit fields of the 8 scales and mins (dequant.cc's Q4KScaleMin, all at once).
+    uint32_t u[3];
+    std::memcpy(u, blk + 4, sizeof u);
+    const uint64_t sc = (u[0] & 0x3f3f3f3fu) |
+                        uint64_t{(u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4)} << 32;
+    const uint64_t mn = (u[1] & 0x3f3f3f3fu) |
+                        uint64_t{((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4)}
+                            << 32;
+    d1 = _mm512_mul_ps(
+        _mm512_set1_ps(_cvtsh_ss(LoadU16(blk))),
+        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc)))));
+    const __m512 m1 = _mm512_mul_ps(
+        _mm512_set1_ps(_cvtsh_ss(LoadU16(blk + 2))),
+        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
+    offsets = Spread<2>(m1, 0);
+  }
+  template <int P>
+  [[gnu::always_inline]] void Pair(__m512* q, __m512* d) const {
+    const __m512i v = _mm512_and_si512(
+        _mm512_srlv_epi32(_mm512_broadcast_i64x4(
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * P))),
+                          _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4)),
+        _mm512_set1_epi8(0x0f));
+#pragma GCC unroll 4
+    for (int b = 0; b < 4; ++b) {
+      q[b] = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(0x0f << (8 * b))));
+    }
+    *d = Spread<8>(d1, 2 * P);
+  }
+};
+
+struct Q6KPairs {
+  static constexpr int64_t kBytes = 210;
+  __m512 dt;       // D_t = d·S_t, t = 0..15 (exact)
+  __m512 offsets;  // 32·D_t
+  const uint8_t* blk;
+  explicit Q6KPairs(const uint8_t* b) : blk(b) {
+    dt = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(LoadU16(blk + 208))),
+                       _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)))));
+    offsets = _mm512_mul_ps(_mm512_set1_ps(32.f), dt);
+  }
+  template <int P>
+  [[gnu::always_inline]] void Pair(__m512* q, __m512* d) const {
+    constexpr int h = P / 2, p = P % 2;
+    const __m512i l = _mm512_loadu_si512(blk + 64 * h);
+    const __m512i hb = _mm512_broadcast_i64x4(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h)));
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const __m512i nib =
+        p == 0 ? _mm512_and_si512(l, low4) : _mm512_and_si512(_mm512_srli_epi32(l, 4), low4);
+    const __m512i top =
+        p == 0 ? _mm512_sllv_epi32(
+                     hb, _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 2, 2, 2, 2, 2, 2, 2, 2))
+               : _mm512_srlv_epi32(
+                     hb, _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2));
+    const __m512i v = _mm512_or_si512(nib, _mm512_and_si512(top, _mm512_set1_epi8(0x30)));
+#pragma GCC unroll 4
+    for (int b = 0; b < 4; ++b) {
+      q[b] = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(0x3f << (8 * b))));
+    }
+    *d = Spread<4>(dt, 4 * P);
+  }
+};
+
+// part[i] (+)= d · Σ_b q[b]·x_i[16b .. 16b + 15] for MB activation rows.
+template <int MB, bool kFirst>
+[[gnu::always_inline]] inline void PairDots(__m512 (&part)[MB], const __m512 (&q)[4], __m512 d,
+                                            const float* x, int64_t k) {
+#pragma GCC unroll 16
+  for (int i = 0; i < MB; ++i) {
+    const float* xi = x + i * k;
+    __m512 sum = _mm512_mul_ps(q[0], _mm512_loadu_ps(xi));
+    sum = _mm512_fmadd_ps(q[1], _mm512_loadu_ps(xi + 16), sum);
+    sum = _mm512_fmadd_ps(q[2], _mm512_loadu_ps(xi + 32), sum);
+    sum = _mm512_fmadd_ps(q[3], _mm512_loadu_ps(xi + 48), sum);
+    part[i] = kFirst ? _mm512_mul_ps(sum, d) : _mm512_fmadd_ps(sum, d, part[i]);
+  }
+}
+
+template <class K, int MB, int P>
+[[gnu::always_inline]] inline void PairStep(__m512 (&part)[MB], const K& blk, const float* x,
+                                            int64_t k) {
+  __m512 q[4], d;
+  blk.template Pair<P>(q, &d);
+  PairDots<MB, P == 0>(part, q, d, x + 64 * P, k);
+}
+
+// Outputs of weight row n for activation rows [m0, m0 + MB) (x: PairActivations' copy; sums:
+// the 16-element sums).
+template <class K, int MB>
+void KQuantRowsBlock(const GemvArgs& a, int64_t n, int64_t m0, const float* x, const float* sums) {
+  const int64_t k = a.w.k, supers = k / 256;
+  const uint8_t* row = a.w.data + n * a.w.row_bytes;
+  __m512 acc[MB];
+#pragma GCC unroll 16
+  for (int i = 0; i < MB; ++i) acc[i] = _mm512_setzero_ps();
+  const float* xm = x + m0 * k;
+  // Prefetched ~2 KiB ahead (the hardware prefetchers stop at each 4 KiB page).
+  const int64_t ahead = (2048 + a.w.row_bytes - 1) / a.w.row_bytes + 1;
+  const char* prefetch = reinterpret_cast<const char*>(a.w.data + (n + ahead) * a.w.row_bytes);
+  for (int64_t s = 0; s < supers; ++s) {
+    for (int64_t o = 0; o < K::kBytes + 63; o += 64) {
+      _mm_prefetch(prefetch + s * K::kBytes + o, _MM_HINT_T0);
+    }
+    const K blk(row + s * K::kBytes);
+#pragma GCC unroll 16
+    for (int i = 0; i < MB; ++i) {
+      acc[i] = _mm512_fnmadd_ps(blk.offsets, _mm512_loadu_ps(sums + (m0 + i) * (k / 16) + 16 * s),
+                                acc[i]);
+    }
+    __m512 part[MB];
+    const float* xs = xm + 256 * s;
+    PairStep<K, MB, 0>(part, blk, xs, k);
+    PairStep<K, MB, 1>(part, blk, xs, k);
+    PairStep<K, MB, 2>(part, blk, xs, k);
+    PairStep<K, MB, 3>(part, blk, xs, k);
+#pragma GCC unroll 16
+    for (int i = 0; i < MB; ++i) acc[i] = _mm512_add_ps(acc[i], part[i]);
+  }
+  float v[1][MB];
+#pragma GCC unroll 16
+  for (int i = 0; i < MB; ++i) v[0][i] = _mm512_reduce_add_ps(acc[i]);
+  StoreResults<1, MB>(a, n, m0, v);
+}
+
+// All m rows of outputs [n_begin, n_end), in tiles of 32 weight rows: blocks of 8 activation
+// rows, then 4, 2, 1, one weight row at a time.
+template <class K>
+void KQuantGemv(const GemvArgs& a, int64_t n_begin, int64_t n_end) {
+  const int64_t k = a.w.k;
+  thread_local std::vector<float> x, sums;
+  x.resize(static_cast<size_t>(a.m * k));
+  sums.resize(static_cast<size_t>(a.m * (k / 16)));
+  PairActivations(a.x, a.m, k, x.data(), sums.data());
+  constexpr int64_t kTile = 32;
+  for (int64_t t = n_begin; t < n_end; t += kTile) {
+    const int64_t te = t + kTile < n_end ? t + kTile : n_end;
+    int64_t m0 = 0;
+    for (; m0 + 8 <= a.m; m0 += 8) {
+      for (int64_t n = t; n < te; ++n) KQuantRowsBlock<K, 8>(a, n, m0, x.data(), sums.data());
+    }
+    if (a.m - m0 >= 4) {
+      for (int64_t n = t; n < te; ++n) KQuantRowsBlock<K, 4>(a, n, m0, x.data(), sums.data());
+      m0 += 4;
+    }
+    if (a.m - m0 >= 2) {
+      for (int64_t n = t; n < te; ++n) KQuantRowsBlock<K, 2>(a, n, m0, x.data(), sums.data());
+      m0 += 2;
+    }
+    if (a.m - m0 >= 1) {
+      for (int64_t n = t; n < te; ++n) KQuantRowsBlock<K, 1>(a, n, m0, x.data(), sums.data());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::quant::impl
