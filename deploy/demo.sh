@@ -29,8 +29,15 @@ step "fetching the model (deploy/fetch-model.sh)"
 TANDEM_MODEL=$(bash deploy/fetch-model.sh | tail -n 1)
 export TANDEM_MODEL
 
+fi_args=()
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  step "fetching FlashInfer's headers for the CUDA build (deploy/fetch-flashinfer.sh)"
+  fi_args=("-DTANDEM_FLASHINFER_DIR=$(bash deploy/fetch-flashinfer.sh | tail -n 1)")
+fi
+
 step "configuring $BUILD/ (log: $BUILD.configure.log)"
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$BUILD.configure.log" 2>&1 || {
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${fi_args[@]}" \
+  >"$BUILD.configure.log" 2>&1 || {
   cat "$BUILD.configure.log" >&2
   exit 1
 }

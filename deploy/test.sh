@@ -140,6 +140,13 @@ if [ "$tsan" -eq 1 ]; then
   ctest_args=(-R "$tsan_tests" "${ctest_args[@]}")
 fi
 
+# FlashInfer's headers for the CUDA build's FlashInfer attention path (docs/gpu.md#flashinfer),
+# only where nvcc is installed and the build has CUDA.
+if [ "$sanitize" -eq 0 ] && [ "$tsan" -eq 0 ] &&
+  { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+  cmake_args+=("-DTANDEM_FLASHINFER_DIR=$(bash deploy/fetch-flashinfer.sh | tail -n 1)")
+fi
+
 echo "test.sh: configuring $build/"
 cmake -S . -B "$build" "${cmake_args[@]}" >"$build.configure.log" 2>&1 || {
   cat "$build.configure.log"; exit 1; }

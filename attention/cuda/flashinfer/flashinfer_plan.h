@@ -19,7 +19,7 @@
 //   sequences of zero pages; their row_keys entry is 0 and the wrapper writes out = 0,
 //   lse = −inf for them itself (attention/cuda/cuda_attention.h semantics).
 // * LSE base: FlashInfer's LSE is base 2 (log2 Σ 2^(s·log2e)); Tandem's is natural
-//   (docs/design.md#lse-base). lse_e = lse_2 · ln 2, and −inf stays −inf.
+//   (docs/design.md#rank-local-attention). lse_e = lse_2 · ln 2, and −inf stays −inf.
 // * Work lists: FlashInfer's kernels take per-CTA work lists (request, tile) normally built by
 //   its Python-side planner; PlanDecodeWork and PlanPrefillWork build them here.
 //
