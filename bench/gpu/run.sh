@@ -34,6 +34,9 @@
 #   env TANDEM_GPU_BUDGET_S   seconds for everything (default 570)
 #   env TANDEM_FLASHINFER_DIR FlashInfer headers when building here (deploy/fetch-flashinfer.sh;
 #                             default: build-flashinfer/0.7.4 when present, else CMake's default)
+#   env TANDEM_UCX_ROOT       a CUDA-aware UCX to build against when building here
+#                             (deploy/fetch-ucx-cuda.sh; without it transfer_bench --memory cuda
+#                             says the linked UCX has no CUDA and the step fails)
 # Logs go to <build>/gpu-check/. Exit status: 0 when the build, the tests, the sanitizer and the
 # benchmarks succeeded, 1 otherwise.
 set -uo pipefail
@@ -122,7 +125,7 @@ else
   [ -n "$fi_dir" ] || [ ! -d build-flashinfer/0.7.4 ] || fi_dir=$PWD/build-flashinfer/0.7.4
   if ! cmake -S . -B "$build" -G Ninja -DTANDEM_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "-DCMAKE_CUDA_ARCHITECTURES=$arch" ${fi_dir:+"-DTANDEM_FLASHINFER_DIR=$fi_dir"} \
-    >"$logs/configure.log" 2>&1; then
+    ${TANDEM_UCX_ROOT:+"-DTANDEM_UCX_ROOT=$TANDEM_UCX_ROOT"} >"$logs/configure.log" 2>&1; then
     tail -n 30 "$logs/configure.log"
     note "configure FAILED (see $logs/configure.log)"
     finish 1
@@ -176,7 +179,7 @@ elif timeout "$(cap 90)" "$b" --memory cuda >"$logs/transfer.log" 2>&1; then
   collect "$logs/transfer.log"
   while IFS= read -r line; do note "transfer: $line"; done < <(grep -E 'memcpy|transport|GB/s' "$logs/transfer.log" | head -n 6)
 else
-  note "transfer bench FAILED (see $logs/transfer.log)"
+  note "transfer bench FAILED: $(tail -n 1 "$logs/transfer.log" | cut -c1-200) (see $logs/transfer.log)"
   status=1
 fi
 
