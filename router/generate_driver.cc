@@ -74,13 +74,12 @@ absl::Status Driver::NodeError(v1::InstanceRole role, const std::string& node,
 }
 
 void Driver::SendToken(int32_t id, int32_t index, const v1::TokenLogprobs* logprobs) {
-  v1::GenerateResponse response;
-  v1::TokenChunk* chunk = response.mutable_token();
-  chunk->set_id(id);
-  if (logprobs != nullptr) *chunk->mutable_logprobs() = *logprobs;
-  chunk->set_text(choice_ != nullptr ? choice_->detokenizer->Push(id) : detokenizer_->Push(id));
-  chunk->set_index(index);
-  if (choice_ != nullptr) chunk->set_choice(choice_->index);
+  GeneratedToken token;
+  token.id = id;
+  if (logprobs != nullptr) token.logprobs = FromProto(*logprobs);
+  token.text = choice_ != nullptr ? choice_->detokenizer->Push(id) : detokenizer_->Push(id);
+  token.index = index;
+  if (choice_ != nullptr) token.choice = choice_->index;
   const absl::Time now = clock_->Now();
   if (first_token_at_ == absl::InfinitePast()) {
     sink_->OnProvenance(provenance_);  // before the token: an HTTP stream's headers carry it
@@ -92,7 +91,7 @@ void Driver::SendToken(int32_t id, int32_t index, const v1::TokenLogprobs* logpr
     deps_.metrics->inter_token_latency->Observe(absl::ToDoubleSeconds(now - last_token_at_));
   }
   last_token_at_ = now;
-  sink_->Send(std::move(response));
+  sink_->OnToken(std::move(token));
 }
 
 absl::StatusOr<NodeLease> Driver::PickNode(v1::InstanceRole role,
@@ -343,20 +342,19 @@ grpc::Status Driver::Run(const GenerateInput& request, const absl::Status& refus
     return ToGrpcStatus(state.error());
   }
 
-  v1::GenerateResponse response;
-  v1::GenerateFinal* final = response.mutable_final();
-  final->set_finish_reason(std::string(FinishReasonName(state.finish_reason())));
-  final->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(prepared_.prompt.size()));
-  final->mutable_usage()->set_completion_tokens(static_cast<int32_t>(state.streamed().size()));
-  final->mutable_usage()->set_cached_tokens(prompt_cached_tokens_.value_or(0));
-  final->set_request_id(request_id_);
-  final->set_text_tail(detokenizer_->Flush());
-  final->set_retries(state.retries());
+  GenerateDone done;
+  done.finish_reason = std::string(FinishReasonName(state.finish_reason()));
+  done.prompt_tokens = static_cast<int32_t>(prepared_.prompt.size());
+  done.completion_tokens = static_cast<int32_t>(state.streamed().size());
+  done.cached_tokens = prompt_cached_tokens_.value_or(0);
+  done.request_id = request_id_;
+  done.text_tail = detokenizer_->Flush();
+  done.retries = state.retries();
   if (first_token_at_ != absl::InfinitePast()) {
-    final->set_ttft_us(absl::ToInt64Microseconds(first_token_at_ - start_));
+    done.ttft_us = absl::ToInt64Microseconds(first_token_at_ - start_);
   }
-  final->set_total_us(absl::ToInt64Microseconds(clock_->Now() - start_));
-  sink_->Send(std::move(response));
+  done.total_us = absl::ToInt64Microseconds(clock_->Now() - start_);
+  sink_->OnDone(std::move(done));
   sink_->OnProvenance(provenance_);
   LogEnd(&state, absl::OkStatus());
   return grpc::Status::OK;

@@ -26,6 +26,7 @@
 #include "absl/time/time.h"
 #include "router/call_canceller.h"
 #include "router/clock.h"
+#include "router/generate_events.h"
 #include "router/kv_releaser.h"
 #include "router/node_client.h"
 #include "router/node_pool.h"
@@ -40,11 +41,16 @@
 
 namespace tandem {
 
-// Receives the request's responses in order (the Generate reactor's write queue).
+// Receives the request's events in order (generate_events.h): the Generate reactor's write
+// queue, or an HTTP response.
 class GenerateSink {
  public:
   virtual ~GenerateSink() = default;
-  virtual void Send(v1::GenerateResponse response) = 0;
+  virtual void OnToken(GeneratedToken token) = 0;
+  // n > 1 only. Default: nothing.
+  virtual void OnChoiceEnd(ChoiceEnded /*end*/) {}
+  // Once, last, when the request succeeded.
+  virtual void OnDone(GenerateDone done) = 0;
   // Once, when the prompt's first successful prefill answered: the prompt tokens its prefix
   // cache served (as the final Usage.cached_tokens later says). Default: nothing.
   virtual void Prefilled(int32_t /*cached_tokens*/) {}

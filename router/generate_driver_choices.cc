@@ -28,13 +28,12 @@ void Driver::SendChoiceEnds() {
   for (Choice& c : choices_) {
     if (c.ended || c.state->phase() != RequestPhase::kDone) continue;
     c.ended = true;
-    v1::GenerateResponse response;
-    v1::ChoiceEnd* end = response.mutable_choice_end();
-    end->set_choice(c.index);
-    end->set_finish_reason(std::string(FinishReasonName(c.state->finish_reason())));
-    end->set_text_tail(c.detokenizer->Flush());
-    end->set_completion_tokens(static_cast<int32_t>(c.state->streamed().size()));
-    sink_->Send(std::move(response));
+    ChoiceEnded end;
+    end.choice = c.index;
+    end.finish_reason = std::string(FinishReasonName(c.state->finish_reason()));
+    end.text_tail = c.detokenizer->Flush();
+    end.completion_tokens = static_cast<int32_t>(c.state->streamed().size());
+    sink_->OnChoiceEnd(std::move(end));
   }
 }
 
@@ -217,20 +216,19 @@ grpc::Status Driver::RunChoices() {
     completion_tokens += static_cast<int32_t>(c.state->streamed().size());
     retries += c.state->retries();
   }
-  v1::GenerateResponse response;
-  v1::GenerateFinal* final = response.mutable_final();
-  // Each choice's finish reason and text tail came with its ChoiceEnd; choice 0's reason here.
-  final->set_finish_reason(std::string(FinishReasonName(choices_[0].state->finish_reason())));
-  final->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(prepared_.prompt.size()));
-  final->mutable_usage()->set_completion_tokens(completion_tokens);
-  final->mutable_usage()->set_cached_tokens(prompt_cached_tokens_.value_or(0));
-  final->set_request_id(request_id_);
-  final->set_retries(retries);
+  GenerateDone done;
+  // Each choice's finish reason and text tail came with its ChoiceEnded; choice 0's reason here.
+  done.finish_reason = std::string(FinishReasonName(choices_[0].state->finish_reason()));
+  done.prompt_tokens = static_cast<int32_t>(prepared_.prompt.size());
+  done.completion_tokens = completion_tokens;
+  done.cached_tokens = prompt_cached_tokens_.value_or(0);
+  done.request_id = request_id_;
+  done.retries = retries;
   if (first_token_at_ != absl::InfinitePast()) {
-    final->set_ttft_us(absl::ToInt64Microseconds(first_token_at_ - start_));
+    done.ttft_us = absl::ToInt64Microseconds(first_token_at_ - start_);
   }
-  final->set_total_us(absl::ToInt64Microseconds(absl::Now() - start_));
-  sink_->Send(std::move(response));
+  done.total_us = absl::ToInt64Microseconds(clock_->Now() - start_);
+  sink_->OnDone(std::move(done));
   sink_->OnProvenance(provenance_);
   LogEnd(choices_[0].state.operator->(), absl::OkStatus());
   return grpc::Status::OK;

@@ -1,6 +1,7 @@
 // The server side of one Router.Generate stream (gRPC callback API). The request itself runs on
-// its own thread (RunGenerate, which blocks on node calls); this reactor queues its responses
-// and writes them one at a time, and turns gRPC's OnCancel into a CallCanceller cancellation.
+// its own thread (RunGenerate, which blocks on node calls); this reactor turns its events into
+// GenerateResponses, queues them and writes them one at a time, and turns gRPC's OnCancel into a
+// CallCanceller cancellation.
 //
 // Lifetime: created by the service, deletes itself in OnDone, which gRPC calls only after
 // Finish. Finish is called once, after the request thread closed the stream and every queued
@@ -33,7 +34,10 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
                                 const v1::GenerateRequest* request, const RouterDeps* deps,
                                 RequestThreads* threads);
 
-  void Send(v1::GenerateResponse response) override;
+  // The request's events (generate_events.h), each written as one GenerateResponse.
+  void OnToken(GeneratedToken token) override;
+  void OnChoiceEnd(ChoiceEnded end) override;
+  void OnDone(GenerateDone done) override;
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
   void OnDone() override;
@@ -41,6 +45,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
  private:
   explicit GenerateReactor(grpc::CallbackServerContext* context) : context_(context) {}
+  // Queues `response` for writing.
+  void Send(v1::GenerateResponse response);
   // Ends the stream with `status` once the queue is drained. The request thread's last call.
   void Close(grpc::Status status);
   // Finish, with the provenance as trailing metadata. Called once, without mu_ held.

@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "proto/convert/sampling_proto.h"
 #include "router/http/openai_tandem.h"
 #include "router/http/openai_tools.h"
 
@@ -41,39 +40,49 @@ bool OpenAiChoicesSink::AllEnded() const {
                      [](const Choice& c) { return !c.finish_reason.empty(); });
 }
 
-void OpenAiChoicesSink::Send(v1::GenerateResponse response) {
-  if (response.has_final()) {
-    final_ = response.final();
-    cached_tokens_ = final_->usage().cached_tokens();
-    return;
-  }
-  const int32_t index =
-      response.has_token() ? response.token().choice() : response.choice_end().choice();
-  if (index < 0 || index >= static_cast<int32_t>(choices_.size())) return;
+void OpenAiChoicesSink::OnDone(GenerateDone done) {
+  cached_tokens_ = done.cached_tokens;
+  final_ = std::move(done);
+}
+
+OpenAiChoicesSink::Choice* OpenAiChoicesSink::Live(int32_t index) {
+  if (index < 0 || index >= static_cast<int32_t>(choices_.size())) return nullptr;
   Choice& c = choices_[index];
   // A choice ended by a stop string goes on generating until the request ends (the decode node
   // stops choices only together): what it sends after the match is neither sent nor counted.
-  if (!c.finish_reason.empty()) return;
-  if (response.has_token()) {
-    ++c.tokens;
-    if (c.logprobs.has_value()) {
-      c.logprobs->Add(response.token().id(), FromProto(response.token().logprobs()),
-                      response.token().text());
-    }
-    // vLLM: stop strings are matched once min_tokens tokens were generated.
-    Emit(c, c.stop.Push(response.token().text(), c.tokens > request_.sampling.min_tokens));
-  } else {
-    const v1::ChoiceEnd& end = response.choice_end();
-    Emit(c, c.stop.Push(end.text_tail(), c.tokens > request_.sampling.min_tokens));
-    if (!c.stop.stopped()) {
-      Emit(c, c.stop.Flush());
-      c.finish_reason = end.finish_reason();
-    }
+  return c.finish_reason.empty() ? &c : nullptr;
+}
+
+void OpenAiChoicesSink::OnToken(GeneratedToken token) {
+  Choice* const live = Live(token.choice);
+  if (live == nullptr) return;
+  Choice& c = *live;
+  ++c.tokens;
+  if (c.logprobs.has_value()) {
+    c.logprobs->Add(token.id, token.logprobs.value_or(TokenLogprobs{}), token.text);
   }
+  // vLLM: stop strings are matched once min_tokens tokens were generated.
+  Emit(c, c.stop.Push(token.text, c.tokens > request_.sampling.min_tokens));
+  Ended(c);
+  // Every choice has what it wants: the rest of the generation is not wanted.
+  if (AllEnded()) canceller_.Cancel();
+}
+
+void OpenAiChoicesSink::OnChoiceEnd(ChoiceEnded end) {
+  Choice* const live = Live(end.choice);
+  if (live == nullptr) return;
+  Choice& c = *live;
+  Emit(c, c.stop.Push(end.text_tail, c.tokens > request_.sampling.min_tokens));
+  if (!c.stop.stopped()) {
+    Emit(c, c.stop.Flush());
+    c.finish_reason = end.finish_reason;
+  }
+  Ended(c);
+}
+
+void OpenAiChoicesSink::Ended(Choice& c) {
   if (c.stop.stopped()) c.finish_reason = "stop";
   if (!c.finish_reason.empty() && request_.stream) Close(c);
-  // Every choice has what it wants: the rest of the generation is not wanted.
-  if (AllEnded() && response.has_token()) canceller_.Cancel();
 }
 
 void OpenAiChoicesSink::Emit(Choice& c, const std::string& text) {
@@ -143,7 +152,7 @@ void OpenAiChoicesSink::Finish(const absl::Status& status, int32_t prompt_tokens
     return;
   }
   CompletionUsage usage{prompt_tokens, 0, cached_tokens_};
-  if (final_.has_value()) usage.prompt_tokens = final_->usage().prompt_tokens();
+  if (final_.has_value()) usage.prompt_tokens = final_->prompt_tokens;
   for (Choice& c : choices_) {
     usage.completion_tokens += c.tokens;
     if (c.finish_reason.empty()) c.finish_reason = "length";  // not reached: every choice ends

@@ -1,5 +1,6 @@
 // The OpenAI response of a request with n > 1 (docs/router.md#n-choices-from-one-prefill): what
-// RunGenerate delivers — TokenChunks naming their choice, a ChoiceEnd per choice, the final —
+// RunGenerate delivers — GeneratedTokens naming their choice, a ChoiceEnded per choice, then
+// GenerateDone —
 // becomes a `choices` array of n (stream: false) or chunks whose choice carries its `index`, in
 // the order the decode node interleaved the choices' tokens (stream: true; chat: one role chunk
 // per choice first, each choice's finish_reason chunk when it ends).
@@ -37,7 +38,9 @@ class OpenAiChoicesSink : public GenerateSink {
 
   void Prefilled(int32_t cached_tokens) override { cached_tokens_ = cached_tokens; }
   void OnProvenance(const Provenance& provenance) override;
-  void Send(v1::GenerateResponse response) override;
+  void OnToken(GeneratedToken token) override;
+  void OnChoiceEnd(ChoiceEnded end) override;
+  void OnDone(GenerateDone done) override;
   // After RunGenerate returned `status`: writes the end of the response.
   void Finish(const absl::Status& status, int32_t prompt_tokens);
 
@@ -52,6 +55,11 @@ class OpenAiChoicesSink : public GenerateSink {
     std::string finish_reason;  // set when the choice ended
     bool closed = false;        // stream: its finish chunk was written
   };
+  // The choice `index` while it still takes text; nullptr for an index out of range or a choice
+  // already ended (by a stop string, it goes on generating until the request ends).
+  Choice* Live(int32_t index);
+  // After `c` took text or its end: its finish reason once it has one, and its close (stream).
+  void Ended(Choice& c);
   // Text of `c` now safe to send.
   void Emit(Choice& c, const std::string& text);
   // Stream: the end of `c` (held tool text, pending logprobs, the finish chunk).
@@ -71,7 +79,7 @@ class OpenAiChoicesSink : public GenerateSink {
   CallCanceller& canceller_;
   const bool tools_;
   std::vector<Choice> choices_;
-  std::optional<v1::GenerateFinal> final_;
+  std::optional<GenerateDone> final_;
   int32_t cached_tokens_ = 0;
   std::string provenance_;  // ProvenanceJson of the latest OnProvenance
   bool started_ = false;

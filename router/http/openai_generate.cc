@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "proto/convert/sampling_proto.h"
 #include "router/http/openai_choices.h"
 #include "router/http/openai_logprobs.h"
 #include "router/http/openai_prepare.h"
@@ -43,29 +42,28 @@ class OpenAiSink : public GenerateSink {
     provenance_ = ProvenanceJson(provenance);
   }
 
-  void Send(v1::GenerateResponse response) override {
+  void OnToken(GeneratedToken token) override {
     // Tokens that arrive after a stop string matched (before the cancel reaches the decode node)
     // are neither sent nor counted: the usage counts what the client was given, up to the stop.
     if (stop_.stopped()) return;
-    if (response.has_token()) {
-      ++tokens_;
-      if (logprobs_.has_value()) {
-        logprobs_->Add(response.token().id(), FromProto(response.token().logprobs()),
-                       response.token().text());
-      }
-      // vLLM: stop strings are matched once min_tokens tokens were generated.
-      Emit(stop_.Push(response.token().text(), tokens_ > request_.sampling.min_tokens));
-      if (stop_.stopped()) {
-        // The rest of the generation is not wanted: end the request now.
-        canceller_.Cancel();
-      }
-      return;
+    ++tokens_;
+    if (logprobs_.has_value()) {
+      logprobs_->Add(token.id, token.logprobs.value_or(TokenLogprobs{}), token.text);
     }
-    const v1::GenerateFinal& final = response.final();
-    final_ = final;
-    cached_tokens_ = final.usage().cached_tokens();
-    Emit(stop_.Push(final.text_tail(), tokens_ > request_.sampling.min_tokens));
+    // vLLM: stop strings are matched once min_tokens tokens were generated.
+    Emit(stop_.Push(token.text, tokens_ > request_.sampling.min_tokens));
+    if (stop_.stopped()) {
+      // The rest of the generation is not wanted: end the request now.
+      canceller_.Cancel();
+    }
+  }
+
+  void OnDone(GenerateDone done) override {
+    if (stop_.stopped()) return;
+    cached_tokens_ = done.cached_tokens;
+    Emit(stop_.Push(done.text_tail, tokens_ > request_.sampling.min_tokens));
     if (!stop_.stopped()) Emit(stop_.Flush());
+    final_ = std::move(done);
   }
 
   // After RunGenerate returned `status`: writes the end of the response.
@@ -79,10 +77,9 @@ class OpenAiSink : public GenerateSink {
       Fail(status);
       return;
     } else {
-      finish_reason = final_.has_value() ? final_->finish_reason() : "length";
+      finish_reason = final_.has_value() ? final_->finish_reason : "length";
       if (final_.has_value()) {
-        usage = {final_->usage().prompt_tokens(), final_->usage().completion_tokens(),
-                 final_->usage().cached_tokens()};
+        usage = {final_->prompt_tokens, final_->completion_tokens, final_->cached_tokens};
       }
     }
     if (!request_.stream) {
@@ -221,7 +218,7 @@ class OpenAiSink : public GenerateSink {
   CallCanceller& canceller_;
   StopMatcher stop_;
   std::optional<LogprobsBuilder> logprobs_;  // with request.sampling.logprobs >= 0
-  std::optional<v1::GenerateFinal> final_;
+  std::optional<GenerateDone> final_;
   std::string text_;  // non-streaming: the whole answer
   int32_t tokens_ = 0;
   int32_t cached_tokens_ = 0;  // Prefilled's (a request ended by a stop string has no final)

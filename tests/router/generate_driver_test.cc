@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,24 +32,25 @@ namespace {
 
 using testing_router::kTestModelName;
 using testing_router::MakeTestModel;
-using Kind = v1::GenerateResponse::ResponseCase;
 
 constexpr absl::Duration kGap = absl::Milliseconds(10);  // between a fake decode's events
 
 class RecordingSink final : public GenerateSink {
  public:
-  void Send(v1::GenerateResponse response) override { responses.push_back(std::move(response)); }
+  void OnToken(GeneratedToken token) override { tokens.push_back(std::move(token)); }
+  void OnChoiceEnd(ChoiceEnded end) override { ends.push_back(std::move(end)); }
+  void OnDone(GenerateDone d) override { done = std::move(d); }
   std::vector<int32_t> Tokens(int32_t choice = 0) const {
     std::vector<int32_t> ids;
-    for (const v1::GenerateResponse& r : responses) {
-      if (r.has_token() && r.token().choice() == choice) ids.push_back(r.token().id());
+    for (const GeneratedToken& t : tokens) {
+      if (t.choice == choice) ids.push_back(t.id);
     }
     return ids;
   }
-  const v1::GenerateFinal* Final() const {
-    return !responses.empty() && responses.back().has_final() ? &responses.back().final() : nullptr;
-  }
-  std::vector<v1::GenerateResponse> responses;
+  const GenerateDone* Final() const { return done.has_value() ? &*done : nullptr; }
+  std::vector<GeneratedToken> tokens;
+  std::vector<ChoiceEnded> ends;
+  std::optional<GenerateDone> done;
 };
 
 // Tokens 100 + first .. 100 + first + count - 1.
@@ -175,8 +177,8 @@ TEST_F(DriverTest, PrefillThenDecodeStreamsEveryTokenOnceWithBoundedCalls) {
   ASSERT_TRUE(Generate(Request(4)).ok());
   EXPECT_EQ(sink_.Tokens(), Seq(0, 4));
   ASSERT_NE(sink_.Final(), nullptr);
-  EXPECT_EQ(sink_.Final()->finish_reason(), "length");
-  EXPECT_EQ(sink_.Final()->retries(), 0);
+  EXPECT_EQ(sink_.Final()->finish_reason, "length");
+  EXPECT_EQ(sink_.Final()->retries, 0);
 
   ASSERT_EQ(nodes_.prefills().size(), 1u);
   const auto prefill = nodes_.prefills()[0];
@@ -192,7 +194,7 @@ TEST_F(DriverTest, PrefillThenDecodeStreamsEveryTokenOnceWithBoundedCalls) {
   EXPECT_FALSE(*decode.cancelled);
   EXPECT_TRUE(nodes_.releases().empty());  // the decode node took the KV
   // Time passed only as the fake decode node streamed: 4 events, kGap apart.
-  EXPECT_EQ(sink_.Final()->total_us(), absl::ToInt64Microseconds(4 * kGap));
+  EXPECT_EQ(sink_.Final()->total_us, absl::ToInt64Microseconds(4 * kGap));
 }
 
 TEST_F(DriverTest, DecodeDeadlineIsTheClientsWhenEarlier) {
@@ -216,7 +218,7 @@ TEST_F(DriverTest, UnavailablePrefillIsRetriedOnTheOtherNodeAfterTheBackoff) {
   };
   ASSERT_TRUE(Generate(Request(3)).ok());
   EXPECT_EQ(sink_.Tokens(), Seq(0, 3));
-  EXPECT_EQ(sink_.Final()->retries(), 1);
+  EXPECT_EQ(sink_.Final()->retries, 1);
   const auto prefills = nodes_.prefills();
   ASSERT_EQ(prefills.size(), 2u);
   EXPECT_NE(prefills[1].address, failed);
@@ -249,7 +251,7 @@ TEST_F(DriverTest, DecodeFailureMidStreamResumesElsewhereWithEveryTokenOnce) {
   };
   ASSERT_TRUE(Generate(Request(6)).ok());
   EXPECT_EQ(sink_.Tokens(), Seq(0, 6));
-  EXPECT_EQ(sink_.Final()->retries(), 1);
+  EXPECT_EQ(sink_.Final()->retries, 1);
 
   const auto decodes = nodes_.decodes();
   ASSERT_EQ(decodes.size(), 2u);
@@ -350,7 +352,7 @@ TEST_F(DriverTest, ColocatedFailureBeforeTheFirstTokenIsRetriedAfterItResumed) {
   };
   ASSERT_TRUE(Generate(Request(5)).ok());
   EXPECT_EQ(sink_.Tokens(), Seq(0, 5));
-  EXPECT_EQ(sink_.Final()->retries(), 2);
+  EXPECT_EQ(sink_.Final()->retries, 2);
   const auto decodes = nodes_.decodes();
   ASSERT_EQ(decodes.size(), 3u);
   EXPECT_TRUE(nodes_.prefills().empty());
@@ -374,8 +376,8 @@ TEST_F(DriverTest, PipelinedFirstTokenComesFromTheWatchBeforeTheDecodeNodesFirst
   ASSERT_TRUE(Generate(Request(3)).ok());
   EXPECT_EQ(sink_.Tokens(), Seq(0, 3));
   // The watch's token (5 ms, seen at the next 2 ms poll), not the decode node's (40 ms).
-  EXPECT_GE(sink_.Final()->ttft_us(), 5000);
-  EXPECT_LE(sink_.Final()->ttft_us(), 7000);
+  EXPECT_GE(sink_.Final()->ttft_us.value_or(-1), 5000);
+  EXPECT_LE(sink_.Final()->ttft_us.value_or(-1), 7000);
   ASSERT_EQ(nodes_.decodes().size(), 1u);
   EXPECT_TRUE(nodes_.decodes()[0].request.pipelined());
   ASSERT_EQ(nodes_.watches().size(), 1u);
@@ -407,10 +409,12 @@ TEST_F(DriverTest, NChoicesShareOnePrefillAndOneDecodeCall) {
   EXPECT_EQ(nodes_.prefills()[0].request.n(), 2);
   ASSERT_EQ(nodes_.decodes().size(), 1u);
   EXPECT_EQ(nodes_.decodes()[0].request.choices_size(), 2);
-  int ends = 0;
-  for (const v1::GenerateResponse& r : sink_.responses) ends += r.has_choice_end() ? 1 : 0;
-  EXPECT_EQ(ends, 2);
-  EXPECT_EQ(sink_.Final()->usage().completion_tokens(), 6);
+  ASSERT_EQ(sink_.ends.size(), 2u);
+  for (const ChoiceEnded& end : sink_.ends) {
+    EXPECT_EQ(end.finish_reason, "length");
+    EXPECT_EQ(end.completion_tokens, 3);
+  }
+  EXPECT_EQ(sink_.Final()->completion_tokens, 6);
 }
 
 TEST_F(DriverTest, NChoicesResumeEachChoiceOnItsOwnAfterTheSharedDecodeFails) {
