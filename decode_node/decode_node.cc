@@ -175,8 +175,19 @@ absl::StatusOr<std::vector<int32_t>> DecodeNode::WaitForBlocks(
 }
 
 absl::Status DecodeNode::Pull(const TransferMetadata& source, const TransferPlan& plan,
-                              const std::function<bool()>& cancelled, std::atomic<bool>* cancel) {
-  return pulls_->Pull(source, plan, cancelled, cancel);
+                              const std::function<bool()>& cancelled, std::atomic<bool>* cancel,
+                              OverlappedKvCheck* check, int64_t landed_tokens) {
+  // The digest check rides on the copy where the bytes pass through this process (copy_crcs.h);
+  // CRC requests cost a walk over the plan, so only when a check will use them.
+  std::optional<std::vector<CopyCrcs>> crcs;
+  if (check != nullptr) {
+    absl::StatusOr<std::vector<CopyCrcs>> req = check->CrcRequests(plan);
+    if (req.ok()) crcs = *std::move(req);  // unusable requests: the check reads the pools
+  }
+  TANDEM_RETURN_IF_ERROR(
+      pulls_->Pull(source, plan, cancelled, cancel, crcs.has_value() ? &*crcs : nullptr));
+  if (check != nullptr) check->Landed(landed_tokens, &plan, crcs.has_value() ? &*crcs : nullptr);
+  return absl::OkStatus();
 }
 
 absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvHandle& kv,
@@ -227,14 +238,15 @@ absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvH
                               PlanKvTransferRange(source.layout, kv.block_table, dst, blocks,
                                                   kv.num_tokens, landed, next->tokens_ready));
       const absl::Time pull_start = absl::Now();
-      TANDEM_RETURN_IF_ERROR(Pull(source, plan, cancelled, cancel));
+      // CRCs in the copy even before the digests come (with done): computing them costs the copy
+      // nothing measurable, and the chunks already landed need no second read then.
+      TANDEM_RETURN_IF_ERROR(Pull(source, plan, cancelled, cancel, check, next->tokens_ready));
       stats->micros += absl::ToInt64Microseconds(absl::Now() - pull_start);
       stats->bytes += plan.total_bytes();
       stats->copies += plan.total_copies();
       ++stats->chunks;
       if (!next->done) ++stats->chunks_before_prefill_done;
       landed = next->tokens_ready;
-      check->Landed(landed);
     }
     if (next->done) {
       *first_token = next->first_token;
@@ -289,25 +301,29 @@ absl::Status DecodeNode::PullAll(const TransferMetadata& source, const KvHandle&
   const int64_t per_range = check->has_digests()
                                 ? BlocksPerPullRange(total, num_blocks, options_.pull_chunk_bytes)
                                 : num_blocks;
+  OverlappedKvCheck* const crc_check = check->has_digests() ? check : nullptr;
   if (per_range >= num_blocks) {
     stats->bytes = total;
     stats->copies = plan.total_copies();
-    TANDEM_RETURN_IF_ERROR(Pull(source, plan, cancelled, cancel));
-    check->Landed(kv.num_tokens);
+    TANDEM_RETURN_IF_ERROR(Pull(source, plan, cancelled, cancel, crc_check, kv.num_tokens));
+    if (crc_check == nullptr) check->Landed(kv.num_tokens);
     return absl::OkStatus();
   }
-  // Block-aligned ranges of about pull_chunk_bytes: each lands while the one before is checked.
+  // Block-aligned ranges of about pull_chunk_bytes: each is checked as it lands — from the CRCs
+  // of its copy, or on the check lane while the next one is pulled.
   const int64_t block_tokens = VirtualBlockTokens(src_dcp);
-  for (int64_t b = 0; b < num_blocks; b += per_range) {
+  for (int64_t b = 0, step = per_range; b < num_blocks; b += step) {
+    // The first range's copies were all CRCed on the way (a mapped shared-memory pool): the
+    // check needs no overlap, so the rest goes in one pull.
+    if (b > 0 && crc_check->last_pull_fused()) step = num_blocks - b;
     const int64_t begin = b * block_tokens;
-    const int64_t end = std::min(kv.num_tokens, (b + per_range) * block_tokens);
+    const int64_t end = std::min(kv.num_tokens, (b + step) * block_tokens);
     TANDEM_ASSIGN_OR_RETURN(
         TransferPlan part,
         PlanKvTransferRange(source.layout, kv.block_table, dst, blocks, kv.num_tokens, begin, end));
-    TANDEM_RETURN_IF_ERROR(Pull(source, part, cancelled, cancel));
+    TANDEM_RETURN_IF_ERROR(Pull(source, part, cancelled, cancel, crc_check, end));
     stats->bytes += part.total_bytes();
     stats->copies += part.total_copies();
-    check->Landed(end);
   }
   return absl::OkStatus();
 }
@@ -319,7 +335,7 @@ absl::Status DecodeNode::VerifyDigests(const KvHandle& kv, OverlappedKvCheck* ch
   const absl::Status s = check->Finish(&bad, DefaultKvDigestThreads());
   stats->digest_wait_micros = absl::ToInt64Microseconds(absl::Now() - start);
   stats->digest_micros = absl::ToInt64Microseconds(check->check_time());
-  stats->digest_ranges_overlapped = check->lane_checks();
+  stats->digest_ranges_overlapped = check->early_checks();
   if (s.ok()) {
     stats->digests_verified = true;
     kv_digests_verified_.fetch_add(1);

@@ -188,9 +188,12 @@ class DecodeNode {
                                                      const std::function<bool()>& cancelled,
                                                      const LeaseKeeper& lease);
   // All ranks' pulls at once, on the per-rank lanes (RankPulls); the first failure cancels the
-  // others. `cancel` is also set by the lease keeper when the lease is lost.
+  // others. `cancel` is also set by the lease keeper when the lease is lost. With `check`, the
+  // pullers CRC what they copy (check->CrcRequests) and, once `plan` landed, the check is told
+  // that prompt tokens [0, landed_tokens) are in (OverlappedKvCheck::Landed).
   absl::Status Pull(const TransferMetadata& source, const TransferPlan& plan,
-                    const std::function<bool()>& cancelled, std::atomic<bool>* cancel);
+                    const std::function<bool()>& cancelled, std::atomic<bool>* cancel,
+                    OverlappedKvCheck* check = nullptr, int64_t landed_tokens = 0);
   // The unpipelined pull of kv's whole prompt into `blocks`: with digests and more than
   // pull_chunk_bytes, in block-aligned ranges, telling `check` as each lands; else one Pull.
   absl::Status PullAll(const TransferMetadata& source, const KvHandle& kv,

@@ -30,11 +30,16 @@ RankPulls::RankPulls(std::vector<KvPuller*> pullers, std::vector<absl::Span<std:
       check_lanes_("KV digest check lane", 1, options.queue_capacity) {}
 
 absl::Status RankPulls::Pull(const TransferMetadata& source, const TransferPlan& plan,
-                             const std::function<bool()>& cancelled, std::atomic<bool>* cancel) {
+                             const std::function<bool()>& cancelled, std::atomic<bool>* cancel,
+                             std::vector<CopyCrcs>* crcs) {
   const int32_t world = static_cast<int32_t>(plan.copies.size());
   if (world != static_cast<int32_t>(pullers_.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "transfer plan for ", world, " ranks on a decode instance of ", pullers_.size()));
+  }
+  if (crcs != nullptr && static_cast<int32_t>(crcs->size()) != world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CRC requests for ", crcs->size(), " ranks, a plan of ", world));
   }
   auto batch = std::make_shared<PullBatch>(static_cast<size_t>(world));
   const absl::Time submit_deadline = absl::Now() + options_.stall_timeout;
@@ -43,7 +48,7 @@ absl::Status RankPulls::Pull(const TransferMetadata& source, const TransferPlan&
     // The job references `source` and `plan`: this call waits for it below, whatever happens.
     const absl::Status queued = lanes_.Submit(
         d,
-        [this, batch, d, &source, &plan, cancel] {
+        [this, batch, d, &source, &plan, cancel, crcs] {
           absl::Status& result = batch->results[d];
           if (cancel->load()) {
             result = absl::CancelledError(absl::StrCat(
@@ -56,6 +61,7 @@ absl::Status RankPulls::Pull(const TransferMetadata& source, const TransferPlan&
             po.cancel = cancel;
             std::vector<int32_t> blamed;
             po.failed_source_ranks = &blamed;
+            po.copy_crcs = crcs != nullptr ? &(*crcs)[d] : nullptr;
             result = pullers_[d]->Execute(source, plan.copies[d], pools_[d], po);
             if (!blamed.empty()) {
               // The puller named the source ranks at fault: the failure is about the prefill.

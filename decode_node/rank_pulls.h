@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "kv_transfer/copy_crcs.h"
 #include "kv_transfer/kv_puller.h"
 #include "kv_transfer/serial_workers.h"
 #include "kv_transfer/transfer_types.h"
@@ -45,9 +46,11 @@ class RankPulls {
   RankPulls(const RankPulls&) = delete;
   RankPulls& operator=(const RankPulls&) = delete;
 
+  // crcs, when given: one CopyCrcs per rank (OverlappedKvCheck::CrcRequests(plan)), passed to
+  // that rank's puller as PullOptions::copy_crcs.
   [[nodiscard]] absl::Status Pull(const TransferMetadata& source, const TransferPlan& plan,
-                                  const std::function<bool()>& cancelled,
-                                  std::atomic<bool>* cancel);
+                                  const std::function<bool()>& cancelled, std::atomic<bool>* cancel,
+                                  std::vector<CopyCrcs>* crcs = nullptr);
 
   // The lane for digest checks (OverlappedKvCheck), and its index.
   SerialWorkers* check_lanes() { return &check_lanes_; }

@@ -32,22 +32,26 @@ int32_t UsedSlots(const DcpGeometry& g, int32_t dcp_rank, int64_t vblock, int64_
   return used;
 }
 
-void PutLe(std::string* out, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+unsigned char* PutLe(unsigned char* out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) *out++ = static_cast<unsigned char>((v >> (8 * i)) & 0xFF);
+  return out;
 }
 
-// The binding every unit's CRC starts from.
+// The binding every unit's CRC starts from: CRC32C of (id length, id, lease generation, rank,
+// block, block generation, head), little-endian — chained in three calls, no allocation (it runs
+// once per unit on every check).
 uint32_t Seed(const KvDigestBinding& b, int32_t rank, int64_t table_index, int32_t head) {
-  std::string s;
-  s.reserve(b.request_id.size() + 40);
-  PutLe(&s, b.request_id.size(), 4);
-  s.append(b.request_id.data(), b.request_id.size());
-  PutLe(&s, b.lease_generation, 8);
-  PutLe(&s, static_cast<uint32_t>(rank), 4);
-  PutLe(&s, static_cast<uint32_t>(b.block_table[table_index]), 4);
-  PutLe(&s, b.block_generations[table_index], 4);
-  PutLe(&s, static_cast<uint32_t>(head), 4);
-  return Crc32c(0, s.data(), s.size());
+  unsigned char len[4];
+  PutLe(len, b.request_id.size(), 4);
+  uint32_t crc = Crc32c(0, len, sizeof len);
+  crc = Crc32c(crc, b.request_id.data(), b.request_id.size());
+  unsigned char tail[24];
+  unsigned char* p = PutLe(tail, b.lease_generation, 8);
+  p = PutLe(p, static_cast<uint32_t>(rank), 4);
+  p = PutLe(p, static_cast<uint32_t>(b.block_table[table_index]), 4);
+  p = PutLe(p, b.block_generations[table_index], 4);
+  PutLe(p, static_cast<uint32_t>(head), 4);
+  return Crc32c(crc, tail, sizeof tail);
 }
 
 absl::Status CheckBinding(const KvLayout& src, int64_t num_tokens, const KvDigestBinding& b) {
@@ -85,6 +89,51 @@ void ForEachChunk(int64_t n, int32_t workers, const std::function<void(int64_t)>
   }
   run(0, std::min(n, per));
   for (std::thread& t : pool) t.join();
+}
+
+// The prompt parts of [off, off + length) of a head slab whose rows (row_bytes each) hold
+// `used` prompt bytes first: fn(slab_offset, bytes, stream_pos) for each, in order, where
+// stream_pos is the part's position among the unit's prompt bytes. Whole rows of prompt bytes
+// come as one part. The one rule both the check (VerifyKvDigestRange) and the CRC requests of a
+// pull (KvDigestCrcRequests) split by, so the spans a puller CRCs are the check's parts.
+template <typename Fn>
+void ForEachPromptPart(int64_t off, int64_t length, int64_t used, int64_t row_bytes, Fn&& fn) {
+  const int64_t end = off + length;
+  while (off < end) {
+    const int64_t row = off / row_bytes;
+    const int64_t in_row = off % row_bytes;
+    const int64_t row_end = used == row_bytes ? end : std::min(end, (row + 1) * row_bytes);
+    if (in_row < used) {
+      const int64_t take =
+          (used == row_bytes ? row_end : std::min(row_end, row * row_bytes + used)) - off;
+      if (!fn(off, take, row * used + in_row)) return;
+    }
+    off = row_end;
+  }
+}
+
+// Crc32c(crc, pool + [at, at + n)), taking spans a puller CRCed as it landed them (combined, not
+// read) where they start at the right place and fit, and reading the rest.
+uint32_t CrcLanded(uint32_t crc, const LandedCrcList* landed, int32_t dst_rank,
+                   const std::byte* pool, int64_t at, int64_t n) {
+  int64_t pos = at;
+  const int64_t end = at + n;
+  while (pos < end) {
+    const LandedCrcs::Span* span = nullptr;
+    if (landed != nullptr) {
+      for (auto it = landed->rbegin(); it != landed->rend() && span == nullptr; ++it) {
+        span = (*it)->Find(dst_rank, pos);
+      }
+    }
+    if (span != nullptr && span->length <= end - pos) {
+      crc = Crc32cCombine(crc, span->crc, static_cast<uint64_t>(span->length));
+      pos += span->length;
+      continue;
+    }
+    crc = Crc32c(crc, pool + pos, static_cast<size_t>(end - pos));
+    pos = end;
+  }
+  return crc;
 }
 
 struct Piece {
@@ -242,12 +291,83 @@ absl::Status VerifyKvDigests(const KvLayout& src, const KvLayout& dst, const Tra
                              threads);
 }
 
+void LandedCrcs::Add(int32_t dst_rank, absl::Span<const TransferCopy> copies,
+                     const CopyCrcs& crcs) {
+  if (dst_rank < 0) return;
+  if (static_cast<size_t>(dst_rank) >= by_rank_.size()) by_rank_.resize(dst_rank + 1);
+  auto& spans = by_rank_[dst_rank];
+  const int64_t n = std::min<int64_t>(crcs.copies(), static_cast<int64_t>(copies.size()));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = crcs.first[i]; k < crcs.first[i + 1]; ++k) {
+      if (crcs.computed[k] == 0) continue;
+      spans[copies[i].dst_offset + crcs.spans[k].offset] = Span{crcs.spans[k].length, crcs.crcs[k]};
+      bytes_ += crcs.spans[k].length;
+    }
+  }
+}
+
+const LandedCrcs::Span* LandedCrcs::Find(int32_t dst_rank, int64_t dst_offset) const {
+  if (dst_rank < 0 || static_cast<size_t>(dst_rank) >= by_rank_.size()) return nullptr;
+  const auto it = by_rank_[dst_rank].find(dst_offset);
+  return it == by_rank_[dst_rank].end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<std::vector<CopyCrcs>> KvDigestCrcRequests(const KvLayout& src,
+                                                          const TransferPlan& plan,
+                                                          int64_t num_tokens,
+                                                          absl::Span<const int32_t> block_table) {
+  const DcpGeometry dcp = src.parallel.dcp_geometry();
+  const int64_t blocks = VirtualBlocksFor(dcp, num_tokens);
+  if (num_tokens < 0 || static_cast<int64_t>(block_table.size()) < blocks) {
+    return absl::InvalidArgumentError(absl::StrCat("KV digest CRC requests: a ", num_tokens,
+                                                   "-token prompt needs ", blocks,
+                                                   " blocks; the table has ", block_table.size()));
+  }
+  const PoolGeometry g = RankPoolGeometry(src, 0);
+  const int64_t slab_bytes = g.head_slab_bytes();
+  const int64_t row_bytes = g.row_elems() * g.elem_bytes();
+  // Only the prompt's last block can be partial (UsedSlots): every other block's slabs are one
+  // part each, so no block → table index map is needed here (called once per pulled range).
+  const int32_t last_block = blocks > 0 ? block_table[blocks - 1] : -1;
+  std::vector<CopyCrcs> out(plan.copies.size());
+  for (size_t d = 0; d < plan.copies.size(); ++d) {
+    CopyCrcs& req = out[d];
+    req.first.push_back(0);
+    for (const TransferCopy& c : plan.copies[d]) {
+      const int32_t dcp_rank = PlaceRank(src.parallel, src.dims, c.src_rank).dcp_rank;
+      int64_t off = c.src_offset;
+      const int64_t end = c.src_offset + c.length;
+      while (off < end) {  // at head-slab boundaries, as the check splits
+        const int64_t block = off / g.block_bytes();
+        const int32_t head = static_cast<int32_t>((off % g.block_bytes()) / slab_bytes);
+        const int64_t slab_begin = block * g.block_bytes() + head * slab_bytes;
+        const int64_t piece_end = std::min(end, slab_begin + slab_bytes);
+        const int64_t used = block == last_block
+                                 ? int64_t{UsedSlots(dcp, dcp_rank, blocks - 1, num_tokens)} *
+                                       g.head_dim * g.elem_bytes()
+                                 : row_bytes;
+        ForEachPromptPart(off - slab_begin, piece_end - off, used, row_bytes,
+                          [&](int64_t part, int64_t take, int64_t) {
+                            req.spans.push_back(CrcSpan{slab_begin + part - c.src_offset, take});
+                            return true;
+                          });
+        off = piece_end;
+      }
+      req.first.push_back(static_cast<int64_t>(req.spans.size()));
+    }
+    req.crcs.assign(req.spans.size(), 0);
+    req.computed.assign(req.spans.size(), 0);
+  }
+  return out;
+}
+
 absl::Status VerifyKvDigestRange(const KvLayout& src, const KvLayout& dst, const TransferPlan& plan,
                                  int64_t num_tokens, const KvDigestBinding& binding,
                                  absl::Span<const uint32_t> digests,
                                  absl::Span<const absl::Span<const std::byte>> dst_pools,
                                  int64_t table_begin, int64_t table_end,
-                                 std::vector<KvDigestMismatch>* mismatches, int32_t threads) {
+                                 std::vector<KvDigestMismatch>* mismatches, int32_t threads,
+                                 const LandedCrcList* landed) {
   if (absl::Status s = CheckBinding(src, num_tokens, binding); !s.ok()) return s;
   const int64_t all_blocks = VirtualBlocksFor(src.parallel.dcp_geometry(), num_tokens);
   if (table_begin < 0 || table_begin > table_end || table_end > all_blocks) {
@@ -275,8 +395,19 @@ absl::Status VerifyKvDigestRange(const KvLayout& src, const KvLayout& dst, const
   // The prompt positions the range's blocks hold.
   const int64_t pos_begin = table_begin * VirtualBlockTokens(dcp);
   const int64_t pos_end = std::min(num_tokens, table_end * VirtualBlockTokens(dcp));
+  // Block → table index for the range's blocks (a range is checked once per landed range: the
+  // whole table per call would cost more than the check); a copy reaching past the range is
+  // looked up in the whole table.
   absl::flat_hash_map<int32_t, int64_t> index_of_block;
-  for (int64_t i = 0; i < blocks; ++i) index_of_block[binding.block_table[i]] = i;
+  index_of_block.reserve(static_cast<size_t>(table_end - table_begin));
+  for (int64_t i = table_begin; i < table_end; ++i) index_of_block[binding.block_table[i]] = i;
+  auto table_index_of = [&](int32_t block) -> int64_t {
+    if (const auto it = index_of_block.find(block); it != index_of_block.end()) return it->second;
+    for (int64_t i = 0; i < blocks; ++i) {
+      if (binding.block_table[i] == block) return i;
+    }
+    return -1;
+  };
 
   // Destination DCP groups: the ranks that together hold every prompt token of their heads.
   std::map<std::pair<int32_t, int32_t>, std::vector<int32_t>> groups;
@@ -312,17 +443,17 @@ absl::Status VerifyKvDigestRange(const KvLayout& src, const KvLayout& dst, const
           const int32_t head = static_cast<int32_t>((off % g.block_bytes()) / slab_bytes);
           const int64_t slab_begin = block * g.block_bytes() + head * slab_bytes;
           const int64_t piece_end = std::min(end, slab_begin + slab_bytes);
-          const auto it = index_of_block.find(static_cast<int32_t>(block));
-          if (it == index_of_block.end()) {
+          const int64_t table_index = table_index_of(static_cast<int32_t>(block));
+          if (table_index < 0) {
             return absl::InternalError(absl::StrCat(
                 "KV digests: destination rank ", d, " read source block ", block, " of rank ",
                 c.src_rank, ", which is not in the prompt's block table"));
           }
-          if (it->second < table_begin || it->second >= table_end) {
+          if (table_index < table_begin || table_index >= table_end) {
             off = piece_end;
             continue;
           }
-          pieces.push_back(Piece{KvDigestIndex(src, num_tokens, c.src_rank, it->second, head),
+          pieces.push_back(Piece{KvDigestIndex(src, num_tokens, c.src_rank, table_index, head),
                                  off - slab_begin, piece_end - off, d,
                                  c.dst_offset + (off - c.src_offset)});
           off = piece_end;
@@ -369,40 +500,29 @@ absl::Status VerifyKvDigestRange(const KvLayout& src, const KvLayout& dst, const
         }
         const std::byte* dst_base = dst_pools[piece.dst_rank].data();
         // The piece's intersection with each row's prompt part, in order.
-        int64_t off = piece.slab_offset;
-        const int64_t end = piece.slab_offset + piece.length;
-        while (off < end) {
-          const int64_t row = off / row_bytes;
-          const int64_t in_row = off % row_bytes;
-          // Whole rows are all prompt bytes: take the rest of the piece in one CRC call.
-          const int64_t row_end =
-              used_bytes == row_bytes ? end : std::min(end, (row + 1) * row_bytes);
-          if (in_row < used_bytes) {
-            const int64_t take =
-                (used_bytes == row_bytes ? row_end
-                                         : std::min(row_end, row * row_bytes + used_bytes)) -
-                off;
-            const int64_t stream_pos = row * used_bytes + in_row;
-            if (stream_pos != expected) {
-              out.status = absl::InternalError(absl::StrCat(
-                  "KV digests: destination DCP group of rank ", piece.dst_rank,
-                  " covers source rank ", rank, " block ", binding.block_table[table_index],
-                  " head ", head, " out of order (prompt byte ", stream_pos, ", expected ",
-                  expected, ")"));
-              return;
-            }
-            const int64_t at = piece.dst_offset + (off - piece.slab_offset);
-            if (at < 0 || at + take > static_cast<int64_t>(dst_pools[piece.dst_rank].size())) {
-              out.status = absl::InvalidArgumentError(
-                  absl::StrCat("KV digests: a copy to destination rank ", piece.dst_rank,
-                               " lies outside its pool"));
-              return;
-            }
-            crc = Crc32c(crc, dst_base + at, static_cast<size_t>(take));
-            expected += take;
-          }
-          off = row_end;
-        }
+        ForEachPromptPart(
+            piece.slab_offset, piece.length, used_bytes, row_bytes,
+            [&](int64_t off, int64_t take, int64_t stream_pos) {
+              if (stream_pos != expected) {
+                out.status = absl::InternalError(absl::StrCat(
+                    "KV digests: destination DCP group of rank ", piece.dst_rank,
+                    " covers source rank ", rank, " block ", binding.block_table[table_index],
+                    " head ", head, " out of order (prompt byte ", stream_pos, ", expected ",
+                    expected, ")"));
+                return false;
+              }
+              const int64_t at = piece.dst_offset + (off - piece.slab_offset);
+              if (at < 0 || at + take > static_cast<int64_t>(dst_pools[piece.dst_rank].size())) {
+                out.status = absl::InvalidArgumentError(
+                    absl::StrCat("KV digests: a copy to destination rank ", piece.dst_rank,
+                                 " lies outside its pool"));
+                return false;
+              }
+              crc = CrcLanded(crc, landed, piece.dst_rank, dst_base, at, take);
+              expected += take;
+              return true;
+            });
+        if (!out.status.ok()) return;
       }
       if (expected != out.total) {
         out.status = absl::InternalError(

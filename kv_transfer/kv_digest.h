@@ -27,13 +27,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "kv_transfer/copy_crcs.h"
 #include "kv_transfer/transfer_types.h"
 
 namespace tandem {
@@ -115,10 +118,45 @@ struct KvDigestMismatch {
 // (INTERNAL otherwise). Verifying [0, b) and [b, e) accepts exactly what [0, e) accepts.
 // INVALID_ARGUMENT for a range not inside [0, VirtualBlocksFor(num_tokens)] (an empty range
 // checks nothing but the arguments).
+//
+// landed, when given: CRCs a puller computed while it copied (KvDigestCrcRequests, LandedCrcs) —
+// a part of a unit found there (same destination rank and offset, not longer than the part) is
+// combined from its CRC instead of read from the pool; the rest is read. Same verdicts.
+class LandedCrcs;
+using LandedCrcList = std::vector<std::shared_ptr<const LandedCrcs>>;
 [[nodiscard]] absl::Status VerifyKvDigestRange(
     const KvLayout& src, const KvLayout& dst, const TransferPlan& plan, int64_t num_tokens,
     const KvDigestBinding& binding, absl::Span<const uint32_t> digests,
     absl::Span<const absl::Span<const std::byte>> dst_pools, int64_t table_begin, int64_t table_end,
-    std::vector<KvDigestMismatch>* mismatches = nullptr, int32_t threads = 1);
+    std::vector<KvDigestMismatch>* mismatches = nullptr, int32_t threads = 1,
+    const LandedCrcList* landed = nullptr);
+
+// The check fused into the copy (copy_crcs.h). KvDigestCrcRequests: for pulling `plan` (the
+// prompt's plan or any range plan of it, PlanKvTransferRange), each destination rank's copies
+// split into the parts the check reads — at the source's head-slab boundaries and, in a block
+// the prompt ends inside, at each row's prompt bytes — as spans for PullOptions::copy_crcs.
+// Bytes outside the prompt's blocks get no span. INVALID_ARGUMENT for a block table shorter
+// than the prompt needs.
+[[nodiscard]] absl::StatusOr<std::vector<CopyCrcs>> KvDigestCrcRequests(
+    const KvLayout& src, const TransferPlan& plan, int64_t num_tokens,
+    absl::Span<const int32_t> block_table);
+
+// The CRCs pullers computed, by destination (rank, offset of the span's first byte). Filled
+// once after a pull (Add), then read only (thread-safe to share).
+class LandedCrcs {
+ public:
+  struct Span {
+    int64_t length = 0;
+    uint32_t crc = 0;
+  };
+  // Records the computed spans of `crcs`, the requests of `copies` (one destination rank's).
+  void Add(int32_t dst_rank, absl::Span<const TransferCopy> copies, const CopyCrcs& crcs);
+  const Span* Find(int32_t dst_rank, int64_t dst_offset) const;
+  int64_t bytes() const { return bytes_; }  // bytes the recorded spans cover
+
+ private:
+  std::vector<absl::flat_hash_map<int64_t, Span>> by_rank_;
+  int64_t bytes_ = 0;
+};
 
 }  // namespace tandem

@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/kv_pool_memory.h"
+#include "kv_transfer/copy_crcs.h"
 #include "kv_transfer/transfer_types.h"
 
 namespace tandem {
@@ -58,6 +59,10 @@ struct PullOptions {
   const std::atomic<bool>* cancel = nullptr;            // optional; checked while waiting
   PullProgress* progress = nullptr;                     // optional
   std::vector<int32_t>* failed_source_ranks = nullptr;  // optional out: peers to blame
+  // Optional (copy_crcs.h): CRCs of these spans of the copies, computed in the same pass where
+  // the bytes go through this process (a mapped pool, the fake); others are left uncomputed.
+  // REQUIRES: copy_crcs->copies() == copies.size() when set.
+  CopyCrcs* copy_crcs = nullptr;
 };
 
 class KvPuller {

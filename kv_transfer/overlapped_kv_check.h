@@ -5,6 +5,12 @@
 // are still in flight. Finish checks what is left on the calling thread and waits for the lane,
 // so what the caller sees after the last pull is the check of the last range only.
 //
+// Fused with the copy (copy_crcs.h): a pull given CrcRequests(range plan) as
+// PullOptions::copy_crcs CRCs the bytes it moves itself in the same pass; Landed(t, &plan, &crcs)
+// records them and the blocks now landed are checked at once on the calling thread by combining
+// those CRCs (kv_digest.h LandedCrcs) — nothing is read again except parts no CRC covers (a
+// transport that landed them itself), read right after landing, while cached.
+//
 // Usage: construct once the destination blocks are known; SetDigests when the digests are known
 // (from the handle, or a pipelined prefill's last progress message) — blocks landed before are
 // queued then; Landed(t) after each range [.., t) is in the pools (t non-decreasing); Finish once
@@ -61,9 +67,15 @@ class OverlappedKvCheck {
   [[nodiscard]] absl::Status SetDigests(std::vector<uint32_t> digests);
   bool has_digests() const { return !digests_.empty(); }
 
-  // Prompt tokens [0, tokens) have landed: queues a check of every block now wholly landed
-  // (unless that is the whole prompt: then the pull is over and Finish checks the rest).
-  void Landed(int64_t tokens);
+  // The CRC requests for pulling `part` (a range plan of this prompt): KvDigestCrcRequests.
+  [[nodiscard]] absl::StatusOr<std::vector<CopyCrcs>> CrcRequests(const TransferPlan& part) const;
+
+  // Prompt tokens [0, tokens) have landed: checks (or queues a check of) every block now wholly
+  // landed (unless that is the whole prompt: then the pull is over and Finish checks the rest).
+  // part and crcs, when given: the range plan just pulled and its CopyCrcs (one per rank) as
+  // the pullers filled them; checks then run on this thread from the CRCs.
+  void Landed(int64_t tokens, const TransferPlan* part = nullptr,
+              const std::vector<CopyCrcs>* crcs = nullptr);
 
   // After the whole prompt landed: checks the blocks not yet checked here (with `threads`),
   // waits for the lane's checks, and returns VerifyKvDigestRange's first error (DATA_LOSS on a
@@ -72,12 +84,20 @@ class OverlappedKvCheck {
 
   // Checking time summed over every range (the lane's included): the check's whole cost.
   absl::Duration check_time() const;
-  // Ranges checked on the lane, for tests.
-  int32_t lane_checks() const;
+  // Ranges checked before Finish while later ranges were still to land: on the lane, or here
+  // from the copy's CRCs (not counted: plain inline checks without a lane).
+  int32_t early_checks() const;
+  // Bytes whose check came from CRCs computed in the copy (not read again).
+  int64_t fused_bytes() const { return fused_bytes_; }
+  // Whether the last Landed brought a CRC for every span it asked for: the transport moves the
+  // bytes through this process, so pulling in ranges buys nothing (the check needs no overlap).
+  bool last_pull_fused() const { return last_pull_fused_; }
 
  private:
-  void Check(int64_t begin, int64_t end, int32_t threads);
+  void Check(int64_t begin, int64_t end, int32_t threads, const LandedCrcList& landed);
   void WaitForLane();
+  void IndexCopies();
+  TransferPlan RangePlan(int64_t begin, int64_t end) const;
 
   const OverlappedKvCheckInput in_;
   SerialWorkers* const lanes_;
@@ -88,6 +108,11 @@ class OverlappedKvCheck {
   TransferPlan plan_;
   int64_t landed_ = 0;  // tokens landed
   int64_t queued_ = 0;  // blocks [0, queued_) are queued or checked
+  // [table index][dst rank] → indices into plan_.copies[rank] reading that block.
+  std::vector<std::vector<std::vector<int32_t>>> copies_of_block_;
+  LandedCrcList landed_crcs_;  // one per pull that brought CRCs; read by this thread only
+  int64_t fused_bytes_ = 0;
+  bool last_pull_fused_ = false;
   // Shared with the queued jobs, which still touch it after their last use of this object.
   const std::shared_ptr<JobGroup> jobs_ = std::make_shared<JobGroup>();
 
@@ -95,7 +120,7 @@ class OverlappedKvCheck {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::vector<KvDigestMismatch> bad_ ABSL_GUARDED_BY(mu_);
   absl::Duration check_time_ ABSL_GUARDED_BY(mu_);
-  int32_t lane_checks_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t early_checks_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Blocks per pull range when `total_bytes` over `num_blocks` blocks are pulled in ranges of about

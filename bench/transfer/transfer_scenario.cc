@@ -13,6 +13,7 @@
 #include "attention/dcp_layout.h"
 #include "bench/transfer/raw_get_loop.h"
 #include "common/status_macros.h"
+#include "kv_transfer/copy_crcs.h"
 #include "kv_transfer/gather_plan.h"
 #include "kv_transfer/kv_digest.h"
 #include "kv_transfer/overlapped_kv_check.h"
@@ -196,10 +197,55 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
       check.Landed(end);
     }
     TANDEM_RETURN_IF_ERROR(check.Finish(nullptr, DefaultKvDigestThreads()));
-    if (!inline_check) ranges_overlapped = check.lane_checks();
+    if (!inline_check) ranges_overlapped = check.early_checks();
     return absl::Now() - start;
   };
 
+  // Digests on vs off as the decode node pulls (DecodeNode::PullAll). Off: the whole prompt in one
+  // planned pull. On: block ranges, the puller also CRCing what it copies (PullOptions::copy_crcs,
+  // the check's requests) and each range checked from those CRCs as it lands (nothing read back
+  // where the bytes went through this process: a mapped shared-memory pool); once a range came
+  // back wholly CRCed the rest is one pull. Both timed end to end, planning included: the
+  // difference is the whole cost of digests on the decode side.
+  int64_t fused_bytes = 0;
+  absl::Duration fused_check_time, fused_request_time;
+  auto pull_ranges = [&](const PullOptions& base,
+                         bool digests_on) -> absl::StatusOr<absl::Duration> {
+    const absl::Time start = absl::Now();
+    absl::Duration request_time;
+    OverlappedKvCheck check(
+        OverlappedKvCheckInput{sc.src, sc.dst, sc.tokens, "bench-request", 1, config.blocks,
+                               generations, dst_blocks, dst_views},
+        &check_lane, 0);
+    if (digests_on) TANDEM_RETURN_IF_ERROR(check.SetDigests(digests));
+    // Off: one pull of the whole prompt, as the node does without digests. On: ranges, the rest
+    // in one pull once a range came back wholly CRCed (DecodeNode::PullAll).
+    for (int64_t b = 0, step = digests_on ? per_range : num_blocks; b < num_blocks; b += step) {
+      if (b > 0 && check.last_pull_fused()) step = num_blocks - b;
+      const int64_t begin = b * block_tokens;
+      const int64_t end = std::min(sc.tokens, (b + step) * block_tokens);
+      TANDEM_ASSIGN_OR_RETURN(
+          TransferPlan part, PlanKvTransferRange(metadata.layout, config.blocks, sc.dst, dst_blocks,
+                                                 sc.tokens, begin, end));
+      PullOptions po = base;
+      std::vector<CopyCrcs> crcs;
+      if (digests_on) {
+        const absl::Time req_start = absl::Now();
+        TANDEM_ASSIGN_OR_RETURN(crcs, check.CrcRequests(part));
+        request_time += absl::Now() - req_start;
+        po.copy_crcs = &crcs[0];
+      }
+      TANDEM_RETURN_IF_ERROR(puller->Execute(metadata, part.copies[0], local_span, po));
+      if (digests_on) check.Landed(end, &part, &crcs);
+    }
+    if (digests_on) {
+      TANDEM_RETURN_IF_ERROR(check.Finish(nullptr, DefaultKvDigestThreads()));
+      fused_bytes = check.fused_bytes();
+      fused_check_time = check.check_time();
+      fused_request_time = request_time;
+    }
+    return absl::Now() - start;
+  };
   ScenarioResult result;
   result.copies = static_cast<int64_t>(copies.size());
   result.segments = static_cast<int64_t>(gather.segments.size());
@@ -225,6 +271,8 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
     TANDEM_RETURN_IF_ERROR(check_digests().status());  // what a real UCX pull landed passes
     TANDEM_RETURN_IF_ERROR(pull_checked(pull, false).status());
     TANDEM_RETURN_IF_ERROR(pull_checked(pull, true).status());
+    TANDEM_RETURN_IF_ERROR(pull_ranges(pull, true).status());
+    TANDEM_RETURN_IF_ERROR(pull_ranges(pull, false).status());
     if (options.raw_per_copy) {
       TANDEM_RETURN_IF_ERROR(RawGetLoop(*raw_worker, raw_by_rank, copies, local).status());
     }
@@ -236,7 +284,8 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
   // machine load (this machine is shared and has 2 cores).
   std::vector<absl::Duration> planned, raw, raw_bulk, copy, checks, computes, checked_pulls;
   std::vector<double> vs_raw, vs_raw_bulk, vs_memcpy, check_vs, compute_vs, overlapped_vs,
-      inline_vs;
+      inline_vs, fused_vs;
+  std::vector<absl::Duration> fused_on, fused_off;
   result.planned_post_best = absl::InfiniteDuration();
   double cpu_ms = 0;
   for (int32_t rep = 0; rep < options.reps; ++rep) {
@@ -265,6 +314,19 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
     overlapped_vs.push_back(absl::FDivDuration(checked_time, elapsed) - 1.0);
     TANDEM_ASSIGN_OR_RETURN(const absl::Duration inline_time, pull_checked(pull, true));
     inline_vs.push_back(absl::FDivDuration(inline_time, elapsed) - 1.0);
+    // Digests on and off side by side, taking turns going first (a pass's second pull may find
+    // the source warmer).
+    absl::Duration on_time, off_time;
+    if (rep % 2 == 0) {
+      TANDEM_ASSIGN_OR_RETURN(on_time, pull_ranges(pull, true));
+      TANDEM_ASSIGN_OR_RETURN(off_time, pull_ranges(pull, false));
+    } else {
+      TANDEM_ASSIGN_OR_RETURN(off_time, pull_ranges(pull, false));
+      TANDEM_ASSIGN_OR_RETURN(on_time, pull_ranges(pull, true));
+    }
+    fused_on.push_back(on_time);
+    fused_off.push_back(off_time);
+    fused_vs.push_back(absl::FDivDuration(on_time, off_time) - 1.0);
     check_vs.push_back(absl::FDivDuration(check_time, elapsed));
     compute_vs.push_back(absl::FDivDuration(compute_time, elapsed));
     result.planned_post_best =
@@ -296,6 +358,13 @@ absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOpt
   std::sort(inline_vs.begin(), inline_vs.end());
   result.digest_inline_overhead = inline_vs[inline_vs.size() / 2];
   result.pull_checked = Summarise(checked_pulls);
+  std::sort(fused_vs.begin(), fused_vs.end());
+  result.digest_cost_over_transfer = fused_vs[fused_vs.size() / 2];
+  result.pull_digests_on = Summarise(fused_on);
+  result.pull_digests_off = Summarise(fused_off);
+  result.fused_check_bytes = fused_bytes;
+  result.fused_check_time = fused_check_time;
+  result.fused_request_time = fused_request_time;
   result.check_ranges = (num_blocks + per_range - 1) / per_range;
   result.check_ranges_overlapped = ranges_overlapped;
   result.digest_compute = Summarise(computes);

@@ -16,7 +16,9 @@
 // ComputeKvDigests over local copies of the source pools holding the peer's exact content (the
 // prefill node's cost), each timed and divided by that pass's pull; and digests on as the decode
 // node runs them — the pull in block ranges with each landed range checked while the next is
-// pulled (OverlappedKvCheck) — timed end to end right after the planned pull (digests off).
+// pulled (OverlappedKvCheck) — timed end to end right after the planned pull (digests off); and
+// digests on vs off as the node now runs them: the same ranges pulled with and without the CRC
+// fused into the copy (copy_crcs.h) and the check from those CRCs, taking turns going first.
 #pragma once
 
 #include <cstdint>
@@ -86,6 +88,15 @@ struct ScenarioResult {
   double digest_overlapped_overhead = 0;
   // The same with each range checked inline on the pulling thread as it lands (no lane).
   double digest_inline_overhead = 0;
+  // Digests on vs off as the decode node pulls, side by side in each pass: the same block
+  // ranges, on = CRCs computed in the copy and each range checked from them as it lands.
+  // digest_cost_over_transfer = median over passes of (on ÷ off) − 1 (issue 28's goal: ≤ 0.03).
+  Timing pull_digests_on;
+  Timing pull_digests_off;
+  double digest_cost_over_transfer = 0;
+  int64_t fused_check_bytes = 0;        // bytes the check took from the copy's CRCs (last on pass)
+  absl::Duration fused_check_time;      // the check's own time in the last on pass
+  absl::Duration fused_request_time;    // building the CRC requests, last on pass
   int64_t check_ranges = 0;             // ranges the pull went in
   int32_t check_ranges_overlapped = 0;  // of them, checked on the lane during the pull
 };

@@ -136,7 +136,8 @@ absl::Status FakeKvPuller::Execute(const TransferMetadata& source,
         break;
     }
     const auto* from = static_cast<const std::byte*>(pools[c.src_rank]->base());
-    std::memcpy(local_pool.data() + c.dst_offset, from + c.src_offset, c.length);
+    CopyWithCrcs(local_pool.data() + c.dst_offset, from + c.src_offset, c.length, options.copy_crcs,
+                 i);
     ++completed;
     completed_bytes += c.length;
     ++i;

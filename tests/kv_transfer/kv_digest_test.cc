@@ -9,13 +9,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "attention/dcp_layout.h"
 #include "attention/pool_layout.h"
 #include "gtest/gtest.h"
+#include "kv_transfer/copy_crcs.h"
 #include "kv_transfer/crc32c.h"
 #include "kv_transfer/planner.h"
 #include "tests/kv_transfer/plan_simulator.h"
@@ -65,6 +68,28 @@ TEST(Crc32cTest, CombineEqualsChainingWithoutTheBytes) {
     for (uint32_t seed : {0u, 1u, 0xDEADBEEFu}) {
       EXPECT_EQ(Crc32cCombine(seed, Crc32c(0, buf.data(), n), n), Crc32c(seed, buf.data(), n))
           << "n=" << n << " seed=" << seed;
+    }
+  }
+}
+
+// The fused copy: the destination gets exactly the source's bytes (nothing before or after),
+// and the value is the CRC of those bytes, around the folding boundaries and at odd alignments
+// of either side.
+TEST(Crc32cTest, CopyMovesTheBytesAndReturnsTheirCrc) {
+  Rng rng(11);
+  std::vector<unsigned char> src(3 * 8192 * 2 + 100);
+  for (unsigned char& b : src) b = static_cast<unsigned char>(rng.Next());
+  for (size_t n : {size_t{0}, size_t{1}, size_t{63}, size_t{255}, size_t{256}, size_t{257},
+                   size_t{511}, size_t{4097}, size_t{3 * 8192 + 13}, size_t{6 * 8192 + 50}}) {
+    for (size_t align : {size_t{0}, size_t{3}}) {
+      for (uint32_t seed : {0u, 0xFFFFFFFFu}) {
+        std::vector<unsigned char> dst(src.size() + 16, 0xAB);
+        const uint32_t got = Crc32cCopy(seed, dst.data() + 8 + align, src.data() + align, n);
+        EXPECT_EQ(got, Crc32cPortable(seed, src.data() + align, n)) << "n=" << n;
+        EXPECT_EQ(std::memcmp(dst.data() + 8 + align, src.data() + align, n), 0) << "n=" << n;
+        EXPECT_EQ(dst[7 + align], 0xAB) << "n=" << n;
+        EXPECT_EQ(dst[8 + align + n], 0xAB) << "n=" << n;
+      }
     }
   }
 }
@@ -218,6 +243,87 @@ TEST(KvDigestTest, VerifiesAcrossLayoutsAndCatchesEveryFlippedByte) {
   }
   EXPECT_EQ(verified, 6 * std::ssize(Cases()));
   EXPECT_EQ(flips, verified);
+}
+
+// Pulls `plan` as a puller that moves the bytes itself does (CopyWithCrcs with the check's CRC
+// requests), and returns what it CRCed.
+std::shared_ptr<const LandedCrcs> ExecuteWithCrcs(const KvLayout& src, const TransferPlan& plan,
+                                                  int64_t n, const std::vector<int32_t>& table,
+                                                  const Pools& sp, Pools* dp) {
+  absl::StatusOr<std::vector<CopyCrcs>> req = KvDigestCrcRequests(src, plan, n, table);
+  EXPECT_TRUE(req.ok()) << req.status();
+  auto landed = std::make_shared<LandedCrcs>();
+  if (!req.ok()) return landed;
+  for (size_t d = 0; d < plan.copies.size(); ++d) {
+    for (size_t i = 0; i < plan.copies[d].size(); ++i) {
+      const TransferCopy& c = plan.copies[d][i];
+      CopyWithCrcs(dp->bytes[d].data() + c.dst_offset, sp.bytes[c.src_rank].data() + c.src_offset,
+                   c.length, &(*req)[d], static_cast<int64_t>(i));
+    }
+    landed->Add(static_cast<int32_t>(d), plan.copies[d], (*req)[d]);
+  }
+  return landed;
+}
+
+// The check fused into the copy (copy_crcs.h): over every layout pair and prompt length, the
+// CRCs a pull computes cover every part the check reads — it passes with the destination pools
+// wiped, so nothing was read again — and a source byte that changed before the copy is caught.
+// Pulled in two range plans split inside a block (pipelined), the parts the two plans cut
+// differently from the whole plan are read back, and the check still passes.
+TEST(KvDigestTest, CrcsComputedInTheCopyVerifyWithoutReadingAndCatchAChangedByte) {
+  Rng rng(13);
+  for (const Case& k : Cases()) {
+    const KvLayout src = Layout(k.src, k.hkv);
+    const KvLayout dst = Layout(k.dst, k.hkv);
+    for (const int64_t n : {int64_t{1}, int64_t{17}, int64_t{61}, int64_t{100}}) {
+      SCOPED_TRACE(absl::StrCat(src.parallel.ToString(), " -> ", dst.parallel.ToString(),
+                                " hkv=", k.hkv, " n=", n));
+      const std::vector<int32_t> sb = Table(src, n, 0);
+      const std::vector<int32_t> db = Table(dst, n, 1);
+      const std::vector<uint32_t> gens(sb.size(), 2);
+      const KvDigestBinding binding{"req-2", 3, sb, gens};
+      Pools sp = MakePools(src, kPoolBlocks, rng);
+      absl::StatusOr<std::vector<uint32_t>> digests = ComputeKvDigests(src, sp.Views(), n, binding);
+      ASSERT_TRUE(digests.ok()) << digests.status();
+      absl::StatusOr<TransferPlan> plan = PlanKvTransfer(src, sb, dst, db, n);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      const int64_t blocks = VirtualBlocksFor(src.parallel.dcp_geometry(), n);
+
+      Pools dp = MakePools(dst, kPoolBlocks, rng);
+      const LandedCrcList landed = {ExecuteWithCrcs(src, *plan, n, sb, sp, &dp)};
+      EXPECT_TRUE(VerifyKvDigests(src, dst, *plan, n, binding, *digests, dp.Views()).ok());
+      for (auto& b : dp.bytes) std::fill(b.begin(), b.end(), std::byte{0});
+      EXPECT_TRUE(VerifyKvDigestRange(src, dst, *plan, n, binding, *digests, dp.Views(), 0, blocks,
+                                      nullptr, 1, &landed)
+                      .ok());
+
+      // A source byte changed before the copy read it (the first byte of a copy is a prompt byte).
+      const TransferCopy& c = plan->copies[0].front();
+      sp.bytes[c.src_rank][c.src_offset] ^= std::byte{0x20};
+      const LandedCrcList bad_landed = {ExecuteWithCrcs(src, *plan, n, sb, sp, &dp)};
+      std::vector<KvDigestMismatch> bad;
+      EXPECT_EQ(VerifyKvDigestRange(src, dst, *plan, n, binding, *digests, dp.Views(), 0, blocks,
+                                    &bad, 1, &bad_landed)
+                    .code(),
+                absl::StatusCode::kDataLoss);
+      ASSERT_FALSE(bad.empty());
+      EXPECT_EQ(bad[0].src_rank, c.src_rank);
+      sp.bytes[c.src_rank][c.src_offset] ^= std::byte{0x20};
+
+      // Two range plans cut at a token inside a block.
+      const int64_t cut = n / 2;
+      LandedCrcList ranges;
+      for (auto [b, e] : {std::pair{int64_t{0}, cut}, std::pair{cut, n}}) {
+        if (b == e) continue;
+        absl::StatusOr<TransferPlan> part = PlanKvTransferRange(src, sb, dst, db, n, b, e);
+        ASSERT_TRUE(part.ok()) << part.status();
+        ranges.push_back(ExecuteWithCrcs(src, *part, n, sb, sp, &dp));
+      }
+      EXPECT_TRUE(VerifyKvDigestRange(src, dst, *plan, n, binding, *digests, dp.Views(), 0, blocks,
+                                      nullptr, 1, &ranges)
+                      .ok());
+    }
+  }
 }
 
 TEST(KvDigestTest, MalformedInputIsRefusedPrecisely) {

@@ -14,6 +14,7 @@
 #include "attention/pool_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kv_transfer/copy_crcs.h"
 #include "kv_transfer/kv_digest.h"
 #include "kv_transfer/planner.h"
 #include "tests/kv_transfer/plan_simulator.h"
@@ -86,6 +87,24 @@ class OverlappedKvCheckTest : public ::testing::Test {
       }
     }
   }
+  // Lands tokens [begin, end) as a puller that moves the bytes itself does: each copy CRCed in
+  // the same pass (CopyWithCrcs with the check's requests); then tells `check`.
+  void LandFused(OverlappedKvCheck& check, int64_t begin, int64_t end) {
+    absl::StatusOr<TransferPlan> plan =
+        PlanKvTransferRange(src_, src_blocks_, dst_, dst_blocks_, kTokens, begin, end);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    absl::StatusOr<std::vector<CopyCrcs>> crcs = check.CrcRequests(*plan);
+    ASSERT_TRUE(crcs.ok()) << crcs.status();
+    for (size_t d = 0; d < plan->copies.size(); ++d) {
+      for (size_t i = 0; i < plan->copies[d].size(); ++i) {
+        const TransferCopy& c = plan->copies[d][i];
+        CopyWithCrcs(dp_.bytes[d].data() + c.dst_offset,
+                     sp_.bytes[c.src_rank].data() + c.src_offset, c.length, &(*crcs)[d],
+                     static_cast<int64_t>(i));
+      }
+    }
+    check.Landed(end, &*plan, &*crcs);
+  }
   // Waits until every job queued on lane 0 so far has run (lanes are FIFO).
   static void Drain(SerialWorkers& w) {
     absl::Notification n;
@@ -110,21 +129,21 @@ TEST_F(OverlappedKvCheckTest, ChecksEachRangeOnTheLaneAsItLands) {
   Land(0, 32);
   check.Landed(32);
   Drain(w);
-  EXPECT_EQ(check.lane_checks(), 1);  // blocks 0-1 checked before the rest landed
+  EXPECT_EQ(check.early_checks(), 1);  // blocks 0-1 checked before the rest landed
   Land(32, 40);
   check.Landed(40);  // block 2 not whole yet: nothing new
   Drain(w);
-  EXPECT_EQ(check.lane_checks(), 1);
+  EXPECT_EQ(check.early_checks(), 1);
   Land(40, 64);
   check.Landed(64);
   Drain(w);
-  EXPECT_EQ(check.lane_checks(), 2);
+  EXPECT_EQ(check.early_checks(), 2);
   Land(64, kTokens);
   check.Landed(kTokens);  // the end of the pull: Finish checks the last block itself
   std::vector<KvDigestMismatch> bad;
   EXPECT_TRUE(check.Finish(&bad, 2).ok());
   EXPECT_TRUE(bad.empty());
-  EXPECT_EQ(check.lane_checks(), 2);
+  EXPECT_EQ(check.early_checks(), 2);
   EXPECT_GT(check.check_time(), absl::ZeroDuration());
 }
 
@@ -138,7 +157,7 @@ TEST_F(OverlappedKvCheckTest, ACorruptedRangeIsCaughtOnTheLaneBeforeThePullEnds)
                static_cast<size_t>(RankPoolGeometry(dst_, 0).block_bytes())] ^= std::byte{0x04};
   check.Landed(16);
   Drain(w);
-  EXPECT_EQ(check.lane_checks(), 1);
+  EXPECT_EQ(check.early_checks(), 1);
   Land(16, kTokens);
   check.Landed(kTokens);
   std::vector<KvDigestMismatch> bad;
@@ -155,10 +174,10 @@ TEST_F(OverlappedKvCheckTest, DigestsThatArriveLastQueueWhatLandedBefore) {
   Land(0, 48);
   check.Landed(48);  // no digests yet (a pipelined prefill sends them with done)
   Drain(w);
-  EXPECT_EQ(check.lane_checks(), 0);
+  EXPECT_EQ(check.early_checks(), 0);
   ASSERT_TRUE(check.SetDigests(digests_).ok());
   Drain(w);
-  EXPECT_EQ(check.lane_checks(), 1);
+  EXPECT_EQ(check.early_checks(), 1);
   Land(48, kTokens);
   check.Landed(kTokens);
   EXPECT_TRUE(check.Finish(nullptr, 1).ok());
@@ -186,7 +205,7 @@ TEST_F(OverlappedKvCheckTest, AFullLaneLeavesTheBlocksToFinish) {
   release.Notify();
   check.Landed(kTokens);
   EXPECT_TRUE(check.Finish(nullptr, 1).ok());
-  EXPECT_EQ(check.lane_checks(), 0);
+  EXPECT_EQ(check.early_checks(), 0);
 }
 
 TEST_F(OverlappedKvCheckTest, WithoutALaneEachRangeIsCheckedInlineAsItLands) {
@@ -207,7 +226,44 @@ TEST_F(OverlappedKvCheckTest, WithoutALaneEachRangeIsCheckedInlineAsItLands) {
   EXPECT_THAT(check.Finish(&bad, 1), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("mismatch")));
   ASSERT_EQ(bad.size(), 1u);
   EXPECT_EQ(bad[0].table_index, 2);
-  EXPECT_EQ(check.lane_checks(), 0);
+  EXPECT_EQ(check.early_checks(), 0);
+}
+
+// The check fused into the copy: each landed range is checked before Landed returns, on the
+// pulling thread, from the CRCs the copy computed (the lane stays idle); a source byte that
+// changes before its range is copied is caught in that range.
+TEST_F(OverlappedKvCheckTest, CrcsFromTheCopyCheckEachRangeBeforeLandedReturns) {
+  SerialWorkers w("check lane", 1, 8);
+  OverlappedKvCheck check(Input(), &w, 0);
+  ASSERT_TRUE(check.SetDigests(digests_).ok());
+  LandFused(check, 0, 32);
+  EXPECT_EQ(check.early_checks(), 1);  // no Drain: checked here
+  EXPECT_GT(check.fused_bytes(), 0);
+  // Block 3's first byte on source rank 1 changes before the third range is copied.
+  const int64_t at = static_cast<int64_t>(src_blocks_[3]) * RankPoolGeometry(src_, 1).block_bytes();
+  sp_.bytes[1][static_cast<size_t>(at)] ^= std::byte{0x02};
+  LandFused(check, 32, 64);
+  EXPECT_EQ(check.early_checks(), 2);
+  LandFused(check, 64, kTokens);
+  std::vector<KvDigestMismatch> bad;
+  EXPECT_THAT(check.Finish(&bad, 1),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("KV digest mismatch in 1 of")));
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_EQ(bad[0].table_index, 3);
+  EXPECT_EQ(bad[0].src_rank, 1);
+  EXPECT_EQ(check.early_checks(), 2);
+}
+
+// Pipelined ranges cut inside blocks: parts the range plans cut differently from the whole plan
+// are read back; everything else comes from the copy; the whole prompt verifies.
+TEST_F(OverlappedKvCheckTest, CrcsFromRangesCutInsideBlocksStillVerify) {
+  OverlappedKvCheck check(Input(), nullptr, 0);
+  LandFused(check, 0, 5);
+  LandFused(check, 5, 37);
+  ASSERT_TRUE(check.SetDigests(digests_).ok());  // digests last, as a pipelined prefill sends them
+  LandFused(check, 37, kTokens);
+  EXPECT_TRUE(check.Finish(nullptr, 1).ok());
+  EXPECT_GT(check.fused_bytes(), 0);
 }
 
 TEST(BlocksPerPullRangeTest, SplitsIntoRangesOfAboutTheAskedBytes) {
