@@ -8,7 +8,9 @@
 // it - the time the fake node emitted it (one clock). The bench ramps --steps of concurrent
 // streams per transport and stops a transport at the first step whose p99 exceeds the budget or
 // where a stream failed (--keep_going runs the rest of the steps too, for the curve). Prints one
-// STEP line per step, then per transport
+// STEP line per step -- with what the router's thread per request costs: its threads, its
+// context switches per relayed token (every thread's, from /proc), its CPU µs per token and its
+// resident memory -- then per transport
 //   RESULT <transport>_max_streams=N       (largest step within budget, 0 if none)
 //   RESULT <transport>_tokens_per_s=X      (tokens relayed per second at that step)
 // measured in this run. The clients and fake nodes share the machine with the router: on a
@@ -23,6 +25,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -66,6 +69,10 @@ struct StepReport {
   double router_cores = 0;  // router CPU seconds / wall seconds
   double bench_cores = 0;   // this process's (clients + fake nodes) CPU seconds / wall seconds
   int router_threads = 0;   // most seen while the step ran
+  // The router's context switches per relayed token: every thread's switches while the step
+  // ran (threads sampled every 250 ms, so a thread's last < 250 ms before it exits are missed).
+  double switches_per_token = 0;
+  int64_t router_rss_kb = 0;  // most resident memory seen while the step ran
   std::string first_error;
 };
 
@@ -117,12 +124,18 @@ StepReport RunStep(const std::string& transport, const LoadSpec& spec, const Rou
   StepReport report;
   report.streams = spec.streams;
   std::atomic<int> most_threads{0};
+  std::atomic<int64_t> most_rss{0};
+  // Each thread's switches: at the step's start (baseline) and the last sample seen.
+  const std::map<int, int64_t> switches0 = router.ThreadSwitches();
+  std::map<int, int64_t> switches_seen;
   absl::Notification stop;
   std::thread sampler([&] {
-    // Sampling the router's thread count twice a second while the step runs.
+    // Sampling the router's threads, switches and memory four times a second while the step runs.
     do {
       most_threads = std::max(most_threads.load(), router.Threads());
-    } while (!stop.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
+      most_rss = std::max(most_rss.load(), router.RssKb());
+      for (const auto& [tid, n] : router.ThreadSwitches()) switches_seen[tid] = n;
+    } while (!stop.WaitForNotificationWithTimeout(absl::Milliseconds(250)));
   });
   const double cpu0 = router.CpuSeconds();
   const double self0 = SelfCpuSeconds();
@@ -135,6 +148,12 @@ StepReport RunStep(const std::string& transport, const LoadSpec& spec, const Rou
   stop.Notify();
   sampler.join();
   report.router_threads = most_threads;
+  report.router_rss_kb = most_rss;
+  int64_t switches = 0;
+  for (const auto& [tid, n] : switches_seen) {
+    const auto before = switches0.find(tid);
+    switches += n - (before != switches0.end() ? before->second : 0);
+  }
   std::vector<double> added_ms;
   absl::Time first = absl::InfiniteFuture();
   absl::Time last = absl::InfinitePast();
@@ -155,6 +174,9 @@ StepReport RunStep(const std::string& transport, const LoadSpec& spec, const Rou
   report.p50_ms = Percentile(added_ms, 0.50);
   report.p99_ms = Percentile(added_ms, 0.99);
   report.max_ms = added_ms.empty() ? 0 : *std::max_element(added_ms.begin(), added_ms.end());
+  if (report.tokens > 0) {
+    report.switches_per_token = static_cast<double>(switches) / static_cast<double>(report.tokens);
+  }
   return report;
 }
 
@@ -235,10 +257,13 @@ int Main() {
       std::printf(
           "STEP transport=%s streams=%d failed=%d tokens=%lld tokens_per_s=%.0f "
           "added_p50_ms=%.2f added_p99_ms=%.2f added_max_ms=%.1f router_cores=%.2f "
-          "bench_cores=%.2f router_threads=%d pass=%s%s%s\n",
+          "bench_cores=%.2f router_threads=%d router_switches_per_token=%.2f router_rss_mb=%.0f "
+          "router_cpu_us_per_token=%.1f pass=%s%s%s\n",
           transport.c_str(), r.streams, r.failed, static_cast<long long>(r.tokens), r.tokens_per_s,
           r.p50_ms, r.p99_ms, r.max_ms, r.router_cores, r.bench_cores, r.router_threads,
-          pass ? "yes" : "no", r.first_error.empty() ? "" : " first_error=", r.first_error.c_str());
+          r.switches_per_token, static_cast<double>(r.router_rss_kb) / 1024.0,
+          r.tokens_per_s > 0 ? r.router_cores / r.tokens_per_s * 1e6 : 0.0, pass ? "yes" : "no",
+          r.first_error.empty() ? "" : " first_error=", r.first_error.c_str());
       std::fflush(stdout);
       // The result is the last step within budget before the first one over it.
       if (pass && !over_budget) best = r;

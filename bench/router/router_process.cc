@@ -6,15 +6,33 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 
 namespace tandem::bench {
 namespace {
+
+// The integer after `key` on its line of a /proc status file, or -1.
+int64_t StatusField(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    int64_t n = 0;
+    if (line.rfind(key, 0) == 0 &&
+        absl::SimpleAtoi(
+            absl::StripAsciiWhitespace(absl::StripSuffix(line.substr(key.size()), "kB")), &n)) {
+      return n;
+    }
+  }
+  return -1;
+}
 
 // The port written to `path`, or 0 while there is none.
 int ReadPort(const std::string& path) {
@@ -104,6 +122,25 @@ int RouterProcess::Threads() const {
     if (line.rfind("Threads:", 0) == 0 && absl::SimpleAtoi(line.substr(8), &n)) return n;
   }
   return -1;
+}
+
+std::map<int, int64_t> RouterProcess::ThreadSwitches() const {
+  std::map<int, int64_t> switches;
+  std::error_code error;
+  for (const auto& task :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid_, "/task"), error)) {
+    int tid = 0;
+    if (!absl::SimpleAtoi(task.path().filename().string(), &tid)) continue;
+    const std::string status = (task.path() / "status").string();
+    const int64_t voluntary = StatusField(status, "voluntary_ctxt_switches:");
+    const int64_t involuntary = StatusField(status, "nonvoluntary_ctxt_switches:");
+    if (voluntary >= 0 && involuntary >= 0) switches[tid] = voluntary + involuntary;
+  }
+  return switches;
+}
+
+int64_t RouterProcess::RssKb() const {
+  return StatusField(absl::StrCat("/proc/", pid_, "/status"), "VmRSS:");
 }
 
 }  // namespace tandem::bench

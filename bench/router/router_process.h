@@ -1,10 +1,13 @@
 // The router under test as its own process (the real tandem-router binary), optionally pinned to
 // CPUs with taskset; its ports come from --port_file/--http_port_file, its CPU time and thread
-// count from /proc. Stopped (SIGTERM, then SIGKILL after a bounded wait) on destruction.
+// count, per-thread context switches and resident memory from /proc. Stopped (SIGTERM, then SIGKILL
+// after a bounded wait) on destruction.
 #pragma once
 
 #include <sys/types.h>
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +30,11 @@ class RouterProcess {
   double CpuSeconds() const;
   // Threads now (/proc/PID/status); -1 when unknown.
   int Threads() const;
+  // Context switches (voluntary + involuntary) of each thread alive now, by thread id
+  // (/proc/PID/task/*/status). A thread's count is lost when it exits: sample while it lives.
+  std::map<int, int64_t> ThreadSwitches() const;
+  // Resident memory now, KiB (VmRSS); -1 when unknown.
+  int64_t RssKb() const;
 
  private:
   RouterProcess() = default;
