@@ -129,11 +129,12 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
   const int64_t inter = weights_.intermediate_count;
   const DcpGeometry geom = parallel_.dcp_geometry();
   const BlockTablesView tables = plan.tables();
-  if (backend_->activation_dtype() != ActivationDType::kF32 && tp * pcp * dcp != 1) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(absl::string_view(backend_->name().data(), backend_->name().size()),
-                     " backend with bf16 activations runs instances of one rank only (got ",
-                     parallel_.ToString(), "): collectives move f32"));
+  if (tp * pcp * dcp != 1) {
+    if (const std::string why = backend_->SingleRankReason(); !why.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "this ", absl::string_view(backend_->name().data(), backend_->name().size()),
+          " backend runs instances of one rank only (got ", parallel_.ToString(), "): ", why));
+    }
   }
 
   // ---- host metadata ----

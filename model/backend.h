@@ -55,8 +55,8 @@ struct RopeParams {
 };
 
 // What the activation buffers the ops read and write between each other hold. kBF16: bf16 values
-// (the first half of buffers the engine still sizes in floats); the engine then keeps an instance
-// to one rank (its collectives move f32) and reads logits through LinearF32Out.
+// (the first half of buffers the engine still sizes in floats); the engine reads logits through
+// LinearF32Out.
 enum class ActivationDType : uint8_t { kF32, kBF16 };
 
 class ComputeBackend {
@@ -111,6 +111,9 @@ class ComputeBackend {
   }
 
   virtual ActivationDType activation_dtype() const { return ActivationDType::kF32; }
+  // Non-empty when this backend's configuration runs only instances of one rank (tp = pcp =
+  // dcp = 1): says why. The engine refuses larger layouts with it.
+  virtual std::string SingleRankReason() const { return ""; }
 
   // ---- ops ----
   virtual absl::Status Linear(const LinearOp& op, const float* x, int64_t m, float* y) = 0;

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "attention/cuda/cuda_attention.h"
@@ -19,6 +21,7 @@
 #include "model/cuda/cuda_ops.h"
 #include "model/cuda/cuda_ops_bf16.h"
 #include "model/cuda/gemm_plan.h"
+#include "model/cuda/graph_runner.h"
 #include "model/cuda/lt_gemm.h"
 
 namespace tandem {
@@ -91,6 +94,17 @@ class CudaBackend final : public ComputeBackend {
     if (b->bf16_) {
       TANDEM_ASSIGN_OR_RETURN(b->lt_, gpu::LtGemm::Create(device, s));
     }
+    if (options.graphs) {
+      // cuBLAS must not allocate its workspace inside stream capture: give it one.
+      TANDEM_ASSIGN_OR_RETURN(b->cublas_workspace_,
+                              CudaDeviceBuffer::Create(device, int64_t{32} << 20));
+      TANDEM_RETURN_IF_ERROR(
+          gpu::ToStatus(cublasSetWorkspace(b->cublas_->get(), b->cublas_workspace_->data(),
+                                           static_cast<size_t>(b->cublas_workspace_->bytes())),
+                        "cublasSetWorkspace"));
+      TANDEM_ASSIGN_OR_RETURN(b->graph_,
+                              gpu::GraphRunner::Create(device, s, options, kCudaWaitTimeout));
+    }
     gpu::BindStreamToThisThread(b->stream_);
     return std::unique_ptr<ComputeBackend>(std::move(b));
   }
@@ -99,6 +113,9 @@ class CudaBackend final : public ComputeBackend {
   std::string device_key() const override { return absl::StrCat("cuda:", device_); }
 
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(int64_t bytes) override {
+    TANDEM_ON_BACKEND_DEVICE();
+    // Recorded ops may point at a buffer the caller frees once this one replaces it: run them.
+    TANDEM_RETURN_IF_ERROR(FlushGraph());
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<CudaDeviceBuffer> b,
                             CudaDeviceBuffer::Create(device_, bytes));
     return std::unique_ptr<DeviceBuffer>(std::make_unique<BackendBuffer>(std::move(b)));
@@ -120,12 +137,13 @@ class CudaBackend final : public ComputeBackend {
     TANDEM_RETURN_IF_ERROR(Synchronize());
     TANDEM_RETURN_IF_CUDA_ERROR(
         cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
-    return Synchronize();
+    return WaitStream();
   }
 
   absl::Status Copy(void* dst, const void* src, int64_t bytes) override {
     TANDEM_ON_BACKEND_DEVICE();
     if (bytes <= 0 || dst == src) return CheckBytes(bytes);
+    TANDEM_RETURN_IF_ERROR(FlushGraph());
     const auto* d = static_cast<const char*>(dst);
     const auto* s = static_cast<const char*>(src);
     if (d < s + bytes && s < d + bytes) {
@@ -141,8 +159,9 @@ class CudaBackend final : public ComputeBackend {
   }
 
   absl::Status Synchronize() override {
-    return gpu::PollUntilDone([&] { return cudaStreamQuery(stream()); }, kCudaWaitTimeout,
-                              absl::StrCat("cuda:", device_, " stream synchronize"));
+    TANDEM_ON_BACKEND_DEVICE();
+    TANDEM_RETURN_IF_ERROR(FlushGraph());
+    return WaitStream();
   }
 
   absl::StatusOr<std::unique_ptr<LinearOp>> PrepareLinear(const float* w, int64_t n, int64_t k,
@@ -155,21 +174,37 @@ class CudaBackend final : public ComputeBackend {
   ActivationDType activation_dtype() const override {
     return bf16_ ? ActivationDType::kBF16 : ActivationDType::kF32;
   }
+  std::string SingleRankReason() const override {
+    if (bf16_) return "bf16 activations (TANDEM_CUDA_ACTIVATIONS=bf16): collectives move f32";
+    if (graph_ != nullptr) {
+      return "CUDA graphs (TANDEM_CUDA_GRAPHS=on): collectives would overtake recorded kernels";
+    }
+    return "";
+  }
 
   absl::Status Linear(const LinearOp& op, const float* x, int64_t m, float* y) override {
     TANDEM_ON_BACKEND_DEVICE();
     TANDEM_ASSIGN_OR_RETURN(const CudaLinear* linear, Mine(op));
-    if (bf16_) return GemmBf16(*linear, x, m, y, gpu::GemmDType::kBF16, /*accumulate=*/false);
-    TANDEM_ASSIGN_OR_RETURN(void* x16,
-                            Scratch(bf16_scratch_, m * linear->k() * int64_t{sizeof(uint16_t)}));
-    return linear->Forward(cublas_->get(), x, m, static_cast<uint16_t*>(x16), y);
+    return Exec(m, {kOpLinear, Word(linear), m, Word(x), Word(y)}, nullptr, 0, nullptr,
+                [this, linear, x, m, y](const void*) -> absl::Status {
+                  if (bf16_) {
+                    return GemmBf16(*linear, x, m, y, gpu::GemmDType::kBF16, false);
+                  }
+                  TANDEM_ASSIGN_OR_RETURN(
+                      void* x16,
+                      Scratch(bf16_scratch_, m * linear->k() * int64_t{sizeof(uint16_t)}));
+                  return linear->Forward(cublas_->get(), x, m, static_cast<uint16_t*>(x16), y);
+                });
   }
 
   absl::Status LinearF32Out(const LinearOp& op, const float* x, int64_t m, float* y) override {
     if (!bf16_) return Linear(op, x, m, y);
     TANDEM_ON_BACKEND_DEVICE();
     TANDEM_ASSIGN_OR_RETURN(const CudaLinear* linear, Mine(op));
-    return GemmBf16(*linear, x, m, y, gpu::GemmDType::kF32, /*accumulate=*/false);
+    return Exec(m, {kOpLinearF32, Word(linear), m, Word(x), Word(y)}, nullptr, 0, nullptr,
+                [this, linear, x, m, y](const void*) {
+                  return GemmBf16(*linear, x, m, y, gpu::GemmDType::kF32, false);
+                });
   }
 
   // f32 activations: the GEMM, then the element-wise kernel. bf16: the residual add is the
@@ -179,16 +214,21 @@ class CudaBackend final : public ComputeBackend {
     if (bf16_) {
       TANDEM_ON_BACKEND_DEVICE();
       TANDEM_ASSIGN_OR_RETURN(const CudaLinear* linear, Mine(op));
-      return GemmBf16(*linear, x, m, y, gpu::GemmDType::kBF16, /*accumulate=*/true);
+      return Exec(m, {kOpLinearAdd, Word(linear), m, Word(x), Word(y)}, nullptr, 0, nullptr,
+                  [this, linear, x, m, y](const void*) {
+                    return GemmBf16(*linear, x, m, y, gpu::GemmDType::kBF16, true);
+                  });
     }
     TANDEM_RETURN_IF_ERROR(Linear(op, x, m, scratch));
-    return Add(y, scratch, m * op.n());
+    return AddRows(y, scratch, m, op.n());
   }
   // SiLU has no cuBLASLt epilogue and needs `up` (gemm_plan.h): the GEMM, then SiluMul.
   absl::Status LinearSiluMul(const LinearOp& gate, const float* x, int64_t m, const float* up,
                              float* out) override {
     TANDEM_RETURN_IF_ERROR(Linear(gate, x, m, out));
-    return SiluMul(out, up, m * gate.n(), out);
+    const int64_t n = m * gate.n();
+    return Exec(m, {kOpSiluMul, n, Word(out), Word(up)}, nullptr, 0, nullptr,
+                [this, out, up, n](const void*) { return SiluMulNow(out, up, n, out); });
   }
 
   absl::Status Embedding(const float* table, const int32_t* ids, int64_t m, int64_t hidden,
@@ -199,45 +239,54 @@ class CudaBackend final : public ComputeBackend {
         return absl::InvalidArgumentError(absl::StrCat("embedding: id ", ids[i], " at row ", i));
       }
     }
-    TANDEM_ASSIGN_OR_RETURN(const void* d_ids, indices_->Upload(ids, m * int64_t{sizeof(int32_t)}));
-    if (bf16_) {
-      return gpu::LaunchEmbeddingBf16(table, static_cast<const int32_t*>(d_ids), m, hidden,
-                                      B16(out), stream());
-    }
-    return gpu::LaunchEmbedding(table, static_cast<const int32_t*>(d_ids), m, hidden, out,
-                                stream());
+    return Exec(m, {kOpEmbedding, Word(table), m, hidden, Word(out)}, ids,
+                m * int64_t{sizeof(int32_t)}, indices_.get(),
+                [this, table, m, hidden, out](const void* d_ids) {
+                  const auto* id = static_cast<const int32_t*>(d_ids);
+                  if (bf16_) {
+                    return gpu::LaunchEmbeddingBf16(table, id, m, hidden, B16(out), stream());
+                  }
+                  return gpu::LaunchEmbedding(table, id, m, hidden, out, stream());
+                });
   }
 
   absl::Status RmsNorm(const float* x, const float* w, int64_t m, int64_t n, float eps,
                        float* y) override {
     TANDEM_ON_BACKEND_DEVICE();
-    if (bf16_) return gpu::LaunchRmsNormBf16(B16(x), w, m, n, eps, B16(y), stream());
-    return gpu::LaunchRmsNorm(x, w, m, n, eps, y, stream());
+    return Exec(m, {kOpRmsNorm, Word(x), Word(w), m, n, Word(y), FloatWord(eps)}, nullptr, 0,
+                nullptr, [this, x, w, m, n, eps, y](const void*) {
+                  if (bf16_) return gpu::LaunchRmsNormBf16(B16(x), w, m, n, eps, B16(y), stream());
+                  return gpu::LaunchRmsNorm(x, w, m, n, eps, y, stream());
+                });
   }
 
   absl::Status Rope(float* x, int64_t m, int32_t heads, int32_t head_dim, const int64_t* positions,
                     const RopeParams& params) override {
     TANDEM_ON_BACKEND_DEVICE();
-    TANDEM_ASSIGN_OR_RETURN(const void* d_pos,
-                            positions_->Upload(positions, m * int64_t{sizeof(int64_t)}));
-    if (bf16_) {
-      return gpu::LaunchRopeBf16(B16(x), m, heads, head_dim, static_cast<const int64_t*>(d_pos),
-                                 params, stream());
-    }
-    return gpu::LaunchRope(x, m, heads, head_dim, static_cast<const int64_t*>(d_pos), params,
-                           stream());
+    return Exec(
+        m,
+        {kOpRope, Word(x), m, heads, head_dim, FloatWord(params.theta),
+         static_cast<int64_t>(params.style), Word(params.freq_factors), FloatWord(params.mscale)},
+        positions, m * int64_t{sizeof(int64_t)}, positions_.get(),
+        [this, x, m, heads, head_dim, params](const void* d_pos) {
+          const auto* pos = static_cast<const int64_t*>(d_pos);
+          if (bf16_) {
+            return gpu::LaunchRopeBf16(B16(x), m, heads, head_dim, pos, params, stream());
+          }
+          return gpu::LaunchRope(x, m, heads, head_dim, pos, params, stream());
+        });
   }
 
   absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out) override {
     TANDEM_ON_BACKEND_DEVICE();
-    if (bf16_) return gpu::LaunchSiluMulBf16(B16(gate), B16(up), n, B16(out), stream());
-    return gpu::LaunchSiluMul(gate, up, n, out, stream());
+    TANDEM_RETURN_IF_ERROR(FlushGraph());
+    return SiluMulNow(gate, up, n, out);
   }
 
   absl::Status Add(float* x, const float* y, int64_t n) override {
     TANDEM_ON_BACKEND_DEVICE();
-    if (bf16_) return gpu::LaunchAddBf16(B16(x), B16(y), n, stream());
-    return gpu::LaunchAdd(x, y, n, stream());
+    TANDEM_RETURN_IF_ERROR(FlushGraph());
+    return AddNow(x, y, n);
   }
 
   absl::Status GatherRows(const float* src, const int64_t* index, int64_t m, int64_t cols,
@@ -251,18 +300,20 @@ class CudaBackend final : public ComputeBackend {
                                                        "below 0)"));
       }
     }
-    TANDEM_ASSIGN_OR_RETURN(const void* d_index,
-                            indices_->Upload(index, m * int64_t{sizeof(int64_t)}));
-    if (bf16_) {
-      return gpu::LaunchGatherRowsBf16(B16(src), static_cast<const int64_t*>(d_index), m, cols,
-                                       B16(dst), stream());
-    }
-    return gpu::LaunchGatherRows(src, static_cast<const int64_t*>(d_index), m, cols, dst, stream());
+    return Exec(m, {kOpGather, Word(src), m, cols, Word(dst)}, index, m * int64_t{sizeof(int64_t)},
+                indices_.get(), [this, src, m, cols, dst](const void* d_index) {
+                  const auto* idx = static_cast<const int64_t*>(d_index);
+                  if (bf16_) {
+                    return gpu::LaunchGatherRowsBf16(B16(src), idx, m, cols, B16(dst), stream());
+                  }
+                  return gpu::LaunchGatherRows(src, idx, m, cols, dst, stream());
+                });
   }
 
   absl::Status WriteKv(const KvPoolView& pool, int32_t layer, const int64_t* slots, int64_t m,
                        const float* k, const float* v) override {
     TANDEM_ON_BACKEND_DEVICE();
+    TANDEM_RETURN_IF_ERROR(FlushGraph());
     if (!bf16_) return attention_->WriteKv(pool, layer, slots, m, k, v);
     // The attention runner takes f32 K/V (attention_runner.h): widen at this boundary.
     const int64_t n = m * pool.geometry.num_kv_heads * pool.geometry.head_dim;
@@ -277,6 +328,7 @@ class CudaBackend final : public ComputeBackend {
                          const float* q, int32_t num_q_heads, float scale, float* out,
                          float* lse) override {
     TANDEM_ON_BACKEND_DEVICE();
+    TANDEM_RETURN_IF_ERROR(FlushGraph());
     if (!bf16_) return attention_->Attention(pool, layer, rows, q, num_q_heads, scale, out, lse);
     // f32 at the attention runner's boundary (see WriteKv); lse is f32 either way.
     const int64_t n = rows.num_rows * num_q_heads * pool.geometry.head_dim;
@@ -295,14 +347,78 @@ class CudaBackend final : public ComputeBackend {
       return absl::FailedPreconditionError(
           "cuda backend with bf16 activations: DCP partial correction needs f32 outputs");
     }
+    TANDEM_RETURN_IF_ERROR(FlushGraph());
     return gpu::LaunchCorrectPartial(n, me, all_lse, items, head_dim, out, nullptr, stream());
   }
 
  private:
   CudaBackend(int32_t device, const CudaBackendOptions& options)
-      : device_(device), options_(options), bf16_(options.activations == CudaActivations::kBF16) {}
+      : device_(device), bf16_(options.activations == CudaActivations::kBF16) {}
 
   cudaStream_t stream() const { return stream_->get(); }
+
+  // Signature words of recorded ops (graph_runner.h): kinds, then sizes and device pointers.
+  enum OpKind : int64_t {
+    kOpLinear = 1,
+    kOpLinearF32,
+    kOpLinearAdd,
+    kOpSiluMul,
+    kOpAdd,
+    kOpEmbedding,
+    kOpRmsNorm,
+    kOpRope,
+    kOpGather
+  };
+  static int64_t Word(const void* p) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(p)); }
+  static int64_t FloatWord(float f) {
+    uint32_t u = 0;
+    std::memcpy(&u, &f, sizeof(u));
+    return u;
+  }
+
+  absl::Status WaitStream() {
+    return gpu::PollUntilDone([&] { return cudaStreamQuery(stream()); }, kCudaWaitTimeout,
+                              absl::StrCat("cuda:", device_, " stream synchronize"));
+  }
+  absl::Status FlushGraph() { return graph_ == nullptr ? absl::OkStatus() : graph_->Flush(); }
+
+  // Runs `body` now, or — with CUDA graphs on and `rows` within the captured range — records it
+  // into the pending piece (graph_runner.h). meta_host/meta_bytes: host metadata the body needs
+  // on the device (its device address is the body's argument; nullptr when none); it travels in
+  // the piece's arena when recorded and through `eager_upload` when run now.
+  absl::Status Exec(int64_t rows, std::initializer_list<int64_t> signature, const void* meta_host,
+                    int64_t meta_bytes, gpu::StagedUpload* eager_upload,
+                    std::function<absl::Status(const void*)> body) {
+    if (graph_ != nullptr && graph_->Records(rows)) {
+      const int64_t offset = meta_bytes > 0 ? graph_->Stage(meta_host, meta_bytes) : -1;
+      graph_->Record(rows, signature,
+                     [offset, body = std::move(body)](const char* meta) -> absl::Status {
+                       return body(offset < 0 ? nullptr : meta + offset);
+                     });
+      return absl::OkStatus();
+    }
+    TANDEM_RETURN_IF_ERROR(FlushGraph());
+    const void* device_meta = nullptr;
+    if (meta_bytes > 0) {
+      TANDEM_ASSIGN_OR_RETURN(device_meta, eager_upload->Upload(meta_host, meta_bytes));
+    }
+    return body(device_meta);
+  }
+
+  absl::Status SiluMulNow(const float* gate, const float* up, int64_t n, float* out) {
+    if (bf16_) return gpu::LaunchSiluMulBf16(B16(gate), B16(up), n, B16(out), stream());
+    return gpu::LaunchSiluMul(gate, up, n, out, stream());
+  }
+  absl::Status AddNow(float* x, const float* y, int64_t n) {
+    if (bf16_) return gpu::LaunchAddBf16(B16(x), B16(y), n, stream());
+    return gpu::LaunchAdd(x, y, n, stream());
+  }
+  // x += y over [rows][cols] (LinearAdd's residual on f32 activations), recordable.
+  absl::Status AddRows(float* x, const float* y, int64_t rows, int64_t cols) {
+    const int64_t n = rows * cols;
+    return Exec(rows, {kOpAdd, Word(x), Word(y), n}, nullptr, 0, nullptr,
+                [this, x, y, n](const void*) { return AddNow(x, y, n); });
+  }
 
   // With bf16 activations the engine's float* buffers hold bf16.
   static uint16_t* B16(float* p) { return reinterpret_cast<uint16_t*>(p); }
@@ -363,7 +479,11 @@ class CudaBackend final : public ComputeBackend {
   // Grow-only device scratch; growing waits for queued work that may use the old buffer.
   absl::StatusOr<void*> Scratch(std::unique_ptr<CudaDeviceBuffer>& buf, int64_t bytes) {
     if (buf == nullptr || buf->bytes() < bytes) {
-      TANDEM_RETURN_IF_ERROR(Synchronize());
+      // Not Synchronize: this may run inside a graph piece's flush (it fails inside capture,
+      // which then falls back to running the piece eagerly).
+      TANDEM_RETURN_IF_ERROR(WaitStream());
+      // Captured kernels may point at the old buffer.
+      if (graph_ != nullptr) graph_->InvalidateAll();
       buf.reset();
       TANDEM_ASSIGN_OR_RETURN(buf, CudaDeviceBuffer::Create(device_, bytes + bytes / 2));
     }
@@ -371,10 +491,10 @@ class CudaBackend final : public ComputeBackend {
   }
 
   const int32_t device_;
-  const CudaBackendOptions options_;
   const bool bf16_;
   // Destroyed last (declared first): everything below enqueues on it.
   std::shared_ptr<CudaStream> stream_;
+  std::unique_ptr<CudaDeviceBuffer> cublas_workspace_;  // CUDA graphs only; outlives cublas_
   std::unique_ptr<CublasHandle> cublas_;
   std::unique_ptr<AttentionRunner> attention_;
   std::unique_ptr<StagedUpload> positions_;  // Rope positions (same on every layer of a step)
@@ -382,6 +502,7 @@ class CudaBackend final : public ComputeBackend {
   std::unique_ptr<CudaDeviceBuffer> bf16_scratch_;
   std::unique_ptr<CudaDeviceBuffer> copy_scratch_;
   std::unique_ptr<gpu::LtGemm> lt_;               // bf16 activations only
+  std::unique_ptr<gpu::GraphRunner> graph_;       // CUDA graphs only
   std::unique_ptr<CudaDeviceBuffer> kv_scratch_;  // bf16 mode: f32 K and V for WriteKv
   std::unique_ptr<CudaDeviceBuffer> qo_scratch_;  // bf16 mode: f32 q and output of Attention
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 
 namespace tandem::gpu {
@@ -32,10 +33,10 @@ std::optional<int32_t> ChooseBucket(absl::Span<const int32_t> buckets, int64_t r
   return *it;
 }
 
-int64_t ContextBucket(int64_t max_blocks_per_row) {
-  int64_t b = 1;
-  while (b < max_blocks_per_row) b *= 2;
-  return b;
+void PieceSignature::Add(std::initializer_list<int64_t> words) {
+  hash_ = absl::HashOf(hash_, ops_, words.size());
+  for (int64_t w : words) hash_ = absl::HashOf(hash_, w);
+  ++ops_;
 }
 
 DecodeGraphCache::DecodeGraphCache(int32_t max_graphs, int64_t max_bytes)
@@ -62,8 +63,8 @@ absl::StatusOr<DecodeGraphCache::Admission> DecodeGraphCache::Insert(const Decod
                                                    generation_));
   }
   if (entries_.contains(key)) {
-    return absl::InvalidArgumentError(absl::StrCat("decode graphs: bucket ", key.batch_bucket,
-                                                   " / context ", key.context_bucket,
+    return absl::InvalidArgumentError(absl::StrCat("decode graphs: rows ", key.batch_bucket,
+                                                   " / signature ", key.signature,
                                                    " is already captured"));
   }
   if (bytes < 0 || bytes > max_bytes_) {

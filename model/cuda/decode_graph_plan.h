@@ -1,29 +1,32 @@
 // The pure part of running decode steps as CUDA graphs (docs/gpu.md#cuda-graphs): which batch
-// bucket a step is padded to, what a captured graph is keyed by, and a bounded cache of
-// captured graphs with least-recently-used eviction and wholesale invalidation.
+// bucket a step is padded to, what a captured piece of a step is keyed by, and a bounded cache
+// of captured graphs with least-recently-used eviction and wholesale invalidation.
 //
 // * Buckets: 1, 2, 4, 8, then every multiple of 8 up to max_batch (rounded up to a multiple of
-//   8; below 5 the powers of two up to max_batch rounded up to one) — the ladder vLLM captures. A
-//   step of `rows` decode rows runs in the smallest bucket
-//   >= rows, padded with rows that read and write nothing (position −1, slot −1); a step above
-//   the largest bucket runs eagerly.
-// * Key: a graph replays fixed kernel launches over fixed addresses, so everything that changes
-//   a grid or an address is in the key: the batch bucket; the context bucket (the longest row's
-//   key blocks rounded up to a power of two: attention grids and split scratch depend on it);
-//   the activation dtype; and the backend's layout generation, bumped whenever a buffer any
-//   captured kernel points at is reallocated (scratch growth, a new KV pool, new weights) —
-//   which invalidates every graph at once.
-// * Warm-up: a key is captured only after one eager step ran with it (`NoteEager`), so every
+//   8; below 5 the powers of two up to max_batch rounded up to one) — the ladder vLLM captures.
+//   A step of `rows` decode rows runs in the smallest bucket >= rows, padded with rows that read
+//   and write nothing (position −1, slot −1); a step above the largest bucket runs eagerly.
+// * Pieces: the backend captures the kernels between two attention calls (attention, its
+//   metadata upload and its split plan stay eager: "piecewise" graphs). A piece replays fixed
+//   kernel launches over fixed addresses, so its key holds everything that fixes a launch or an
+//   address: the rows, the activation dtype, the backend's layout generation (bumped whenever a
+//   buffer a captured kernel points at is reallocated — backend scratch growth — which
+//   invalidates every graph at once), and the piece's signature: a hash over every op's kind,
+//   sizes and device pointers in order (PieceSignature). Host metadata values (token ids,
+//   positions, gather indices) are not in the key: they are copied into the graph's own
+//   fixed-address arena before each replay.
+// * Warm-up: a key is captured only after one eager run with it (`NoteEager`), so every
 //   grow-only buffer already has its size and nothing allocates or synchronises inside capture.
-// * Memory: each graph owns a fixed-address metadata arena (pinned host + device) of known size;
-//   the cache holds at most max_graphs graphs and max_bytes of arenas, evicting the least
-//   recently replayed. A graph larger than max_bytes by itself is refused (the step runs eagerly).
+// * Memory: the cache holds at most max_graphs graphs and max_bytes of their metadata arenas
+//   (pinned host + device, counted once each), evicting the least recently replayed. A graph
+//   larger than max_bytes by itself is refused (its piece runs eagerly).
 //
 // The cache stores ids; the CUDA side owns the graph executables and frees the ids the cache
 // returns as evicted or invalidated. Thread-safety: none (the backend's thread owns it).
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <list>
 #include <optional>
 #include <utility>
@@ -43,20 +46,30 @@ absl::StatusOr<std::vector<int32_t>> DecodeBatchBuckets(int32_t max_batch);
 // buckets: ascending (DecodeBatchBuckets).
 std::optional<int32_t> ChooseBucket(absl::Span<const int32_t> buckets, int64_t rows);
 
-// The longest row's KV blocks rounded up to a power of two (1 for 0 or 1 block).
-int64_t ContextBucket(int64_t max_blocks_per_row);
+// Order-sensitive hash of a piece's ops: each op adds its kind and its integer and pointer
+// arguments as words.
+class PieceSignature {
+ public:
+  void Add(std::initializer_list<int64_t> words);
+  uint64_t value() const { return hash_; }
+  int32_t ops() const { return ops_; }
+
+ private:
+  uint64_t hash_ = 0x9e3779b97f4a7c15ull;
+  int32_t ops_ = 0;
+};
 
 struct DecodeGraphKey {
   int32_t batch_bucket = 0;
-  int64_t context_bucket = 0;
   uint8_t activations = 0;  // CudaActivations
   uint64_t layout_generation = 0;
+  uint64_t signature = 0;  // PieceSignature::value()
 
   friend bool operator==(const DecodeGraphKey&, const DecodeGraphKey&) = default;
   template <typename H>
   friend H AbslHashValue(H h, const DecodeGraphKey& k) {
-    return H::combine(std::move(h), k.batch_bucket, k.context_bucket, k.activations,
-                      k.layout_generation);
+    return H::combine(std::move(h), k.batch_bucket, k.activations, k.layout_generation,
+                      k.signature);
   }
 };
 

@@ -221,17 +221,28 @@ TEST(DecodeBucketsTest, EveryBatchGetsTheSmallestBucketThatHoldsIt) {
   EXPECT_FALSE(ChooseBucket(b, -1).has_value());
 }
 
-TEST(DecodeBucketsTest, ContextBucketIsTheNextPowerOfTwo) {
-  EXPECT_EQ(ContextBucket(0), 1);
-  EXPECT_EQ(ContextBucket(1), 1);
-  EXPECT_EQ(ContextBucket(2), 2);
-  EXPECT_EQ(ContextBucket(3), 4);
-  EXPECT_EQ(ContextBucket(64), 64);
-  EXPECT_EQ(ContextBucket(65), 128);
+TEST(PieceSignatureTest, OrderAndEveryWordCount) {
+  auto sig = [](std::initializer_list<std::initializer_list<int64_t>> ops) {
+    PieceSignature s;
+    for (auto op : ops) s.Add(op);
+    return s.value();
+  };
+  const uint64_t base = sig({{1, 4, 0x1000}, {2, 4, 0x2000}});
+  EXPECT_EQ(base, sig({{1, 4, 0x1000}, {2, 4, 0x2000}})) << "deterministic";
+  EXPECT_NE(base, sig({{2, 4, 0x2000}, {1, 4, 0x1000}})) << "order";
+  EXPECT_NE(base, sig({{1, 4, 0x1000}, {2, 4, 0x2008}})) << "a pointer";
+  EXPECT_NE(base, sig({{1, 5, 0x1000}, {2, 4, 0x2000}})) << "a size";
+  EXPECT_NE(base, sig({{1, 4, 0x1000}, {2, 4, 0x2000}, {3}})) << "one more op";
+  EXPECT_NE(sig({{1, 4}, {0x1000}}), sig({{1, 4, 0x1000}})) << "op boundaries";
+  PieceSignature s;
+  s.Add({7});
+  s.Add({8, 9});
+  EXPECT_EQ(s.ops(), 2);
 }
 
-DecodeGraphKey Key(int32_t bucket, int64_t context, uint64_t generation = 0) {
-  return DecodeGraphKey{bucket, context, 0, generation};
+// (The second argument stands for the piece's signature.)
+DecodeGraphKey Key(int32_t bucket, int64_t signature, uint64_t generation = 0) {
+  return DecodeGraphKey{bucket, 0, generation, static_cast<uint64_t>(signature)};
 }
 
 TEST(DecodeGraphCacheTest, KeysDifferInEveryField) {
@@ -242,7 +253,7 @@ TEST(DecodeGraphCacheTest, KeysDifferInEveryField) {
   k.batch_bucket = 8;
   EXPECT_FALSE(cache.Find(k).has_value());
   k = base;
-  k.context_bucket = 16;
+  k.signature = 9;
   EXPECT_FALSE(cache.Find(k).has_value());
   k = base;
   k.activations = 1;
