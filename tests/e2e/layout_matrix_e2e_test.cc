@@ -134,8 +134,12 @@ INSTANTIATE_TEST_SUITE_P(
              {"--pcp=2", "--dcp=2", "--kv_staging=always"},
              {"--tp=4", "--dcp=2", "--kv_staging=always"}},
         Pair{"staged_prefill_tp2_to_tp1", {"--tp=2", "--kv_staging=always"}, {"--tp=1"}},
-        Pair{
-            "staged_decode_tp1_to_dcp2", {"--tp=1"}, {"--tp=4", "--dcp=2", "--kv_staging=always"}}),
+        Pair{"staged_decode_tp1_to_dcp2", {"--tp=1"}, {"--tp=4", "--dcp=2", "--kv_staging=always"}},
+        // GPU-direct KV asked for where it cannot apply (CPU backend; Debian's UCX has no CUDA):
+        // both nodes fall back to host pools and the transfer is the host one, tokens unchanged.
+        Pair{"gpu_direct_fallback_tp2_to_tp1",
+             {"--tp=2", "--kv_gpu_direct"},
+             {"--tp=1", "--kv_gpu_direct"}}),
     [](const ::testing::TestParamInfo<Pair>& info) { return std::string(info.param.name); });
 
 }  // namespace
