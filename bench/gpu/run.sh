@@ -10,15 +10,16 @@
 #      transfer_bench --memory cuda   KV pull device→device ÷ cudaMemcpy D2D
 #                                                              → gpu_transfer_vs_memcpy
 #      gpu_model_bench           synthetic 1.2B Llama (tandem-make-model): batch-1 decode step vs
-#                                weight bytes ÷ read bandwidth → gpu_decode_b1_roofline_ratio;
+#                                weight bytes ÷ read bandwidth → gpu_decode_b1_roofline_ratio
+#                                (bf16 + graphs; _bf16 and _f32 for the other paths);
 #                                prefill of 512 tokens, set beside eager_llama.py (the same shapes
 #                                in eager PyTorch)             → gpu_prefill512_vs_torch_eager
-#   2. the `cuda` ctest label (kernels, bf16 ops, backend, NCCL, GPU generation, and
+#   2. the `cuda` ctest label (kernels, bf16 ops, CUDA graphs, backend, NCCL, GPU generation, and
 #      gpu_cluster_e2e_test: GPU prefill → GPU decode nodes), then gpu_cluster_e2e_test once more
-#      with TANDEM_CUDA_ACTIVATIONS=bf16;
+#      on the new path (TANDEM_CUDA_ACTIVATIONS=bf16 TANDEM_CUDA_GRAPHS=on);
 #   3. compute-sanitizer memcheck on the backend op tests;
-#   4. a small synthetic model generated on cpu, cuda (f32 activations) and cuda (bf16
-#      activations): each must finish; whether the greedy tokens equal the cpu's is reported
+#   4. a small synthetic model generated on cpu, cuda (f32 activations), cuda (bf16) and cuda
+#      (bf16 + graphs): each must finish; whether the greedy tokens equal the cpu's is reported
 #      (bf16 rounding may flip near-ties; token identity is only required of the CPU paths).
 #
 # Then a summary with every RESULT line side by side, a list of what did not run and why, and
@@ -48,7 +49,7 @@ big_model=(--layers 16 --hidden 2048 --q-heads 32 --kv-heads 8 --head-dim 64 --i
   --vocab 32000 --dtype f16)
 small_model=(--layers 2 --hidden 256 --q-heads 8 --kv-heads 2 --head-dim 32 --intermediate 512
   --vocab 512 --dtype f32)
-sanitized=(cuda_backend_ops_test cuda_bf16_ops_test cuda_kv_cache_write_test)
+sanitized=(cuda_backend_ops_test cuda_bf16_ops_test cuda_graph_test cuda_kv_cache_write_test)
 bench_targets=(gpu_attention_bench gpu_model_bench tandem-make-model tandem-generate transfer_bench)
 
 build=${TANDEM_GPU_BUILD:-build-gpu}
@@ -193,11 +194,15 @@ elif ! { [ -s "$big" ] || timeout "$(cap 90)" "$make_model" --out "$big" "${big_
   >"$logs/make_model.log" 2>&1; }; then
   note "tandem-make-model FAILED (see $logs/make_model.log)"
   status=1
-elif timeout "$(cap 180)" "$model_bench" --model "$big" --prefill_tokens 512 --decode_tokens 64 \
-  >"$logs/model.log" 2>&1; then
+else
+  timeout "$(cap 200)" "$model_bench" --model "$big" --prefill_tokens 512 --decode_tokens 64 \
+    >"$logs/model.log" 2>&1 || {
+    note "gpu_model_bench FAILED (see $logs/model.log): $(grep -E '^path .* FAILED|^gpu_model_bench:' "$logs/model.log" | tr '\n' ' ' | cut -c1-300)"
+    status=1
+  }
   collect "$logs/model.log"
   while IFS= read -r line; do note "model: $line"; done < <(grep -E '^(memory|decode_b1|prefill)' "$logs/model.log")
-  tandem_ms=$(sed -n 's/^prefill512_ms bf16 //p' "$logs/model.log")
+  tandem_ms=$(sed -n 's/^prefill512_ms bf16_graphs //p' "$logs/model.log")
   if [ "$have_torch" -eq 1 ] && [ -n "$tandem_ms" ]; then
     # The eager reference gets the same shapes as big_model.
     if timeout "$(cap 90)" python3 bench/gpu/eager_llama.py --layers 16 --hidden 2048 --q-heads 32 \
@@ -211,9 +216,6 @@ elif timeout "$(cap 180)" "$model_bench" --model "$big" --prefill_tokens 512 --d
       note "eager_llama.py FAILED (see $logs/eager.log)"
     fi
   fi
-else
-  note "gpu_model_bench FAILED (see $logs/model.log)"
-  status=1
 fi
 
 # ---- 2. the cuda tests, then the GPU P/D cluster again on bf16 activations ----
@@ -234,12 +236,12 @@ while IFS= read -r reason; do note "tests: skipped because: $reason"; done < <(
   grep -A1 -E '^[0-9]+: .*: Skipped$' "$logs/ctest.log" | grep -vE 'Skipped$|^--$' |
     sed 's/^[0-9]*: //' | sort | uniq -c | sed 's/^ *//')
 if [ "$(left)" -lt 150 ]; then
-  skip "gpu_cluster_e2e_test with TANDEM_CUDA_ACTIVATIONS=bf16 (out of time)"
-elif TANDEM_CUDA_ACTIVATIONS=bf16 timeout "$(cap 150)" ctest --test-dir "$build" \
-  -R '^gpu_cluster_e2e_test$' -V --timeout 140 >"$logs/cluster_bf16.log" 2>&1; then
-  note "cluster (bf16 activations): $(grep -E '^[0-9]+% tests passed' "$logs/cluster_bf16.log"), $(grep -cE '^[0-9]+: \[  SKIPPED \] ' "$logs/cluster_bf16.log") cases skipped"
+  skip "gpu_cluster_e2e_test with bf16 activations and CUDA graphs (out of time)"
+elif TANDEM_CUDA_ACTIVATIONS=bf16 TANDEM_CUDA_GRAPHS=on timeout "$(cap 150)" ctest \
+  --test-dir "$build" -R '^gpu_cluster_e2e_test$' -V --timeout 140 >"$logs/cluster_bf16.log" 2>&1; then
+  note "cluster (bf16 activations + graphs): $(grep -E '^[0-9]+% tests passed' "$logs/cluster_bf16.log"), $(grep -cE '^[0-9]+: \[  SKIPPED \] ' "$logs/cluster_bf16.log") cases skipped"
 else
-  note "cluster (bf16 activations) FAILED (see $logs/cluster_bf16.log)"
+  note "cluster (bf16 activations + graphs) FAILED (see $logs/cluster_bf16.log)"
   status=1
 fi
 
@@ -274,10 +276,11 @@ elif [ "$(left)" -lt 20 ]; then
 elif timeout 30 "$make_model" --out "$small" "${small_model[@]}" >/dev/null 2>&1; then
   ids=3,14,15,92,65,35,89,79,32,38,46,26,43,38,32,79
   ok=()
-  for run in cpu:cpu:f32 cuda:cuda:f32 cuda_bf16:cuda:bf16; do
-    IFS=: read -r name backend act <<<"$run"
-    if TANDEM_CUDA_ACTIVATIONS=$act timeout "$(cap 30)" "$generate" --model "$small" \
-      --backend "$backend" --prompt_ids "$ids" --max_tokens 24 --ignore_eos \
+  for run in cpu:cpu:f32:off cuda:cuda:f32:off cuda_bf16:cuda:bf16:off \
+    cuda_bf16_graphs:cuda:bf16:on; do
+    IFS=: read -r name backend act graphs <<<"$run"
+    if TANDEM_CUDA_ACTIVATIONS=$act TANDEM_CUDA_GRAPHS=$graphs timeout "$(cap 30)" "$generate" \
+      --model "$small" --backend "$backend" --prompt_ids "$ids" --max_tokens 24 --ignore_eos \
       >"$logs/tokens_$name.txt" 2>"$logs/tokens_$name.err"; then
       ok+=("$name")
     else
@@ -285,7 +288,7 @@ elif timeout 30 "$make_model" --out "$small" "${small_model[@]}" >/dev/null 2>&1
       status=1
     fi
   done
-  for name in cuda cuda_bf16; do
+  for name in cuda cuda_bf16 cuda_bf16_graphs; do
     if [[ " ${ok[*]} " != *" cpu "* || " ${ok[*]} " != *" $name "* ]]; then
       continue
     elif cmp -s "$logs/tokens_cpu.txt" "$logs/tokens_$name.txt"; then
