@@ -274,15 +274,22 @@ void Driver::Serve(RequestState& state) {
       state.OnKvReleased();
     }
     const int failures = state.retries();
-    if (deps_.options.colocated) {
-      Colocated(state);
-    } else if (state.phase() == RequestPhase::kPrefill) {
-      // A resume prefills the prompt and the tokens streamed so far: unpipelined, as its
-      // sampled token is ignored (request_state.h). Logprobs stay pipelined: the prefill's
-      // final progress message carries the first token's.
-      Prefill(state, deps_.options.pipelined_transfer && state.streamed().empty());
-    } else {
-      Decode(state);
+    // A resume prefills the prompt and the tokens streamed so far: unpipelined, as its sampled
+    // token is ignored (request_state.h). Logprobs stay pipelined: the prefill's final progress
+    // message carries the first token's.
+    switch (state.NextCall(deps_.options.colocated, deps_.options.pipelined_transfer)) {
+      case NodeCall::kColocated:
+        Colocated(state);
+        break;
+      case NodeCall::kPrefill:
+        Prefill(state, /*pipelined=*/false);
+        break;
+      case NodeCall::kPipelined:
+        Prefill(state, /*pipelined=*/true);
+        break;
+      case NodeCall::kDecode:
+        Decode(state);
+        break;
     }
     // A retryable failure: back off before the next attempt (no node is hammered while it
     // recovers; PickNode then waits for one to be healthy).

@@ -138,7 +138,7 @@ void Driver::Decode(RequestState& state) {
       RunDecode(DecodeCallTo(*node, std::move(request), plan.max_new_tokens), std::move(hooks));
   decode_time_ += clock_->Now() - called;
   if (call.failure.ok()) return;
-  OnDecodeCallFailed(state, node->address(), call.failure, DecodeCallKind::kPlain);
+  OnDecodeCallFailed(state, node->address(), call.failure, NodeCall::kDecode);
 }
 
 void Driver::Colocated(RequestState& state) {
@@ -197,14 +197,13 @@ void Driver::Colocated(RequestState& state) {
     decode_time_ += now - call.first_event_at;
   }
   if (call.failure.ok()) return;
-  OnDecodeCallFailed(state, node->address(), call.failure, DecodeCallKind::kColocated);
+  OnDecodeCallFailed(state, node->address(), call.failure, NodeCall::kColocated);
 }
 
 void Driver::OnDecodeCallFailed(RequestState& state, const std::string& node, absl::Status failure,
-                                DecodeCallKind kind) {
-  const bool colocated = kind == DecodeCallKind::kColocated;
+                                NodeCall call) {
   if (canceller_->cancelled()) {
-    if (kind == DecodeCallKind::kPipelined) {
+    if (call == NodeCall::kPipelined) {
       // The prefill may still run (and hold the KV): release it now.
       if (kv_.has_value()) ReleaseKv();
       state.OnKvReleased();
@@ -213,37 +212,23 @@ void Driver::OnDecodeCallFailed(RequestState& state, const std::string& node, ab
     return;
   }
   failure = NodeSideCancelAsUnavailable(failure);
-  if (state.phase() == RequestPhase::kPrefill) {
-    // Before the first token the request is prefilled again.
-    const bool retryable = colocated ? IsRetryablePrefillError(failure.code())
-                                     : IsRetryableDecodeError(failure.code());
-    auto [error, blamed, blamed_node] = BlameDecodeFailure(node, failure, retryable);
-    const Recovery recovery = colocated ? Recovery::kPrefillRetry : Recovery::kReprefill;
-    if (!colocated) {
-      // Pipelined: whatever broke (a decode-side stream error included), as an unpipelined
-      // request whose prefill failed; the KV never reached the decode node.
-      ReleaseKv();  // cancels the prefill if it still runs
-      if (retryable && StrictStops(state, recovery, error)) return;
-      if (retryable && !IsRetryablePrefillError(error.code())) {
-        error = absl::UnavailableError(error.message());
-      }
-    }
+  const DecodeCallVerdict verdict = state.JudgeDecodeCallFailure(call, failure.code());
+  auto [error, blamed, blamed_node] = BlameDecodeFailure(node, failure, verdict.retryable);
+  if (verdict.release_kv_first) ReleaseKv();
+  // A colocated call's prefill retry is never refused (StrictRefuses(kPrefillRetry) is false).
+  if (verdict.retryable && StrictStops(state, verdict.recovery, error)) return;
+  if (verdict.as_unavailable) error = absl::UnavailableError(error.message());
+  if (verdict.as_prefill_failure) {
     state.OnPrefillFailed(error);
-    if (retryable) NoteRecovery(state, blamed, blamed_node, error, recovery);
-    if (retryable && state.phase() != RequestPhase::kFailed && deps_.metrics != nullptr) {
-      deps_.metrics->prefill_retries->Increment();
-    }
-    return;
+  } else {
+    state.OnDecodeFailed(error);
   }
-  const bool retryable = IsRetryableDecodeError(failure.code());
-  // The decode node never took the KV (no event yet): the transfer failed, and recovering means
-  // prefilling again; after its tokens, resuming elsewhere.
-  const Recovery recovery = state.kv_to_release() ? Recovery::kReprefill : Recovery::kResume;
-  const auto [error, blamed, blamed_node] = BlameDecodeFailure(node, failure, retryable);
-  if (retryable && StrictStops(state, recovery, error)) return;
-  state.OnDecodeFailed(error);
-  if (retryable) NoteRecovery(state, blamed, blamed_node, error, recovery);
-  if (retryable && state.phase() != RequestPhase::kFailed) {
+  if (!verdict.retryable) return;
+  NoteRecovery(state, blamed, blamed_node, error, verdict.recovery);
+  if (state.phase() == RequestPhase::kFailed) return;
+  if (verdict.as_prefill_failure) {
+    if (deps_.metrics != nullptr) deps_.metrics->prefill_retries->Increment();
+  } else {
     ++resumes_;
     if (deps_.metrics != nullptr) deps_.metrics->decode_resumes->Increment();
   }

@@ -87,16 +87,12 @@ class Driver {
                               int32_t max_new_tokens) const;
   // Runs `spec` with `hooks` (RunDecodeCall), recording every event's DecodeServed first.
   DecodeCallResult RunDecode(DecodeCallSpec spec, DecodeCallHooks hooks);
-  // A Decode call of one sequence (plain, colocated or pipelined) on `node` ended with `failure`.
-  // A client's cancellation fails the request (a pipelined call's KV released). Else: whom to
-  // blame, whether strict mode stops the request, and the state's next phase. Before the first
-  // token (phase kPrefill) a colocated call fails like a prefill (retried when
-  // IsRetryablePrefillError), a pipelined one like its prefill whatever broke (retried when
-  // IsRetryableDecodeError; the KV released); after it, a decode failure (resumed; re-prefilled
-  // when the decode node never took the KV).
-  enum class DecodeCallKind { kPlain, kColocated, kPipelined };
+  // A Decode call of one sequence (`call`: plain, colocated or pipelined) on `node` ended with
+  // `failure`. A client's cancellation fails the request (a pipelined call's KV released). Else
+  // RequestState::JudgeDecodeCallFailure says what it means (retry or resume, as a prefill or a
+  // decode failure); this applies it: whom to blame, strict mode, the KV, the state's next phase.
   void OnDecodeCallFailed(RequestState& state, const std::string& node, absl::Status failure,
-                          DecodeCallKind kind);
+                          NodeCall call);
   void ReleaseKv();
   // A healthy node of `role`; when none is, waits for one (bounded by the client's deadline and
   // the retry policy's wait budget, interrupted by cancellation) instead of failing at once.

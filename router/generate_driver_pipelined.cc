@@ -141,7 +141,7 @@ void Driver::PipelinedDecode(RequestState& state) {
   if (call.failure.ok()) return;
   // Before the first token (phase kPrefill) a prefill failure; after it a decode failure,
   // resumed, the run loop releasing the KV if the decode node never took it.
-  OnDecodeCallFailed(state, node->address(), call.failure, DecodeCallKind::kPipelined);
+  OnDecodeCallFailed(state, node->address(), call.failure, NodeCall::kPipelined);
 }
 
 }  // namespace tandem::generate_internal

@@ -42,6 +42,34 @@ PrefillPlan RequestState::NextPrefill() const {
   return plan;
 }
 
+NodeCall RequestState::NextCall(bool colocated, bool pipelined) const {
+  if (colocated) return NodeCall::kColocated;
+  if (phase_ == RequestPhase::kDecode) return NodeCall::kDecode;
+  return pipelined && streamed_.empty() ? NodeCall::kPipelined : NodeCall::kPrefill;
+}
+
+DecodeCallVerdict RequestState::JudgeDecodeCallFailure(NodeCall call, absl::StatusCode code) const {
+  DecodeCallVerdict verdict;
+  if (phase_ == RequestPhase::kPrefill) {
+    verdict.as_prefill_failure = true;
+    if (call == NodeCall::kColocated) {
+      verdict.retryable = IsRetryablePrefillError(code);
+      verdict.recovery = Recovery::kPrefillRetry;
+      return verdict;
+    }
+    verdict.retryable = IsRetryableDecodeError(code);
+    verdict.recovery = Recovery::kReprefill;
+    verdict.release_kv_first = true;
+    verdict.as_unavailable = verdict.retryable && !IsRetryablePrefillError(code);
+    return verdict;
+  }
+  verdict.retryable = IsRetryableDecodeError(code);
+  // The decode node never took the KV (no event yet): the transfer failed, and recovering means
+  // prefilling again; after its tokens, resuming elsewhere.
+  verdict.recovery = kv_owned_ ? Recovery::kReprefill : Recovery::kResume;
+  return verdict;
+}
+
 DecodePlan RequestState::NextDecode() const {
   const int64_t k = static_cast<int64_t>(streamed_.size());
   DecodePlan plan;

@@ -37,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "common/finish_reason.h"
+#include "router/provenance.h"
 
 namespace tandem {
 
@@ -63,6 +64,27 @@ struct DecodePlan {
 bool IsRetryablePrefillError(absl::StatusCode code);
 bool IsRetryableDecodeError(absl::StatusCode code);
 
+// The node call that serves the request's next step.
+enum class NodeCall {
+  kPrefill,    // Prefill, then (phase kDecode) a Decode call with the KV handle
+  kPipelined,  // Prefill with an early handle, its Decode call sent while the prefill runs
+  kDecode,     // Decode with NextDecode()
+  kColocated,  // one Decode call with the prompt: prefill and decode on one node
+};
+
+// What a failed Decode-family call (any NodeCall but kPrefill) means for the request, decided
+// from the phase it failed in (RequestState::JudgeDecodeCallFailure).
+struct DecodeCallVerdict {
+  bool retryable = false;
+  Recovery recovery = Recovery::kResume;
+  // Before the first token (phase kPrefill): handed to OnPrefillFailed, else OnDecodeFailed.
+  bool as_prefill_failure = false;
+  // A pipelined call before its first token: the prefill's KV is released first (which cancels
+  // the prefill if it still runs), and a retryable decode-side code that the prefill retry rule
+  // would not retry is handed on as UNAVAILABLE.
+  bool release_kv_first = false;
+  bool as_unavailable = false;
+};
 class RequestState {
  public:
   // REQUIRES: prompt non-empty, max_tokens >= 1, max_attempts >= 1 (validated by the caller).
@@ -72,6 +94,17 @@ class RequestState {
                int max_attempts);
 
   RequestPhase phase() const { return phase_; }
+
+  // REQUIRES: phase() is kPrefill or kDecode. `colocated`, `pipelined`: the router's modes
+  // (RouterOptions). A colocated router serves every step with one colocated call; a pipelined
+  // one pipelines a request's first prefill only (a resume's sampled token is ignored).
+  NodeCall NextCall(bool colocated, bool pipelined) const;
+  // REQUIRES: `call` is not kPrefill; phase() is still the one the call failed in.
+  // Before the first token (kPrefill) a colocated call failed like a prefill (retried when
+  // IsRetryablePrefillError: kPrefillRetry), a pipelined one like its prefill whatever broke
+  // (retried when IsRetryableDecodeError: kReprefill); after it, a decode failure (retried when
+  // IsRetryableDecodeError: kReprefill while the router still owns the KV, else kResume).
+  DecodeCallVerdict JudgeDecodeCallFailure(NodeCall call, absl::StatusCode code) const;
 
   // REQUIRES: phase() == kPrefill.
   PrefillPlan NextPrefill() const;

@@ -304,5 +304,64 @@ TEST(RequestStateTest, RandomFailuresNeverDuplicateOrDropTokens) {
   EXPECT_GT(finished, 1500);
 }
 
+TEST(RequestStateCalls, NextCallFollowsTheModeAndThePhase) {
+  RequestState s({1, 2, 3}, 4, {}, 3);
+  EXPECT_EQ(s.NextCall(false, false), NodeCall::kPrefill);
+  EXPECT_EQ(s.NextCall(false, true), NodeCall::kPipelined);
+  EXPECT_EQ(s.NextCall(true, false), NodeCall::kColocated);
+  ASSERT_TRUE(s.OnPrefillOk(7).has_value());
+  EXPECT_EQ(s.NextCall(false, true), NodeCall::kDecode);
+  EXPECT_EQ(s.NextCall(true, false), NodeCall::kColocated);
+  // A resume (tokens streamed) is never pipelined.
+  s.OnKvReleased();
+  s.OnDecodeFailed(absl::UnavailableError("gone"));
+  ASSERT_EQ(s.phase(), RequestPhase::kPrefill);
+  EXPECT_EQ(s.NextCall(false, true), NodeCall::kPrefill);
+}
+
+TEST(RequestStateCalls, DecodeCallFailureBeforeTheFirstTokenIsAPrefillFailure) {
+  const RequestState s({1, 2, 3}, 4, {}, 3);
+  const DecodeCallVerdict colocated =
+      s.JudgeDecodeCallFailure(NodeCall::kColocated, absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(colocated.retryable);
+  EXPECT_TRUE(colocated.as_prefill_failure);
+  EXPECT_EQ(colocated.recovery, Recovery::kPrefillRetry);
+  EXPECT_FALSE(colocated.release_kv_first);
+  // INTERNAL is no prefill retry: a colocated call fails with it.
+  EXPECT_FALSE(
+      s.JudgeDecodeCallFailure(NodeCall::kColocated, absl::StatusCode::kInternal).retryable);
+
+  // Pipelined: whatever broke is retried as the prefill, the KV released first; a decode-side
+  // code the prefill rule would not retry goes on as UNAVAILABLE.
+  const DecodeCallVerdict pipelined =
+      s.JudgeDecodeCallFailure(NodeCall::kPipelined, absl::StatusCode::kInternal);
+  EXPECT_TRUE(pipelined.retryable);
+  EXPECT_TRUE(pipelined.as_prefill_failure);
+  EXPECT_EQ(pipelined.recovery, Recovery::kReprefill);
+  EXPECT_TRUE(pipelined.release_kv_first);
+  EXPECT_TRUE(pipelined.as_unavailable);
+  EXPECT_FALSE(s.JudgeDecodeCallFailure(NodeCall::kPipelined, absl::StatusCode::kUnavailable)
+                   .as_unavailable);
+  EXPECT_FALSE(
+      s.JudgeDecodeCallFailure(NodeCall::kPipelined, absl::StatusCode::kInvalidArgument).retryable);
+}
+
+TEST(RequestStateCalls, DecodeCallFailureAfterTheFirstTokenResumesOrReprefills) {
+  RequestState s({1, 2, 3}, 4, {}, 3);
+  ASSERT_TRUE(s.OnPrefillOk(7).has_value());
+  // The decode node never took the KV: prefill again.
+  DecodeCallVerdict v = s.JudgeDecodeCallFailure(NodeCall::kDecode, absl::StatusCode::kAborted);
+  EXPECT_TRUE(v.retryable);
+  EXPECT_FALSE(v.as_prefill_failure);
+  EXPECT_EQ(v.recovery, Recovery::kReprefill);
+  s.OnKvReleased();  // its first event came
+  v = s.JudgeDecodeCallFailure(NodeCall::kPipelined, absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(v.retryable);
+  EXPECT_EQ(v.recovery, Recovery::kResume);
+  EXPECT_FALSE(v.release_kv_first);
+  EXPECT_FALSE(
+      s.JudgeDecodeCallFailure(NodeCall::kDecode, absl::StatusCode::kResourceExhausted).retryable);
+}
+
 }  // namespace
 }  // namespace tandem
