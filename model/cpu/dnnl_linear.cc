@@ -103,17 +103,21 @@ dnnl::primitive_attr EpilogueAttr(DnnlLinear::Epilogue epilogue, int64_t m, int6
 
 // A transient weight is reordered into oneDNN's packed layout before each GEMM: the brgemm
 // kernels on packed weights run several times faster than on a plain [n][k] matrix, and the
-// reorder is O(n·k) against the GEMM's O(m·n·k).
+// reorder is O(n·k) against the GEMM's O(m·n·k). Where the preferred layout is merely the plain
+// [k][n] transpose (the AVX2 sgemm, which packs its operands itself), that reorder would only
+// transpose the tile: PlainGemm then hands oneDNN the [n][k] tile as it is (direct).
 struct Packing {
   memory::desc packed;
   dnnl::reorder reorder;
   memory::desc reorder_scratchpad;
+  bool direct = false;
 };
 
 struct PlainKey {
   int64_t m, k, n, ldy;
   DnnlLinear::Epilogue epilogue;
   bool bias;
+  bool direct;  // weights in the plain [n][k] layout (Packing::direct), else packed
   auto operator<=>(const PlainKey&) const = default;
 };
 
@@ -152,7 +156,8 @@ absl::StatusOr<Packing> PackingFor(int64_t k, int64_t n) {
     const memory::desc plain({k, n}, DType::f32, Tag::ba);
     const dnnl::reorder::primitive_desc rpd(CpuEngine(), plain, CpuEngine(), pd.weights_desc(),
                                             UserScratchpad());
-    Packing p{pd.weights_desc(), dnnl::reorder(rpd), rpd.scratchpad_desc()};
+    Packing p{pd.weights_desc(), dnnl::reorder(rpd), rpd.scratchpad_desc(),
+              pd.weights_desc() == memory::desc({k, n}, DType::f32, Tag::ab)};
     cache.emplace(std::make_pair(k, n), p);
     return p;
   } catch (const dnnl::error& e) {
@@ -247,8 +252,9 @@ absl::Status DnnlLinear::Forward(const float* x, int64_t m, float* y, Epilogue e
     return absl::InvalidArgumentError(
         "linear: the SiLU-multiply epilogue needs aux, distinct from y");
   }
-  absl::StatusOr<PlainPrimitive> prim = PlainPrimitiveFor(
-      PlainKey{m, impl_->k, impl_->n, impl_->n, epilogue, impl_->has_bias}, impl_->weights_desc);
+  absl::StatusOr<PlainPrimitive> prim =
+      PlainPrimitiveFor(PlainKey{m, impl_->k, impl_->n, impl_->n, epilogue, impl_->has_bias, false},
+                        impl_->weights_desc);
   if (!prim.ok()) return prim.status();
   const auto start = std::chrono::steady_clock::now();
   try {
@@ -287,20 +293,25 @@ absl::Status DnnlLinear::PlainGemm(const float* x, int64_t m, int64_t k, const f
   }
   absl::StatusOr<Packing> packing = PackingFor(k, n);
   if (!packing.ok()) return packing.status();
+  const memory::desc plain_desc({k, n}, DType::f32, Tag::ba);
   absl::StatusOr<PlainPrimitive> prim =
-      PlainPrimitiveFor(PlainKey{m, k, n, ldy, epilogue, bias != nullptr}, packing->packed);
+      PlainPrimitiveFor(PlainKey{m, k, n, ldy, epilogue, bias != nullptr, packing->direct},
+                        packing->direct ? plain_desc : packing->packed);
   if (!prim.ok()) return prim.status();
   const auto start = std::chrono::steady_clock::now();
   try {
     const dnnl::engine& engine = CpuEngine();
     dnnl::stream& stream = ThreadStream();
-    memory plain({{k, n}, DType::f32, Tag::ba}, engine, const_cast<float*>(w));
-    memory packed(packing->packed, engine, ThreadPackedWeights(packing->packed.get_size()));
-    memory reorder_scratch(packing->reorder_scratchpad, engine,
-                           ThreadScratchpad(packing->reorder_scratchpad.get_size()));
-    packing->reorder.execute(
-        stream,
-        {{DNNL_ARG_FROM, plain}, {DNNL_ARG_TO, packed}, {DNNL_ARG_SCRATCHPAD, reorder_scratch}});
+    memory plain(plain_desc, engine, const_cast<float*>(w));
+    memory packed = plain;
+    if (!packing->direct) {
+      packed = memory(packing->packed, engine, ThreadPackedWeights(packing->packed.get_size()));
+      memory reorder_scratch(packing->reorder_scratchpad, engine,
+                             ThreadScratchpad(packing->reorder_scratchpad.get_size()));
+      packing->reorder.execute(
+          stream,
+          {{DNNL_ARG_FROM, plain}, {DNNL_ARG_TO, packed}, {DNNL_ARG_SCRATCHPAD, reorder_scratch}});
+    }
     memory src({{m, k}, DType::f32, Tag::ab}, engine, const_cast<float*>(x));
     memory dst({{m, n}, DType::f32, memory::dims{ldy, 1}}, engine, y);
     std::unordered_map<int, memory> args = {

@@ -58,7 +58,9 @@ class DnnlLinear final : public LinearOp {
   // y[m][n] (rows ldy floats apart) = epilogue(x[m][k]·wᵀ + b) for a plain row-major w [n][k]
   // that may change between calls — a tile of a quantised weight dequantised on the fly
   // (quant_linear.h). w is reordered into the packed layout (a per-thread buffer) and then
-  // multiplied, as Create + Forward would, without keeping the copy. aux, for kSiluMul, has y's
+  // multiplied, as Create + Forward would, without keeping the copy — except where oneDNN's
+  // preferred layout is just the [k][n] transpose (its AVX2 sgemm, which packs operands itself):
+  // there w is multiplied as it is, with no reorder. aux, for kSiluMul, has y's
   // layout. bias: [n] or nullptr. Primitives are cached per shape; the reorder and the GEMM
   // count in TotalSeconds.
   static absl::Status PlainGemm(const float* x, int64_t m, int64_t k, const float* w, int64_t n,
