@@ -11,10 +11,11 @@
 // and Q8_0 kernel factors each block's scale out of its dot product, d·Σq·x + o·Σx
 // (quant_gemv_avx2_factored.h: the same real numbers, rounded in another place; AVX2 has no
 // 16-entry permute to expand weights cheaply), and so do its Q4_K kernel per 32-weight
-// sub-block (quant_gemv_avx2_q4k.h), its Q6_K kernel per 16-weight sub-block
+// sub-block (quant_gemv_avx2_q4k.h, Q5_K: _q5k.h), its Q6_K kernel per 16-weight sub-block
 // (quant_gemv_avx2_q6k.h) and its packed Q5_0/Q5_1 kernel (quant_gemv_avx2_q5.h); the AVX-512
-// path runs the AVX2 Q4_K and Q6_K kernels too. Every kernel sums an output in an order set by
-// its own weight row and activation row, so results do not depend on the batch size.
+// path factors Q4_K, Q5_K and Q6_K the same way (quant_gemv_avx512_kquants.h). Every kernel sums an
+// output in an order set by its own weight row and activation row, so results do not depend on the
+// batch size.
 //
 // Paths: AVX-512 (F, BW, VL + FMA, F16C), AVX2 (+ FMA, F16C) and portable C++ (dequantise a row,
 // then dot), picked by attention/cpu/cpu_isa.h's ActiveCpuIsa() — tests pin each path in turn.

@@ -5,6 +5,7 @@
 #include "model/cpu/quant_gemv_avx2_factored.h"
 #include "model/cpu/quant_gemv_avx2_q4k.h"
 #include "model/cpu/quant_gemv_avx2_q5.h"
+#include "model/cpu/quant_gemv_avx2_q5k.h"
 #include "model/cpu/quant_gemv_avx2_q6k.h"
 #include "model/cpu/quant_gemv_impl.h"
 
@@ -100,12 +101,14 @@ struct Avx2 {
 
 }  // namespace
 
-// Packed Q4_0/Q4_1/Q8_0 rows take the block-factored kernel (quant_gemv_avx2_factored.h), Q4_K
-// rows its sub-block-factored one (quant_gemv_avx2_q4k.h); the other types expand exact weights
+// Packed Q4_0/Q4_1/Q8_0 rows take the block-factored kernel (quant_gemv_avx2_factored.h), packed
+// Q5_0/Q5_1 rows theirs (quant_gemv_avx2_q5.h), Q4_K, Q5_K and Q6_K rows the sub-block-factored
+// ones (quant_gemv_avx2_q4k.h, _q5k.h, _q6k.h); F16, BF16 and unpacked rows expand exact weights
 // (quant_gemv_impl.h).
 GemvFn Avx2Gemv(GgmlType type, bool packed) {
   if (!packed && type == GgmlType::kQ4_K) return &impl::Q4KGemv;
   if (!packed && type == GgmlType::kQ6_K) return &impl::Q6KGemv;
+  if (!packed && type == GgmlType::kQ5_K) return &impl::Q5KGemv;
   if (packed) {
     switch (type) {
       case GgmlType::kQ8_0:

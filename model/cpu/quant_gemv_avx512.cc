@@ -127,11 +127,12 @@ struct Avx512 {
 
 }  // namespace
 
-// Q4_K and Q6_K rows take the sub-block-factored kernels (quant_gemv_avx512_kquants.h); the
+// Q4_K, Q5_K and Q6_K rows take the sub-block-factored kernels (quant_gemv_avx512_kquants.h); the
 // other types expand exact weights (quant_gemv_impl.h).
 GemvFn Avx512Gemv(GgmlType type, bool packed) {
   if (!packed && type == GgmlType::kQ4_K) return &impl::KQuantGemv<impl::Q4KPairs>;
   if (!packed && type == GgmlType::kQ6_K) return &impl::KQuantGemv<impl::Q6KPairs>;
+  if (!packed && type == GgmlType::kQ5_K) return &impl::KQuantGemv<impl::Q5KPairs>;
   return impl::Select<Avx512>(type, packed);
 }
 DequantFn Avx512Dequant(GgmlType type, bool packed) {

@@ -1,20 +1,21 @@
-// The AVX-512 GEMVs for Q4_K and Q6_K rows in the file's layout, with each sub-block's scale
-// factored out of its dot product — quant_gemv_avx2_q4k.h's and quant_gemv_avx2_q6k.h's kernels
-// (their headers state the arithmetic) on 16-lane vectors. Included only by
+// The AVX-512 GEMVs for Q4_K, Q5_K and Q6_K rows in the file's layout, with each sub-block's
+// scale factored out of its dot product — quant_gemv_avx2_q4k.h's, _q5k.h's and _q6k.h's
+// kernels (their headers state the arithmetic) on 16-lane vectors. Included only by
 // quant_gemv_avx512.cc.
 //
 // A super-block is four "pairs" of 64 consecutive elements. Each pair's quants become one vector
 // of 16 dwords: dwords 0..7 hold elements 4i + b (dword i, byte b) of its first 32 elements,
 // dwords 8..15 those of its last 32, each q in the low bits of its byte —
 //   Q4_K pair P (sub-blocks 2P, 2P + 1): the 32 quant bytes qs[32P ..] broadcast to both
-//     256-bit halves, the second half shifted right by 4 (high nibbles);
+//     256-bit halves, the second half shifted right by 4 (high nibbles); Q5_K the same, with
+//     the fifth bits of the 32 qh bytes rotated into bit 4 (Q5KPairs);
 //   Q6_K pair 2h + p (half h, quarters 2p, 2p + 1): the half's 64 low-bit bytes as they are
 //     (dwords 8..15 are quarter 1's / 3's bytes) for the nibbles, and its 32 high-bit bytes
 //     broadcast and shifted per half (sllv / srlv) to bring each quarter's two bits to bits 4, 5.
-// Masking with (0x0F or 0x3F) << 8b leaves q·2^{8b}, exact in f32, against an activation copy in
-// that order scaled by 2^{−8b} (PairActivations): each product is q·x bit for bit. Lanes of the
-// vector belong to sub-blocks by fours (Q6_K, 16 elements) or eights (Q4_K, 32), so a pair's
-// scale is a permute of the super-block's scales. The offsets' part (Q4_K: the mins; Q6_K:
+// Masking with (0x0F, 0x1F or 0x3F) << 8b leaves q·2^{8b}, exact in f32, against an activation copy
+// in that order scaled by 2^{−8b} (PairActivations): each product is q·x bit for bit. Lanes of the
+// vector belong to sub-blocks by fours (Q6_K, 16 elements) or eights (Q4_K/Q5_K, 32), so a
+// pair's scale is a permute of the super-block's scales. The offsets' part (Q4_K/Q5_K: mins; Q6_K:
 // 32·D_t) is one FMA per super-block against the 16-element sums of x. A super-block's four
 // pairs are one partial sum. Each output's operations depend only on its weight row and
 // activation row, never on the batch.
@@ -68,38 +69,77 @@ template <int kGroup>
   return _mm512_permutexvar_ps(_mm512_add_epi32(idx, _mm512_set1_epi32(first)), v);
 }
 
+// A Q4_K / Q5_K super-block's 8 sub-block scales d·scale_j (lanes 0..7 of d1) and mins
+// dmin·min_j, spread to lane t = dmin·min_{t/2} against the 16-element sums (offsets): the
+// 6-bit fields of all 8 at once (dequant.cc's Q4KScaleMin), the products as dequant.cc's.
+[[gnu::always_inline]] inline void KScalesMins(const uint8_t* blk, __m512* d1, __m512* offsets) {
+  uint32_t u[3];
+  std::memcpy(u, blk + 4, sizeof u);
+  const uint64_t sc = (u[0] & 0x3f3f3f3fu) |
+                      uint64_t{(u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4)} << 32;
+  const uint64_t mn = (u[1] & 0x3f3f3f3fu) |
+                      uint64_t{((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4)}
+                          << 32;
+  *d1 = _mm512_mul_ps(
+      _mm512_set1_ps(_cvtsh_ss(LoadU16(blk))),
+      _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc)))));
+  const __m512 m1 = _mm512_mul_ps(
+      _mm512_set1_ps(_cvtsh_ss(LoadU16(blk + 2))),
+      _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
+  *offsets = Spread<2>(m1, 0);
+}
+
+// The 32 quant bytes of sub-blocks 2P, 2P + 1 (low, high nibbles) broadcast, the second half
+// shifted right by 4: sub-block 2P's nibbles in bits 8b .. 8b + 3 of dwords 0..7, 2P + 1's in
+// dwords 8..15 (the bits above are the next nibble's; the kernels' field masks drop them).
+[[gnu::always_inline]] inline __m512i KNibbles(const uint8_t* qs32) {
+  return _mm512_srlv_epi32(
+      _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs32))),
+      _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4));
+}
+
 struct Q4KPairs {
   static constexpr int64_t kBytes = 144;
   __m512 d1;       // lanes 0..7: d·scale_j
-  __m512 offsets;  // lane t: dmin·min_{t/2}, against the 16-element sums
+  __m512 offsets;  // lane t: dmin·min_{t/2}
   const uint8_t* qs;
-  explicit Q4KPairs(const uint8_t* blk) : qs(blk + 16) {
-    // The 6-bit fields of the 8 scales and mins (dequant.cc's Q4KScaleMin, all at once).
-    uint32_t u[3];
-    std::memcpy(u, blk + 4, sizeof u);
-    const uint64_t sc = (u[0] & 0x3f3f3f3fu) |
-                        uint64_t{(u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4)} << 32;
-    const uint64_t mn = (u[1] & 0x3f3f3f3fu) |
-                        uint64_t{((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4)}
-                            << 32;
-    d1 = _mm512_mul_ps(
-        _mm512_set1_ps(_cvtsh_ss(LoadU16(blk))),
-        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc)))));
-    const __m512 m1 = _mm512_mul_ps(
-        _mm512_set1_ps(_cvtsh_ss(LoadU16(blk + 2))),
-        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
-    offsets = Spread<2>(m1, 0);
-  }
+  explicit Q4KPairs(const uint8_t* blk) : qs(blk + 16) { KScalesMins(blk, &d1, &offsets); }
   template <int P>
   [[gnu::always_inline]] void Pair(__m512* q, __m512* d) const {
-    const __m512i v = _mm512_and_si512(
-        _mm512_srlv_epi32(_mm512_broadcast_i64x4(
-                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * P))),
-                          _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4)),
-        _mm512_set1_epi8(0x0f));
+    const __m512i v = KNibbles(qs + 32 * P);
 #pragma GCC unroll 4
     for (int b = 0; b < 4; ++b) {
       q[b] = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(0x0f << (8 * b))));
+    }
+    *d = Spread<8>(d1, 2 * P);
+  }
+};
+
+// Q5_K: Q4_K's scales and nibbles, and bit j of qh[l] as element l's fifth bit in sub-block j.
+// The 32 qh bytes are broadcast and rotated per half so that bit 2P (dwords 0..7) or 2P + 1
+// (8..15) of each byte lands on bit 4 of the same byte; a bitwise select then puts the nibble
+// under it (bits 5..7 are left over, dropped by the 0x1F field masks).
+struct Q5KPairs {
+  static constexpr int64_t kBytes = 176;
+  __m512 d1, offsets;
+  __m512i qh;
+  const uint8_t* qs;
+  explicit Q5KPairs(const uint8_t* blk)
+      : qh(_mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16)))),
+        qs(blk + 48) {
+    KScalesMins(blk, &d1, &offsets);
+  }
+  template <int P>
+  [[gnu::always_inline]] void Pair(__m512* q, __m512* d) const {
+    constexpr int r0 = (36 - 2 * P) % 32, r1 = (35 - 2 * P) % 32;  // rotate bit 2P (+1) to bit 4
+    const __m512i fifth = _mm512_rolv_epi32(
+        qh, _mm512_setr_epi32(r0, r0, r0, r0, r0, r0, r0, r0, r1, r1, r1, r1, r1, r1, r1, r1));
+    // Bits 0..3 from the nibbles, 4..7 from the rotated qh ((c & a) | (~c & b), c = 0x0F).
+    const __m512i v =
+        _mm512_ternarylogic_epi32(KNibbles(qs + 32 * P), fifth, _mm512_set1_epi8(0x0f), 0xe4);
+#pragma GCC unroll 4
+    for (int b = 0; b < 4; ++b) {
+      q[b] = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(0x1f << (8 * b))));
     }
     *d = Spread<8>(d1, 2 * P);
   }

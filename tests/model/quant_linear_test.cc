@@ -105,6 +105,7 @@ std::vector<Case> Cases() {
       {GgmlType::kQ5_1, 37, 160}, {GgmlType::kQ5_K, 33, 512}, {GgmlType::kQ5_K, 4, 256},
       {GgmlType::kQ4_K, 3, 256},  {GgmlType::kQ4_K, 33, 768}, {GgmlType::kQ6_K, 33, 768},
       {GgmlType::kQ5_0, 19, 576}, {GgmlType::kQ5_1, 9, 224},  {GgmlType::kQ5_1, 5, 32},
+      {GgmlType::kQ5_K, 9, 768},
   };
 }
 
@@ -210,18 +211,19 @@ TEST(QuantGemvTest, EveryPathTypeAndEpilogueMatchesTheDequantisedReference) {
 
 // Every vector kernel sums each output in an order set by its own weight row and activation row
 // alone — the AVX2 path's factored ones (packed Q4_0/Q4_1/Q8_0, quant_gemv_avx2_factored.h;
-// Q4_K, Q6_K, packed Q5_0/Q5_1: quant_gemv_avx2_q4k.h, _q6k.h, _q5.h) and the AVX-512 table
-// kernels, including a tile's last rows (n = 9, 19, 35, 37: not multiples of the 4-row blocks) —
-// so an activation row gives the same bits whether it is computed alone (m = 1) or inside a batch
-// of 13 (blocks of 8 or 4, 2 and 1 activation rows), and with the activations' magnitudes spread
-// over 2^±60 (the factored kernels' power-of-two prescaling of x must stay exact).
+// Q4_K, Q5_K, Q6_K, packed Q5_0/Q5_1: quant_gemv_avx2_q4k.h, _q5k.h, _q6k.h, _q5.h), the
+// AVX-512 K-quant ones (quant_gemv_avx512_kquants.h) and the AVX-512 table kernels, including a
+// tile's last rows (n = 9, 19, 35, 37: not multiples of the 4-row blocks) — so an activation row
+// gives the same bits whether it is computed alone (m = 1) or inside a batch of 13 (blocks of 8 or
+// 4, 2 and 1 activation rows), and with the activations' magnitudes spread over 2^±60 (the factored
+// kernels' power-of-two prescaling of x must stay exact).
 TEST(QuantGemvTest, VectorKernelsGiveEveryRowTheSameBitsAloneAndInABatch) {
   const int64_t m = 13;
-  const Case cases[] = {{GgmlType::kQ4_1, 37, 224}, {GgmlType::kQ4_0, 19, 576},
-                        {GgmlType::kQ4_1, 9, 96},   {GgmlType::kQ8_0, 37, 96},
-                        {GgmlType::kQ4_K, 35, 768}, {GgmlType::kQ6_K, 35, 768},
-                        {GgmlType::kQ6_K, 5, 256},  {GgmlType::kQ5_0, 19, 576},
-                        {GgmlType::kQ5_1, 37, 224}, {GgmlType::kQ5_0, 9, 160}};
+  const Case cases[] = {
+      {GgmlType::kQ4_1, 37, 224}, {GgmlType::kQ4_0, 19, 576}, {GgmlType::kQ4_1, 9, 96},
+      {GgmlType::kQ8_0, 37, 96},  {GgmlType::kQ4_K, 35, 768}, {GgmlType::kQ6_K, 35, 768},
+      {GgmlType::kQ6_K, 5, 256},  {GgmlType::kQ5_0, 19, 576}, {GgmlType::kQ5_1, 37, 224},
+      {GgmlType::kQ5_0, 9, 160},  {GgmlType::kQ5_K, 33, 768}};
   for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     for (const Case& c : cases) {
       if (!CpuSupports(isa)) continue;
