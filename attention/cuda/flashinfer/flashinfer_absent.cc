@@ -1,6 +1,8 @@
-// The FlashInfer entry points of a build without FlashInfer's headers (flashinfer_attention.h):
-// FlashInferBuilt() is false and every launch is UNIMPLEMENTED saying how to build it.
+// The FlashInfer entry points of a build without FlashInfer's headers (flashinfer_attention.h,
+// flashinfer_backend_ops.h): FlashInferBuilt() is false and every launch is UNIMPLEMENTED saying
+// how to build it.
 #include "attention/cuda/flashinfer/flashinfer_attention.h"
+#include "attention/cuda/flashinfer/flashinfer_backend_ops.h"
 
 namespace tandem::gpu {
 namespace {
@@ -41,6 +43,21 @@ absl::Status LaunchFlashInferAddRmsNorm(float*, float*, const float*, int64_t, i
 
 absl::Status LaunchFlashInferRope(float*, float*, int64_t, int32_t, int32_t, int32_t,
                                   const int32_t*, float, bool, void*) {
+  return NotBuilt();
+}
+
+absl::Status LaunchFlashInferRopeInPlace(float*, int64_t, int32_t, int32_t, const int64_t*, float,
+                                         bool, void*) {
+  return NotBuilt();
+}
+
+absl::Status LaunchFlashInferRopeInPlaceBf16(uint16_t*, int64_t, int32_t, int32_t, const int64_t*,
+                                             float, bool, void*) {
+  return NotBuilt();
+}
+
+absl::Status LaunchFlashInferCorrectPartial(int32_t, int32_t, const float*, int64_t, int32_t,
+                                            float*, const float*, float*, int32_t, void*) {
   return NotBuilt();
 }
 

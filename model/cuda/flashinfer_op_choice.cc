@@ -1,0 +1,70 @@
+#include "model/cuda/flashinfer_op_choice.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::gpu {
+namespace {
+
+bool HeadDimSupported(int64_t d) { return d == 64 || d == 128 || d == 256 || d == 512; }
+
+FiOpChoice Ours(std::string reason) { return FiOpChoice{false, std::move(reason)}; }
+
+}  // namespace
+
+const char* FiOpName(FiOp op) {
+  switch (op) {
+    case FiOp::kRmsNorm:
+      return "rmsnorm";
+    case FiOp::kRope:
+      return "rope";
+    case FiOp::kCorrectPartial:
+      return "dcp correction";
+  }
+  return "?";
+}
+
+FiOpChoice ChooseFlashInferOp(bool selected, bool built, const FiOpRequest& r) {
+  if (!selected) return Ours("");
+  const char* op = FiOpName(r.op);
+  if (!built) return Ours(absl::StrCat(op, ": FlashInfer is not built into this binary"));
+  switch (r.op) {
+    case FiOp::kRmsNorm:
+      if (r.bf16) {
+        return Ours(absl::StrCat(op,
+                                 ": bf16 activations (FlashInfer's RMSNorm takes the weight in the "
+                                 "activation dtype; the norm weights are f32)"));
+      }
+      if (r.cols <= 0 || r.cols % 4 != 0) {
+        return Ours(absl::StrCat(op, ": n ", r.cols, " is not a positive multiple of 4"));
+      }
+      if (r.alignment < 16) return Ours(absl::StrCat(op, ": a pointer is not 16-byte aligned"));
+      return FiOpChoice{true, ""};
+    case FiOp::kRope:
+      if (r.freq_factors) {
+        return Ours(absl::StrCat(op, ": rope_freq_factors (FlashInfer's RoPE has none)"));
+      }
+      if (r.mscale != 1.f) {
+        return Ours(absl::StrCat(op, ": mscale ", r.mscale, " (FlashInfer's RoPE has none)"));
+      }
+      if (!HeadDimSupported(r.cols)) {
+        return Ours(absl::StrCat(op, ": head_dim ", r.cols, " (64, 128, 256 or 512)"));
+      }
+      if (r.heads < 2) return Ours(absl::StrCat(op, ": ", r.heads, " head(s) (needs 2 or more)"));
+      return FiOpChoice{true, ""};
+    case FiOp::kCorrectPartial:
+      if (r.bf16) return Ours(absl::StrCat(op, ": bf16 activations"));
+      if (!HeadDimSupported(r.cols)) {
+        return Ours(absl::StrCat(op, ": head_dim ", r.cols, " (64, 128, 256 or 512)"));
+      }
+      return FiOpChoice{true, ""};
+  }
+  return Ours(absl::StrCat("unknown op ", static_cast<int>(r.op)));
+}
+
+int32_t MergeItemsPerBlock(int64_t items) {
+  int32_t g = 16;
+  while (g > 1 && (items <= 0 || items % g != 0)) g /= 2;
+  return g;
+}
+
+}  // namespace tandem::gpu

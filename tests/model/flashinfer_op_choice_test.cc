@@ -1,0 +1,119 @@
+// ChooseFlashInferOp and MergeItemsPerBlock (model/cuda/flashinfer_op_choice.h): which backend
+// ops run through FlashInfer, and the reason given for every case that keeps Tandem's kernel.
+#include "model/cuda/flashinfer_op_choice.h"
+
+#include "gtest/gtest.h"
+
+namespace tandem::gpu {
+namespace {
+
+FiOpRequest Norm(int64_t n, bool bf16 = false, int32_t alignment = 256) {
+  FiOpRequest r;
+  r.op = FiOp::kRmsNorm;
+  r.cols = n;
+  r.bf16 = bf16;
+  r.alignment = alignment;
+  return r;
+}
+
+FiOpRequest Rope(int64_t head_dim, int32_t heads, bool bf16 = false) {
+  FiOpRequest r;
+  r.op = FiOp::kRope;
+  r.cols = head_dim;
+  r.heads = heads;
+  r.bf16 = bf16;
+  return r;
+}
+
+FiOpRequest Correct(int64_t head_dim, bool bf16 = false) {
+  FiOpRequest r;
+  r.op = FiOp::kCorrectPartial;
+  r.cols = head_dim;
+  r.bf16 = bf16;
+  return r;
+}
+
+void ExpectOurs(const FiOpChoice& c, const std::string& reason) {
+  EXPECT_FALSE(c.flashinfer) << reason;
+  EXPECT_EQ(c.reason, reason);
+}
+
+void ExpectFlashInfer(const FiOpChoice& c) {
+  EXPECT_TRUE(c.flashinfer) << c.reason;
+  EXPECT_EQ(c.reason, "");
+}
+
+TEST(FlashInferOpChoiceTest, NotSelectedKeepsOursWithoutAReason) {
+  for (const FiOpRequest& r : {Norm(576), Rope(64, 9), Correct(128)}) {
+    ExpectOurs(ChooseFlashInferOp(false, true, r), "");
+    ExpectOurs(ChooseFlashInferOp(false, false, r), "");
+  }
+}
+
+TEST(FlashInferOpChoiceTest, SelectedButNotBuiltSaysSo) {
+  ExpectOurs(ChooseFlashInferOp(true, false, Norm(576)),
+             "rmsnorm: FlashInfer is not built into this binary");
+  ExpectOurs(ChooseFlashInferOp(true, false, Rope(64, 9)),
+             "rope: FlashInfer is not built into this binary");
+  ExpectOurs(ChooseFlashInferOp(true, false, Correct(128)),
+             "dcp correction: FlashInfer is not built into this binary");
+}
+
+TEST(FlashInferOpChoiceTest, RmsNorm) {
+  ExpectFlashInfer(ChooseFlashInferOp(true, true, Norm(576)));
+  ExpectFlashInfer(ChooseFlashInferOp(true, true, Norm(4, false, 16)));
+  ExpectOurs(ChooseFlashInferOp(true, true, Norm(578)),
+             "rmsnorm: n 578 is not a positive multiple of 4");
+  ExpectOurs(ChooseFlashInferOp(true, true, Norm(0)),
+             "rmsnorm: n 0 is not a positive multiple of 4");
+  ExpectOurs(ChooseFlashInferOp(true, true, Norm(576, false, 8)),
+             "rmsnorm: a pointer is not 16-byte aligned");
+  ExpectOurs(ChooseFlashInferOp(true, true, Norm(576, true)),
+             "rmsnorm: bf16 activations (FlashInfer's RMSNorm takes the weight in the activation "
+             "dtype; the norm weights are f32)");
+}
+
+TEST(FlashInferOpChoiceTest, Rope) {
+  for (int64_t d : {64, 128, 256, 512}) {
+    ExpectFlashInfer(ChooseFlashInferOp(true, true, Rope(d, 2)));
+    ExpectFlashInfer(ChooseFlashInferOp(true, true, Rope(d, 9, /*bf16=*/true)));
+  }
+  ExpectOurs(ChooseFlashInferOp(true, true, Rope(96, 8)),
+             "rope: head_dim 96 (64, 128, 256 or 512)");
+  ExpectOurs(ChooseFlashInferOp(true, true, Rope(64, 1)), "rope: 1 head(s) (needs 2 or more)");
+  FiOpRequest r = Rope(128, 8);
+  r.freq_factors = true;
+  ExpectOurs(ChooseFlashInferOp(true, true, r),
+             "rope: rope_freq_factors (FlashInfer's RoPE has none)");
+  r = Rope(128, 8);
+  r.mscale = 1.25f;
+  ExpectOurs(ChooseFlashInferOp(true, true, r), "rope: mscale 1.25 (FlashInfer's RoPE has none)");
+}
+
+TEST(FlashInferOpChoiceTest, CorrectPartial) {
+  for (int64_t d : {64, 128, 256, 512})
+    ExpectFlashInfer(ChooseFlashInferOp(true, true, Correct(d)));
+  ExpectOurs(ChooseFlashInferOp(true, true, Correct(80)),
+             "dcp correction: head_dim 80 (64, 128, 256 or 512)");
+  ExpectOurs(ChooseFlashInferOp(true, true, Correct(128, true)),
+             "dcp correction: bf16 activations");
+}
+
+TEST(FlashInferOpChoiceTest, MergeItemsPerBlockDividesItems) {
+  EXPECT_EQ(MergeItemsPerBlock(0), 1);
+  EXPECT_EQ(MergeItemsPerBlock(1), 1);
+  EXPECT_EQ(MergeItemsPerBlock(6), 2);
+  EXPECT_EQ(MergeItemsPerBlock(12), 4);
+  EXPECT_EQ(MergeItemsPerBlock(24), 8);
+  EXPECT_EQ(MergeItemsPerBlock(9 * 16), 16);
+  EXPECT_EQ(MergeItemsPerBlock(1 << 20), 16);
+  for (int64_t items = 1; items < 200; ++items) {
+    const int32_t g = MergeItemsPerBlock(items);
+    EXPECT_EQ(items % g, 0) << items;
+    EXPECT_LE(g, 16);
+    EXPECT_TRUE(g == 16 || items % (2 * g) != 0) << items << " could use " << 2 * g;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::gpu
