@@ -336,6 +336,7 @@ absl::Status DecodeNode::VerifyDigests(const KvHandle& kv, OverlappedKvCheck* ch
   stats->digest_wait_micros = absl::ToInt64Microseconds(absl::Now() - start);
   stats->digest_micros = absl::ToInt64Microseconds(check->check_time());
   stats->digest_ranges_overlapped = check->early_checks();
+  stats->digest_fused_bytes = check->fused_bytes();
   if (s.ok()) {
     stats->digests_verified = true;
     kv_digests_verified_.fetch_add(1);

@@ -128,6 +128,9 @@ struct TransferStats {
   // rest overlapped the pull), and the block ranges checked while later ones were in flight.
   int64_t digest_wait_micros = 0;
   int32_t digest_ranges_overlapped = 0;
+  // Prompt bytes checked from CRCs the pull computed while copying them (copy_crcs.h), not
+  // read again.
+  int64_t digest_fused_bytes = 0;
 };
 
 class DecodeNode {

@@ -171,6 +171,7 @@ void PrefillEngine::Admit(std::vector<std::pair<std::shared_ptr<Pending>, absl::
     p->blocks = std::move(got).value();
     p->computed = p->cached_tokens;
     p->staged = p->cached_tokens;
+    p->reported = p->cached_tokens;
     if (p->request.on_progress) admitted->push_back(p);
     queue_.pop_front();
     active_.push_back(std::move(p));
@@ -315,6 +316,23 @@ void PrefillEngine::Loop() {
           r = absl::Status(s.code(), absl::StrCat("staging the KV to host memory: ", s.message()));
       }
     }
+    // The KV written since the last report, once it is where transfers read it: the digest
+    // hook (issue 28). Finished requests were staged above; pipelined ones are staged chunk by
+    // chunk below; the others' chunks are in place at once unless the instance stages (then
+    // their KV reaches host memory when they finish, and is reported then).
+    auto report_written = [](const std::shared_ptr<Pending>& p) {
+      if (!p->request.on_kv_written || p->computed <= p->reported) return;
+      p->request.on_kv_written(p->blocks, p->reported, p->computed);
+      p->reported = p->computed;
+    };
+    for (auto& [p, r] : finished) {
+      if (r.ok()) report_written(p);
+    }
+    if (!instance_->staged()) {
+      for (const auto& p : in_step) {
+        if (!p->request.on_progress) report_written(p);  // finished ones: no-op now
+      }
+    }
     // Pipelined requests still running: stage the chunk just computed, then report it.
     for (const auto& p : progressed) {
       const int64_t end_block = (p->computed + block_tokens - 1) / block_tokens;
@@ -329,6 +347,7 @@ void PrefillEngine::Loop() {
         continue;
       }
       p->staged = p->computed;
+      report_written(p);
       p->request.on_progress(p->blocks, p->computed);
     }
     for (auto& [p, r] : finished) {

@@ -70,6 +70,15 @@ struct PrefillRequest {
   // the blocks — staged to host memory on a staged instance). Never after `done`. Must not block
   // for long; must not call into the engine.
   std::function<void(const std::vector<int32_t>& blocks, int64_t tokens_ready)> on_progress;
+  // Where the engine writes KV (issue 28: the prefill's KV digests are computed here, chunk by
+  // chunk): called on the scheduler thread after every successful step that computed part of
+  // this prompt, with the prompt tokens [begin, end) whose KV that step wrote, once it is in the
+  // memory transfers read (staged to host on a staged instance) — before on_progress reports
+  // those tokens and before `done`. Every computed token is reported exactly once, in order (a
+  // cached prefix is not: it was written earlier). On a staged instance a request without
+  // on_progress is staged only when it finishes, so its KV is reported then, as one range. Must
+  // not block for long; must not call into the engine.
+  std::function<void(const std::vector<int32_t>& blocks, int64_t begin, int64_t end)> on_kv_written;
 };
 
 struct PrefillResult {
@@ -124,6 +133,7 @@ class PrefillEngine {
     int64_t cached_tokens = 0;    // prompt tokens whose KV came from the prefix cache
     int64_t computed = 0;         // prompt tokens already run (or cached)
     int64_t staged = 0;           // prompt tokens staged out after a chunk (with on_progress)
+    int64_t reported = 0;         // prompt tokens reported to on_kv_written
     bool cancelled = false;
     absl::Status failure;  // why a cancelled request failed, when not a Cancel() (OK: Cancel)
     std::optional<GuidedDecoder> guided;  // with a grammar: replayed over the generated tokens

@@ -200,6 +200,8 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(
   req.sampling = sampling;
   req.sample_step = sample_step;
   req.choices = choices;
+  const std::shared_ptr<KvChunkChecks> chunk_checks =
+      HookChunkChecks(req, static_cast<int64_t>(req.prompt.size()));
   {
     absl::MutexLock lock(&mu_);
     ++prefilling_[request_id];
@@ -249,10 +251,12 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(
       });
   TANDEM_RETURN_IF_ERROR(AwaitSubmitted(submitted, wait->done, request_id, deadline, cancelled));
   if (wait->outcome.ok()) {
-    // Digests on this handler thread, not the engine's: the lease keeps the blocks as written.
+    // Bound on this handler thread, not the engine's (the lease keeps the blocks as written):
+    // the full blocks' checks were computed as the engine wrote them; the last block is read.
     PrefillOutcome& o = *wait->outcome;
     absl::StatusOr<std::vector<uint32_t>> digests =
-        Digests(request_id, o.generation, o.block_table, o.block_generations, o.num_tokens);
+        Digests(request_id, o.generation, o.block_table, o.block_generations, o.num_tokens,
+                chunk_checks.get());
     if (!digests.ok()) {
       ReleaseKv(request_id, epoch_, o.generation);
       return absl::InternalError(
@@ -315,6 +319,9 @@ absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
   req.prompt = std::move(prompt);
   req.sampling = sampling;
   req.sample_step = sample_step;
+  // Checks of each chunk's blocks are computed before the chunk is published (on_kv_written
+  // runs before on_progress).
+  const std::shared_ptr<KvChunkChecks> chunk_checks = HookChunkChecks(req, num_tokens);
   req.on_progress = [this, wait, progress, request_id, lease, num_tokens](
                         const std::vector<int32_t>& blocks, int64_t tokens_ready) {
     progress->Advance(tokens_ready);
@@ -350,7 +357,7 @@ absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
     ++prefilling_[request_id];
   }
   const absl::Status submitted = engine_->Submit(
-      std::move(req), [this, wait, progress, request_id, lease,
+      std::move(req), [this, wait, progress, request_id, lease, chunk_checks,
                        logprobs = sampling.logprobs >= 0](absl::StatusOr<PrefillResult> r) {
         // The engine's reference (a successful result's table): the lease holds its own.
         if (r.ok()) blocks_->Release(r->block_table);
@@ -380,9 +387,11 @@ absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
         if (lease_blocks.has_value()) blocks_->Release(*lease_blocks);
         std::vector<uint32_t> digests;
         if (failure.ok()) {
-          // On the engine's thread: the decode side needs them with the final progress message.
+          // On the engine's thread: the decode side needs them with the final progress message;
+          // only the last block is read here, the others' checks were computed chunk by chunk.
           absl::StatusOr<std::vector<uint32_t>> d =
-              Digests(request_id, gen, wait->blocks, wait->block_generations, r->num_tokens);
+              Digests(request_id, gen, wait->blocks, wait->block_generations, r->num_tokens,
+                      chunk_checks.get());
           if (d.ok()) {
             digests = *std::move(d);
           } else {
@@ -522,14 +531,31 @@ void PrefillNode::MaybeFlipKvByte(int32_t block) {
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
+std::shared_ptr<KvChunkChecks> PrefillNode::HookChunkChecks(PrefillRequest& req,
+                                                            int64_t num_tokens) {
+  if (!options_.kv_digests) return nullptr;
+  auto checks = std::make_shared<KvChunkChecks>(source_->metadata().layout, num_tokens);
+  req.on_kv_written = [this, checks](const std::vector<int32_t>& blocks, int64_t begin,
+                                     int64_t end) {
+    const int64_t before = checks->blocks_checked();
+    // A block left without checks (an error here) is read by Digests at the end instead.
+    checks->Written(PoolViews(*source_), blocks, begin, end).IgnoreError();
+    kv_blocks_checked_as_written_.fetch_add(checks->blocks_checked() - before);
+  };
+  return checks;
+}
+
 absl::StatusOr<std::vector<uint32_t>> PrefillNode::Digests(
     const std::string& request_id, uint64_t lease_generation, const std::vector<int32_t>& blocks,
-    const std::vector<uint32_t>& block_generations, int64_t num_tokens) const {
+    const std::vector<uint32_t>& block_generations, int64_t num_tokens,
+    const KvChunkChecks* written) const {
   if (!options_.kv_digests) return std::vector<uint32_t>();
   // Cached blocks are bound from the checks of their first write (not read again: a hit was
-  // verified against them); the blocks this prompt wrote and the cache took get theirs recorded.
-  const std::vector<KvBlockChecks> known =
+  // verified against them), written ones from the checks computed as the engine wrote them;
+  // the blocks this prompt wrote and the cache took get theirs recorded.
+  std::vector<KvBlockChecks> known =
       prefix_cache_ != nullptr ? prefix_cache_->Checks(blocks) : std::vector<KvBlockChecks>();
+  if (written != nullptr) known = MergeKnownChecks(std::move(known), written->checks());
   std::vector<KvBlockChecks> checks;
   absl::StatusOr<std::vector<uint32_t>> digests = ComputeKvDigests(
       source_->metadata().layout, PoolViews(*source_), num_tokens,

@@ -10,6 +10,7 @@
 // Thread-safety: all public methods are thread-safe (gRPC handlers call them concurrently).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,6 +32,7 @@
 #include "kv_transfer/transfer_types.h"
 #include "model/format/model_loader.h"
 #include "prefill_node/early_releases.h"
+#include "prefill_node/kv_chunk_checks.h"
 #include "prefill_node/kv_progress.h"
 #include "prefill_node/lease_table.h"
 
@@ -152,6 +154,8 @@ class PrefillNode {
   // Testing only (fault injection): frees lease `generation`'s blocks while the lease stays
   // held — the bookkeeping bug generation fencing exists for. False when no such lease.
   bool TestOnlyFreeLeasedBlocks(uint64_t generation);
+  // Blocks whose digest checks were computed as the engine wrote them (KvChunkChecks), total.
+  int64_t kv_blocks_checked_as_written() const { return kv_blocks_checked_as_written_.load(); }
   // Testing only: the pool of global rank `rank`, to corrupt KV under a live handle.
   KvPoolMemory& TestOnlyPool(int32_t rank) const { return source_->pool(rank); }
   std::optional<absl::Time> RenewLease(const std::string& request_id, uint64_t generation,
@@ -196,12 +200,18 @@ class PrefillNode {
   void CancelPrefills(const std::vector<std::string>& request_ids);
   // testing_flip_kv_byte: flips the first byte of `block` on rank 0 while flips are left.
   void MaybeFlipKvByte(int32_t block);
-  // Digests of a leased prompt's KV, or an empty list with kv_digests off.
+  // Digests of a leased prompt's KV, or an empty list with kv_digests off. `written`: the checks
+  // computed as the engine wrote each chunk (KvChunkChecks); only blocks without checks (the
+  // partial last one) are read here.
   absl::StatusOr<std::vector<uint32_t>> Digests(const std::string& request_id,
                                                 uint64_t lease_generation,
                                                 const std::vector<int32_t>& blocks,
                                                 const std::vector<uint32_t>& block_generations,
-                                                int64_t num_tokens) const;
+                                                int64_t num_tokens,
+                                                const KvChunkChecks* written) const;
+  // With kv_digests: a KvChunkChecks for a prompt of num_tokens, and the engine hook that fills
+  // it as each chunk's KV is written (PrefillRequest::on_kv_written).
+  std::shared_ptr<KvChunkChecks> HookChunkChecks(PrefillRequest& req, int64_t num_tokens);
 
   struct Pipeline {
     std::string request_id;
@@ -230,6 +240,7 @@ class PrefillNode {
   absl::flat_hash_map<uint64_t, Pipeline> pipelines_ ABSL_GUARDED_BY(mu_);
   int64_t leases_released_early_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t kv_bytes_flipped_ ABSL_GUARDED_BY(mu_) = 0;  // testing_flip_kv_byte
+  std::atomic<int64_t> kv_blocks_checked_as_written_{0};
   int64_t leases_expired_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t leases_released_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

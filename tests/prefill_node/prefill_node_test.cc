@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "kv_transfer/fake/fake_kv_puller.h"
 #include "kv_transfer/fake/fake_kv_source.h"
+#include "kv_transfer/kv_digest.h"
 #include "model/tools/synthetic_model.h"
 #include "tests/engine/llamacpp_fixture.h"
 #include "tests/kv_transfer/status_matchers.h"
@@ -693,6 +694,92 @@ TEST_F(PrefillNodeTest, ByteFlippedInThePoolFailsTheTransferAndTheRetryDecodesTh
   EXPECT_EQ(Decode(*prefill, *decode, "r1", *retry, 6), expected);
   EXPECT_EQ(prefill->Load().free_blocks, prefill->Load().total_blocks);
   EXPECT_EQ(prefill->Load().block_free_errors, 0);
+}
+
+// Issue 28: the prefill's digests are computed as the engine writes each chunk's KV (the
+// on_kv_written hook), not in a pass after the prompt. Chunks of 16 tokens over a 37-token prompt
+// (blocks of 16): its two full blocks are checked as written, the digests equal a one-pass
+// computation over the pools; and a byte changed in block 0 after its chunk was checked — and
+// published, pipelined — is caught by the decode node's check (the digests carry what was
+// written, not what the pool holds at the end).
+TEST_F(PrefillNodeTest, DigestsAreComputedChunkByChunkAsTheEngineWritesTheKv) {
+  PrefillNodeOptions po;
+  po.model_path = *model_path_;
+  po.advertised_address = "prefill:1";
+  po.instance.parallel = ParallelConfig{2, 1, 1, 16, 16};
+  po.instance.threads_per_rank = 1;
+  po.instance.kv_bytes_per_rank = 1 << 20;
+  po.prefix_cache = false;
+  po.prefill.max_prefill_tokens = 16;
+  po.engine_id = absl::StrCat("p", next_engine_++);
+  po.sources = fake::FakeSourceFactory(&net_);
+  absl::StatusOr<std::unique_ptr<PrefillNode>> created = PrefillNode::Create(po);
+  ASSERT_OK(created);
+  PrefillNode& prefill = **created;
+  auto client = std::make_shared<InProcessPrefill>(&prefill);
+  std::unique_ptr<DecodeNode> decode = NewDecode(client, 1);
+  ASSERT_NE(decode, nullptr);
+
+  absl::StatusOr<PrefillOutcome> out = Prefill(prefill, "r0");
+  ASSERT_OK(out);
+  EXPECT_EQ(prefill.kv_blocks_checked_as_written(), 2);
+  std::vector<absl::Span<const std::byte>> pools;
+  for (int32_t r = 0; r < 2; ++r) {
+    const KvPoolMemory& p = prefill.TestOnlyPool(r);
+    pools.emplace_back(static_cast<const std::byte*>(p.base()), static_cast<size_t>(p.bytes()));
+  }
+  absl::StatusOr<std::vector<uint32_t>> one_pass = ComputeKvDigests(
+      prefill.layout(), pools, out->num_tokens,
+      KvDigestBinding{"r0", out->generation, out->block_table, out->block_generations});
+  ASSERT_OK(one_pass);
+  EXPECT_EQ(out->kv_digests, *one_pass);
+  const std::vector<int32_t> expected = Decode(prefill, *decode, "r0", *out, 4);
+  ASSERT_EQ(expected.size(), 4u);
+
+  // Pipelined: once the first chunk is published its block's checks exist; a byte of it
+  // changes after that.
+  std::vector<int32_t> prompt;
+  for (int32_t i = 0; i < 37; ++i) prompt.push_back(10 + (i * 7) % 250);
+  absl::StatusOr<PrefillOutcome> early =
+      prefill.StartPipelined("r1", prompt, SamplingParams{}, 0, 8, absl::ZeroDuration(),
+                             absl::Now() + kBound, [] { return false; });
+  ASSERT_OK(early);
+  absl::StatusOr<std::shared_ptr<const KvProgress>> progress =
+      prefill.WatchKv("r1", early->generation);
+  ASSERT_OK(progress);
+  KvProgressSnapshot seen{.tokens_ready = -1};
+  while (seen.tokens_ready < 16 && !seen.final()) seen = (*progress)->Await(seen, kBound);
+  ASSERT_TRUE(seen.status.ok()) << seen.status;
+  const PoolGeometry g = RankPoolGeometry(prefill.layout(), 0);
+  auto* pool = static_cast<std::byte*>(prefill.TestOnlyPool(0).base());
+  pool[KvByteOffset(g, early->block_table[0], 0, 0, 0, 3)] ^= std::byte{0x08};
+  while (!seen.final()) seen = (*progress)->Await(seen, kBound);
+  ASSERT_TRUE(seen.done) << seen.status;
+  EXPECT_EQ(prefill.kv_blocks_checked_as_written(), 4);
+
+  DecodeCall call;
+  call.request_id = "r1";
+  call.first_token = -1;
+  call.pipelined = true;
+  call.kv.engine_id = prefill.engine_id();
+  call.kv.epoch = prefill.epoch();
+  call.kv.request_id = "r1";
+  call.kv.block_table = early->block_table;
+  call.kv.num_tokens = early->num_tokens;
+  call.kv.layout = prefill.layout();
+  call.kv.lease_expiry = early->lease_expiry;
+  call.kv.generation = early->generation;
+  call.kv.prefill_address = "prefill:1";
+  call.kv.block_generations = early->block_generations;
+  call.max_new_tokens = 4;
+  DecodeSink sink;
+  sink.on_token = [](int32_t) {};
+  sink.on_done = [](absl::Status, FinishReason, int32_t) {};
+  EXPECT_THAT(decode->Start(call, std::move(sink), [] { return false; }),
+              StatusIs(absl::StatusCode::kAborted,
+                       AllOf(HasSubstr("digest mismatch in 1 of"), HasSubstr("source rank 0"))));
+  EXPECT_EQ(decode->kv_digest_mismatches(), 1);
+  EXPECT_EQ(prefill.Load().leases, 0);
 }
 
 // Issue 28: a prefix-cache block corrupted while cached. The hit re-reads the block against
