@@ -1,5 +1,7 @@
 #include "model/cuda/lt_gemm.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_device.h"
 #include "common/cuda/cuda_status.h"
@@ -27,6 +29,14 @@ cublasLtEpilogue_t LtEpilogue(GemmEpilogue e) {
       break;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// Largest power of two (<= 256, cuBLASLt's default assumption) dividing the address.
+uint32_t AlignmentOf(const void* p) {
+  uint32_t a = 256;
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  while (a > 1 && v % a != 0) a /= 2;
+  return a;
 }
 
 bool HasBias(GemmEpilogue e) {
@@ -108,12 +118,12 @@ absl::Status LtGemm::Run(const GemmPlan& plan, const void* w, const void* x, voi
   TANDEM_ASSIGN_OR_RETURN(Layout b, MakeLayout(CUDA_R_16BF, plan.depth, plan.cols, plan.ldb));
   TANDEM_ASSIGN_OR_RETURN(Layout c,
                           MakeLayout(CudaType(plan.d_type), plan.rows, plan.cols, plan.ldd));
-  const AlgoKey key{plan.rows,
-                    plan.cols,
-                    plan.depth,
-                    static_cast<uint8_t>(plan.epilogue),
-                    static_cast<uint8_t>(plan.d_type),
-                    plan.beta != 0.f};
+  // The heuristic assumes 256-byte aligned matrices unless told otherwise.
+  const uint32_t align[4] = {AlignmentOf(w), AlignmentOf(x), AlignmentOf(y), AlignmentOf(y)};
+  const AlgoKey key =
+      std::make_tuple(plan.rows, plan.cols, plan.depth, static_cast<uint8_t>(plan.epilogue),
+                      static_cast<uint8_t>(plan.d_type), plan.beta != 0.f,
+                      std::min({align[0], align[1], align[2]}));
   auto it = algos_.find(key);
   if (it == algos_.end()) {
     cublasLtMatmulPreference_t p = nullptr;
@@ -124,6 +134,14 @@ absl::Status LtGemm::Run(const GemmPlan& plan, const void* w, const void* x, voi
         ToStatus(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                       &ws, sizeof(ws)),
                  what));
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; ++i) {
+      TANDEM_RETURN_IF_ERROR(ToStatus(
+          cublasLtMatmulPreferenceSetAttribute(p, align_attr[i], &align[i], sizeof(align[i])),
+          what));
+    }
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     TANDEM_RETURN_IF_ERROR(

@@ -4,7 +4,8 @@
 // Owns a cublasLt handle and one workspace of GemmWorkspaceBytes(sm_major) bytes, allocated at
 // creation so no GEMM ever allocates (a requirement inside CUDA graph capture). The algorithm
 // for a (shape, epilogue, dtype, beta) is chosen by cuBLASLt's heuristic once and cached (at
-// most kMaxCachedAlgos entries; the cache is cleared when full).
+// most kMaxCachedAlgos entries; the cache is cleared when full), told the matrices' actual
+// alignment (the heuristic otherwise assumes 256-byte aligned pointers).
 //
 // Thread-safety: one owner thread (the backend's); enqueues on the stream given to Create.
 #pragma once
@@ -48,7 +49,8 @@ class LtGemm {
         handle_(handle),
         workspace_(std::move(workspace)) {}
 
-  using AlgoKey = std::tuple<int64_t, int64_t, int64_t, uint8_t, uint8_t, bool>;
+  // (rows, cols, depth, epilogue, D dtype, beta != 0, smallest alignment of W, x, y)
+  using AlgoKey = std::tuple<int64_t, int64_t, int64_t, uint8_t, uint8_t, bool, uint32_t>;
   const int32_t device_;
   const cudaStream_t stream_;
   const int32_t sm_major_;
