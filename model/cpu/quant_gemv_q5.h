@@ -9,6 +9,8 @@
 // or sub, never fused — so the weights are bit-identical to the dequantised model's. Q5_K keeps
 // the file's layout (its fifth bits spread to bytes with a byte shuffle), as do Q5_0 / Q5_1 rows
 // that were not packed; QuantLinear packs Q5_0 / Q5_1 into 5-bit lane fields (quant_pack_q5.h).
+// Where a path has a factored GEMV for a type (quant_gemv_avx2.cc, quant_gemv_avx512.cc pick
+// it first), these decoders still produce its dequantised tiles (DequantRows).
 #pragma once
 
 #include <immintrin.h>
