@@ -20,6 +20,7 @@
 #include "model/cuda/cuda_linear.h"
 #include "model/cuda/cuda_ops.h"
 #include "model/cuda/cuda_ops_bf16.h"
+#include "model/cuda/flashinfer_ops.h"
 #include "model/cuda/gemm_plan.h"
 #include "model/cuda/graph_runner.h"
 #include "model/cuda/lt_gemm.h"
@@ -89,6 +90,8 @@ class CudaBackend final : public ComputeBackend {
     const cudaStream_t s = b->stream_->get();
     TANDEM_ASSIGN_OR_RETURN(b->cublas_, CublasHandle::Create(device, s));
     TANDEM_ASSIGN_OR_RETURN(b->attention_, AttentionRunner::Create(device, s, kCudaWaitTimeout));
+    TANDEM_ASSIGN_OR_RETURN(b->fi_ops_,
+                            gpu::FlashInferOps::Create(device, b->bf16_, kCudaWaitTimeout));
     TANDEM_ASSIGN_OR_RETURN(b->positions_, StagedUpload::Create(device, s, kCudaWaitTimeout));
     TANDEM_ASSIGN_OR_RETURN(b->indices_, StagedUpload::Create(device, s, kCudaWaitTimeout));
     if (b->bf16_) {
@@ -255,8 +258,7 @@ class CudaBackend final : public ComputeBackend {
     TANDEM_ON_BACKEND_DEVICE();
     return Exec(m, {kOpRmsNorm, Word(x), Word(w), m, n, Word(y), FloatWord(eps)}, nullptr, 0,
                 nullptr, [this, x, w, m, n, eps, y](const void*) {
-                  if (bf16_) return gpu::LaunchRmsNormBf16(B16(x), w, m, n, eps, B16(y), stream());
-                  return gpu::LaunchRmsNorm(x, w, m, n, eps, y, stream());
+                  return fi_ops_->RmsNorm(x, w, m, n, eps, y, stream());
                 });
   }
 
@@ -270,10 +272,7 @@ class CudaBackend final : public ComputeBackend {
         positions, m * int64_t{sizeof(int64_t)}, positions_.get(),
         [this, x, m, heads, head_dim, params](const void* d_pos) {
           const auto* pos = static_cast<const int64_t*>(d_pos);
-          if (bf16_) {
-            return gpu::LaunchRopeBf16(B16(x), m, heads, head_dim, pos, params, stream());
-          }
-          return gpu::LaunchRope(x, m, heads, head_dim, pos, params, stream());
+          return fi_ops_->Rope(x, m, heads, head_dim, pos, params, stream());
         });
   }
 
@@ -348,7 +347,7 @@ class CudaBackend final : public ComputeBackend {
           "cuda backend with bf16 activations: DCP partial correction needs f32 outputs");
     }
     TANDEM_RETURN_IF_ERROR(FlushGraph());
-    return gpu::LaunchCorrectPartial(n, me, all_lse, items, head_dim, out, nullptr, stream());
+    return fi_ops_->CorrectPartial(n, me, all_lse, items, head_dim, out, stream());
   }
 
  private:
@@ -497,6 +496,8 @@ class CudaBackend final : public ComputeBackend {
   std::unique_ptr<CudaDeviceBuffer> cublas_workspace_;  // CUDA graphs only; outlives cublas_
   std::unique_ptr<CublasHandle> cublas_;
   std::unique_ptr<AttentionRunner> attention_;
+  // RMSNorm, RoPE, DCP correction: FlashInfer's under TANDEM_CUDA_ATTENTION=flashinfer, else ours.
+  std::unique_ptr<gpu::FlashInferOps> fi_ops_;
   std::unique_ptr<StagedUpload> positions_;  // Rope positions (same on every layer of a step)
   std::unique_ptr<StagedUpload> indices_;    // embedding ids, gather indices
   std::unique_ptr<CudaDeviceBuffer> bf16_scratch_;

@@ -19,6 +19,8 @@
 //   LinearF32Out writes f32. Attention and WriteKv still take f32 (attention_runner.h), so q, k,
 //   v and the attention output are converted at that boundary until the attention runner takes
 //   bf16.
+// * TANDEM_CUDA_ATTENTION=flashinfer also runs RMSNorm, RoPE and the DCP correction through
+//   FlashInfer where flashinfer_op_choice.h says it supports them (model/cuda/flashinfer_ops.h).
 //
 // Creation fails with UNAVAILABLE when the device does not exist or no GPU/driver is usable (the
 // message says which, including the CUDA runtime's reason).

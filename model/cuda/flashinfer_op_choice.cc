@@ -50,6 +50,7 @@ FiOpChoice ChooseFlashInferOp(bool selected, bool built, const FiOpRequest& r) {
         return Ours(absl::StrCat(op, ": head_dim ", r.cols, " (64, 128, 256 or 512)"));
       }
       if (r.heads < 2) return Ours(absl::StrCat(op, ": ", r.heads, " head(s) (needs 2 or more)"));
+      if (r.alignment < 16) return Ours(absl::StrCat(op, ": x is not 16-byte aligned"));
       return FiOpChoice{true, ""};
     case FiOp::kCorrectPartial:
       if (r.bf16) return Ours(absl::StrCat(op, ": bf16 activations"));

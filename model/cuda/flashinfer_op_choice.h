@@ -12,7 +12,7 @@
 //   and x, w, y 16-byte aligned (its vector loads).
 // * RoPE: f32 or bf16; head_dim 64, 128, 256 or 512; at least 2 heads (the heads are split
 //   between FlashInfer's q and k halves of one launch); no rope_freq_factors and mscale 1
-//   (FlashInfer has neither — Llama 3 / YaRN models keep Tandem's kernel).
+//   (FlashInfer has neither — Llama 3 / YaRN models keep Tandem's kernel); x 16-byte aligned.
 // * Partial correction: f32 outputs (the backend refuses bf16 there anyway); head_dim 64, 128,
 //   256 or 512.
 //
@@ -35,7 +35,7 @@ struct FiOpRequest {
   int32_t heads = 0;          // RoPE only
   bool freq_factors = false;  // RoPE only: RopeParams::freq_factors set
   float mscale = 1.f;         // RoPE only
-  int32_t alignment = 256;    // RMSNorm only: largest power of two dividing every pointer
+  int32_t alignment = 256;    // RMSNorm, RoPE: largest power of two dividing every pointer
 };
 
 struct FiOpChoice {

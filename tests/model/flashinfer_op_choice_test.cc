@@ -81,6 +81,9 @@ TEST(FlashInferOpChoiceTest, Rope) {
   ExpectOurs(ChooseFlashInferOp(true, true, Rope(96, 8)),
              "rope: head_dim 96 (64, 128, 256 or 512)");
   ExpectOurs(ChooseFlashInferOp(true, true, Rope(64, 1)), "rope: 1 head(s) (needs 2 or more)");
+  FiOpRequest misaligned = Rope(64, 4);
+  misaligned.alignment = 4;
+  ExpectOurs(ChooseFlashInferOp(true, true, misaligned), "rope: x is not 16-byte aligned");
   FiOpRequest r = Rope(128, 8);
   r.freq_factors = true;
   ExpectOurs(ChooseFlashInferOp(true, true, r),
