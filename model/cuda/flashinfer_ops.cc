@@ -102,7 +102,7 @@ absl::Status FlashInferOps::CorrectPartial(int32_t n, int32_t me, const float* a
   r.op = FiOp::kCorrectPartial;
   r.bf16 = bf16_;
   r.cols = head_dim;
-  if (!UseFlashInfer(r) || items <= 0) {
+  if (items <= 0 || !UseFlashInfer(r)) {
     return LaunchCorrectPartial(n, me, all_lse, items, head_dim, out, nullptr, stream);
   }
   TANDEM_RETURN_IF_ERROR(Grow(
