@@ -122,8 +122,9 @@ absl::StatusOr<std::unique_ptr<Instance>> Instance::Create(const LlamaWeights& w
     SetThreadsForThisThread(threads);
     absl::Status s = [&]() -> absl::Status {
       const RankPlacement placement = PlaceRank(par, DimsOf(config), rank);
-      TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ComputeBackend> backend,
-                              CreateBackend(options.backend, rank));
+      TANDEM_ASSIGN_OR_RETURN(
+          std::unique_ptr<ComputeBackend> backend,
+          options.make_backend ? options.make_backend(rank) : CreateBackend(options.backend, rank));
       TANDEM_ASSIGN_OR_RETURN(RankWeights rw,
                               PrepareRankWeights(weights, par, placement, *backend, cache));
       const int64_t pool_bytes = PoolBytes(self->geometry_, self->num_blocks_);

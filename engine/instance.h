@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -54,6 +55,9 @@ struct InstanceOptions {
   // the pools live in backend memory.
   KvPoolAllocator pool_allocator;
   KvStaging kv_staging = KvStaging::kAuto;
+  // Tests: builds rank r's backend instead of the registry's CreateBackend(backend, r) (`backend`
+  // then only names the kind for BackendMemoryIsHost). Empty: the registry.
+  std::function<absl::StatusOr<std::unique_ptr<ComputeBackend>>(int32_t rank)> make_backend;
 };
 
 ModelDims DimsOf(const LlamaConfig& config);

@@ -121,8 +121,12 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
   const int32_t c = placement_.pcp_rank;
   const int32_t tp = parallel_.tp, pcp = parallel_.pcp, dcp = parallel_.dcp;
   const std::vector<int64_t>& mine = plan.pcp.gather[c];
-  const int64_t m = static_cast<int64_t>(mine.size());
-  const int64_t mmax = plan.pcp.max_rows_per_rank();
+  const int64_t m_real = static_cast<int64_t>(mine.size());
+  // One rank: the backend may run the step on more rows (padding that reads and writes nothing,
+  // ComputeBackend::PaddedRows) so captured work is reused across batch sizes.
+  const bool one_rank = tp * pcp * dcp == 1;
+  const int64_t m = one_rank ? std::max(m_real, backend_->PaddedRows(m_real)) : m_real;
+  const int64_t mmax = std::max(m, plan.pcp.max_rows_per_rank());
   const int64_t hidden = config_.hidden_size;
   const int32_t d = config_.head_dim;
   const int32_t nq = placement_.q_head_count, nk = placement_.kv_head_count;
@@ -138,9 +142,9 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
   }
 
   // ---- host metadata ----
-  ids_.resize(m);
-  positions_.resize(m);
-  for (int64_t i = 0; i < m; ++i) {
+  ids_.assign(m, 0);
+  positions_.assign(m, -1);  // padding rows: position −1 (no keys), KV slot −1 (not written)
+  for (int64_t i = 0; i < m_real; ++i) {
     ids_[i] = plan.token[mine[i]];
     positions_[i] = plan.position[mine[i]];
   }
@@ -158,9 +162,9 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
   }
   // Attention rows: the rank's own (dcp = 1) or every DCP member's rows, padded to mmax each.
   if (dcp == 1) {
-    group_request_.resize(m);
+    group_request_.assign(m, 0);
     group_position_.assign(positions_.begin(), positions_.end());
-    for (int64_t i = 0; i < m; ++i) group_request_[i] = plan.request[mine[i]];
+    for (int64_t i = 0; i < m_real; ++i) group_request_[i] = plan.request[mine[i]];
   } else {
     group_request_.assign(dcp * mmax, 0);
     group_position_.assign(dcp * mmax, -1);
@@ -228,6 +232,7 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
   // ---- logits ----
   const int64_t s = static_cast<int64_t>(plan.logit_rows.size());
   if (s == 0) return be.Synchronize();
+  const int64_t s_run = one_rank ? std::max(s, backend_->PaddedRows(s)) : s;
   const float* src = x;
   logit_index_.resize(s);
   if (pcp > 1) {
@@ -240,16 +245,17 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
   } else {
     for (int64_t i = 0; i < s; ++i) logit_index_[i] = plan.logit_rows[i];
   }
+  logit_index_.resize(s_run, -1);       // padding rows gather zeros; their logits are not read
   if (c != 0) return be.Synchronize();  // the TP group of PCP rank 0 computes the logits
   const int64_t vmax = weights_.vocab_slice_max;
-  float* hs = Buf(kHs, s * hidden);
-  float* lg = Buf(kLogits, s * vmax);
+  float* hs = Buf(kHs, s_run * hidden);
+  float* lg = Buf(kLogits, s_run * vmax);
   float* lg_all = tp > 1 ? Buf(kLogitsAll, tp * s * vmax) : lg;
   if (hs == nullptr || lg == nullptr || lg_all == nullptr) return buffer_status_;
-  TANDEM_RETURN_IF_ERROR(be.GatherRows(src, logit_index_.data(), s, hidden, hs));
+  TANDEM_RETURN_IF_ERROR(be.GatherRows(src, logit_index_.data(), s_run, hidden, hs));
   TANDEM_RETURN_IF_ERROR(
-      be.RmsNorm(hs, weights_.output_norm->f32(), s, hidden, config_.rms_norm_eps, hs));
-  TANDEM_RETURN_IF_ERROR(be.LinearF32Out(*weights_.lm_head, hs, s, lg));
+      be.RmsNorm(hs, weights_.output_norm->f32(), s_run, hidden, config_.rms_norm_eps, hs));
+  TANDEM_RETURN_IF_ERROR(be.LinearF32Out(*weights_.lm_head, hs, s_run, lg));
   if (tp > 1) TANDEM_RETURN_IF_ERROR(comms_.tp->AllGather(lg, lg_all, s * vmax, CommDType::kF32));
   if (placement_.global_rank == 0) {
     std::vector<float> host(tp * s * vmax);

@@ -185,6 +185,10 @@ class CudaBackend final : public ComputeBackend {
     return "";
   }
 
+  int64_t PaddedRows(int64_t rows) const override {
+    return graph_ == nullptr ? rows : graph_->PaddedRows(rows);
+  }
+
   absl::Status Linear(const LinearOp& op, const float* x, int64_t m, float* y) override {
     TANDEM_ON_BACKEND_DEVICE();
     TANDEM_ASSIGN_OR_RETURN(const CudaLinear* linear, Mine(op));

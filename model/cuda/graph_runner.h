@@ -53,10 +53,12 @@ class GraphRunner {
 
   // Whether an op over `rows` rows is recorded: rows is a batch bucket (DecodeBatchBuckets of
   // max_graph_batch), so at most one set of graphs per bucket exists; other sizes run eagerly
-  // until the engine pads decode batches to buckets.
+  // (the engine pads one-rank steps to PaddedRows, so they are buckets).
   bool Records(int64_t rows) const {
     return ChooseBucket(buckets_, rows) == std::optional<int32_t>(static_cast<int32_t>(rows));
   }
+  // The bucket a step of `rows` rows runs in; rows itself above the largest bucket.
+  int64_t PaddedRows(int64_t rows) const { return ChooseBucket(buckets_, rows).value_or(rows); }
 
   // Appends host bytes to the pending piece's metadata blob; the offset (16-byte aligned).
   int64_t Stage(const void* host, int64_t bytes);

@@ -1,0 +1,181 @@
+// The engine's padded steps (ComputeBackend::PaddedRows, used by the CUDA backend's graphs to
+// run every batch size in a captured bucket): a CPU backend that asks for padding to the next
+// multiple of 4 rows must give the same logits as the plain CPU backend over prefill, batched
+// decode and later steps — padding rows (token 0, position −1, KV slot −1, gather index −1)
+// read nothing, write no KV and never reach the logits. A padding row that wrote KV or was
+// gathered into the logits changes them by O(1).
+//
+// Tolerance 1e-5 absolute, as tests/engine/forward_test.cc's BatchedDecodeEqualsEachAlone: the
+// GEMMs run over more rows, which may change oneDNN's blocking and so fp32 summation order.
+#include <random>
+#include <vector>
+
+#include "engine/instance.h"
+#include "gtest/gtest.h"
+#include "model/cpu/cpu_backend.h"
+#include "tests/engine/test_model.h"
+
+namespace tandem {
+namespace {
+
+// The CPU backend, asking the engine to pad steps to multiples of 4 rows.
+class PaddingBackend final : public ComputeBackend {
+ public:
+  explicit PaddingBackend(std::unique_ptr<ComputeBackend> inner) : in_(std::move(inner)) {}
+  int64_t PaddedRows(int64_t rows) const override { return (rows + 3) / 4 * 4; }
+  int64_t padded_steps() const { return padded_steps_; }
+
+  std::string_view name() const override { return in_->name(); }
+  std::string device_key() const override { return in_->device_key(); }
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(int64_t bytes) override {
+    return in_->Allocate(bytes);
+  }
+  absl::Status Upload(void* d, const void* s, int64_t b) override { return in_->Upload(d, s, b); }
+  absl::Status Download(void* d, const void* s, int64_t b) override {
+    return in_->Download(d, s, b);
+  }
+  absl::Status Copy(void* d, const void* s, int64_t b) override { return in_->Copy(d, s, b); }
+  absl::Status Synchronize() override { return in_->Synchronize(); }
+  void BeginForward(int64_t rows) override {
+    if (rows % 4 == 0) ++padded_steps_;
+    in_->BeginForward(rows);
+  }
+  absl::StatusOr<std::unique_ptr<LinearOp>> PrepareLinear(const float* w, int64_t n, int64_t k,
+                                                          const float* bias) override {
+    return in_->PrepareLinear(w, n, k, bias);
+  }
+  absl::StatusOr<std::unique_ptr<LinearOp>> PrepareQuantizedLinear(GgmlType type, const uint8_t* w,
+                                                                   int64_t n, int64_t k,
+                                                                   const float* bias) override {
+    return in_->PrepareQuantizedLinear(type, w, n, k, bias);
+  }
+  bool CanReadLinearRows(const LinearOp& op) const override { return in_->CanReadLinearRows(op); }
+  absl::Status LinearRows(const LinearOp& op, const int32_t* ids, int64_t m, float* out) override {
+    return in_->LinearRows(op, ids, m, out);
+  }
+  absl::Status Linear(const LinearOp& op, const float* x, int64_t m, float* y) override {
+    return in_->Linear(op, x, m, y);
+  }
+  absl::Status LinearF32Out(const LinearOp& op, const float* x, int64_t m, float* y) override {
+    return in_->LinearF32Out(op, x, m, y);
+  }
+  absl::Status LinearAdd(const LinearOp& op, const float* x, int64_t m, float* y,
+                         float* scratch) override {
+    return in_->LinearAdd(op, x, m, y, scratch);
+  }
+  absl::Status LinearSiluMul(const LinearOp& gate, const float* x, int64_t m, const float* up,
+                             float* out) override {
+    return in_->LinearSiluMul(gate, x, m, up, out);
+  }
+  absl::Status LinearMany(absl::Span<const LinearOp* const> ops, const float* x, int64_t m,
+                          absl::Span<float* const> ys) override {
+    return in_->LinearMany(ops, x, m, ys);
+  }
+  absl::Status LinearGatedUp(const LinearOp& gate, const LinearOp& up_op, const float* x, int64_t m,
+                             float* up, float* out) override {
+    return in_->LinearGatedUp(gate, up_op, x, m, up, out);
+  }
+  absl::Status Embedding(const float* table, const int32_t* ids, int64_t m, int64_t hidden,
+                         float* out) override {
+    return in_->Embedding(table, ids, m, hidden, out);
+  }
+  absl::Status RmsNorm(const float* x, const float* w, int64_t m, int64_t n, float eps,
+                       float* y) override {
+    return in_->RmsNorm(x, w, m, n, eps, y);
+  }
+  absl::Status Rope(float* x, int64_t m, int32_t heads, int32_t head_dim, const int64_t* positions,
+                    const RopeParams& params) override {
+    return in_->Rope(x, m, heads, head_dim, positions, params);
+  }
+  absl::Status SiluMul(const float* g, const float* u, int64_t n, float* out) override {
+    return in_->SiluMul(g, u, n, out);
+  }
+  absl::Status Add(float* x, const float* y, int64_t n) override { return in_->Add(x, y, n); }
+  absl::Status GatherRows(const float* src, const int64_t* index, int64_t m, int64_t cols,
+                          float* dst) override {
+    return in_->GatherRows(src, index, m, cols, dst);
+  }
+  absl::Status WriteKv(const KvPoolView& pool, int32_t layer, const int64_t* slots, int64_t m,
+                       const float* k, const float* v) override {
+    return in_->WriteKv(pool, layer, slots, m, k, v);
+  }
+  absl::Status Attention(const KvPoolView& pool, int32_t layer, const AttentionRows& rows,
+                         const float* q, int32_t num_q_heads, float scale, float* out,
+                         float* lse) override {
+    return in_->Attention(pool, layer, rows, q, num_q_heads, scale, out, lse);
+  }
+  absl::Status CorrectPartial(int32_t n, int32_t me, const float* all_lse, int64_t items,
+                              int32_t head_dim, float* out) override {
+    return in_->CorrectPartial(n, me, all_lse, items, head_dim, out);
+  }
+
+ private:
+  std::unique_ptr<ComputeBackend> in_;
+  int64_t padded_steps_ = 0;
+};
+
+std::unique_ptr<Instance> Make(const LlamaWeights& w, PaddingBackend** padding) {
+  InstanceOptions o;
+  o.parallel.block_size = 4;
+  o.kv_bytes_per_rank = int64_t{8} << 20;
+  o.threads_per_rank = 1;
+  if (padding != nullptr) {
+    o.make_backend = [padding](int32_t) -> absl::StatusOr<std::unique_ptr<ComputeBackend>> {
+      auto b = std::make_unique<PaddingBackend>(CreateCpuBackend());
+      *padding = b.get();
+      return std::unique_ptr<ComputeBackend>(std::move(b));
+    };
+  }
+  absl::StatusOr<std::unique_ptr<Instance>> inst = Instance::Create(w, o);
+  EXPECT_TRUE(inst.ok()) << inst.status();
+  return inst.ok() ? std::move(inst).value() : nullptr;
+}
+
+TEST(PaddedRowsTest, PaddedStepsGiveTheSameLogits) {
+  const LlamaConfig c = testing::SmallConfig();
+  const LlamaWeights w = testing::RandomWeights(c, 5);
+  PaddingBackend* padding = nullptr;
+  std::unique_ptr<Instance> plain = Make(w, nullptr);
+  std::unique_ptr<Instance> padded = Make(w, &padding);
+  ASSERT_NE(plain, nullptr);
+  ASSERT_NE(padded, nullptr);
+  ASSERT_NE(padding, nullptr);
+
+  std::mt19937_64 rng(9);
+  const auto token = [&] { return static_cast<int32_t>(rng() % c.vocab_size); };
+  // Three requests with disjoint block tables; prompts of 5, 2 and 7 tokens (prefill of 14 rows,
+  // padded to 16), then decode steps of 3 rows (padded to 4) and of 1 row (padded to 4).
+  const std::vector<std::vector<int32_t>> tables = {{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}};
+  std::vector<int64_t> len = {5, 2, 7};
+  StepInput prefill;
+  for (size_t r = 0; r < tables.size(); ++r) {
+    std::vector<int32_t> prompt(len[r]);
+    for (int32_t& t : prompt) t = token();
+    prefill.requests.push_back({0, prompt, tables[r], true});
+  }
+  std::vector<StepInput> steps = {prefill};
+  for (int s = 0; s < 4; ++s) {
+    StepInput step;
+    for (size_t r = 0; r < tables.size(); ++r) {
+      if (s == 3 && r != 1) continue;  // the last step decodes one request alone
+      step.requests.push_back({len[r], {token()}, tables[r], true});
+      ++len[r];
+    }
+    steps.push_back(step);
+  }
+  for (size_t i = 0; i < steps.size(); ++i) {
+    absl::StatusOr<std::vector<float>> want = plain->Run(steps[i]);
+    absl::StatusOr<std::vector<float>> got = padded->Run(steps[i]);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), want->size()) << "step " << i;
+    for (size_t j = 0; j < want->size(); ++j) {
+      ASSERT_NEAR((*got)[j], (*want)[j], 1e-5) << "step " << i << " logit " << j;
+    }
+  }
+  EXPECT_EQ(padding->padded_steps(), static_cast<int64_t>(steps.size()))
+      << "every step ran on a multiple of 4 rows";
+}
+
+}  // namespace
+}  // namespace tandem
