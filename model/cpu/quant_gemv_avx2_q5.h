@@ -120,8 +120,9 @@ void Q5RowsBlock(const GemvArgs& a, int64_t n, int64_t m0, const float* x, const
   StoreResults<1, MB>(a, n, m0, v);
 }
 
-// All m rows of outputs [n_begin, n_end), in tiles of 32 weight rows: blocks of 4 activation
-// rows, then 2, then 1, one weight row at a time.
+// All m rows of outputs [n_begin, n_end), in tiles of 32 weight rows: blocks of 8 activation
+// rows, then 4, 2, 1, one weight row at a time (8 rather than 4 rows per decoded group: hot
+// 1536×576 Q5_0 at m = 16, one thread, 2.10–2.18 -> 2.31–2.36 G weights/s).
 template <int S>
 void Q5Gemv(const GemvArgs& a, int64_t n_begin, int64_t n_end) {
   const int64_t k = a.w.k;
@@ -139,6 +140,9 @@ void Q5Gemv(const GemvArgs& a, int64_t n_begin, int64_t n_end) {
   for (int64_t t = n_begin; t < n_end; t += kTile) {
     const int64_t te = t + kTile < n_end ? t + kTile : n_end;
     int64_t m0 = 0;
+    for (; m0 + 8 <= a.m; m0 += 8) {
+      for (int64_t n = t; n < te; ++n) Q5RowsBlock<S, 8>(a, n, m0, x, osx, ostride);
+    }
     for (; m0 + 4 <= a.m; m0 += 4) {
       for (int64_t n = t; n < te; ++n) Q5RowsBlock<S, 4>(a, n, m0, x, osx, ostride);
     }

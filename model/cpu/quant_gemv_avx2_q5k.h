@@ -97,8 +97,8 @@ void Q5KRowsBlock(const GemvArgs& a, int64_t n, int64_t m0, const float* x, cons
   StoreResults<1, MB>(a, n, m0, v);
 }
 
-// All m rows of outputs [n_begin, n_end), in tiles of 32 weight rows: blocks of 4 activation
-// rows, then 2, then 1, one weight row at a time.
+// All m rows of outputs [n_begin, n_end), in tiles of 32 weight rows: blocks of 8 activation
+// rows, then 4, 2, 1, one weight row at a time.
 inline void Q5KGemv(const GemvArgs& a, int64_t n_begin, int64_t n_end) {
   const int64_t k = a.w.k;
   thread_local std::vector<float> x, sums;
@@ -109,6 +109,9 @@ inline void Q5KGemv(const GemvArgs& a, int64_t n_begin, int64_t n_end) {
   for (int64_t t = n_begin; t < n_end; t += kTile) {
     const int64_t te = t + kTile < n_end ? t + kTile : n_end;
     int64_t m0 = 0;
+    for (; m0 + 8 <= a.m; m0 += 8) {
+      for (int64_t n = t; n < te; ++n) Q5KRowsBlock<8>(a, n, m0, x.data(), sums.data());
+    }
     for (; m0 + 4 <= a.m; m0 += 4) {
       for (int64_t n = t; n < te; ++n) Q5KRowsBlock<4>(a, n, m0, x.data(), sums.data());
     }
