@@ -70,6 +70,8 @@ absl::Status FakeKvPuller::Execute(const TransferMetadata& source,
     pools[c.src_rank] = ep->pool;
   }
 
+  // Bytes a link lands itself never pass through the puller: nothing to CRC on the way.
+  CopyCrcs* const crcs = network_->lands_bytes_itself(engine) ? nullptr : options.copy_crcs;
   network_->PullStarted(engine);
   absl::Cleanup finished = [&] { network_->PullFinished(engine); };
   const int64_t n = static_cast<int64_t>(copies.size());
@@ -136,8 +138,7 @@ absl::Status FakeKvPuller::Execute(const TransferMetadata& source,
         break;
     }
     const auto* from = static_cast<const std::byte*>(pools[c.src_rank]->base());
-    CopyWithCrcs(local_pool.data() + c.dst_offset, from + c.src_offset, c.length, options.copy_crcs,
-                 i);
+    CopyWithCrcs(local_pool.data() + c.dst_offset, from + c.src_offset, c.length, crcs, i);
     ++completed;
     completed_bytes += c.length;
     ++i;

@@ -74,6 +74,12 @@ absl::Duration FakeKvNetwork::copy_delay(const std::string& engine_id) const {
   return it == engines_.end() ? absl::ZeroDuration() : it->second.faults.copy_delay;
 }
 
+bool FakeKvNetwork::lands_bytes_itself(const std::string& engine_id) const {
+  absl::MutexLock lock(&mu_);
+  const auto it = engines_.find(engine_id);
+  return it != engines_.end() && it->second.faults.lands_bytes_itself;
+}
+
 void FakeKvNetwork::Register(const std::string& worker_address, Endpoint endpoint) {
   absl::MutexLock lock(&mu_);
   endpoints_[worker_address] = std::move(endpoint);

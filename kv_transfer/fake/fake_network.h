@@ -37,6 +37,9 @@ struct FakeFaults {
   int64_t die_after_bytes = -1;    // then the source is dead: UNAVAILABLE now and for later pulls
   bool paused = false;             // copies wait (bounded by stall_timeout) until Resume
   absl::Duration copy_delay = absl::ZeroDuration();  // per copy: a slow link, still progress
+  // The link lands the bytes itself, as UCX gets over TCP or RDMA do: the puller computes no
+  // copy CRCs (PullOptions::copy_crcs stays uncomputed), so a digest check reads them back.
+  bool lands_bytes_itself = false;
 };
 
 // Memory a fake pool owns: zeroed, 64-byte aligned.
@@ -79,6 +82,7 @@ class FakeKvNetwork {
   int32_t paused_waiters(const std::string& engine_id) const;     // copies waiting on `paused` now
   int32_t peak_active_pulls(const std::string& engine_id) const;  // concurrent Executes, max
   absl::Duration copy_delay(const std::string& engine_id) const;
+  bool lands_bytes_itself(const std::string& engine_id) const;
 
   // --- used by FakeKvSource / FakeKvPuller ---
   void Register(const std::string& worker_address, Endpoint endpoint);

@@ -40,6 +40,35 @@ TEST_F(DecodeNodeTest, DigestsAreCheckedRangeByRangeWhileThePullRuns) {
   ExpectAllBlocksFree(*whole);
 }
 
+// A link that lands the bytes itself (UCX gets over TCP or RDMA): no CRCs come with the copy, so
+// each landed range is read back on the check lane while the next is pulled, range by range to
+// the end; a byte changed in the source before its range is read is caught the same way.
+TEST_F(DecodeNodeTest, BytesALinkLandsItselfAreReadBackRangeByRangeOnTheLane) {
+  pull_chunk_bytes_ = 1;  // one 16-token block per range: [0,16) [16,32) [32,40)
+  std::unique_ptr<DecodeNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  net_.SetFaults("p-fast", FakeFaults{.lands_bytes_itself = true});
+  Outcome out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 4);
+  ASSERT_OK(out.started);
+  EXPECT_TRUE(out.started->digests_verified);
+  // Blocks 0 and 1 were checked on the lane while later ranges were pulled; block 2 after.
+  EXPECT_EQ(out.started->digest_ranges_overlapped, 2);
+  EXPECT_EQ(out.started->digest_fused_bytes, 0);
+  ASSERT_OK(out.done);
+
+  const KvHandle kv = prefill_->Lease(kFast, "r2", 40);
+  const PoolGeometry g = RankPoolGeometry(kv.layout, 0);
+  auto* pool = static_cast<std::byte*>(sources_[0]->pool(0).base());
+  const int64_t at = KvByteOffset(g, kv.block_table[2], 1, 0, 0, 3);
+  pool[at] ^= std::byte{0x01};
+  Outcome bad = Decode(*node, kv, 4);
+  EXPECT_THAT(bad.started,
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("digest mismatch in 1 of")));
+  EXPECT_TRUE(bad.tokens.empty());
+  pool[at] ^= std::byte{0x01};
+  ExpectAllBlocksFree(*node);
+}
+
 TEST_F(DecodeNodeTest, ACorruptedRangeIsCaughtByTheOverlappedCheckAndTheRetryIsCorrect) {
   pull_chunk_bytes_ = 1;
   std::unique_ptr<DecodeNode> node = NewNode();
