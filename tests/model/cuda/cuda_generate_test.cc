@@ -17,9 +17,11 @@
 #include <cstdio>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "engine/combined_engine.h"
 #include "gtest/gtest.h"
+#include "model/cuda/cuda_backend.h"
 #include "tests/attention/cuda/cuda_test_util.h"
 #include "tests/engine/generate_all.h"
 #include "tests/engine/test_model.h"
@@ -39,12 +41,17 @@ struct GenRun {
   std::vector<std::vector<float>> logits;
 };
 
+// cuda_options: build the CUDA backend with these options instead of the environment's.
 std::vector<GenRun> Generate(const LlamaWeights& w, const std::string& backend,
                              const ParallelConfig& parallel,
-                             const std::vector<std::vector<int32_t>>& prompts) {
+                             const std::vector<std::vector<int32_t>>& prompts,
+                             const gpu::CudaBackendOptions* cuda_options = nullptr) {
   InstanceOptions o;
   o.parallel = parallel;
   o.backend = backend;
+  if (cuda_options != nullptr) {
+    o.make_backend = [opts = *cuda_options](int32_t rank) { return CreateCudaBackend(rank, opts); };
+  }
   o.kv_bytes_per_rank = int64_t{4} << 20;
   o.collective_timeout = absl::Seconds(60);
   o.threads_per_rank = 1;
@@ -148,12 +155,13 @@ TEST(CudaGenerateReferenceTest, FeaturesModelHasClearMargins) {
 class CudaGenerateTest : public testing::CudaTest {
  protected:
   void ExpectSameAsCpu(const ParallelConfig& parallel,
-                       const LlamaConfig& config = testing::SmallConfig()) {
+                       const LlamaConfig& config = testing::SmallConfig(),
+                       const gpu::CudaBackendOptions* cuda_options = nullptr) {
     SCOPED_TRACE(parallel.ToString());
     const LlamaWeights w = testing::RandomWeights(config, 11);
     const Reference ref = CpuReference(w);
     ASSERT_EQ(static_cast<int>(ref.runs.size()), kPrompts);
-    const std::vector<GenRun> got = Generate(w, "cuda", parallel, ref.prompts);
+    const std::vector<GenRun> got = Generate(w, "cuda", parallel, ref.prompts, cuda_options);
     ASSERT_EQ(got.size(), ref.runs.size());
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i) {
@@ -174,6 +182,23 @@ class CudaGenerateTest : public testing::CudaTest {
     RecordProperty("worst_logit_error_" + parallel.ToString(), std::to_string(worst));
   }
 };
+
+// The newer paths (docs/gpu.md#bf16-activations-cublaslt-and-cuda-graphs) under the same premise
+// and tolerance: bf16 activations add about as much logit error as bf16 weights (see the top of
+// this file), well inside kLogitTolerance and the kMinMargin token margin; graphs replay the same
+// kernels (the 4 prompts decode together, so batches of 4..1 rows run padded to buckets 4, 2, 1).
+TEST_F(CudaGenerateTest, SingleGpuNewPathsMatchCpu) {
+  for (const auto& [act, graphs] :
+       {std::pair{gpu::CudaActivations::kBF16, false}, std::pair{gpu::CudaActivations::kF32, true},
+        std::pair{gpu::CudaActivations::kBF16, true}}) {
+    gpu::CudaBackendOptions o;
+    o.activations = act;
+    o.graphs = graphs;
+    SCOPED_TRACE(absl::StrCat(gpu::CudaActivationsName(act), graphs ? " + graphs" : ""));
+    ExpectSameAsCpu(ParallelConfig{1, 1, 1, 16, 1}, testing::SmallConfig(), &o);
+    ExpectSameAsCpu(ParallelConfig{1, 1, 1, 16, 1}, FeaturesConfig(), &o);
+  }
+}
 
 TEST_F(CudaGenerateTest, SingleGpuMatchesCpu) {
   ExpectSameAsCpu(ParallelConfig{1, 1, 1, 16, 1});
