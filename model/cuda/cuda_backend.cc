@@ -485,8 +485,9 @@ class CudaBackend final : public ComputeBackend {
       // Not Synchronize: this may run inside a graph piece's flush (it fails inside capture,
       // which then falls back to running the piece eagerly).
       TANDEM_RETURN_IF_ERROR(WaitStream());
-      // Captured kernels may point at the old buffer.
-      if (graph_ != nullptr) graph_->InvalidateAll();
+      // Captured kernels may point at the old buffer: only the f32 path's GEMM input scratch is
+      // used inside graph pieces (the others serve eager ops).
+      if (graph_ != nullptr && &buf == &bf16_scratch_) graph_->InvalidateAll();
       buf.reset();
       TANDEM_ASSIGN_OR_RETURN(buf, CudaDeviceBuffer::Create(device_, bytes + bytes / 2));
     }
