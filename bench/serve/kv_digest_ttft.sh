@@ -12,7 +12,7 @@
 #
 # Environment: TANDEM_MODEL (default ~/.cache/tandem/models/SmolLM2-135M-Instruct.Q4_1.gguf),
 #   TANDEM_BUILD_DIR (default build), PROMPT_LEN (default 2048), CHUNK (default 512: the prefill
-#   nodes' --max_prefill_tokens), ROUNDS (default 4), REQUESTS (default 3: per run), OUTPUT_LEN
+#   nodes' --max_prefill_tokens), ROUNDS (default 6), REQUESTS (default 3: per run), OUTPUT_LEN
 #   (default 8).
 # Output: OUT_DIR (default /tmp/tandem-kv-digest-ttft): one JSON per run, logs, summary.md with
 #   `RESULT kv_digest_ttft_share=<median over rounds of (TTFT p50 on / TTFT p50 off) - 1>` (goal
@@ -26,7 +26,7 @@ model=${TANDEM_MODEL:-$HOME/.cache/tandem/models/SmolLM2-135M-Instruct.Q4_1.gguf
 build=$(realpath -m "$REPO/${TANDEM_BUILD_DIR:-build}")
 prompt_len=${PROMPT_LEN:-2048}
 chunk=${CHUNK:-512}
-rounds=${ROUNDS:-4}
+rounds=${ROUNDS:-6}
 requests=${REQUESTS:-3}
 output_len=${OUTPUT_LEN:-8}
 out=$(realpath -m "${1:-/tmp/tandem-kv-digest-ttft}")
