@@ -51,11 +51,13 @@ class GraphRunner {
   GraphRunner(const GraphRunner&) = delete;
   GraphRunner& operator=(const GraphRunner&) = delete;
 
-  // Whether an op over `rows` rows is recorded: rows is a batch bucket (DecodeBatchBuckets of
-  // max_graph_batch), so at most one set of graphs per bucket exists; other sizes run eagerly
-  // (the engine pads one-rank steps to PaddedRows, so they are buckets).
+  // Whether an op over `rows` rows is recorded: a piece starts only with an op whose rows are a
+  // batch bucket (DecodeBatchBuckets of max_graph_batch; the engine pads one-rank steps to
+  // PaddedRows), so graphs exist per bucket and larger steps run eagerly; once a piece is
+  // pending, every recordable op joins it (e.g. Qwen3's per-head norm over rows × heads).
   bool Records(int64_t rows) const {
-    return ChooseBucket(buckets_, rows) == std::optional<int32_t>(static_cast<int32_t>(rows));
+    return !ops_.empty() ||
+           ChooseBucket(buckets_, rows) == std::optional<int32_t>(static_cast<int32_t>(rows));
   }
   // The bucket a step of `rows` rows runs in; rows itself above the largest bucket.
   int64_t PaddedRows(int64_t rows) const { return ChooseBucket(buckets_, rows).value_or(rows); }
