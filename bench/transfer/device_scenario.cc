@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <memory>
-#include <numeric>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,23 +17,6 @@
 
 namespace tandem::bench {
 namespace {
-
-// A fixed permutation of [0, n): consecutive virtual blocks rarely adjacent (a churned pool).
-std::vector<int32_t> Permuted(int64_t n, uint64_t seed) {
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  std::iota(ids.begin(), ids.end(), 0);
-  uint64_t s = seed;
-  for (int64_t i = n - 1; i > 0; --i) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    std::swap(ids[i], ids[(s >> 33) % static_cast<uint64_t>(i + 1)]);
-  }
-  return ids;
-}
-
-Timing Summary(std::vector<absl::Duration> samples) {
-  std::sort(samples.begin(), samples.end());
-  return Timing{samples.front(), samples[samples.size() / 2]};
-}
 
 KvPoolAllocator DeviceAllocator(int32_t device) {
   return [device](int32_t, int64_t bytes) { return AllocateDeviceMemory(device, bytes); };
@@ -69,10 +51,10 @@ absl::StatusOr<DeviceScenarioResult> RunDeviceScenario(const Scenario& sc,
   config.engine_id = "bench-device-" + sc.name;
   config.compat_hash = CompatibilityHash("bench-model", sc.src);
   config.layout = sc.src;
-  config.blocks = Permuted(VirtualBlocksFor(sc.src.parallel.dcp_geometry(), sc.tokens), 1);
+  config.blocks = ScatteredBlocks(VirtualBlocksFor(sc.src.parallel.dcp_geometry(), sc.tokens), 1);
   config.num_tokens = sc.tokens;
   const std::vector<int32_t> dst_blocks =
-      Permuted(VirtualBlocksFor(sc.dst.parallel.dcp_geometry(), sc.tokens), 2);
+      ScatteredBlocks(VirtualBlocksFor(sc.dst.parallel.dcp_geometry(), sc.tokens), 2);
   testing::SourcePeerProcess::Options peer_options;
   peer_options.executable = options.self_executable;
   peer_options.args = {"--source_peer", "--memory=cuda", absl::StrCat("--device=", device)};
@@ -133,8 +115,8 @@ absl::StatusOr<DeviceScenarioResult> RunDeviceScenario(const Scenario& sc,
     ratios.push_back(absl::ToDoubleSeconds(d) / absl::ToDoubleSeconds(planned.back()));
   }
   std::sort(ratios.begin(), ratios.end());
-  out.planned = Summary(planned);
-  out.memcpy = Summary(copied);
+  out.planned = Summarise(planned);
+  out.memcpy = Summarise(copied);
   out.planned_vs_memcpy = ratios[ratios.size() / 2];
   TANDEM_RETURN_IF_ERROR(peer->Shutdown(absl::Seconds(10)).status());
   return out;

@@ -27,24 +27,6 @@
 namespace tandem::bench {
 namespace {
 
-// A block table as a block manager hands it out after some churn: a fixed permutation of
-// [0, n), so consecutive virtual blocks rarely sit in consecutive physical blocks.
-std::vector<int32_t> ScatteredBlocks(int64_t n, uint64_t seed) {
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  std::iota(ids.begin(), ids.end(), 0);
-  uint64_t s = seed;
-  for (int64_t i = n - 1; i > 0; --i) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    std::swap(ids[i], ids[(s >> 33) % static_cast<uint64_t>(i + 1)]);
-  }
-  return ids;
-}
-
-Timing Summarise(std::vector<absl::Duration> samples) {
-  std::sort(samples.begin(), samples.end());
-  return Timing{samples.front(), samples[samples.size() / 2]};
-}
-
 // utime + stime of a process, all threads, in milliseconds.
 double ProcessCpuMs(pid_t pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
@@ -60,6 +42,22 @@ double ProcessCpuMs(pid_t pid) {
 }
 
 }  // namespace
+
+std::vector<int32_t> ScatteredBlocks(int64_t n, uint64_t seed) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  std::iota(ids.begin(), ids.end(), 0);
+  uint64_t s = seed;
+  for (int64_t i = n - 1; i > 0; --i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    std::swap(ids[i], ids[(s >> 33) % static_cast<uint64_t>(i + 1)]);
+  }
+  return ids;
+}
+
+Timing Summarise(std::vector<absl::Duration> samples) {
+  std::sort(samples.begin(), samples.end());
+  return Timing{samples.front(), samples[samples.size() / 2]};
+}
 
 absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOptions& options) {
   if (sc.dst.world() != 1) return absl::InvalidArgumentError("benchmark times one decode rank");

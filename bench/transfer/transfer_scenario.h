@@ -101,6 +101,13 @@ struct ScenarioResult {
   int32_t check_ranges_overlapped = 0;  // of them, checked on the lane during the pull
 };
 
+// A block table as a block manager hands it out after some churn: a fixed permutation of
+// [0, n), so consecutive virtual blocks rarely sit in consecutive physical blocks.
+[[nodiscard]] std::vector<int32_t> ScatteredBlocks(int64_t n, uint64_t seed);
+
+// The best and the median of `samples` (REQUIRES: not empty).
+[[nodiscard]] Timing Summarise(std::vector<absl::Duration> samples);
+
 [[nodiscard]] absl::StatusOr<ScenarioResult> RunScenario(const Scenario& scenario,
                                                          const ScenarioOptions& options);
 
