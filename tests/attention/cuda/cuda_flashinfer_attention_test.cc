@@ -35,6 +35,7 @@
 #include "gtest/gtest.h"
 #include "tests/attention/cpu/attention_harness.h"
 #include "tests/attention/cuda/cuda_test_util.h"
+#include "tests/attention/cuda/flashinfer_cuda_test.h"
 
 namespace tandem {
 namespace {
@@ -56,16 +57,8 @@ float RoundToDtype(float x, KvDType t) {
   return t == KvDType::kBF16 ? Bf16ToFloat(FloatToBf16(x)) : HalfToFloat(FloatToHalf(x));
 }
 
-class CudaFlashInferAttentionTest : public testing::CudaTest {
+class CudaFlashInferAttentionTest : public testing::FlashInferCudaTest {
  protected:
-  void SetUp() override {
-    testing::CudaTest::SetUp();
-    if (IsSkipped()) return;
-    if (!gpu::FlashInferBuilt()) {
-      GTEST_SKIP() << "FlashInfer not built into this binary (deploy/fetch-flashinfer.sh)";
-    }
-  }
-
   AttentionCase NewCase(DcpGeometry dcp, int32_t kv_heads, int32_t group, int32_t head_dim,
                         KvDType dtype) {
     AttentionCase c;

@@ -19,21 +19,15 @@
 #include "attention/lse_merge.h"
 #include "gtest/gtest.h"
 #include "tests/attention/cuda/cuda_test_util.h"
+#include "tests/attention/cuda/flashinfer_cuda_test.h"
 
 namespace tandem {
 namespace {
 
 using testing::DeviceArray;
 
-class CudaFlashInferOpsTest : public testing::CudaTest {
+class CudaFlashInferOpsTest : public testing::FlashInferCudaTest {
  protected:
-  void SetUp() override {
-    testing::CudaTest::SetUp();
-    if (IsSkipped()) return;
-    if (!gpu::FlashInferBuilt()) {
-      GTEST_SKIP() << "FlashInfer not built into this binary (deploy/fetch-flashinfer.sh)";
-    }
-  }
   std::vector<float> Random(size_t n, float scale) {
     std::normal_distribution<float> dist(0.f, scale);
     std::vector<float> v(n);

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "model/cuda/attention_runner.h"
 #include "tests/attention/cuda/cuda_test_util.h"
+#include "tests/attention/cuda/flashinfer_cuda_test.h"
 
 namespace tandem {
 namespace {
@@ -36,14 +37,11 @@ constexpr int32_t kHeadDim = 64;
 constexpr int32_t kBlock = 16;
 constexpr int64_t kBlocks = 24;
 
-class CudaAttentionRunnerFlashInferTest : public testing::CudaTest {
+class CudaAttentionRunnerFlashInferTest : public testing::FlashInferCudaTest {
  protected:
   void SetUp() override {
-    testing::CudaTest::SetUp();
+    testing::FlashInferCudaTest::SetUp();
     if (IsSkipped()) return;
-    if (!gpu::FlashInferBuilt()) {
-      GTEST_SKIP() << "FlashInfer not built into this binary (deploy/fetch-flashinfer.sh)";
-    }
     ASSERT_EQ(setenv("TANDEM_CUDA_ATTENTION", "flashinfer", 1), 0);
     absl::StatusOr<std::unique_ptr<gpu::AttentionRunner>> r =
         gpu::AttentionRunner::Create(0, nullptr, absl::Seconds(30));

@@ -24,6 +24,7 @@
 #include "model/cuda/cuda_backend.h"
 #include "model/cuda/flashinfer_ops.h"
 #include "tests/attention/cuda/cuda_test_util.h"
+#include "tests/attention/cuda/flashinfer_cuda_test.h"
 #include "tests/model/cuda/backend_test_util.h"
 
 namespace tandem {
@@ -49,12 +50,11 @@ float FromBf16(uint16_t b) {
   return f;
 }
 
-class CudaFlashInferBackendOpsTest : public testing::CudaTest {
+class CudaFlashInferBackendOpsTest : public testing::FlashInferCudaTest {
  protected:
   void SetUp() override {
-    testing::CudaTest::SetUp();
+    testing::FlashInferCudaTest::SetUp();
     if (IsSkipped()) return;
-    if (!gpu::FlashInferBuilt()) GTEST_SKIP() << "FlashInfer is not built into this binary";
     cpu_ = CreateCpuBackend();
   }
 
