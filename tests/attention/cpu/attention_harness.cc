@@ -50,6 +50,18 @@ std::string AttentionCase::Describe() const {
   return s;
 }
 
+AttentionCase MakeCase(DcpGeometry dcp, int32_t num_kv_heads, int32_t group_size, int32_t head_dim,
+                       KvDType dtype, uint64_t seed) {
+  AttentionCase c;
+  c.dcp = dcp;
+  c.num_kv_heads = num_kv_heads;
+  c.group_size = group_size;
+  c.head_dim = head_dim;
+  c.dtype = dtype;
+  c.seed = seed;
+  return c;
+}
+
 void AddDecodeRequest(AttentionCase& c, int64_t context) {
   c.row_request.push_back(static_cast<int32_t>(c.kv_len.size()));
   c.row_position.push_back(context);

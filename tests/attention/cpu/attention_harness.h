@@ -30,6 +30,10 @@ struct AttentionCase {
   std::string Describe() const;
 };
 
+// A case with the given shape, KV dtype and seed and no requests yet (add them below).
+AttentionCase MakeCase(DcpGeometry dcp, int32_t num_kv_heads, int32_t group_size, int32_t head_dim,
+                       KvDType dtype, uint64_t seed);
+
 // Adds a decode row for a request whose cache holds `context` earlier tokens: the row is the new
 // token at position `context`, written before attending, so the request's kv_len is context + 1.
 void AddDecodeRequest(AttentionCase& c, int64_t context);

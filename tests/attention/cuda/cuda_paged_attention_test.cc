@@ -262,14 +262,7 @@ class CudaPagedAttentionTest : public CudaTest,
 
   AttentionCase NewCase(DcpGeometry dcp, int32_t kv_heads, int32_t group, int32_t head_dim,
                         KvDType dtype) {
-    AttentionCase c;
-    c.dcp = dcp;
-    c.num_kv_heads = kv_heads;
-    c.group_size = group;
-    c.head_dim = head_dim;
-    c.dtype = dtype;
-    c.seed = rng_();
-    return c;
+    return testing::MakeCase(dcp, kv_heads, group, head_dim, dtype, rng_());
   }
 
   void ShuffleRows(AttentionCase& c) {
