@@ -337,6 +337,8 @@ absl::Status DecodeNode::VerifyDigests(const KvHandle& kv, OverlappedKvCheck* ch
   stats->digest_micros = absl::ToInt64Microseconds(check->check_time());
   stats->digest_ranges_overlapped = check->early_checks();
   stats->digest_fused_bytes = check->fused_bytes();
+  kv_digest_check_nanos_.fetch_add(
+      absl::ToInt64Nanoseconds(check->check_time() + check->crc_bookkeeping_time()));
   if (s.ok()) {
     stats->digests_verified = true;
     kv_digests_verified_.fetch_add(1);

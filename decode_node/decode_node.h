@@ -180,6 +180,11 @@ class DecodeNode {
   // Since start: transfers whose KV failed its digests (discarded), and transfers verified.
   int64_t kv_digest_mismatches() const { return kv_digest_mismatches_.load(); }
   int64_t kv_digests_verified() const { return kv_digests_verified_.load(); }
+  // Since start: wall time spent checking the digests of transfers that had them (verified or
+  // not): OverlappedKvCheck's check_time (on the lane or not) and its CRC bookkeeping.
+  absl::Duration kv_digest_check_time() const {
+    return absl::Nanoseconds(kv_digest_check_nanos_.load());
+  }
   // Since start: KV blocks taken for Decode calls with a KV handle (n choices of one prompt share
   // its full blocks, so they take far fewer than n times one's).
   int64_t blocks_allocated() const { return blocks_allocated_.load(); }
@@ -256,6 +261,7 @@ class DecodeNode {
   int32_t waiting_ ABSL_GUARDED_BY(mu_) = 0;  // calls waiting for capacity or pulling
   std::atomic<int64_t> kv_digest_mismatches_{0};
   std::atomic<int64_t> kv_digests_verified_{0};
+  std::atomic<int64_t> kv_digest_check_nanos_{0};
   std::atomic<int64_t> blocks_allocated_{0};
   std::unique_ptr<ColocatedPrefill> colocated_;  // with colocated_prefill; destroyed first
 };

@@ -6,6 +6,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/flag_dashes.h"
 #include "decode_node/decode_node.h"
 #include "decode_node/decode_service.h"
@@ -111,6 +112,15 @@ int main(int argc, char** argv) {
             "tandem_kv_digests_verified_total",
             "KV transfers whose every pulled byte matched the prefill's digests",
             [n] { return double(n->kv_digests_verified()); });
+        !s.ok()) {
+      return s;
+    }
+    // What the digests cost (bench/serve/kv_digest_ttft.sh: their share of TTFT).
+    if (absl::Status s = metrics.AddCallbackCounter(
+            "tandem_kv_digest_check_seconds_total",
+            "Time spent checking the KV digests of transfers that had them (overlapped with the "
+            "pull or not)",
+            [n] { return absl::ToDoubleSeconds(n->kv_digest_check_time()); });
         !s.ok()) {
       return s;
     }

@@ -87,13 +87,18 @@ TransferPlan OverlappedKvCheck::RangePlan(int64_t begin, int64_t end) const {
 
 absl::StatusOr<std::vector<CopyCrcs>> OverlappedKvCheck::CrcRequests(
     const TransferPlan& part) const {
-  return KvDigestCrcRequests(in_.src, part, in_.num_tokens, in_.src_blocks);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<CopyCrcs>> requests =
+      KvDigestCrcRequests(in_.src, part, in_.num_tokens, in_.src_blocks);
+  crc_bookkeeping_time_ += absl::Now() - start;
+  return requests;
 }
 
 void OverlappedKvCheck::Landed(int64_t tokens, const TransferPlan* part,
                                const std::vector<CopyCrcs>* crcs) {
   last_pull_fused_ = false;
   if (part != nullptr && crcs != nullptr && crcs->size() == part->copies.size()) {
+    const absl::Time start = absl::Now();
     last_pull_fused_ = true;
     for (const CopyCrcs& c : *crcs) {
       last_pull_fused_ = last_pull_fused_ && std::all_of(c.computed.begin(), c.computed.end(),
@@ -107,6 +112,7 @@ void OverlappedKvCheck::Landed(int64_t tokens, const TransferPlan* part,
       fused_bytes_ += landed->bytes();
       landed_crcs_.push_back(std::move(landed));
     }
+    crc_bookkeeping_time_ += absl::Now() - start;
   }
   landed_ = std::max(landed_, std::min(tokens, in_.num_tokens));
   // Once everything landed the pull is over: Finish checks the rest on the waiting thread.

@@ -84,6 +84,9 @@ class OverlappedKvCheck {
 
   // Checking time summed over every range (the lane's included): the check's whole cost.
   absl::Duration check_time() const;
+  // Time this thread spent on the copy's CRCs apart from checking: planning them (CrcRequests)
+  // and recording what came back (Landed). Not measurable apart: the CRC folded into the copy.
+  absl::Duration crc_bookkeeping_time() const { return crc_bookkeeping_time_; }
   // Ranges checked before Finish while later ranges were still to land: on the lane, or here
   // from the copy's CRCs (not counted: plain inline checks without a lane).
   int32_t early_checks() const;
@@ -113,6 +116,7 @@ class OverlappedKvCheck {
   LandedCrcList landed_crcs_;  // one per pull that brought CRCs; read by this thread only
   int64_t fused_bytes_ = 0;
   bool last_pull_fused_ = false;
+  mutable absl::Duration crc_bookkeeping_time_;  // CrcRequests is const; this thread's only
   // Shared with the queued jobs, which still touch it after their last use of this object.
   const std::shared_ptr<JobGroup> jobs_ = std::make_shared<JobGroup>();
 

@@ -125,6 +125,15 @@ int main(int argc, char** argv) {
         !s.ok()) {
       return s;
     }
+    // What the digests cost (bench/serve/kv_digest_ttft.sh: their share of TTFT).
+    if (absl::Status s = metrics.AddCallbackCounter(
+            "tandem_kv_digest_compute_seconds_total",
+            "Time spent computing KV digests (as the engine writes each chunk, and the final "
+            "pass); 0 with --kv_digests=false",
+            [n] { return absl::ToDoubleSeconds(n->kv_digest_compute_time()); });
+        !s.ok()) {
+      return s;
+    }
     if (!o.prefix_cache) {
       std::fprintf(stderr, "tandem-prefill: prefix cache off (--prefix_cache=false)\n");
     }

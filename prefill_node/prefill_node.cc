@@ -538,8 +538,10 @@ std::shared_ptr<KvChunkChecks> PrefillNode::HookChunkChecks(PrefillRequest& req,
   req.on_kv_written = [this, checks](const std::vector<int32_t>& blocks, int64_t begin,
                                      int64_t end) {
     const int64_t before = checks->blocks_checked();
+    const absl::Time start = absl::Now();
     // A block left without checks (an error here) is read by Digests at the end instead.
     checks->Written(PoolViews(*source_), blocks, begin, end).IgnoreError();
+    kv_digest_compute_nanos_.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start));
     kv_blocks_checked_as_written_.fetch_add(checks->blocks_checked() - before);
   };
   return checks;
@@ -550,6 +552,7 @@ absl::StatusOr<std::vector<uint32_t>> PrefillNode::Digests(
     const std::vector<uint32_t>& block_generations, int64_t num_tokens,
     const KvChunkChecks* written) const {
   if (!options_.kv_digests) return std::vector<uint32_t>();
+  const absl::Time start = absl::Now();
   // Cached blocks are bound from the checks of their first write (not read again: a hit was
   // verified against them), written ones from the checks computed as the engine wrote them;
   // the blocks this prompt wrote and the cache took get theirs recorded.
@@ -562,6 +565,7 @@ absl::StatusOr<std::vector<uint32_t>> PrefillNode::Digests(
       KvDigestBinding{request_id, lease_generation, blocks, block_generations},
       DefaultKvDigestThreads(), known, prefix_cache_ != nullptr ? &checks : nullptr);
   if (digests.ok() && prefix_cache_ != nullptr) prefix_cache_->RecordChecks(blocks, checks);
+  kv_digest_compute_nanos_.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start));
   return digests;
 }
 

@@ -156,6 +156,12 @@ class PrefillNode {
   bool TestOnlyFreeLeasedBlocks(uint64_t generation);
   // Blocks whose digest checks were computed as the engine wrote them (KvChunkChecks), total.
   int64_t kv_blocks_checked_as_written() const { return kv_blocks_checked_as_written_.load(); }
+  // Wall time spent computing KV digests, total: the checks as the engine wrote each chunk and
+  // the final pass binding them (Digests); 0 with kv_digests off. Not counted: the prefix
+  // cache's re-read of a hit's blocks (it runs with digests off too).
+  absl::Duration kv_digest_compute_time() const {
+    return absl::Nanoseconds(kv_digest_compute_nanos_.load());
+  }
   // Testing only: the pool of global rank `rank`, to corrupt KV under a live handle.
   KvPoolMemory& TestOnlyPool(int32_t rank) const { return source_->pool(rank); }
   std::optional<absl::Time> RenewLease(const std::string& request_id, uint64_t generation,
@@ -241,6 +247,7 @@ class PrefillNode {
   int64_t leases_released_early_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t kv_bytes_flipped_ ABSL_GUARDED_BY(mu_) = 0;  // testing_flip_kv_byte
   std::atomic<int64_t> kv_blocks_checked_as_written_{0};
+  mutable std::atomic<int64_t> kv_digest_compute_nanos_{0};  // Digests is const
   int64_t leases_expired_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t leases_released_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -26,6 +26,17 @@ TEST_F(DecodeNodeTest, DigestsAreCheckedRangeByRangeWhileThePullRuns) {
   EXPECT_EQ(out.started->bytes, net_.bytes("p-fast"));
   EXPECT_OK(out.done);
   EXPECT_EQ(out.generated, 5);
+  // tandem_kv_digest_check_seconds_total moved; a handle without digests (a prefill run with
+  // --kv_digests=false) is trusted and leaves it where it was.
+  const absl::Duration checked = node->kv_digest_check_time();
+  EXPECT_GT(checked, absl::ZeroDuration());
+  prefill_->set_send_digests(false);
+  Outcome trusted = Decode(*node, prefill_->Lease(kFast, "r-off", 40), 2);
+  ASSERT_OK(trusted.started);
+  EXPECT_FALSE(trusted.started->digests_verified);
+  EXPECT_OK(trusted.done);
+  EXPECT_EQ(node->kv_digest_check_time(), checked);
+  prefill_->set_send_digests(true);
 
   // The same prompt pulled in one piece (the default for small KV) decodes to the same tokens.
   pull_chunk_bytes_ = DecodeNodeOptions().pull_chunk_bytes;

@@ -227,6 +227,17 @@ TEST_F(PipelinedDecodeTest, DigestsOfTheFinalProgressAreCheckedBeforeDecoding) {
   ASSERT_OK(ok.out.started);
   EXPECT_TRUE(ok.out.started->digests_verified);
   EXPECT_OK(ok.out.done);
+  // tandem_kv_digest_check_seconds_total moved; a pipelined prefill without digests (its pull
+  // still asks for the copy's CRCs, not knowing) leaves it where it was.
+  const absl::Duration checked = node->kv_digest_check_time();
+  EXPECT_GT(checked, absl::ZeroDuration());
+  const KvHandle off = prefill_->Lease(kFast, "r-off", 40);
+  prefill_->ScriptWatch({KvProgressEvent{13, false, 0}, KvProgressEvent{40, true, 9}});
+  const Pipelined trusted = Run(*node, off);
+  ASSERT_OK(trusted.out.started);
+  EXPECT_FALSE(trusted.out.started->digests_verified);
+  EXPECT_OK(trusted.out.done);
+  EXPECT_EQ(node->kv_digest_check_time(), checked);
 
   const KvHandle again = prefill_->Lease(kFast, "r2", 40);
   done.kv_digests = prefill_->DigestsOf(again);

@@ -720,9 +720,12 @@ TEST_F(PrefillNodeTest, DigestsAreComputedChunkByChunkAsTheEngineWritesTheKv) {
   std::unique_ptr<DecodeNode> decode = NewDecode(client, 1);
   ASSERT_NE(decode, nullptr);
 
+  EXPECT_EQ(prefill.kv_digest_compute_time(), absl::ZeroDuration());
   absl::StatusOr<PrefillOutcome> out = Prefill(prefill, "r0");
   ASSERT_OK(out);
   EXPECT_EQ(prefill.kv_blocks_checked_as_written(), 2);
+  // tandem_kv_digest_compute_seconds_total: the chunks' checks and the final pass took time.
+  EXPECT_GT(prefill.kv_digest_compute_time(), absl::ZeroDuration());
   std::vector<absl::Span<const std::byte>> pools;
   for (int32_t r = 0; r < 2; ++r) {
     const KvPoolMemory& p = prefill.TestOnlyPool(r);
@@ -733,8 +736,11 @@ TEST_F(PrefillNodeTest, DigestsAreComputedChunkByChunkAsTheEngineWritesTheKv) {
       KvDigestBinding{"r0", out->generation, out->block_table, out->block_generations});
   ASSERT_OK(one_pass);
   EXPECT_EQ(out->kv_digests, *one_pass);
+  EXPECT_EQ(decode->kv_digest_check_time(), absl::ZeroDuration());
   const std::vector<int32_t> expected = Decode(prefill, *decode, "r0", *out, 4);
   ASSERT_EQ(expected.size(), 4u);
+  // tandem_kv_digest_check_seconds_total
+  EXPECT_GT(decode->kv_digest_check_time(), absl::ZeroDuration());
 
   // Pipelined: once the first chunk is published its block's checks exist; a byte of it
   // changes after that.
@@ -780,6 +786,25 @@ TEST_F(PrefillNodeTest, DigestsAreComputedChunkByChunkAsTheEngineWritesTheKv) {
                        AllOf(HasSubstr("digest mismatch in 1 of"), HasSubstr("source rank 0"))));
   EXPECT_EQ(decode->kv_digest_mismatches(), 1);
   EXPECT_EQ(prefill.Load().leases, 0);
+}
+
+// With --kv_digests=false neither side spends time on digests: the metrics of their cost
+// (tandem_kv_digest_compute_seconds_total, tandem_kv_digest_check_seconds_total) stay at 0
+// through a prefill and its transfer (the pipelined decode side: decode_node_test).
+TEST_F(PrefillNodeTest, WithDigestsOffNoDigestTimeIsCounted) {
+  std::unique_ptr<PrefillNode> prefill =
+      NewNode(absl::Seconds(30), /*prefix_cache=*/false, ParallelConfig{2, 1, 1, 16, 16}, 1 << 20,
+              /*kv_digests=*/false);
+  ASSERT_NE(prefill, nullptr);
+  auto client = std::make_shared<InProcessPrefill>(prefill.get());
+  std::unique_ptr<DecodeNode> decode = NewDecode(client, 1);
+  ASSERT_NE(decode, nullptr);
+  absl::StatusOr<PrefillOutcome> out = Prefill(*prefill, "r0");
+  ASSERT_OK(out);
+  EXPECT_TRUE(out->kv_digests.empty());
+  EXPECT_EQ(Decode(*prefill, *decode, "r0", *out, 3).size(), 3u);
+  EXPECT_EQ(prefill->kv_digest_compute_time(), absl::ZeroDuration());
+  EXPECT_EQ(decode->kv_digest_check_time(), absl::ZeroDuration());
 }
 
 // Issue 28: a prefix-cache block corrupted while cached. The hit re-reads the block against
