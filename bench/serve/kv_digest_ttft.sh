@@ -27,6 +27,8 @@
 #   The check's time is summed whether it overlapped the pull or not, so this is an upper bound
 #   on what the digests add to TTFT.
 set -euo pipefail
+# shellcheck source=bench/serve/ab_rounds.sh
+. "$(dirname "$0")/ab_rounds.sh"
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 readonly REPO
@@ -96,20 +98,6 @@ on="127.0.0.1:$(cat "$out/on-router.port")"
 off="127.0.0.1:$(cat "$out/off-router.port")"
 log "digests on: router $on; digests off: router $off; decode $decode_addr"
 
-note_load() {
-  { echo "== $1 $(date -u +%H:%M:%S) loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
-    ps -eo pcpu=,comm= --sort=-pcpu | head -4; } >> "$out/load.txt"
-}
-# run NAME ADDRESS SEED: one tandem-bench run through the router at ADDRESS.
-run() {
-  log "run $1"
-  note_load "$1"
-  "$bench" --backend=grpc --address="$2" --token_id_range=100:10000 --seed="$3" \
-    --prompt_len="fixed:$prompt_len" --output_len="fixed:$output_len" --concurrency=1 \
-    --num_requests="$requests" --warmup_requests=1 --request_timeout_s=600 \
-    --json_out="$out/$1.json" --result_prefix="$1_" > "$out/$1.txt" 2>&1 ||
-    { cat "$out/$1.txt" >&2; die "run $1 failed"; }
-}
 # scrape NODE: the digest counters of NODE (prefill-0, decode-0), one "name value" a line.
 scrape() {
   curl -sf "http://127.0.0.1:$(cat "$TANDEM_RUN_DIR/$1.metrics_port")/metrics" |
@@ -117,14 +105,7 @@ scrape() {
     die "no digest counters from $1"
 }
 { scrape prefill-0; scrape decode-0; } > "$out/digest-time-before.txt"
-for r in $(seq 1 "$rounds"); do
-  seed=$((2000 + r))
-  if [ $((r % 2)) = 1 ]; then
-    run "on_r$r" "$on" "$seed"; run "off_r$r" "$off" "$seed"
-  else
-    run "off_r$r" "$off" "$seed"; run "on_r$r" "$on" "$seed"
-  fi
-done
+ab_rounds "$rounds" 2000 on "$on" off "$off"
 { scrape prefill-0; scrape decode-0; } > "$out/digest-time-after.txt"
 metrics_url="http://127.0.0.1:$(cat "$TANDEM_RUN_DIR/decode-0.metrics_port")/metrics"
 curl -sf "$metrics_url" | grep -E '^tandem_kv_digest' > "$out/decode-digest-metrics.txt" || true

@@ -18,6 +18,8 @@
 #   which is the first one: decode call + pull + first step) and the decode node's pipelined
 #   counters (pulls made while a prefill ran).
 set -euo pipefail
+# shellcheck source=bench/serve/ab_rounds.sh
+. "$(dirname "$0")/ab_rounds.sh"
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 readonly REPO
@@ -78,28 +80,7 @@ done
 piped="127.0.0.1:$(cat "$out/piped-router.port")"
 log "unpipelined router $router, pipelined router $piped, prefill $prefill_addr, decode $decode_addr"
 
-note_load() {
-  { echo "== $1 $(date -u +%H:%M:%S) loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
-    ps -eo pcpu=,comm= --sort=-pcpu | head -4; } >> "$out/load.txt"
-}
-# run NAME ADDRESS SEED: one tandem-bench run through the router at ADDRESS.
-run() {
-  log "run $1"
-  note_load "$1"
-  "$bench" --backend=grpc --address="$2" --token_id_range=100:10000 --seed="$3" \
-    --prompt_len="fixed:$prompt_len" --output_len="fixed:$output_len" --concurrency=1 \
-    --num_requests="$requests" --warmup_requests=1 --request_timeout_s=600 \
-    --json_out="$out/$1.json" --result_prefix="$1_" > "$out/$1.txt" 2>&1 ||
-    { cat "$out/$1.txt" >&2; die "run $1 failed"; }
-}
-for r in $(seq 1 "$rounds"); do
-  seed=$((1000 + r))
-  if [ $((r % 2)) = 1 ]; then
-    run "unpipelined_r$r" "$router" "$seed"; run "pipelined_r$r" "$piped" "$seed"
-  else
-    run "pipelined_r$r" "$piped" "$seed"; run "unpipelined_r$r" "$router" "$seed"
-  fi
-done
+ab_rounds "$rounds" 1000 unpipelined "$router" pipelined "$piped"
 metrics_url="http://127.0.0.1:$(cat "$TANDEM_RUN_DIR/decode-0.metrics_port")/metrics"
 curl -sf "$metrics_url" | grep -E '^tandem_kv_pipelined' > "$out/decode-pipelined-metrics.txt" || true
 
