@@ -24,14 +24,14 @@ class ContextCancel final : public Cancellable {
   grpc::ClientContext* const context_;
 };
 
-// A server-streaming `method` of `stub` as a GrpcReadStream (which keeps the stub until the call
-// is done).
-template <typename Stub, typename Request, typename Message>
-std::unique_ptr<NodeStream<Message>> StartStream(
-    std::unique_ptr<Stub> owned_stub,
-    void (Stub::async::*method)(grpc::ClientContext*, const Request*,
-                                grpc::ClientReadReactor<Message>*),
-    Request request, absl::Time deadline, const std::string& request_id) {
+// A server-streaming `method` (a member of the stub's `async` class) of `stub` as a GrpcReadStream
+// of Message (which keeps the stub until the call is done). `method`'s type is deduced as a whole:
+// naming `Stub::async` in a dependent type is ambiguous (a class and a member function of that
+// name), which clang rejects.
+template <typename Message, typename Stub, typename Method, typename Request>
+std::unique_ptr<NodeStream<Message>> StartStream(std::unique_ptr<Stub> owned_stub, Method method,
+                                                 Request request, absl::Time deadline,
+                                                 const std::string& request_id) {
   std::shared_ptr<Stub> stub = std::move(owned_stub);
   return std::make_unique<GrpcReadStream<Request, Message>>(
       [stub, method](grpc::ClientContext* ctx, const Request* req,
@@ -75,18 +75,18 @@ std::unique_ptr<DecodeEventStream> GrpcNodeClient::Decode(const NodeRef& node,
                                                           v1::DecodeRequest request,
                                                           absl::Time deadline,
                                                           const std::string& request_id) {
-  return StartStream(v1::DecodeService::NewStub(node.channel),
-                     &v1::DecodeService::Stub::async::Decode, std::move(request), deadline,
-                     request_id);
+  return StartStream<v1::DecodeEvent>(v1::DecodeService::NewStub(node.channel),
+                                      &v1::DecodeService::Stub::async::Decode, std::move(request),
+                                      deadline, request_id);
 }
 
 std::unique_ptr<KvProgressStream> GrpcNodeClient::WatchKv(const NodeRef& node,
                                                           v1::WatchKvRequest request,
                                                           absl::Time deadline,
                                                           const std::string& request_id) {
-  return StartStream(v1::PrefillService::NewStub(node.channel),
-                     &v1::PrefillService::Stub::async::WatchKv, std::move(request), deadline,
-                     request_id);
+  return StartStream<v1::KvProgress>(v1::PrefillService::NewStub(node.channel),
+                                     &v1::PrefillService::Stub::async::WatchKv, std::move(request),
+                                     deadline, request_id);
 }
 
 NodeClient* DefaultGrpcNodeClient() {
