@@ -214,11 +214,6 @@ struct FoldKeys {
 };
 FoldKeys MakeFoldKeys(int bits) { return {FoldConstant(bits + 32), FoldConstant(bits - 32)}; }
 
-__attribute__((target("avx512f"))) inline __m512i FoldKeys512(const FoldKeys& k) {
-  const auto hi = static_cast<int64_t>(k.hi), lo = static_cast<int64_t>(k.lo);
-  return _mm512_set_epi64(hi, lo, hi, lo, hi, lo, hi, lo);
-}
-
 __attribute__((target("avx512f,vpclmulqdq"))) inline __m512i Fold512(__m512i acc, __m512i keys,
                                                                      __m512i data) {
   const __m512i lo = _mm512_clmulepi64_epi128(acc, keys, 0x00);
@@ -226,38 +221,93 @@ __attribute__((target("avx512f,vpclmulqdq"))) inline __m512i Fold512(__m512i acc
   return _mm512_ternarylogic_epi64(lo, hi, data, 0x96);  // lo ^ hi ^ data
 }
 
-// The VPCLMULQDQ CRC of p[0, n) (REQUIRES: n >= 256): four 512-bit lanes folded by 2048 bits per
-// round, then into one. With kCopy it also stores every 64 bytes it loads to `d` (and the tail):
-// the copy and the CRC in one pass over the source; without, `d` is unused.
-template <bool kCopy>
-__attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawVpclmulPass(uint32_t c,
+__attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawVpclmul(uint32_t c,
+                                                                         const unsigned char* p,
+                                                                         size_t n) {
+  static const FoldKeys k2048 = MakeFoldKeys(2048), k512 = MakeFoldKeys(512);
+  const __m512i by_round =
+      _mm512_set_epi64(static_cast<int64_t>(k2048.hi), static_cast<int64_t>(k2048.lo),
+                       static_cast<int64_t>(k2048.hi), static_cast<int64_t>(k2048.lo),
+                       static_cast<int64_t>(k2048.hi), static_cast<int64_t>(k2048.lo),
+                       static_cast<int64_t>(k2048.hi), static_cast<int64_t>(k2048.lo));
+  const __m512i by_64 = _mm512_set_epi64(
+      static_cast<int64_t>(k512.hi), static_cast<int64_t>(k512.lo), static_cast<int64_t>(k512.hi),
+      static_cast<int64_t>(k512.lo), static_cast<int64_t>(k512.hi), static_cast<int64_t>(k512.lo),
+      static_cast<int64_t>(k512.hi), static_cast<int64_t>(k512.lo));
+  __m512i x0 = _mm512_loadu_si512(p);
+  __m512i x1 = _mm512_loadu_si512(p + 64);
+  __m512i x2 = _mm512_loadu_si512(p + 128);
+  __m512i x3 = _mm512_loadu_si512(p + 192);
+  x0 = _mm512_xor_si512(x0, _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(c))));
+  p += 256;
+  n -= 256;
+  while (n >= 256) {
+    x0 = Fold512(x0, by_round, _mm512_loadu_si512(p));
+    x1 = Fold512(x1, by_round, _mm512_loadu_si512(p + 64));
+    x2 = Fold512(x2, by_round, _mm512_loadu_si512(p + 128));
+    x3 = Fold512(x3, by_round, _mm512_loadu_si512(p + 192));
+    p += 256;
+    n -= 256;
+  }
+  x1 = Fold512(x0, by_64, x1);
+  x2 = Fold512(x1, by_64, x2);
+  x3 = Fold512(x2, by_64, x3);
+  alignas(64) unsigned char folded[64];
+  _mm512_store_si512(folded, x3);
+  return RawOneStream(RawOneStream(0, folded, sizeof folded), p, n);
+}
+
+// RawVpclmul that also stores every 64 bytes it loads to `d` (REQUIRES: n >= 256): the copy and
+// the CRC in one pass over the source.
+__attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawVpclmulCopy(uint32_t c,
                                                                              unsigned char* d,
                                                                              const unsigned char* p,
                                                                              size_t n) {
-  // No lambdas here: they would not inherit this function's target attribute.
   static const FoldKeys k2048 = MakeFoldKeys(2048), k512 = MakeFoldKeys(512);
-  const __m512i by_round = FoldKeys512(k2048);
-  const __m512i by_64 = FoldKeys512(k512);
-  __m512i y[4], x[4];  // y: the 256 bytes at p (each loaded once), x: the four running folds
-  for (int i = 0; i < 4; ++i) x[i] = y[i] = _mm512_loadu_si512(p + 64 * i);
-  x[0] = _mm512_xor_si512(x[0], _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(c))));
-  for (;;) {
-    if constexpr (kCopy) {
-      for (int i = 0; i < 4; ++i) _mm512_storeu_si512(d + 64 * i, y[i]);
-      d += 256;
-    }
+  const __m512i by_round =
+      _mm512_set_epi64(static_cast<int64_t>(k2048.hi), static_cast<int64_t>(k2048.lo),
+                       static_cast<int64_t>(k2048.hi), static_cast<int64_t>(k2048.lo),
+                       static_cast<int64_t>(k2048.hi), static_cast<int64_t>(k2048.lo),
+                       static_cast<int64_t>(k2048.hi), static_cast<int64_t>(k2048.lo));
+  const __m512i by_64 = _mm512_set_epi64(
+      static_cast<int64_t>(k512.hi), static_cast<int64_t>(k512.lo), static_cast<int64_t>(k512.hi),
+      static_cast<int64_t>(k512.lo), static_cast<int64_t>(k512.hi), static_cast<int64_t>(k512.lo),
+      static_cast<int64_t>(k512.hi), static_cast<int64_t>(k512.lo));
+  __m512i x0 = _mm512_loadu_si512(p);
+  __m512i x1 = _mm512_loadu_si512(p + 64);
+  __m512i x2 = _mm512_loadu_si512(p + 128);
+  __m512i x3 = _mm512_loadu_si512(p + 192);
+  _mm512_storeu_si512(d, x0);
+  _mm512_storeu_si512(d + 64, x1);
+  _mm512_storeu_si512(d + 128, x2);
+  _mm512_storeu_si512(d + 192, x3);
+  x0 = _mm512_xor_si512(x0, _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(c))));
+  p += 256;
+  d += 256;
+  n -= 256;
+  while (n >= 256) {
+    const __m512i y0 = _mm512_loadu_si512(p);
+    const __m512i y1 = _mm512_loadu_si512(p + 64);
+    const __m512i y2 = _mm512_loadu_si512(p + 128);
+    const __m512i y3 = _mm512_loadu_si512(p + 192);
+    _mm512_storeu_si512(d, y0);
+    _mm512_storeu_si512(d + 64, y1);
+    _mm512_storeu_si512(d + 128, y2);
+    _mm512_storeu_si512(d + 192, y3);
+    x0 = Fold512(x0, by_round, y0);
+    x1 = Fold512(x1, by_round, y1);
+    x2 = Fold512(x2, by_round, y2);
+    x3 = Fold512(x3, by_round, y3);
     p += 256;
+    d += 256;
     n -= 256;
-    if (n < 256) break;
-    for (int i = 0; i < 4; ++i) y[i] = _mm512_loadu_si512(p + 64 * i);
-    for (int i = 0; i < 4; ++i) x[i] = Fold512(x[i], by_round, y[i]);
   }
-  x[1] = Fold512(x[0], by_64, x[1]);
-  x[2] = Fold512(x[1], by_64, x[2]);
-  x[3] = Fold512(x[2], by_64, x[3]);
+  x1 = Fold512(x0, by_64, x1);
+  x2 = Fold512(x1, by_64, x2);
+  x3 = Fold512(x2, by_64, x3);
   alignas(64) unsigned char folded[64];
-  _mm512_store_si512(folded, x[3]);
-  if constexpr (kCopy) std::memcpy(d, p, n);
+  _mm512_store_si512(folded, x3);
+  std::memcpy(d, p, n);
   return RawOneStream(RawOneStream(0, folded, sizeof folded), p, n);
 }
 #endif
@@ -278,7 +328,7 @@ uint32_t Crc32cSse42(uint32_t crc, const void* data, size_t n) {
 uint32_t Crc32c(uint32_t crc, const void* data, size_t n) {
 #if defined(__x86_64__)
   if (n >= 256 && HaveVpclmul()) {
-    return ~RawVpclmulPass<false>(~crc, nullptr, static_cast<const unsigned char*>(data), n);
+    return ~RawVpclmul(~crc, static_cast<const unsigned char*>(data), n);
   }
 #endif
   return Crc32cSse42(crc, data, n);
@@ -288,7 +338,7 @@ uint32_t Crc32cCopy(uint32_t crc, void* dst, const void* src, size_t n) {
   auto* d = static_cast<unsigned char*>(dst);
   const auto* p = static_cast<const unsigned char*>(src);
 #if defined(__x86_64__)
-  if (n >= 256 && HaveVpclmul()) return ~RawVpclmulPass<true>(~crc, d, p, n);
+  if (n >= 256 && HaveVpclmul()) return ~RawVpclmulCopy(~crc, d, p, n);
 #endif
   // Steps that stay in L1 between the copy and the CRC.
   constexpr size_t kStep = size_t{16} << 10;
