@@ -47,14 +47,8 @@ absl::StatusOr<DeviceScenarioResult> RunDeviceScenario(const Scenario& sc,
     }
   }
 
-  testing::SourcePeerConfig config;
-  config.engine_id = "bench-device-" + sc.name;
-  config.compat_hash = CompatibilityHash("bench-model", sc.src);
-  config.layout = sc.src;
-  config.blocks = ScatteredBlocks(VirtualBlocksFor(sc.src.parallel.dcp_geometry(), sc.tokens), 1);
-  config.num_tokens = sc.tokens;
-  const std::vector<int32_t> dst_blocks =
-      ScatteredBlocks(VirtualBlocksFor(sc.dst.parallel.dcp_geometry(), sc.tokens), 2);
+  const testing::SourcePeerConfig config = SourceConfigFor(sc, "bench-device-" + sc.name);
+  const std::vector<int32_t> dst_blocks = DestinationBlocksFor(sc);
   testing::SourcePeerProcess::Options peer_options;
   peer_options.executable = options.self_executable;
   peer_options.args = {"--source_peer", "--memory=cuda", absl::StrCat("--device=", device)};

@@ -59,16 +59,24 @@ Timing Summarise(std::vector<absl::Duration> samples) {
   return Timing{samples.front(), samples[samples.size() / 2]};
 }
 
-absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOptions& options) {
-  if (sc.dst.world() != 1) return absl::InvalidArgumentError("benchmark times one decode rank");
+testing::SourcePeerConfig SourceConfigFor(const Scenario& sc, std::string engine_id) {
   testing::SourcePeerConfig config;
-  config.engine_id = "bench-" + sc.name;
+  config.engine_id = std::move(engine_id);
   config.compat_hash = CompatibilityHash("bench-model", sc.src);
   config.layout = sc.src;
   config.blocks = ScatteredBlocks(VirtualBlocksFor(sc.src.parallel.dcp_geometry(), sc.tokens), 1);
   config.num_tokens = sc.tokens;
-  const std::vector<int32_t> dst_blocks =
-      ScatteredBlocks(VirtualBlocksFor(sc.dst.parallel.dcp_geometry(), sc.tokens), 2);
+  return config;
+}
+
+std::vector<int32_t> DestinationBlocksFor(const Scenario& sc) {
+  return ScatteredBlocks(VirtualBlocksFor(sc.dst.parallel.dcp_geometry(), sc.tokens), 2);
+}
+
+absl::StatusOr<ScenarioResult> RunScenario(const Scenario& sc, const ScenarioOptions& options) {
+  if (sc.dst.world() != 1) return absl::InvalidArgumentError("benchmark times one decode rank");
+  const testing::SourcePeerConfig config = SourceConfigFor(sc, "bench-" + sc.name);
+  const std::vector<int32_t> dst_blocks = DestinationBlocksFor(sc);
 
   testing::SourcePeerProcess::Options peer_options;
   peer_options.executable = options.self_executable;

@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "kv_transfer/transfer_types.h"
 #include "kv_transfer/ucx/kv_puller.h"
+#include "kv_transfer/ucx/testing/source_peer.h"
 #include "kv_transfer/ucx/testing/transports.h"
 
 namespace tandem::bench {
@@ -104,6 +105,14 @@ struct ScenarioResult {
 // A block table as a block manager hands it out after some churn: a fixed permutation of
 // [0, n), so consecutive virtual blocks rarely sit in consecutive physical blocks.
 [[nodiscard]] std::vector<int32_t> ScatteredBlocks(int64_t n, uint64_t seed);
+
+// The source peer's config for `scenario` under `engine_id`: its layout, tokens and a scattered
+// block table (seed 1).
+[[nodiscard]] testing::SourcePeerConfig SourceConfigFor(const Scenario& scenario,
+                                                        std::string engine_id);
+
+// The decode side's scattered block table for `scenario` (seed 2).
+[[nodiscard]] std::vector<int32_t> DestinationBlocksFor(const Scenario& scenario);
 
 // The best and the median of `samples` (REQUIRES: not empty).
 [[nodiscard]] Timing Summarise(std::vector<absl::Duration> samples);
