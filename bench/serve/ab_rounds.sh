@@ -1,10 +1,10 @@
 # shellcheck shell=bash
-# shellcheck disable=SC2154  # bench, out, prompt_len, output_len, requests: set by the caller
+# shellcheck disable=SC2154  # model, build, bench, out, prompt_len, output_len, requests: set by the caller
 # Sourced by the A/B serving benches (kv_digest_ttft.sh, pipelined_ttft.sh), not run on its own:
 # alternating tandem-bench runs through two routers, one request at a time, so that load drift on
 # the machine hits both sides alike.
 #
-# Expects: $bench (tandem-bench), $out (output folder), $prompt_len, $output_len, $requests, and
+# Expects: $model, $build, $bench (tandem-bench), $out (output folder), $prompt_len, $output_len, $requests, and
 # a `log` and a `die` function.
 #
 #   ab_rounds ROUNDS SEED_BASE NAME_A ADDRESS_A NAME_B ADDRESS_B
@@ -12,6 +12,17 @@
 #       NAME_B_r when r is odd, the other way round when it is even; each run writes
 #       $out/NAME_r.json (tandem-bench's report) and $out/NAME_r.txt, and the load before it to
 #       $out/load.txt.
+
+# ab_check_inputs: dies unless $model and the binaries the A/B benches start ($bench and the
+# router, prefill and decode nodes under $build) are there.
+ab_check_inputs() {
+  local b
+  [ -f "$model" ] || die "model $model not found (deploy/fetch-model.sh fetches SmolLM2)"
+  for b in "$bench" "$build/router/tandem-router" "$build/prefill_node/tandem-prefill" \
+           "$build/decode_node/tandem-decode"; do
+    [ -x "$b" ] || die "$b is missing: build it (ninja -C build tandem-bench tandem-router tandem-prefill tandem-decode)"
+  done
+}
 
 ab_note_load() {
   { echo "== $1 $(date -u +%H:%M:%S) loadavg $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -45,11 +45,7 @@ bench="$build/bench/serve/tandem-bench"
 log() { echo "kv_digest_ttft.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-[ -f "$model" ] || die "model $model not found (deploy/fetch-model.sh fetches SmolLM2)"
-for b in "$bench" "$build/router/tandem-router" "$build/prefill_node/tandem-prefill" \
-         "$build/decode_node/tandem-decode"; do
-  [ -x "$b" ] || die "$b is missing: build it (ninja -C build tandem-bench tandem-router tandem-prefill tandem-decode)"
-done
+ab_check_inputs
 mkdir -p "$out"
 rm -f "$out"/*.json "$out"/*.txt "$out"/summary.md "$out"/*-router.port
 

@@ -36,11 +36,7 @@ bench="$build/bench/serve/tandem-bench"
 log() { echo "pipelined_ttft.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-[ -f "$model" ] || die "model $model not found (deploy/fetch-model.sh fetches SmolLM2)"
-for b in "$bench" "$build/router/tandem-router" "$build/prefill_node/tandem-prefill" \
-         "$build/decode_node/tandem-decode"; do
-  [ -x "$b" ] || die "$b is missing: build it (tbuild tandem-bench tandem-router tandem-prefill tandem-decode)"
-done
+ab_check_inputs
 mkdir -p "$out"
 rm -f "$out"/*.json "$out"/*.txt "$out"/summary.md "$out"/piped-router.port
 
