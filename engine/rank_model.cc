@@ -117,6 +117,21 @@ absl::Status RankModel::ResidualLinear(const LinearOp& op, const float* in, int6
   return comms_.tp->AllReduce(x, rows * op.n(), CommDType::kF32);
 }
 
+absl::StatusOr<const float*> RankModel::ResidualLinearNorm(const LinearOp& op, const float* in,
+                                                           int64_t rows, float* x, float* scratch,
+                                                           const DeviceBuffer& norm_w, float* h) {
+  ComputeBackend& be = *backend_;
+  const float eps = config_.rms_norm_eps;
+  if (parallel_.tp == 1 && be.PrefersAddRmsNorm()) {
+    TANDEM_RETURN_IF_ERROR(be.Linear(op, in, rows, scratch));
+    TANDEM_RETURN_IF_ERROR(be.AddRmsNorm(x, scratch, norm_w.f32(), rows, op.n(), eps, scratch));
+    return scratch;
+  }
+  TANDEM_RETURN_IF_ERROR(ResidualLinear(op, in, rows, x, scratch));
+  TANDEM_RETURN_IF_ERROR(be.RmsNorm(x, norm_w.f32(), rows, op.n(), eps, h));
+  return h;
+}
+
 absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits) {
   const int32_t c = placement_.pcp_rank;
   const int32_t tp = parallel_.tp, pcp = parallel_.pcp, dcp = parallel_.dcp;
@@ -205,12 +220,17 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
   } else {
     TANDEM_RETURN_IF_ERROR(be.Embedding(weights_.embedding->f32(), ids_.data(), m, hidden, x));
   }
+  // The attention input attn_norm(x) when the previous layer's down projection computed it.
+  const float* normed = nullptr;
   for (int32_t l = 0; l < config_.num_layers; ++l) {
     const RankLayerWeights& w = weights_.layers[l];
-    TANDEM_RETURN_IF_ERROR(be.RmsNorm(x, w.attn_norm->f32(), m, hidden, config_.rms_norm_eps, h));
+    if (normed == nullptr) {
+      TANDEM_RETURN_IF_ERROR(be.RmsNorm(x, w.attn_norm->f32(), m, hidden, config_.rms_norm_eps, h));
+      normed = h;
+    }
     const LinearOp* qkv_ops[] = {w.wq.get(), w.wk.get(), w.wv.get()};
     float* const qkv_out[] = {q, k, v};
-    TANDEM_RETURN_IF_ERROR(be.LinearMany(qkv_ops, h, m, qkv_out));
+    TANDEM_RETURN_IF_ERROR(be.LinearMany(qkv_ops, normed, m, qkv_out));
     if (w.q_norm != nullptr) {  // per-head RMSNorm: rows of head_dim, whole heads on every rank
       TANDEM_RETURN_IF_ERROR(be.RmsNorm(q, w.q_norm->f32(), m * nq, d, config_.rms_norm_eps, q));
       TANDEM_RETURN_IF_ERROR(be.RmsNorm(k, w.k_norm->f32(), m * nk, d, config_.rms_norm_eps, k));
@@ -223,10 +243,16 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
     }
     TANDEM_RETURN_IF_ERROR(be.WriteKv(pool_, l, kv_slots_.data(), kv_rows, kall, vall));
     TANDEM_RETURN_IF_ERROR(AttentionLayer(plan, l, m, mmax, q, attn));
-    TANDEM_RETURN_IF_ERROR(ResidualLinear(*w.wo, attn, m, x, o));
-    TANDEM_RETURN_IF_ERROR(be.RmsNorm(x, w.ffn_norm->f32(), m, hidden, config_.rms_norm_eps, h));
-    TANDEM_RETURN_IF_ERROR(be.LinearGatedUp(*w.w_gate, *w.w_up, h, m, up, gate));
-    TANDEM_RETURN_IF_ERROR(ResidualLinear(*w.w_down, gate, m, x, o));
+    TANDEM_ASSIGN_OR_RETURN(normed, ResidualLinearNorm(*w.wo, attn, m, x, o, *w.ffn_norm, h));
+    TANDEM_RETURN_IF_ERROR(be.LinearGatedUp(*w.w_gate, *w.w_up, normed, m, up, gate));
+    if (l + 1 == config_.num_layers) {
+      TANDEM_RETURN_IF_ERROR(ResidualLinear(*w.w_down, gate, m, x, o));
+      normed = nullptr;
+    } else {
+      // The next layer's attention norm follows this residual add.
+      TANDEM_ASSIGN_OR_RETURN(normed, ResidualLinearNorm(*w.w_down, gate, m, x, o,
+                                                         *weights_.layers[l + 1].attn_norm, h));
+    }
   }
 
   // ---- logits ----

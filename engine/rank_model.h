@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "attention/parallel_layout.h"
 #include "engine/communicator.h"
 #include "engine/rank_weights.h"
@@ -56,6 +57,12 @@ class RankModel {
   // x += in·Wᵀ over the whole TP group (the O and down projections with their residual add).
   absl::Status ResidualLinear(const LinearOp& op, const float* in, int64_t rows, float* x,
                               float* scratch);
+  // ResidualLinear, then the norm (norm_w) of the new x for the next projection; returns where
+  // that normed x is: scratch when the backend fuses the add into the norm
+  // (ComputeBackend::PrefersAddRmsNorm, tp = 1), else h.
+  absl::StatusOr<const float*> ResidualLinearNorm(const LinearOp& op, const float* in, int64_t rows,
+                                                  float* x, float* scratch,
+                                                  const DeviceBuffer& norm_w, float* h);
 
   const LlamaConfig config_;
   const ParallelConfig parallel_;

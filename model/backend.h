@@ -165,6 +165,18 @@ class ComputeBackend {
   virtual absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out) = 0;
   // x[i] += y[i], n elements.
   virtual absl::Status Add(float* x, const float* y, int64_t n) = 0;
+  // residual += x, then out = RMSNorm(residual) · w, rows of n ([m][n] each): a residual add and
+  // the norm that follows it (FlashInfer's fused add + RMSNorm). out may alias x, not residual.
+  // Default: Add, then RmsNorm — the same ops the forward runs without it.
+  virtual absl::Status AddRmsNorm(float* residual, const float* x, const float* w, int64_t m,
+                                  int64_t n, float eps, float* out) {
+    if (absl::Status s = Add(residual, x, m * n); !s.ok()) return s;
+    return RmsNorm(residual, w, m, n, eps, out);
+  }
+  // Whether the forward should run a residual projection followed by a norm as Linear +
+  // AddRmsNorm (the add fused into the norm) rather than LinearAdd + RmsNorm (the add fused into
+  // the GEMM, or a separate Add). Only at tp = 1 (with tp > 1 an all-reduce comes between).
+  virtual bool PrefersAddRmsNorm() const { return false; }
   // dst row i = src row index[i] (rows of `cols` floats); index: host [m]; −1 writes zeros.
   virtual absl::Status GatherRows(const float* src, const int64_t* index, int64_t m, int64_t cols,
                                   float* dst) = 0;

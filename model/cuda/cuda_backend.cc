@@ -292,6 +292,20 @@ class CudaBackend final : public ComputeBackend {
     return AddNow(x, y, n);
   }
 
+  // f32 activations: the residual add is a separate kernel after the GEMM (LinearAdd), so the
+  // forward fuses it into the next norm instead — FlashInfer's FusedAddRMSNorm or ours. bf16:
+  // the add already is the GEMM's beta = 1.
+  bool PrefersAddRmsNorm() const override { return !bf16_; }
+  absl::Status AddRmsNorm(float* residual, const float* x, const float* w, int64_t m, int64_t n,
+                          float eps, float* out) override {
+    TANDEM_ON_BACKEND_DEVICE();
+    return Exec(m,
+                {kOpAddRmsNorm, Word(residual), Word(x), Word(w), m, n, Word(out), FloatWord(eps)},
+                nullptr, 0, nullptr, [this, residual, x, w, m, n, eps, out](const void*) {
+                  return fi_ops_->AddRmsNorm(residual, x, w, m, n, eps, out, stream());
+                });
+  }
+
   absl::Status GatherRows(const float* src, const int64_t* index, int64_t m, int64_t cols,
                           float* dst) override {
     TANDEM_ON_BACKEND_DEVICE();
@@ -370,7 +384,8 @@ class CudaBackend final : public ComputeBackend {
     kOpEmbedding,
     kOpRmsNorm,
     kOpRope,
-    kOpGather
+    kOpGather,
+    kOpAddRmsNorm
   };
   static int64_t Word(const void* p) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(p)); }
   static int64_t FloatWord(float f) {

@@ -44,6 +44,33 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t j = threadIdx.x; j < n; j += kThreads) yi[j] = xi[j] * scale * w[j];
 }
 
+// residual += x, then out = RMSNorm(residual) · w: RmsNormKernel over the sums, which each thread
+// keeps in residual and reads back itself (same elements, same order of the sum of squares as
+// LaunchAdd followed by LaunchRmsNorm). x is read before the barrier, so out may alias it.
+__global__ void __launch_bounds__(kThreads)
+    AddRmsNormKernel(float* residual, const float* x, const float* w, int64_t n, float eps,
+                     float* out) {
+  __shared__ double partial[kThreads];
+  const int64_t row = blockIdx.x;
+  float* ri = residual + row * n;
+  const float* xi = x + row * n;
+  float* oi = out + row * n;
+  double ss = 0.0;
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) {
+    const float r = ri[j] + xi[j];
+    ri[j] = r;
+    ss += static_cast<double>(r) * r;
+  }
+  partial[threadIdx.x] = ss;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  const float scale = static_cast<float>(1.0 / sqrt(partial[0] / static_cast<double>(n) + eps));
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) oi[j] = ri[j] * scale * w[j];
+}
+
 // RoPE frequency divisors passed by value (kernel parameters), so no device buffer is needed.
 constexpr int32_t kMaxRopeFactors = 256;
 struct RopeFactors {
@@ -126,6 +153,16 @@ absl::Status LaunchRmsNorm(const float* x, const float* w, int64_t m, int64_t n,
   if (m > INT32_MAX) return absl::InvalidArgumentError(absl::StrCat("rms_norm: ", m, " rows"));
   if (m == 0 || n == 0) return absl::OkStatus();
   RmsNormKernel<<<static_cast<unsigned>(m), kThreads, 0, S(stream)>>>(x, w, n, eps, y);
+  return LaunchStatus();
+}
+
+absl::Status LaunchAddRmsNorm(float* residual, const float* x, const float* w, int64_t m, int64_t n,
+                              float eps, float* out, void* stream) {
+  if (absl::Status s = CheckSizes("add_rms_norm", m, n); !s.ok()) return s;
+  if (m > INT32_MAX) return absl::InvalidArgumentError(absl::StrCat("add_rms_norm: ", m, " rows"));
+  if (m == 0 || n == 0) return absl::OkStatus();
+  AddRmsNormKernel<<<static_cast<unsigned>(m), kThreads, 0, S(stream)>>>(residual, x, w, n, eps,
+                                                                         out);
   return LaunchStatus();
 }
 

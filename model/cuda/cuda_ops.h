@@ -18,6 +18,12 @@ namespace tandem::gpu {
 [[nodiscard]] absl::Status LaunchRmsNorm(const float* x, const float* w, int64_t m, int64_t n,
                                          float eps, float* y, void* stream);
 
+// residual += x, then out = LaunchRmsNorm(residual) (ComputeBackend::AddRmsNorm): bit-identical
+// to LaunchAdd followed by LaunchRmsNorm, in one pass. out may alias x, not residual.
+[[nodiscard]] absl::Status LaunchAddRmsNorm(float* residual, const float* x, const float* w,
+                                            int64_t m, int64_t n, float eps, float* out,
+                                            void* stream);
+
 // Rotary embedding in place on x [m][heads][head_dim] at positions [m]; angles in double as on
 // the CPU. kAdjacentPairs rotates (x[2i], x[2i+1]), kRotateHalf (x[i], x[i + head_dim/2]).
 // params.freq_factors (host, head_dim/2 divisors, head_dim <= 512) travel as kernel arguments;

@@ -19,6 +19,8 @@ const char* FiOpName(FiOp op) {
       return "rope";
     case FiOp::kCorrectPartial:
       return "dcp correction";
+    case FiOp::kAddRmsNorm:
+      return "add + rmsnorm";
   }
   return "?";
 }
@@ -29,6 +31,7 @@ FiOpChoice ChooseFlashInferOp(bool selected, bool built, const FiOpRequest& r) {
   if (!built) return Ours(absl::StrCat(op, ": FlashInfer is not built into this binary"));
   switch (r.op) {
     case FiOp::kRmsNorm:
+    case FiOp::kAddRmsNorm:
       if (r.bf16) {
         return Ours(absl::StrCat(op,
                                  ": bf16 activations (FlashInfer's RMSNorm takes the weight in the "
@@ -38,6 +41,9 @@ FiOpChoice ChooseFlashInferOp(bool selected, bool built, const FiOpRequest& r) {
         return Ours(absl::StrCat(op, ": n ", r.cols, " is not a positive multiple of 4"));
       }
       if (r.alignment < 16) return Ours(absl::StrCat(op, ": a pointer is not 16-byte aligned"));
+      if (r.op == FiOp::kAddRmsNorm && !r.in_place) {
+        return Ours(absl::StrCat(op, ": out is not x (FlashInfer's fused form writes in place)"));
+      }
       return FiOpChoice{true, ""};
     case FiOp::kRope:
       if (r.freq_factors) {

@@ -13,6 +13,8 @@
 // * RoPE: f32 or bf16; head_dim 64, 128, 256 or 512; at least 2 heads (the heads are split
 //   between FlashInfer's q and k halves of one launch); no rope_freq_factors and mscale 1
 //   (FlashInfer has neither — Llama 3 / YaRN models keep Tandem's kernel); x 16-byte aligned.
+// * Fused add + RMSNorm (ComputeBackend::AddRmsNorm): as RMSNorm (f32, n a multiple of 4,
+//   16-byte aligned), and in place — FlashInfer writes the normed rows over x, so out must be x.
 // * Partial correction: f32 outputs (the backend refuses bf16 there anyway); head_dim 64, 128,
 //   256 or 512.
 //
@@ -24,7 +26,7 @@
 
 namespace tandem::gpu {
 
-enum class FiOp : uint8_t { kRmsNorm, kRope, kCorrectPartial };
+enum class FiOp : uint8_t { kRmsNorm, kRope, kCorrectPartial, kAddRmsNorm };
 
 const char* FiOpName(FiOp op);
 
@@ -36,6 +38,7 @@ struct FiOpRequest {
   bool freq_factors = false;  // RoPE only: RopeParams::freq_factors set
   float mscale = 1.f;         // RoPE only
   int32_t alignment = 256;    // RMSNorm, RoPE: largest power of two dividing every pointer
+  bool in_place = true;       // fused add + RMSNorm only: out == x
 };
 
 struct FiOpChoice {

@@ -71,6 +71,22 @@ absl::Status FlashInferOps::RmsNorm(const float* x, const float* w, int64_t m, i
   return LaunchFlashInferRmsNorm(x, w, m, n, eps, y, stream);
 }
 
+absl::Status FlashInferOps::AddRmsNorm(float* residual, const float* x, const float* w, int64_t m,
+                                       int64_t n, float eps, float* out, cudaStream_t stream) {
+  FiOpRequest r;
+  r.op = FiOp::kAddRmsNorm;
+  r.bf16 = bf16_;
+  r.cols = n;
+  r.alignment = Alignment({residual, x, w, out});
+  r.in_place = out == x;
+  if (!UseFlashInfer(r)) {
+    if (!bf16_) return LaunchAddRmsNorm(residual, x, w, m, n, eps, out, stream);
+    TANDEM_RETURN_IF_ERROR(LaunchAddBf16(B16(residual), B16(x), m * n, stream));
+    return LaunchRmsNormBf16(B16(residual), w, m, n, eps, B16(out), stream);
+  }
+  return LaunchFlashInferAddRmsNorm(out, residual, w, m, n, eps, stream);
+}
+
 absl::Status FlashInferOps::Rope(float* x, int64_t m, int32_t heads, int32_t head_dim,
                                  const int64_t* positions, const RopeParams& params,
                                  cudaStream_t stream) {

@@ -1,8 +1,8 @@
-// The CUDA backend's RMSNorm, RoPE and DCP partial correction through FlashInfer when the
-// FlashInfer path is selected (TANDEM_CUDA_ATTENTION=flashinfer, the switch that also selects
-// FlashInfer's attention in attention_runner.h), through Tandem's kernels otherwise
-// (docs/gpu.md#flashinfer). Each call asks flashinfer_op_choice.h which runs; every distinct
-// reason for keeping Tandem's kernel on the FlashInfer path is written to stderr once
+// The CUDA backend's RMSNorm, fused add + RMSNorm, RoPE and DCP partial correction through
+// FlashInfer when the FlashInfer path is selected (TANDEM_CUDA_ATTENTION=flashinfer, the switch
+// that also selects FlashInfer's attention in attention_runner.h), through Tandem's kernels
+// otherwise (docs/gpu.md#flashinfer). Each call asks flashinfer_op_choice.h which runs; every
+// distinct reason for keeping Tandem's kernel on the FlashInfer path is written to stderr once
 // ("cuda backend: TANDEM_CUDA_ATTENTION=flashinfer: rope: rope_freq_factors (...); Tandem's
 // kernel runs").
 //
@@ -43,6 +43,10 @@ class FlashInferOps {
 
   absl::Status RmsNorm(const float* x, const float* w, int64_t m, int64_t n, float eps, float* y,
                        cudaStream_t stream);
+  // ComputeBackend::AddRmsNorm: FlashInfer's FusedAddRMSNorm when out == x (its in-place form),
+  // else LaunchAddRmsNorm (f32) or LaunchAddBf16 + LaunchRmsNormBf16 (bf16).
+  absl::Status AddRmsNorm(float* residual, const float* x, const float* w, int64_t m, int64_t n,
+                          float eps, float* out, cudaStream_t stream);
   absl::Status Rope(float* x, int64_t m, int32_t heads, int32_t head_dim, const int64_t* positions,
                     const RopeParams& params, cudaStream_t stream);
   absl::Status CorrectPartial(int32_t n, int32_t me, const float* all_lse, int64_t items,
@@ -63,7 +67,7 @@ class FlashInferOps {
   const bool selected_;
   const absl::Duration timeout_;
   std::set<std::string> logged_;
-  std::array<int64_t, 3> calls_{};
+  std::array<int64_t, 4> calls_{};
   std::unique_ptr<CudaDeviceBuffer> scratch_;  // correction: base-2 LSEs
   std::unique_ptr<CudaDeviceBuffer> zeros_;    // correction: the zero partial
 };

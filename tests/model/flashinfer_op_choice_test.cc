@@ -73,6 +73,30 @@ TEST(FlashInferOpChoiceTest, RmsNorm) {
              "dtype; the norm weights are f32)");
 }
 
+TEST(FlashInferOpChoiceTest, AddRmsNormIsRmsNormsRulesAndInPlace) {
+  FiOpRequest r = Norm(576);
+  r.op = FiOp::kAddRmsNorm;
+  ExpectFlashInfer(ChooseFlashInferOp(true, true, r));
+  ExpectOurs(ChooseFlashInferOp(false, true, r), "");
+  ExpectOurs(ChooseFlashInferOp(true, false, r),
+             "add + rmsnorm: FlashInfer is not built into this binary");
+  r.in_place = false;
+  ExpectOurs(ChooseFlashInferOp(true, true, r),
+             "add + rmsnorm: out is not x (FlashInfer's fused form writes in place)");
+  r.in_place = true;
+  r.cols = 578;
+  ExpectOurs(ChooseFlashInferOp(true, true, r),
+             "add + rmsnorm: n 578 is not a positive multiple of 4");
+  r.cols = 576;
+  r.alignment = 8;
+  ExpectOurs(ChooseFlashInferOp(true, true, r), "add + rmsnorm: a pointer is not 16-byte aligned");
+  r.alignment = 256;
+  r.bf16 = true;
+  ExpectOurs(ChooseFlashInferOp(true, true, r),
+             "add + rmsnorm: bf16 activations (FlashInfer's RMSNorm takes the weight in the "
+             "activation dtype; the norm weights are f32)");
+}
+
 TEST(FlashInferOpChoiceTest, Rope) {
   for (int64_t d : {64, 128, 256, 512}) {
     ExpectFlashInfer(ChooseFlashInferOp(true, true, Rope(d, 2)));

@@ -99,6 +99,34 @@ TEST_F(CudaBackendOpsTest, RmsNormMatchesCpu) {
   }
 }
 
+// AddRmsNorm (the forward's fused residual add + norm on f32 activations) is Tandem's fused
+// kernel here (no TANDEM_CUDA_ATTENTION): bit-identical to Add then RmsNorm on the same GPU,
+// in place (out = x) and not; the CPU within RmsNorm's 2e-6.
+TEST_F(CudaBackendOpsTest, AddRmsNormIsAddThenRmsNormBitForBit) {
+  EXPECT_TRUE(gpu_->PrefersAddRmsNorm());
+  for (auto [m, n] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 576}, {33, 4097}}) {
+    const std::vector<float> x = RandomFloats(m * n, m + n, 3.f);
+    const std::vector<float> res = RandomFloats(m * n, m * n, 2.f);
+    const std::vector<float> w = RandomFloats(n, 7, 1.f);
+    auto rx = Put(*gpu_, x), rres = Put(*gpu_, res), bw = Put(*gpu_, w);
+    auto rout = Put(*gpu_, std::vector<float>(m * n));
+    ASSERT_TRUE(gpu_->Add(rres->f32(), rx->f32(), m * n).ok());
+    ASSERT_TRUE(gpu_->RmsNorm(rres->f32(), bw->f32(), m, n, 1e-5f, rout->f32()).ok());
+    const std::vector<float> want_res = Get<float>(*gpu_, *rres, m * n);
+    const std::vector<float> want = Get<float>(*gpu_, *rout, m * n);
+    for (bool in_place : {false, true}) {
+      auto bx = Put(*gpu_, x), bres = Put(*gpu_, res), bout = Put(*gpu_, std::vector<float>(m * n));
+      float* out = in_place ? bx->f32() : bout->f32();
+      ASSERT_TRUE(gpu_->AddRmsNorm(bres->f32(), bx->f32(), bw->f32(), m, n, 1e-5f, out).ok());
+      EXPECT_EQ(Get<float>(*gpu_, *bres, m * n), want_res) << "residual m=" << m;
+      EXPECT_EQ(Get<float>(*gpu_, in_place ? *bx : *bout, m * n), want) << "out m=" << m;
+    }
+    std::vector<float> cres = res, cout(m * n);
+    ASSERT_TRUE(cpu_->AddRmsNorm(cres.data(), x.data(), w.data(), m, n, 1e-5f, cout.data()).ok());
+    ExpectNear(want, cout, 2e-6, "add_rms_norm vs cpu m=" + std::to_string(m));
+  }
+}
+
 TEST_F(CudaBackendOpsTest, RopeMatchesCpuInBothStyles) {
   const std::vector<int64_t> positions = {0, 1, 17, 4095, 100000, 3};
   const int64_t m = static_cast<int64_t>(positions.size());

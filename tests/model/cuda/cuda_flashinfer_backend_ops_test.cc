@@ -1,4 +1,5 @@
-// The CUDA backend's RMSNorm, RoPE (f32 and bf16) and DCP correction on the FlashInfer path
+// The CUDA backend's RMSNorm, fused add + RMSNorm, RoPE (f32 and bf16) and DCP correction on
+// the FlashInfer path
 // (model/cuda/flashinfer_ops.h) against the CPU backend / CPU correction, directly (checking the
 // FlashInfer kernel ran, and that unsupported shapes fall back) and through CreateCudaBackend
 // with TANDEM_CUDA_ATTENTION=flashinfer. Skipped visibly without a GPU or without FlashInfer.
@@ -73,6 +74,32 @@ class CudaFlashInferBackendOpsTest : public testing::FlashInferCudaTest {
       for (int64_t j = 0; j < n; ++j) {
         const double tol = std::abs(x[r * n + j] * w[j]) / rms * (n / 2.0 + 4) * kEps * 2 + 1e-30;
         ASSERT_NEAR(got[r * n + j], want[r * n + j], tol) << "m " << m << " n " << n << " r " << r;
+      }
+    }
+  }
+
+  // CPU Add + RmsNorm vs FlashInferOps::AddRmsNorm, in place (out = x) or not: the residual
+  // is one f32 add on both sides (exact), out within RMSNorm's bound over the new residual.
+  void CheckAddRmsNorm(FlashInferOps& ops, int64_t m, int64_t n, bool in_place) {
+    const std::vector<float> x = RandomFloats(m * n, m + n, 3.f), w = RandomFloats(n, 7);
+    const std::vector<float> res = RandomFloats(m * n, m * n + 1, 2.f);
+    std::vector<float> want_res = res, want(m * n);
+    ASSERT_TRUE(cpu_->Add(want_res.data(), x.data(), m * n).ok());
+    ASSERT_TRUE(cpu_->RmsNorm(want_res.data(), w.data(), m, n, 1e-5f, want.data()).ok());
+    DeviceArray<float> dx(x), dw(w), dres(res), dout(std::vector<float>(m * n));
+    float* out = in_place ? dx.get() : dout.get();
+    ASSERT_TRUE(ops.AddRmsNorm(dres.get(), dx.get(), dw.get(), m, n, 1e-5f, out, nullptr).ok());
+    EXPECT_EQ(dres.Download(), want_res) << "residual, m " << m << " n " << n;
+    const std::vector<float> got = in_place ? dx.Download() : dout.Download();
+    for (int64_t r = 0; r < m; ++r) {
+      double ss = 0;
+      for (int64_t j = 0; j < n; ++j) ss += double(want_res[r * n + j]) * want_res[r * n + j];
+      const double rms = std::sqrt(ss / n + 1e-5);
+      for (int64_t j = 0; j < n; ++j) {
+        const double tol =
+            std::abs(want_res[r * n + j] * w[j]) / rms * (n / 2.0 + 4) * kEps * 2 + 1e-30;
+        ASSERT_NEAR(got[r * n + j], want[r * n + j], tol)
+            << "add+rmsnorm m " << m << " n " << n << " r " << r << " in place " << in_place;
       }
     }
   }
@@ -162,6 +189,18 @@ TEST_F(CudaFlashInferBackendOpsTest, RmsNormRunsFlashInferWhereSupported) {
   EXPECT_EQ(ops.flashinfer_calls(FiOp::kRmsNorm), 3);
   CheckRmsNorm(ops, 3, 578);  // not a multiple of 4: Tandem's kernel (within the same bound)
   EXPECT_EQ(ops.flashinfer_calls(FiOp::kRmsNorm), 3);
+}
+
+TEST_F(CudaFlashInferBackendOpsTest, AddRmsNormRunsFusedAddRmsNormInPlace) {
+  FlashInferOps ops(0, /*bf16=*/false, /*selected=*/true, kTimeout);
+  for (auto [m, n] : std::vector<std::pair<int64_t, int64_t>>{{1, 576}, {7, 1024}, {33, 4096}}) {
+    CheckAddRmsNorm(ops, m, n, /*in_place=*/true);
+  }
+  EXPECT_EQ(ops.flashinfer_calls(FiOp::kAddRmsNorm), 3);
+  // Not in place, or n not a multiple of 4: Tandem's fused kernel, within the same bound.
+  CheckAddRmsNorm(ops, 7, 1024, /*in_place=*/false);
+  CheckAddRmsNorm(ops, 3, 578, /*in_place=*/true);
+  EXPECT_EQ(ops.flashinfer_calls(FiOp::kAddRmsNorm), 3);
 }
 
 TEST_F(CudaFlashInferBackendOpsTest, RopeRunsFlashInferInBothStylesAndBf16) {
