@@ -64,6 +64,14 @@ struct PagedAttentionArgs {
                                               const int64_t* slots, int64_t num_rows,
                                               const float* k, const float* v, void* stream);
 
+// LaunchWriteKvCache from bf16 k, v (the CUDA backend's bf16 activations): each element is
+// widened exactly and stored as the f32 one would be, so the pool holds the same bits as
+// widening first and calling LaunchWriteKvCache — without the f32 copy.
+[[nodiscard]] absl::Status LaunchWriteKvCacheBf16(const KvPoolView& pool, int32_t layer,
+                                                  const int64_t* slots, int64_t num_rows,
+                                                  const uint16_t* k, const uint16_t* v,
+                                                  void* stream);
+
 // MergeAttentionPartials over n partials stored contiguously: partial_out [n][items][head_dim],
 // partial_lse [n][items]. Writes out [items][head_dim] and, when lse_out != nullptr, the merged
 // LSE [items]. out must not alias the partials.

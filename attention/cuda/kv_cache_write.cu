@@ -1,4 +1,5 @@
-// Slot-mapped KV cache write (see cuda_attention.h): one thread per (row, KV head, element).
+// Slot-mapped KV cache write (see cuda_attention.h): one thread per (row, KV head, element), from
+// f32 or bf16 K/V rows.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,10 +15,15 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride beyond this
 
-template <KvDType kDType>
+// k, v elements as f32: f32 inputs as they are, bf16 inputs (the CUDA backend's bf16
+// activations) widened exactly.
+__device__ inline float InputValue(const float* p, int64_t i) { return p[i]; }
+__device__ inline float InputValue(const uint16_t* p, int64_t i) { return Bf16ToFloat(p[i]); }
+
+template <KvDType kDType, typename In>
 __global__ void __launch_bounds__(kThreads)
     WriteKvKernel(void* pool, PoolGeometry g, int32_t layer, const int64_t* slots, int64_t num_rows,
-                  const float* k, const float* v) {
+                  const In* k, const In* v) {
   const int64_t row_elems = int64_t{g.num_kv_heads} * g.head_dim;
   const int64_t total = num_rows * row_elems;
   const int64_t stride = int64_t{gridDim.x} * kThreads;
@@ -27,15 +33,14 @@ __global__ void __launch_bounds__(kThreads)
     if (slot < 0) continue;  // owned by another DCP rank
     const int32_t head = static_cast<int32_t>((e % row_elems) / g.head_dim);
     const int32_t x = static_cast<int32_t>(e % g.head_dim);
-    StoreKv<kDType>(pool, KvSlotElementIndex(g, slot, head, layer, 0) + x, k[e]);
-    StoreKv<kDType>(pool, KvSlotElementIndex(g, slot, head, layer, 1) + x, v[e]);
+    StoreKv<kDType>(pool, KvSlotElementIndex(g, slot, head, layer, 0) + x, InputValue(k, e));
+    StoreKv<kDType>(pool, KvSlotElementIndex(g, slot, head, layer, 1) + x, InputValue(v, e));
   }
 }
 
-}  // namespace
-
-absl::Status LaunchWriteKvCache(const KvPoolView& pool, int32_t layer, const int64_t* slots,
-                                int64_t num_rows, const float* k, const float* v, void* stream) {
+template <typename In>
+absl::Status WriteKvCache(const KvPoolView& pool, int32_t layer, const int64_t* slots,
+                          int64_t num_rows, const In* k, const In* v, void* stream) {
   const PoolGeometry& g = pool.geometry;
   if (g.num_kv_heads < 1 || g.head_dim < 1 || g.block_size < 1 || layer < 0 ||
       layer >= g.num_layers || num_rows < 0) {
@@ -54,15 +59,15 @@ absl::Status LaunchWriteKvCache(const KvPoolView& pool, int32_t layer, const int
   const auto st = static_cast<cudaStream_t>(stream);
   switch (g.dtype) {
     case KvDType::kF32:
-      WriteKvKernel<KvDType::kF32>
+      WriteKvKernel<KvDType::kF32, In>
           <<<blocks, kThreads, 0, st>>>(pool.base, g, layer, slots, num_rows, k, v);
       break;
     case KvDType::kF16:
-      WriteKvKernel<KvDType::kF16>
+      WriteKvKernel<KvDType::kF16, In>
           <<<blocks, kThreads, 0, st>>>(pool.base, g, layer, slots, num_rows, k, v);
       break;
     case KvDType::kBF16:
-      WriteKvKernel<KvDType::kBF16>
+      WriteKvKernel<KvDType::kBF16, In>
           <<<blocks, kThreads, 0, st>>>(pool.base, g, layer, slots, num_rows, k, v);
       break;
     default:
@@ -71,6 +76,19 @@ absl::Status LaunchWriteKvCache(const KvPoolView& pool, int32_t layer, const int
   }
   TANDEM_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LaunchWriteKvCache(const KvPoolView& pool, int32_t layer, const int64_t* slots,
+                                int64_t num_rows, const float* k, const float* v, void* stream) {
+  return WriteKvCache(pool, layer, slots, num_rows, k, v, stream);
+}
+
+absl::Status LaunchWriteKvCacheBf16(const KvPoolView& pool, int32_t layer, const int64_t* slots,
+                                    int64_t num_rows, const uint16_t* k, const uint16_t* v,
+                                    void* stream) {
+  return WriteKvCache(pool, layer, slots, num_rows, k, v, stream);
 }
 
 }  // namespace tandem::gpu

@@ -10,6 +10,8 @@
 #include "attention/cuda/flashinfer/flashinfer_attention.h"
 #include "common/cuda/cuda_device.h"
 #include "common/status_macros.h"
+#include "model/cuda/cuda_ops.h"
+#include "model/cuda/cuda_ops_bf16.h"
 
 namespace tandem::gpu {
 namespace {
@@ -49,13 +51,18 @@ absl::StatusOr<std::unique_ptr<AttentionRunner>> AttentionRunner::Create(int32_t
 }
 
 absl::Status AttentionRunner::WriteKv(const KvPoolView& pool, int32_t layer, const int64_t* slots,
-                                      int64_t m, const float* k, const float* v) {
+                                      int64_t m, const float* k, const float* v,
+                                      ActivationDType io) {
   TANDEM_RETURN_IF_ERROR(ValidateKvCacheWrite(pool, layer, slots, m));
   if (m == 0) return absl::OkStatus();
   TANDEM_ASSIGN_OR_RETURN(const void* device_slots,
                           slots_upload_->Upload(slots, m * int64_t{sizeof(int64_t)}));
-  return LaunchWriteKvCache(pool, layer, static_cast<const int64_t*>(device_slots), m, k, v,
-                            stream_);
+  const auto* d_slots = static_cast<const int64_t*>(device_slots);
+  if (io == ActivationDType::kBF16) {
+    return LaunchWriteKvCacheBf16(pool, layer, d_slots, m, reinterpret_cast<const uint16_t*>(k),
+                                  reinterpret_cast<const uint16_t*>(v), stream_);
+  }
+  return LaunchWriteKvCache(pool, layer, d_slots, m, k, v, stream_);
 }
 
 absl::Status AttentionRunner::ValidateRows(const KvPoolView& pool, int32_t layer,
@@ -75,21 +82,23 @@ absl::Status AttentionRunner::ValidateRows(const KvPoolView& pool, int32_t layer
   return absl::OkStatus();
 }
 
-absl::StatusOr<float*> AttentionRunner::Scratch(int64_t floats) {
+absl::StatusOr<float*> AttentionRunner::Scratch(std::unique_ptr<CudaDeviceBuffer>& buf,
+                                                int64_t floats) {
   const int64_t bytes = floats * int64_t{sizeof(float)};
-  if (scratch_ == nullptr || scratch_->bytes() < bytes) {
+  if (buf == nullptr || buf->bytes() < bytes) {
     // Queued kernels may still use the old scratch: drain before it is freed.
     TANDEM_RETURN_IF_ERROR(PollUntilDone([&] { return cudaStreamQuery(stream_); }, timeout_,
                                          "cuda attention: drain before growing scratch"));
-    scratch_.reset();
-    TANDEM_ASSIGN_OR_RETURN(scratch_, CudaDeviceBuffer::Create(device_, bytes + bytes / 2));
+    buf.reset();
+    TANDEM_ASSIGN_OR_RETURN(buf, CudaDeviceBuffer::Create(device_, bytes + bytes / 2));
   }
-  return scratch_->f32();
+  return buf->f32();
 }
 
 absl::Status AttentionRunner::Attention(const KvPoolView& pool, int32_t layer,
                                         const AttentionRows& rows, const float* q,
-                                        int32_t num_q_heads, float scale, float* out, float* lse) {
+                                        int32_t num_q_heads, float scale, float* out, float* lse,
+                                        ActivationDType io) {
   PagedAttentionArgs args;
   args.pool = pool;
   args.layer = layer;
@@ -123,9 +132,11 @@ absl::Status AttentionRunner::Attention(const KvPoolView& pool, int32_t layer,
     const flashinfer_plan::PathChoice choice = flashinfer_plan::ChoosePath(
         true, FlashInferBuilt(), flashinfer_plan::ShapeOf(pool.geometry, num_q_heads));
     if (choice.flashinfer) {
-      return FlashInferAttention(pool, layer, rows, q, num_q_heads, scale, out, lse);
+      return FlashInferAttention(pool, layer, rows, q, num_q_heads, scale, out, lse,
+                                 io == ActivationDType::kBF16);
     }
-    LogFallbackOnce(choice.fallback);
+    LogOnce(
+        absl::StrCat("TANDEM_CUDA_ATTENTION=flashinfer falls back to per_head: ", choice.fallback));
   }
 
   const int64_t items = rows.num_rows * num_q_heads;
@@ -145,22 +156,35 @@ absl::Status AttentionRunner::Attention(const KvPoolView& pool, int32_t layer,
   args.rows = RowsInBlob(rows, layout, device_blob);
   const int64_t scratch_floats = AttentionScratchFloats(args.split, items, pool.geometry.head_dim);
   if (scratch_floats > 0) {
-    TANDEM_ASSIGN_OR_RETURN(args.scratch, Scratch(scratch_floats));
+    TANDEM_ASSIGN_OR_RETURN(args.scratch, Scratch(scratch_, scratch_floats));
   }
-  return gqa_split_kv ? LaunchDecodeAttention(args, stream_) : LaunchPagedAttention(args, stream_);
+  const auto launch = [&] {
+    return gqa_split_kv ? LaunchDecodeAttention(args, stream_)
+                        : LaunchPagedAttention(args, stream_);
+  };
+  if (io != ActivationDType::kBF16) return launch();
+  // Tandem's kernels take f32 q/out: widen q into scratch, narrow out back (FlashInfer's path
+  // takes bf16 as it is).
+  LogOnce(absl::StrCat("bf16 activations: the ", gqa_split_kv ? "gqa_split_kv" : "per_head",
+                       " kernel takes f32 q/out, converted at its boundary (FlashInfer's path "
+                       "takes bf16: TANDEM_CUDA_ATTENTION=flashinfer with a bf16 KV pool)"));
+  const int64_t n = items * pool.geometry.head_dim;
+  TANDEM_ASSIGN_OR_RETURN(float* q32, Scratch(io_scratch_, 2 * n));
+  TANDEM_RETURN_IF_ERROR(LaunchBf16ToF32(reinterpret_cast<const uint16_t*>(q), n, q32, stream_));
+  args.q = q32;
+  args.out = q32 + n;
+  TANDEM_RETURN_IF_ERROR(launch());
+  return LaunchToBf16(q32 + n, n, reinterpret_cast<uint16_t*>(out), stream_);
 }
 
-void AttentionRunner::LogFallbackOnce(const std::string& reason) {
-  if (logged_fallbacks_.insert(reason).second) {
-    std::cerr << "cuda attention: TANDEM_CUDA_ATTENTION=flashinfer falls back to per_head: "
-              << reason << std::endl;
-  }
+void AttentionRunner::LogOnce(const std::string& line) {
+  if (logged_.insert(line).second) std::cerr << "cuda attention: " << line << std::endl;
 }
 
 absl::Status AttentionRunner::FlashInferAttention(const KvPoolView& pool, int32_t layer,
                                                   const AttentionRows& rows, const float* q,
                                                   int32_t num_q_heads, float scale, float* out,
-                                                  float* lse) {
+                                                  float* lse, bool bf16_io) {
   namespace fp = flashinfer_plan;
   const PoolGeometry& g = pool.geometry;
   const bool same = fi_device_plan_ != nullptr && fi_rows_blob_ == blob_ &&
@@ -201,6 +225,7 @@ absl::Status AttentionRunner::FlashInferAttention(const KvPoolView& pool, int32_
   a.scale = scale;
   a.out = out;
   a.lse = lse;
+  a.bf16_io = bf16_io;
   a.kernel = fi_kernel_;
   a.num_sequences = fi_sequences_;
   a.num_ctas = fi_ctas_;
@@ -208,7 +233,7 @@ absl::Status AttentionRunner::FlashInferAttention(const KvPoolView& pool, int32_
   a.plan = fi_device_plan_;
   a.layout = fi_layout_;
   const int64_t bytes = FlashInferScratchBytes(g, num_q_heads, rows.num_rows, fi_decode_);
-  TANDEM_ASSIGN_OR_RETURN(float* scratch, Scratch((bytes + 3) / 4));
+  TANDEM_ASSIGN_OR_RETURN(float* scratch, Scratch(scratch_, (bytes + 3) / 4));
   a.scratch = scratch;
   return LaunchFlashInferAttention(a, stream_);
 }

@@ -16,6 +16,12 @@
 // other shape — or every shape when the binary was built without FlashInfer — runs the
 // per-head kernel, and the reason is written to stderr once per distinct reason.
 //
+// Activations: q, k, v and out are f32, or bf16 bits in the same float* buffers (`io` kBF16, the
+// backend's TANDEM_CUDA_ACTIVATIONS=bf16); lse is f32 either way. bf16 K/V go straight into the
+// KV write and bf16 q/out straight into FlashInfer (flashinfer_plan.h PlanIo). Tandem's own
+// kernels (per_head, gqa_split_kv) take f32 q/out: on that path only, q is widened into the
+// runner's scratch and out narrowed back, with one stderr line saying so.
+//
 // Thread-safety: one owner thread (the backend's); enqueues on the backend's stream.
 #pragma once
 
@@ -35,6 +41,7 @@
 #include "attention/cuda/flashinfer/flashinfer_plan.h"
 #include "common/cuda/cuda_buffer.h"
 #include "common/cuda/staged_upload.h"
+#include "model/backend.h"
 
 namespace tandem::gpu {
 
@@ -46,12 +53,13 @@ class AttentionRunner {
   AttentionRunner(const AttentionRunner&) = delete;
   AttentionRunner& operator=(const AttentionRunner&) = delete;
 
-  // ComputeBackend::WriteKv: slots host [m]; k, v device [m][num_kv_heads][head_dim].
+  // ComputeBackend::WriteKv: slots host [m]; k, v device [m][num_kv_heads][head_dim] in `io`.
   absl::Status WriteKv(const KvPoolView& pool, int32_t layer, const int64_t* slots, int64_t m,
-                       const float* k, const float* v);
-  // ComputeBackend::Attention: rows host; q, out, lse device.
+                       const float* k, const float* v, ActivationDType io = ActivationDType::kF32);
+  // ComputeBackend::Attention: rows host; q, out (in `io`), lse (f32) device.
   absl::Status Attention(const KvPoolView& pool, int32_t layer, const AttentionRows& rows,
-                         const float* q, int32_t num_q_heads, float scale, float* out, float* lse);
+                         const float* q, int32_t num_q_heads, float scale, float* out, float* lse,
+                         ActivationDType io = ActivationDType::kF32);
 
  private:
   AttentionRunner(int32_t device, cudaStream_t stream, absl::Duration timeout,
@@ -66,12 +74,12 @@ class AttentionRunner {
         fi_plan_upload_(std::move(fi_plan)) {}
   absl::Status ValidateRows(const KvPoolView& pool, int32_t layer, const AttentionRows& rows,
                             int32_t num_q_heads);
-  absl::StatusOr<float*> Scratch(int64_t floats);
+  absl::StatusOr<float*> Scratch(std::unique_ptr<CudaDeviceBuffer>& buf, int64_t floats);
   // The FlashInfer path for validated rows (host arrays); REQUIRES ChoosePath accepted it.
   absl::Status FlashInferAttention(const KvPoolView& pool, int32_t layer, const AttentionRows& rows,
                                    const float* q, int32_t num_q_heads, float scale, float* out,
-                                   float* lse);
-  void LogFallbackOnce(const std::string& reason);
+                                   float* lse, bool bf16_io);
+  void LogOnce(const std::string& line);
 
   const int32_t device_;
   const cudaStream_t stream_;
@@ -81,7 +89,8 @@ class AttentionRunner {
   std::unique_ptr<StagedUpload> rows_upload_;
   std::unique_ptr<StagedUpload> fi_plan_upload_;
   std::unique_ptr<CudaDeviceBuffer> scratch_;
-  std::set<std::string> logged_fallbacks_;
+  std::unique_ptr<CudaDeviceBuffer> io_scratch_;  // bf16 q/out widened for Tandem's kernels
+  std::set<std::string> logged_;
 
   // The FlashInfer plan of the last call, reused while the row metadata (blob_) and shapes are
   // unchanged (every layer after the first in a step).

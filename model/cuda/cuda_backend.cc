@@ -331,14 +331,8 @@ class CudaBackend final : public ComputeBackend {
                        const float* k, const float* v) override {
     TANDEM_ON_BACKEND_DEVICE();
     TANDEM_RETURN_IF_ERROR(FlushGraph());
-    if (!bf16_) return attention_->WriteKv(pool, layer, slots, m, k, v);
-    // The attention runner takes f32 K/V (attention_runner.h): widen at this boundary.
-    const int64_t n = m * pool.geometry.num_kv_heads * pool.geometry.head_dim;
-    TANDEM_ASSIGN_OR_RETURN(void* kv32, Scratch(kv_scratch_, 2 * n * int64_t{sizeof(float)}));
-    float* k32 = static_cast<float*>(kv32);
-    TANDEM_RETURN_IF_ERROR(gpu::LaunchBf16ToF32(B16(k), n, k32, stream()));
-    TANDEM_RETURN_IF_ERROR(gpu::LaunchBf16ToF32(B16(v), n, k32 + n, stream()));
-    return attention_->WriteKv(pool, layer, slots, m, k32, k32 + n);
+    // bf16 K/V go into the KV write as they are (attention_runner.h).
+    return attention_->WriteKv(pool, layer, slots, m, k, v, activation_dtype());
   }
 
   absl::Status Attention(const KvPoolView& pool, int32_t layer, const AttentionRows& rows,
@@ -346,15 +340,9 @@ class CudaBackend final : public ComputeBackend {
                          float* lse) override {
     TANDEM_ON_BACKEND_DEVICE();
     TANDEM_RETURN_IF_ERROR(FlushGraph());
-    if (!bf16_) return attention_->Attention(pool, layer, rows, q, num_q_heads, scale, out, lse);
-    // f32 at the attention runner's boundary (see WriteKv); lse is f32 either way.
-    const int64_t n = rows.num_rows * num_q_heads * pool.geometry.head_dim;
-    TANDEM_ASSIGN_OR_RETURN(void* qo32, Scratch(qo_scratch_, 2 * n * int64_t{sizeof(float)}));
-    float* q32 = static_cast<float*>(qo32);
-    TANDEM_RETURN_IF_ERROR(gpu::LaunchBf16ToF32(B16(q), n, q32, stream()));
-    TANDEM_RETURN_IF_ERROR(
-        attention_->Attention(pool, layer, rows, q32, num_q_heads, scale, q32 + n, lse));
-    return gpu::LaunchToBf16(q32 + n, n, B16(out), stream());
+    // bf16 q/out as they are (the runner converts only on Tandem's kernels' path); lse is f32.
+    return attention_->Attention(pool, layer, rows, q, num_q_heads, scale, out, lse,
+                                 activation_dtype());
   }
 
   absl::Status CorrectPartial(int32_t n, int32_t me, const float* all_lse, int64_t items,
@@ -522,10 +510,8 @@ class CudaBackend final : public ComputeBackend {
   std::unique_ptr<StagedUpload> indices_;    // embedding ids, gather indices
   std::unique_ptr<CudaDeviceBuffer> bf16_scratch_;
   std::unique_ptr<CudaDeviceBuffer> copy_scratch_;
-  std::unique_ptr<gpu::LtGemm> lt_;               // bf16 activations only
-  std::unique_ptr<gpu::GraphRunner> graph_;       // CUDA graphs only
-  std::unique_ptr<CudaDeviceBuffer> kv_scratch_;  // bf16 mode: f32 K and V for WriteKv
-  std::unique_ptr<CudaDeviceBuffer> qo_scratch_;  // bf16 mode: f32 q and output of Attention
+  std::unique_ptr<gpu::LtGemm> lt_;          // bf16 activations only
+  std::unique_ptr<gpu::GraphRunner> graph_;  // CUDA graphs only
 };
 
 #undef TANDEM_ON_BACKEND_DEVICE

@@ -1,10 +1,13 @@
-// LaunchFlashInferAttention (flashinfer_attention.h): Tandem's f32 q/out/natural-log LSE around
-// FlashInfer's 16-bit decode and prefill kernels.
+// LaunchFlashInferAttention (flashinfer_attention.h): Tandem's q/out (f32, or bf16 with the
+// backend's bf16 activations) and natural-log LSE around FlashInfer's 16-bit decode and prefill
+// kernels.
 //
-// q is narrowed to the KV dtype with the round-to-nearest-even of attention/kv_dtype.h (the
-// kernels take one dtype for q, KV and out); FlashInfer writes out in that dtype and a base-2
-// LSE; FinishRows widens out, multiplies the LSE by ln 2 and writes out 0 / lse −inf for rows
-// whose row_keys is 0 (padding rows and rows that own no key), whatever FlashInfer left there.
+// The kernels take one dtype for q, KV and out. With bf16 q/out over a bf16 pool FlashInfer
+// reads and writes the caller's buffers (flashinfer_plan.h PlanIo); otherwise q is converted to
+// the KV dtype into scratch with the round-to-nearest-even of attention/kv_dtype.h and out comes
+// back from scratch. FinishRows converts out where it came through scratch, multiplies the
+// base-2 LSE by ln 2 and writes out 0 / lse −inf for rows whose row_keys is 0 (padding rows and
+// rows that own no key), whatever FlashInfer left there.
 #include <cuda_runtime.h>
 #include <math.h>
 
@@ -44,25 +47,42 @@ ScratchLayout LayoutOf(int32_t head_dim, int32_t num_q_heads, int64_t num_rows, 
 
 int64_t Blocks(int64_t n) { return (n + kThreads - 1) / kThreads; }
 
-__global__ void NarrowKernel(const float* x, int64_t n, bool bf16, uint16_t* y) {
+// q (f32, or bf16 bits when q_bf16) to the KV dtype (bf16 when kv_bf16, else f16).
+__global__ void NarrowKernel(const void* x, bool q_bf16, int64_t n, bool kv_bf16, uint16_t* y) {
   const int64_t i = int64_t{blockIdx.x} * kThreads + threadIdx.x;
   if (i >= n) return;
-  y[i] = bf16 ? FloatToBf16(x[i]) : FloatToHalf(x[i]);
+  const float v =
+      q_bf16 ? Bf16ToFloat(static_cast<const uint16_t*>(x)[i]) : static_cast<const float*>(x)[i];
+  y[i] = kv_bf16 ? FloatToBf16(v) : FloatToHalf(v);
 }
 
+// o16: FlashInfer's output in the KV dtype (kv_bf16), possibly the caller's out itself (then
+// out_bf16, and each element is rewritten with its own value or 0). out: f32, or bf16 bits.
 __global__ void FinishRowsKernel(const uint16_t* o16, const float* lse2, const int32_t* row_keys,
-                                 int64_t num_rows, int32_t heads, int32_t head_dim, bool bf16,
-                                 float* out, float* lse) {
+                                 int64_t num_rows, int32_t heads, int32_t head_dim, bool kv_bf16,
+                                 bool out_bf16, void* out, float* lse) {
   const int64_t i = int64_t{blockIdx.x} * kThreads + threadIdx.x;
   const int64_t per_row = int64_t{heads} * head_dim;
   if (i >= num_rows * per_row) return;
   const int64_t row = i / per_row;
   const bool empty = row_keys[row] == 0;
-  out[i] = empty ? 0.f : (bf16 ? Bf16ToFloat(o16[i]) : HalfToFloat(o16[i]));
+  const float v = empty ? 0.f : (kv_bf16 ? Bf16ToFloat(o16[i]) : HalfToFloat(o16[i]));
+  if (out_bf16) {
+    static_cast<uint16_t*>(out)[i] = FloatToBf16(v);  // exact when o16 is bf16
+  } else {
+    static_cast<float*>(out)[i] = v;
+  }
   if (i % head_dim == 0) {
     const int64_t item = i / head_dim;
     lse[item] = empty ? -INFINITY : fp::Log2LseToNatural(lse2[item]);
   }
+}
+
+int32_t Alignment(const void* p) {
+  int32_t a = 256;
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  while (a > 1 && v % static_cast<uintptr_t>(a) != 0) a /= 2;
+  return a;
 }
 
 using Entry = absl::Status (*)(const fi_internal::FiCall&, cudaStream_t);
@@ -110,15 +130,20 @@ absl::Status LaunchFlashInferAttention(const FlashInferAttentionArgs& a, void* s
   const auto s = static_cast<cudaStream_t>(stream);
   const int64_t n = a.num_rows * a.num_q_heads * g.head_dim;
 
-  NarrowKernel<<<Blocks(n), kThreads, 0, s>>>(a.q, n, bf16,
-                                              reinterpret_cast<uint16_t*>(base + l.q16));
-  TANDEM_RETURN_IF_CUDA_ERROR(cudaGetLastError());
+  const fp::IoPlan io = fp::PlanIo(g.dtype, a.bf16_io, Alignment(a.q), Alignment(a.out));
+  void* q16 = io.q_direct ? const_cast<float*>(a.q) : static_cast<void*>(base + l.q16);
+  void* o16 = io.out_direct ? static_cast<void*>(a.out) : static_cast<void*>(base + l.o16);
+  if (!io.q_direct) {
+    NarrowKernel<<<Blocks(n), kThreads, 0, s>>>(a.q, a.bf16_io, n, bf16,
+                                                static_cast<uint16_t*>(q16));
+    TANDEM_RETURN_IF_CUDA_ERROR(cudaGetLastError());
+  }
 
   const fp::PagedKvStrides st = fp::StridesOf(g, a.layer);
   auto* plan = const_cast<int32_t*>(a.plan);
   fi_internal::FiCall c;
-  c.q = base + l.q16;
-  c.o = base + l.o16;
+  c.q = q16;
+  c.o = o16;
   c.lse = reinterpret_cast<float*>(base + l.lse2);
   c.k_data = static_cast<char*>(a.pool.base) + st.k_offset * g.elem_bytes();
   c.v_data = static_cast<char*>(a.pool.base) + st.v_offset * g.elem_bytes();
@@ -147,10 +172,10 @@ absl::Status LaunchFlashInferAttention(const FlashInferAttentionArgs& a, void* s
   }
   if (absl::Status st2 = EntryFor(a.kernel, g.dtype, g.head_dim)(c, s); !st2.ok()) return st2;
 
-  FinishRowsKernel<<<Blocks(n), kThreads, 0, s>>>(reinterpret_cast<const uint16_t*>(base + l.o16),
-                                                  reinterpret_cast<const float*>(base + l.lse2),
-                                                  plan + a.layout.row_keys, a.num_rows,
-                                                  a.num_q_heads, g.head_dim, bf16, a.out, a.lse);
+  FinishRowsKernel<<<Blocks(n), kThreads, 0, s>>>(
+      static_cast<const uint16_t*>(o16), reinterpret_cast<const float*>(base + l.lse2),
+      plan + a.layout.row_keys, a.num_rows, a.num_q_heads, g.head_dim, bf16, a.bf16_io, a.out,
+      a.lse);
   return ToStatus(cudaGetLastError(), "flashinfer: finish rows");
 }
 

@@ -34,11 +34,14 @@ struct FlashInferAttentionArgs {
   KvPoolView pool;  // base: device memory; geometry must pass CheckFlashInferShape
   int32_t layer = 0;
   int64_t num_rows = 0;
-  const float* q = nullptr;  // [num_rows][num_q_heads][head_dim]
+  const float* q = nullptr;  // [num_rows][num_q_heads][head_dim], f32 or bf16 (bf16_io)
   int32_t num_q_heads = 0;
   float scale = 1.f;
-  float* out = nullptr;  // [num_rows][num_q_heads][head_dim]
-  float* lse = nullptr;  // [num_rows][num_q_heads], natural log
+  float* out = nullptr;  // [num_rows][num_q_heads][head_dim], f32 or bf16 (bf16_io)
+  float* lse = nullptr;  // [num_rows][num_q_heads], natural log, f32 always
+  // q and out hold bf16 bits (the CUDA backend's bf16 activations); flashinfer_plan.h PlanIo
+  // says which of them FlashInfer reads or writes in place.
+  bool bf16_io = false;
   flashinfer_plan::FlashInferKernel kernel = flashinfer_plan::FlashInferKernel::kDecode;
   int32_t num_sequences = 0;
   int32_t num_ctas = 0;                // the work list's length
@@ -48,8 +51,9 @@ struct FlashInferAttentionArgs {
   void* scratch = nullptr;             // FlashInferScratchBytes, 16-byte aligned
 };
 
-// Converts q to the KV dtype, runs FlashInfer's decode or prefill kernel, and converts out and
-// lse back (lse · ln 2), forcing out 0 / lse −inf where row_keys is 0.
+// Runs FlashInfer's decode or prefill kernel on q in the KV dtype (converted into scratch unless
+// PlanIo says direct), writes out in the caller's dtype (FlashInfer's output as it is when direct,
+// converted from scratch otherwise) and lse · ln 2, forcing out 0 / lse −inf where row_keys is 0.
 [[nodiscard]] absl::Status LaunchFlashInferAttention(const FlashInferAttentionArgs& args,
                                                      void* stream);
 

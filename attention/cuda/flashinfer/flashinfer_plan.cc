@@ -208,4 +208,9 @@ PackedPlan PackPlan(const PagedKvBatch& batch, const DecodeWork& decode, const P
   return p;
 }
 
+IoPlan PlanIo(KvDType kv, bool bf16_io, int32_t q_alignment, int32_t out_alignment) {
+  const bool same_dtype = bf16_io && kv == KvDType::kBF16;
+  return IoPlan{same_dtype && q_alignment >= 16, same_dtype && out_alignment >= 16};
+}
+
 }  // namespace tandem::gpu::flashinfer_plan

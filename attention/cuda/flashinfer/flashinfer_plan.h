@@ -139,6 +139,19 @@ struct PathChoice {
 };
 PathChoice ChoosePath(bool selected, bool built, const FlashInferShape& shape);
 
+// How q and out cross the FlashInfer boundary (LaunchFlashInferAttention). Its kernels take q,
+// KV and out in one 16-bit dtype and load q with 16-byte vectors. With bf16 activations
+// (bf16_io) over a bf16 pool FlashInfer reads the caller's q and writes the caller's out, and
+// the finish pass only zeroes empty rows and converts the LSE: nothing is converted. Otherwise —
+// f32 activations, an f16 pool, or a pointer not 16-byte aligned — that side goes through
+// scratch with one conversion (f32 ↔ KV dtype, or bf16 ↔ f16).
+struct IoPlan {
+  bool q_direct = false;    // FlashInfer reads the caller's q
+  bool out_direct = false;  // FlashInfer writes the caller's out
+};
+// q_alignment / out_alignment: the largest power of two dividing the pointer.
+IoPlan PlanIo(KvDType kv, bool bf16_io, int32_t q_alignment, int32_t out_alignment);
+
 // Everything the device needs, packed into one int32 blob (uploaded with one copy); the offsets
 // are in int32 elements from the blob's start, each array 16-byte aligned.
 struct PackedPlan {

@@ -8,6 +8,7 @@
 
 #include "attention/cpu/paged_attention.h"
 #include "attention/cuda/cuda_attention.h"
+#include "attention/kv_dtype.h"
 #include "gtest/gtest.h"
 #include "tests/attention/cuda/cuda_test_util.h"
 
@@ -82,6 +83,42 @@ TEST_F(CudaKvCacheWriteTest, BytesEqualCpuWrite) {
         ASSERT_EQ(gpu[i], cpu[i]) << "byte " << i << " of the pool";
       }
     }
+  }
+}
+
+// LaunchWriteKvCacheBf16 (the CUDA backend's bf16 activations): bf16 K/V rows leave exactly the
+// bytes the CPU write leaves for their f32 widening, into every pool dtype.
+TEST_F(CudaKvCacheWriteTest, Bf16RowsEqualCpuWriteOfTheirWidening) {
+  for (KvDType dtype : {KvDType::kF32, KvDType::kF16, KvDType::kBF16}) {
+    SCOPED_TRACE(KvDTypeName(dtype));
+    const PoolGeometry g{2, 2, 8, 64, dtype};
+    const int64_t blocks = 4, rows = 19;
+    std::vector<int64_t> slots(rows);
+    for (int64_t i = 0; i < rows; ++i) slots[i] = (i * 7) % (blocks * g.block_size);
+    slots[3] = -1;
+    const int64_t n = rows * g.num_kv_heads * g.head_dim;
+    const std::vector<float> raw_k = EdgeValues(n, 3), raw_v = EdgeValues(n, 4);
+    std::vector<uint16_t> k16(n), v16(n);
+    std::vector<float> k(n), v(n);
+    for (int64_t i = 0; i < n; ++i) {
+      k[i] = Bf16ToFloat(k16[i] = FloatToBf16(raw_k[i]));
+      v[i] = Bf16ToFloat(v16[i] = FloatToBf16(raw_v[i]));
+    }
+    const int64_t bytes = PoolBytes(g, blocks);
+    std::vector<uint8_t> cpu(bytes, 0x5a);
+    const KvPoolView cpu_view{cpu.data(), blocks, g};
+    WriteKvCache(cpu_view, 0, slots.data(), rows, k.data(), v.data());
+    DeviceBytes pool(bytes);
+    pool.Fill(0x5a);
+    DeviceArray<int64_t> dslots(slots);
+    DeviceArray<uint16_t> dk(k16), dv(v16);
+    ASSERT_TRUE(gpu::LaunchWriteKvCacheBf16(KvPoolView{pool.data(), blocks, g}, 0, dslots.get(),
+                                            rows, dk.get(), dv.get(), nullptr)
+                    .ok());
+    testing::SyncDevice();
+    std::vector<uint8_t> gpu(bytes);
+    pool.Download(gpu.data(), bytes);
+    ASSERT_EQ(gpu, cpu);
   }
 }
 

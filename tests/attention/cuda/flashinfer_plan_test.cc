@@ -311,6 +311,28 @@ TEST(FlashInferPlanTest, PackedPlanHoldsEveryArrayAligned) {
   EXPECT_EQ(blob[p.kv_chunk], 43);
 }
 
+// bf16 activations over a bf16 pool: q and out go straight to FlashInfer; any other dtype pair
+// or a misaligned pointer goes through scratch on that side only.
+TEST(FlashInferPlanTest, IoIsDirectOnlyForBf16ActivationsOverABf16Pool) {
+  const IoPlan direct = PlanIo(KvDType::kBF16, /*bf16_io=*/true, 256, 16);
+  EXPECT_TRUE(direct.q_direct);
+  EXPECT_TRUE(direct.out_direct);
+  for (KvDType kv : {KvDType::kF16, KvDType::kBF16}) {
+    const IoPlan f32 = PlanIo(kv, /*bf16_io=*/false, 256, 256);
+    EXPECT_FALSE(f32.q_direct);
+    EXPECT_FALSE(f32.out_direct);
+  }
+  const IoPlan f16 = PlanIo(KvDType::kF16, /*bf16_io=*/true, 256, 256);
+  EXPECT_FALSE(f16.q_direct);
+  EXPECT_FALSE(f16.out_direct);
+  const IoPlan q_misaligned = PlanIo(KvDType::kBF16, true, 8, 256);
+  EXPECT_FALSE(q_misaligned.q_direct);
+  EXPECT_TRUE(q_misaligned.out_direct);
+  const IoPlan out_misaligned = PlanIo(KvDType::kBF16, true, 16, 2);
+  EXPECT_TRUE(out_misaligned.q_direct);
+  EXPECT_FALSE(out_misaligned.out_direct);
+}
+
 TEST(FlashInferPlanTest, Base2LseConvertsToNaturalLog) {
   const std::vector<float> scores = {-3.5f, 0.25f, 2.f, 7.75f};
   double natural = 0, base2 = 0;

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -179,6 +180,82 @@ TEST_F(CudaAttentionRunnerFlashInferTest, F32PoolFallsBackToThePerHeadKernel) {
   const std::vector<int64_t> pos = {69, 32, 149};
   const AttentionRows rows{3, req.data(), pos.data(), Tables(), dcp, 0};
   Check(g, pool, dpool, 1, rows, 2e-5 * vmax_);
+}
+
+// bf16 activations (ActivationDType::kBF16: q, k, v and out hold bf16 bits): FlashInfer reads
+// q and writes out in place over a bf16 pool, converts through scratch over an f16 pool, and the
+// per-head fallback (f32 pool) widens and narrows at its boundary. Each must give exactly the f32
+// path's output rounded once to bf16 (the kernels see the same q bits) and the same LSE; the KV
+// write from bf16 rows must leave the same pool bytes as from their f32 widening.
+TEST_F(CudaAttentionRunnerFlashInferTest, Bf16ActivationsGiveTheF32PathRoundedOnce) {
+  const DcpGeometry dcp{kBlock, 1, 1};
+  const std::vector<int32_t> req = {0, 0, 0, 1, 0, 2};
+  const std::vector<int64_t> pos = {66, 67, 68, 32, -1, 149};
+  const AttentionRows rows{
+      static_cast<int64_t>(req.size()), req.data(), pos.data(), Tables(), dcp, 0};
+  const int64_t items = rows.num_rows * kQHeads;
+  for (KvDType dtype : {KvDType::kBF16, KvDType::kF16, KvDType::kF32}) {
+    SCOPED_TRACE(KvDTypeName(dtype));
+    const PoolGeometry g{kKvHeads, 2, kBlock, kHeadDim, dtype};
+    const std::vector<uint8_t> pool = MakePool(g, dcp, 0);
+    DeviceBytes dpool(pool.size());
+    dpool.Upload(pool.data(), pool.size());
+    const KvPoolView view{dpool.data(), kBlocks, g};
+    std::normal_distribution<float> dist(0.f, 1.f);
+    std::vector<float> q(items * kHeadDim);
+    std::vector<uint16_t> q16(q.size());
+    for (size_t i = 0; i < q.size(); ++i) q[i] = Bf16ToFloat(q16[i] = FloatToBf16(dist(rng_)));
+    DeviceArray<float> dq(q), out(items * kHeadDim), lse(items);
+    DeviceArray<uint16_t> dq16(q16), out16(items * kHeadDim);
+    DeviceArray<float> lse16(items);
+    out16.Fill(0xff);
+    ASSERT_TRUE(
+        runner_->Attention(view, 1, rows, dq.get(), kQHeads, 0.125f, out.get(), lse.get()).ok());
+    ASSERT_TRUE(runner_
+                    ->Attention(view, 1, rows, reinterpret_cast<const float*>(dq16.get()), kQHeads,
+                                0.125f, reinterpret_cast<float*>(out16.get()), lse16.get(),
+                                ActivationDType::kBF16)
+                    .ok());
+    testing::SyncDevice();
+    const std::vector<float> want = out.Download(), want_lse = lse.Download();
+    const std::vector<uint16_t> got = out16.Download();
+    const std::vector<float> got_lse = lse16.Download();
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(got[i], FloatToBf16(want[i])) << "out element " << i;
+    }
+    for (int64_t i = 0; i < items; ++i) {
+      ASSERT_EQ(std::memcmp(&got_lse[i], &want_lse[i], sizeof(float)), 0) << "lse item " << i;
+    }
+
+    // KV write: bf16 rows vs the same values as f32, into two copies of the pool.
+    const int64_t m = 4;
+    const std::vector<int64_t> slots = {5, -1, 17, 40};
+    std::vector<uint16_t> kv16(2 * m * kKvHeads * kHeadDim);
+    std::vector<float> kv(kv16.size());
+    for (size_t i = 0; i < kv.size(); ++i) kv[i] = Bf16ToFloat(kv16[i] = FloatToBf16(dist(rng_)));
+    DeviceArray<float> dkv(kv);
+    DeviceArray<uint16_t> dkv16(kv16);
+    DeviceBytes p32(pool.size()), p16(pool.size());
+    p32.Upload(pool.data(), pool.size());
+    p16.Upload(pool.data(), pool.size());
+    const int64_t half = m * kKvHeads * kHeadDim;
+    ASSERT_TRUE(runner_
+                    ->WriteKv(KvPoolView{p32.data(), kBlocks, g}, 0, slots.data(), m, dkv.get(),
+                              dkv.get() + half)
+                    .ok());
+    const auto* k16 = reinterpret_cast<const float*>(dkv16.get());
+    const auto* v16 = reinterpret_cast<const float*>(dkv16.get() + half);
+    ASSERT_TRUE(runner_
+                    ->WriteKv(KvPoolView{p16.data(), kBlocks, g}, 0, slots.data(), m, k16, v16,
+                              ActivationDType::kBF16)
+                    .ok());
+    testing::SyncDevice();
+    std::vector<uint8_t> b32(pool.size()), b16(pool.size());
+    p32.Download(b32.data(), b32.size());
+    p16.Download(b16.data(), b16.size());
+    ASSERT_EQ(b16, b32) << "pool bytes after the bf16 KV write";
+    ASSERT_NE(b32, pool) << "the write changed nothing";
+  }
 }
 
 }  // namespace
