@@ -40,6 +40,9 @@ struct PagedAttentionArgs {
   float* lse = nullptr;      // [num_rows][num_q_heads]
   AttentionSplit split;      // PlanAttentionSplit(num_rows · num_q_heads, MaxVisibleTokens(host))
   float* scratch = nullptr;  // AttentionScratchFloats(split, items, head_dim) floats
+  // q and out hold bf16 bits (the CUDA backend's bf16 activations): the kernels widen q on load
+  // and round each output element once on store; split partials and lse stay f32.
+  bool bf16_io = false;
 };
 
 // Shape checks shared by the launcher and its callers (no device data is read).
@@ -73,12 +76,12 @@ struct PagedAttentionArgs {
                                                   void* stream);
 
 // MergeAttentionPartials over n partials stored contiguously: partial_out [n][items][head_dim],
-// partial_lse [n][items]. Writes out [items][head_dim] and, when lse_out != nullptr, the merged
-// LSE [items]. out must not alias the partials.
+// partial_lse [n][items]. Writes out [items][head_dim] (f32, or bf16 bits rounded once when
+// out_bf16) and, when lse_out != nullptr, the merged LSE [items]. out must not alias the partials.
 [[nodiscard]] absl::Status LaunchMergePartials(int32_t n, const float* partial_out,
                                                const float* partial_lse, int64_t items,
                                                int32_t head_dim, float* out, float* lse_out,
-                                               void* stream);
+                                               void* stream, bool out_bf16 = false);
 
 // CorrectPartialInPlace: all_lse [n][items]; rescales out [items][head_dim] (partial `me`) in
 // place; merged_lse [items] is written when not null.

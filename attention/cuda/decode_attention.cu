@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     const int32_t head0 = DecodeQueryHead(kv_head, group, kHeads, pass, 0);
     for (int32_t x = threadIdx.x; x < kHeads * d; x += kDecodeThreads) {
       const int32_t h = x / d;
-      q_s[x] = h < heads ? a.q[(row * hq + head0 + h) * d + x % d] : 0.f;
+      q_s[x] = h < heads ? LoadQ(a.q, a.bf16_io, (row * hq + head0 + h) * d + x % d) : 0.f;
     }
     __syncthreads();
 
@@ -225,19 +225,26 @@ __global__ void __launch_bounds__(kDecodeThreads)
       const int32_t h = hx / d;
       const int32_t x = hx % d;
       const int64_t item = row * hq + head0 + h;
+      // The final output (in the activation dtype) or this split's f32 partial.
       float* out;
+      int64_t at;
+      bool out16;
       float* lse;
       if (a.split.num_splits == 1) {
-        out = a.out + item * d;
+        out = a.out;
+        at = item * d + x;
+        out16 = a.bf16_io;
         lse = a.lse + item;
       } else {
-        out = a.scratch + (split * items + item) * d;
+        out = a.scratch;
+        at = (split * items + item) * d + x;
+        out16 = false;
         lse = a.scratch + int64_t{a.split.num_splits} * items * d + split * items + item;
       }
       float big_m = -INFINITY;
       for (int w = 0; w < kDecodeWarps; ++w) big_m = fmaxf(big_m, m_s[w * kHeads + h]);
       if (big_m == -INFINITY) {  // no key in this split: exact zeros and −inf
-        out[x] = 0.f;
+        StoreOut(out, out16, at, 0.f);
         if (x == 0) *lse = -INFINITY;
         continue;
       }
@@ -249,7 +256,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
         denom += l_s[w * kHeads + h] * weight;
         sum += acc_s[(w * kHeads + h) * d + x] * weight;
       }
-      out[x] = sum / denom;
+      StoreOut(out, out16, at, sum / denom);
       if (x == 0) *lse = big_m + logf(denom);
     }
     __syncthreads();  // the next pass overwrites q_s, acc_s, m_s, l_s
@@ -314,7 +321,7 @@ absl::Status LaunchDecodeAttention(const PagedAttentionArgs& a, void* stream) {
   const int32_t d = a.pool.geometry.head_dim;
   return LaunchMergePartials(a.split.num_splits, a.scratch,
                              a.scratch + int64_t{a.split.num_splits} * items * d, items, d, a.out,
-                             a.lse, stream);
+                             a.lse, stream, a.bf16_io);
 }
 
 }  // namespace tandem::gpu

@@ -40,6 +40,21 @@ __device__ __forceinline__ void StoreKv(void* pool, int64_t element, float x) {
   }
 }
 
+// Element i of the attention query (PagedAttentionArgs::q): f32, or bf16 bits when `bf16` (the
+// CUDA backend's bf16 activations), widened exactly.
+__device__ __forceinline__ float LoadQ(const float* q, bool bf16, int64_t i) {
+  return bf16 ? Bf16ToFloat(reinterpret_cast<const uint16_t*>(q)[i]) : q[i];
+}
+
+// Element i of an attention output: f32, or bf16 bits rounded once when `bf16`.
+__device__ __forceinline__ void StoreOut(float* out, bool bf16, int64_t i, float x) {
+  if (bf16) {
+    reinterpret_cast<uint16_t*>(out)[i] = FloatToBf16(x);
+  } else {
+    out[i] = x;
+  }
+}
+
 // Sum over the 32 lanes; every lane receives the result. REQUIRES: all lanes active.
 __device__ __forceinline__ float WarpSum(float x) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {

@@ -19,14 +19,14 @@ constexpr int kItemsPerBlock = kThreads / kWarpSize;
 
 __global__ void __launch_bounds__(kThreads)
     MergeKernel(int32_t n, const float* partial_out, const float* partial_lse, int64_t items,
-                int32_t d, float* out, float* lse_out) {
+                int32_t d, float* out, float* lse_out, bool out_bf16) {
   const int64_t item = int64_t{blockIdx.x} * kItemsPerBlock + threadIdx.x / kWarpSize;
   if (item >= items) return;
   const int lane = threadIdx.x % kWarpSize;
   const float merged = MergeLse(partial_lse + item, n, items);
-  float* o = out + item * d;
+  const int64_t o = item * d;
   if (merged == -INFINITY) {
-    for (int x = lane; x < d; x += kWarpSize) o[x] = 0.f;
+    for (int x = lane; x < d; x += kWarpSize) StoreOut(out, out_bf16, o + x, 0.f);
   } else {
     for (int x = lane; x < d; x += kWarpSize) {
       float sum = 0.f;
@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kThreads)
         if (li == -INFINITY) continue;
         sum += expf(li - merged) * partial_out[(i * items + item) * d + x];
       }
-      o[x] = sum;
+      StoreOut(out, out_bf16, o + x, sum);
     }
   }
   if (lane == 0 && lse_out != nullptr) lse_out[item] = merged;
@@ -76,11 +76,11 @@ unsigned Blocks(int64_t items) {
 
 absl::Status LaunchMergePartials(int32_t n, const float* partial_out, const float* partial_lse,
                                  int64_t items, int32_t head_dim, float* out, float* lse_out,
-                                 void* stream) {
+                                 void* stream, bool out_bf16) {
   if (absl::Status s = CheckMergeShape("cuda merge", n, items, head_dim); !s.ok()) return s;
   if (items == 0) return absl::OkStatus();
   MergeKernel<<<Blocks(items), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      n, partial_out, partial_lse, items, head_dim, out, lse_out);
+      n, partial_out, partial_lse, items, head_dim, out, lse_out, out_bf16);
   TANDEM_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kThreads) AttendKernel(const PagedAttentionArg
   const int64_t begin = split * a.split.tokens_per_split;
   const int64_t end = min(visible, begin + a.split.tokens_per_split);
 
-  for (int x = threadIdx.x; x < d; x += kThreads) q_s[x] = a.q[item * d + x];
+  for (int x = threadIdx.x; x < d; x += kThreads) q_s[x] = LoadQ(a.q, a.bf16_io, item * d + x);
   __syncthreads();
 
   float m = -INFINITY;
@@ -97,19 +97,26 @@ __global__ void __launch_bounds__(kThreads) AttendKernel(const PagedAttentionArg
   }
   __syncthreads();
 
+  // The final output (in the activation dtype) or this split's f32 partial.
   float* out;
+  int64_t at;
+  bool out16;
   float* lse;
   if (a.split.num_splits == 1) {
-    out = a.out + item * d;
+    out = a.out;
+    at = item * d;
+    out16 = a.bf16_io;
     lse = a.lse + item;
   } else {
-    out = a.scratch + (split * items + item) * d;
+    out = a.scratch;
+    at = (split * items + item) * d;
+    out16 = false;
     lse = a.scratch + int64_t{a.split.num_splits} * items * d + split * items + item;
   }
   float big_m = -INFINITY;
   for (int w = 0; w < kWarps; ++w) big_m = fmaxf(big_m, m_s[w]);
   if (big_m == -INFINITY) {  // no key in this block's range: exact zeros and −inf
-    for (int x = threadIdx.x; x < d; x += kThreads) out[x] = 0.f;
+    for (int x = threadIdx.x; x < d; x += kThreads) StoreOut(out, out16, at + x, 0.f);
     if (threadIdx.x == 0) *lse = -INFINITY;
     return;
   }
@@ -122,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) AttendKernel(const PagedAttentionArg
   for (int x = threadIdx.x; x < d; x += kThreads) {
     float sum = 0.f;
     for (int w = 0; w < kWarps; ++w) sum += acc_s[w][x] * weight[w];
-    out[x] = sum / denom;
+    StoreOut(out, out16, at + x, sum / denom);
   }
   if (threadIdx.x == 0) *lse = big_m + logf(denom);
 }
@@ -191,7 +198,7 @@ absl::Status LaunchPagedAttention(const PagedAttentionArgs& a, void* stream) {
   const int32_t d = a.pool.geometry.head_dim;
   return LaunchMergePartials(a.split.num_splits, a.scratch,
                              a.scratch + int64_t{a.split.num_splits} * items * d, items, d, a.out,
-                             a.lse, stream);
+                             a.lse, stream, a.bf16_io);
 }
 
 }  // namespace tandem::gpu

@@ -10,8 +10,6 @@
 #include "attention/cuda/flashinfer/flashinfer_attention.h"
 #include "common/cuda/cuda_device.h"
 #include "common/status_macros.h"
-#include "model/cuda/cuda_ops.h"
-#include "model/cuda/cuda_ops_bf16.h"
 
 namespace tandem::gpu {
 namespace {
@@ -158,23 +156,8 @@ absl::Status AttentionRunner::Attention(const KvPoolView& pool, int32_t layer,
   if (scratch_floats > 0) {
     TANDEM_ASSIGN_OR_RETURN(args.scratch, Scratch(scratch_, scratch_floats));
   }
-  const auto launch = [&] {
-    return gqa_split_kv ? LaunchDecodeAttention(args, stream_)
-                        : LaunchPagedAttention(args, stream_);
-  };
-  if (io != ActivationDType::kBF16) return launch();
-  // Tandem's kernels take f32 q/out: widen q into scratch, narrow out back (FlashInfer's path
-  // takes bf16 as it is).
-  LogOnce(absl::StrCat("bf16 activations: the ", gqa_split_kv ? "gqa_split_kv" : "per_head",
-                       " kernel takes f32 q/out, converted at its boundary (FlashInfer's path "
-                       "takes bf16: TANDEM_CUDA_ATTENTION=flashinfer with a bf16 KV pool)"));
-  const int64_t n = items * pool.geometry.head_dim;
-  TANDEM_ASSIGN_OR_RETURN(float* q32, Scratch(io_scratch_, 2 * n));
-  TANDEM_RETURN_IF_ERROR(LaunchBf16ToF32(reinterpret_cast<const uint16_t*>(q), n, q32, stream_));
-  args.q = q32;
-  args.out = q32 + n;
-  TANDEM_RETURN_IF_ERROR(launch());
-  return LaunchToBf16(q32 + n, n, reinterpret_cast<uint16_t*>(out), stream_);
+  args.bf16_io = io == ActivationDType::kBF16;  // the kernels read and write bf16 themselves
+  return gqa_split_kv ? LaunchDecodeAttention(args, stream_) : LaunchPagedAttention(args, stream_);
 }
 
 void AttentionRunner::LogOnce(const std::string& line) {

@@ -18,9 +18,9 @@
 //
 // Activations: q, k, v and out are f32, or bf16 bits in the same float* buffers (`io` kBF16, the
 // backend's TANDEM_CUDA_ACTIVATIONS=bf16); lse is f32 either way. bf16 K/V go straight into the
-// KV write and bf16 q/out straight into FlashInfer (flashinfer_plan.h PlanIo). Tandem's own
-// kernels (per_head, gqa_split_kv) take f32 q/out: on that path only, q is widened into the
-// runner's scratch and out narrowed back, with one stderr line saying so.
+// KV write, bf16 q/out straight into every kernel: Tandem's read q and write out in bf16
+// themselves (PagedAttentionArgs::bf16_io), FlashInfer in place over a bf16 pool
+// (flashinfer_plan.h PlanIo; bf16 ↔ f16 once each way through scratch over an f16 pool).
 //
 // Thread-safety: one owner thread (the backend's); enqueues on the backend's stream.
 #pragma once
@@ -89,7 +89,6 @@ class AttentionRunner {
   std::unique_ptr<StagedUpload> rows_upload_;
   std::unique_ptr<StagedUpload> fi_plan_upload_;
   std::unique_ptr<CudaDeviceBuffer> scratch_;
-  std::unique_ptr<CudaDeviceBuffer> io_scratch_;  // bf16 q/out widened for Tandem's kernels
   std::set<std::string> logged_;
 
   // The FlashInfer plan of the last call, reused while the row metadata (blob_) and shapes are

@@ -26,6 +26,7 @@
 #include "attention/cuda/attention_launch_plan.h"
 #include "attention/cuda/cuda_attention.h"
 #include "attention/cuda/decode_attention_plan.h"
+#include "attention/kv_dtype.h"
 #include "attention/lse_merge.h"
 #include "gtest/gtest.h"
 #include "tests/attention/cpu/attention_harness.h"
@@ -106,6 +107,40 @@ class CudaPagedAttentionTest : public CudaTest,
 
   absl::Status Launch(const gpu::PagedAttentionArgs& a) const {
     return Gqa() ? gpu::LaunchDecodeAttention(a, nullptr) : gpu::LaunchPagedAttention(a, nullptr);
+  }
+
+  // bf16 activations (PagedAttentionArgs::bf16_io): the launch `a` on bf16 q bits writes exactly
+  // what it writes on those values as f32, rounded once to bf16, and the same LSE — through the
+  // single-split store and the split merge alike.
+  void CheckBf16Io(const gpu::PagedAttentionArgs& a, const std::vector<float>& q,
+                   int64_t out_floats, int64_t items) const {
+    std::vector<uint16_t> q16(q.size());
+    std::vector<float> qw(q.size());
+    for (size_t i = 0; i < q.size(); ++i) qw[i] = Bf16ToFloat(q16[i] = FloatToBf16(q[i]));
+    DeviceArray<float> dqw(qw), out32(out_floats), lse32(items), lse16(items);
+    DeviceArray<uint16_t> dq16(q16), out16(out_floats);
+    out16.Fill(0xff);
+    gpu::PagedAttentionArgs f = a;
+    f.q = dqw.get();
+    f.out = out32.get();
+    f.lse = lse32.get();
+    ASSERT_TRUE(Launch(f).ok());
+    gpu::PagedAttentionArgs b = a;
+    b.q = reinterpret_cast<const float*>(dq16.get());
+    b.out = reinterpret_cast<float*>(out16.get());
+    b.lse = lse16.get();
+    b.bf16_io = true;
+    ASSERT_TRUE(Launch(b).ok());
+    testing::SyncDevice();
+    const std::vector<float> want = out32.Download(), want_lse = lse32.Download();
+    const std::vector<uint16_t> got = out16.Download();
+    const std::vector<float> got_lse = lse16.Download();
+    for (int64_t i = 0; i < out_floats; ++i) {
+      ASSERT_EQ(got[i], FloatToBf16(want[i])) << "bf16 out element " << i;
+    }
+    for (int64_t i = 0; i < items; ++i) {
+      ASSERT_EQ(std::memcmp(&got_lse[i], &want_lse[i], sizeof(float)), 0) << "bf16 lse " << i;
+    }
   }
 
   // Shards `c` over its DCP group exactly as the engines do, on the CPU and on the GPU, and
@@ -206,6 +241,8 @@ class CudaPagedAttentionTest : public CudaTest,
       testing::SyncDevice();
       const std::vector<float> gout = out.Download(), glse = lse.Download();
       ExpectClose(gout, glse, cpu.out, cpu.lse, c.head_dim, "gpu vs cpu partial", worst_);
+      if (HasFatalFailure()) return;
+      CheckBf16Io(a, d.q, out_floats, items);
       if (HasFatalFailure()) return;
       gpu_out_all.insert(gpu_out_all.end(), gout.begin(), gout.end());
       gpu_lse_all.insert(gpu_lse_all.end(), glse.begin(), glse.end());

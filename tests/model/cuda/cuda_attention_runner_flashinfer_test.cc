@@ -184,7 +184,7 @@ TEST_F(CudaAttentionRunnerFlashInferTest, F32PoolFallsBackToThePerHeadKernel) {
 
 // bf16 activations (ActivationDType::kBF16: q, k, v and out hold bf16 bits): FlashInfer reads
 // q and writes out in place over a bf16 pool, converts through scratch over an f16 pool, and the
-// per-head fallback (f32 pool) widens and narrows at its boundary. Each must give exactly the f32
+// per-head fallback (f32 pool) reads and writes bf16 itself. Each must give exactly the f32
 // path's output rounded once to bf16 (the kernels see the same q bits) and the same LSE; the KV
 // write from bf16 rows must leave the same pool bytes as from their f32 widening.
 TEST_F(CudaAttentionRunnerFlashInferTest, Bf16ActivationsGiveTheF32PathRoundedOnce) {
