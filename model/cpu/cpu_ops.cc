@@ -7,7 +7,7 @@
 
 #include "attention/cpu/cpu_isa.h"
 #include "common/parallel_for.h"
-#include "model/cpu/silu_avx512.h"
+#include "model/cpu/silu_simd.h"
 
 namespace tandem::cpu {
 namespace {
@@ -97,19 +97,28 @@ void Rope(float* x, int64_t m, int32_t heads, int32_t head_dim, const int64_t* p
   });
 }
 
-void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
-  // The AVX-512 path only where the active path (detected, forced or pinned) is AVX-512.
-  const bool avx512 = ActiveCpuIsa() == CpuIsa::kAvx512;
-  ParallelFor(n, 16384, [&](int64_t begin, int64_t end) {
-    if (avx512) {
+void SiluMulOnPath(CpuIsa isa, const float* gate, const float* up, int64_t begin, int64_t end,
+                   float* out) {
+  switch (isa) {
+    case CpuIsa::kAvx512:
       SiluMulAvx512(gate, up, begin, end, out);
       return;
-    }
-    for (int64_t i = begin; i < end; ++i) {
-      const float g = gate[i];
-      out[i] = g / (1.f + std::exp(-g)) * up[i];
-    }
-  });
+    case CpuIsa::kAvx2:
+      SiluMulAvx2(gate, up, begin, end, out);
+      return;
+    case CpuIsa::kPortable:
+      break;
+  }
+  for (int64_t i = begin; i < end; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.f + std::exp(-g)) * up[i];
+  }
+}
+
+void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  const CpuIsa isa = ActiveCpuIsa();
+  ParallelFor(n, 16384,
+              [&](int64_t begin, int64_t end) { SiluMulOnPath(isa, gate, up, begin, end, out); });
 }
 
 void Add(float* x, const float* y, int64_t n) {

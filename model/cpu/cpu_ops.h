@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "attention/cpu/cpu_isa.h"
 #include "model/backend.h"
 
 namespace tandem::cpu {
@@ -41,6 +42,12 @@ void Rope(float* x, int64_t m, int32_t heads, int32_t head_dim, const int64_t* p
 
 // out = silu(gate) · up; out may alias gate or up.
 void SiluMul(const float* gate, const float* up, int64_t n, float* out);
+
+// The same for elements [begin, end) on the calling thread, on path `isa` (which the CPU must
+// run): silu_simd.h's vectorised exp on AVX-512 and AVX2, the scalar formula with std::exp on
+// the portable path. Each element's result does not depend on the range it is computed in.
+void SiluMulOnPath(CpuIsa isa, const float* gate, const float* up, int64_t begin, int64_t end,
+                   float* out);
 
 // x += y.
 void Add(float* x, const float* y, int64_t n);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "model/cpu/cpu_ops.h"
 #include "model/cpu/quant_pack_q5.h"
 #include "model/format/dequant.h"
 #include "model/format/half.h"
@@ -179,7 +180,20 @@ void GemvOnPath(CpuIsa isa, const GemvArgs& a, int64_t n_begin, int64_t n_end) {
   if (isa == CpuIsa::kAvx512) fn = internal::Avx512Gemv(a.w.type, a.w.packed);
   if (isa == CpuIsa::kAvx2) fn = internal::Avx2Gemv(a.w.type, a.w.packed);
   if (fn == nullptr) fn = &internal::PortableGemv;
-  fn(a, n_begin, n_end);
+  if (a.epilogue != Epilogue::kSiluMul || isa == CpuIsa::kPortable) {
+    fn(a, n_begin, n_end);
+    return;
+  }
+  // SiLU·aux after the kernel, over each activation row's slice of outputs while it is still in
+  // cache: a vectorised exp instead of one std::exp per output in the kernels' stores (3 % of a
+  // batch-16 decode step on the AVX2 path).
+  GemvArgs stored = a;
+  stored.epilogue = Epilogue::kStore;
+  fn(stored, n_begin, n_end);
+  for (int64_t i = 0; i < a.m; ++i) {
+    float* y = a.y + i * a.w.n;
+    cpu::SiluMulOnPath(isa, y, a.aux + i * a.w.n, n_begin, n_end, y);
+  }
 }
 
 void DequantRowsOnPath(CpuIsa isa, const QuantMatrix& w, int64_t n_begin, int64_t n_end,

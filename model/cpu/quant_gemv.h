@@ -123,8 +123,11 @@ DequantFn Avx512Dequant(GgmlType type, bool packed);
 DequantFn Avx2Dequant(GgmlType type, bool packed);
 void PortableGemv(const GemvArgs& a, int64_t n_begin, int64_t n_end);
 void PortableDequant(const QuantMatrix& w, int64_t n_begin, int64_t n_end, float* out);
-// The scalar epilogue every path applies, compiled once without ISA flags (so paths agree bit
-// for bit on it, and no AVX-512 copy of an inline function can be picked by the linker).
+// The scalar epilogue, compiled once without ISA flags (no AVX-512 copy of an inline function
+// can be picked by the linker). The kernels apply it to kStore and kAccumulate; kSiluMul only
+// on the portable path — GemvOnPath runs the AVX-512 and AVX2 kernels with kStore and then
+// cpu::SiluMulOnPath over the outputs (model/cpu/cpu_ops.h: a vectorised exp, a few ulp from
+// std::exp).
 float ApplyEpilogue(Epilogue e, float v, float old_y, float aux);
 }  // namespace internal
 

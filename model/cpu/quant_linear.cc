@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/parallel_for.h"
+#include "model/cpu/cpu_ops.h"
 
 namespace tandem {
 namespace {
@@ -207,6 +208,7 @@ absl::Status QuantLinear::ForwardTiled(const float* x, int64_t m, float* y,
                                                  DnnlLinear::Epilogue::kStore, nullptr);
     if (!s.ok()) return s;
     const quant::Epilogue e = ToQuant(epilogue);
+    const CpuIsa isa = ActiveCpuIsa();
     OmpParallelFor(m, 1, [&](int64_t b, int64_t end) {
       for (int64_t i = b; i < end; ++i) {
         float* yi = y + i * n_ + t;
@@ -216,6 +218,11 @@ absl::Status QuantLinear::ForwardTiled(const float* x, int64_t m, float* y,
           continue;
         }
         const float* ai = aux != nullptr ? aux + i * n_ + t : nullptr;
+        if (e == quant::Epilogue::kSiluMul) {
+          // out and y index the same element at j: y[j] = silu(out[j])·aux[j].
+          cpu::SiluMulOnPath(isa, oi, ai, 0, rows, yi);
+          continue;
+        }
         for (int64_t j = 0; j < rows; ++j) {
           yi[j] = quant::internal::ApplyEpilogue(e, oi[j], yi[j], ai != nullptr ? ai[j] : 0.f);
         }

@@ -1,8 +1,6 @@
-#include "model/cpu/silu_avx512.h"
-
 #include <immintrin.h>
 
-#include <cmath>
+#include "model/cpu/silu_simd.h"
 
 namespace tandem::cpu {
 namespace {
@@ -27,18 +25,24 @@ __m512 Exp16(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+__m512 SiluMul16(__m512 g, __m512 up) {
+  const __m512 e = Exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+  return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.f), e)), up);
+}
+
 }  // namespace
 
 void SiluMulAvx512(const float* gate, const float* up, int64_t begin, int64_t end, float* out) {
   int64_t i = begin;
-  const __m512 one = _mm512_set1_ps(1.f);
   for (; i + 16 <= end; i += 16) {
-    const __m512 g = _mm512_loadu_ps(gate + i);
-    const __m512 e = Exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
-    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(silu, _mm512_loadu_ps(up + i)));
+    _mm512_storeu_ps(out + i, SiluMul16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
   }
-  for (; i < end; ++i) out[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
+  if (i < end) {  // the tail through the same lanes, masked
+    const __mmask16 live = static_cast<__mmask16>((1u << (end - i)) - 1);
+    const __m512 g = _mm512_maskz_loadu_ps(live, gate + i);
+    const __m512 u = _mm512_maskz_loadu_ps(live, up + i);
+    _mm512_mask_storeu_ps(out + i, live, SiluMul16(g, u));
+  }
 }
 
 }  // namespace tandem::cpu

@@ -1,31 +1,45 @@
 #include "model/cpu/cpu_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/cpu/silu_avx512.h"
 
 namespace tandem::cpu {
 namespace {
 
-TEST(CpuOpsTest, SiluMulMatchesTheScalarFormulaOverTheWholeRange) {
+TEST(CpuOpsTest, SiluMulMatchesTheScalarFormulaOverTheWholeRangeOnEveryPath) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> dist(-30.f, 30.f);
   const int64_t n = 4099;  // not a multiple of 16: exercises the tail
-  std::vector<float> gate(n), up(n), out(n), vec(n);
+  std::vector<float> gate(n), up(n), out(n);
   for (int64_t i = 0; i < n; ++i) gate[i] = dist(rng), up[i] = dist(rng);
-  gate[0] = -100.f, gate[1] = 100.f, gate[2] = 0.f, gate[3] = -88.5f;
-  SiluMul(gate.data(), up.data(), n, out.data());
-  for (int64_t i = 0; i < n; ++i) {
-    const double g = gate[i];
-    const double want = g / (1.0 + std::exp(-g)) * up[i];
-    ASSERT_NEAR(out[i], want, 2e-6 * (std::abs(want) + 1e-30) + 1e-30) << "gate " << g;
-  }
-  if (__builtin_cpu_supports("avx512f")) {
-    SiluMulAvx512(gate.data(), up.data(), 0, n, vec.data());
-    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(vec[i], out[i], 2e-6 * std::abs(out[i]) + 1e-30);
+  gate[0] = -100.f, gate[1] = 100.f, gate[2] = 0.f, gate[3] = -88.5f, gate[4] = 88.5f;
+  auto check = [&](const std::vector<float>& got) {
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = gate[i];
+      const double want = g / (1.0 + std::exp(-g)) * up[i];
+      ASSERT_NEAR(got[i], want, 2e-6 * (std::abs(want) + 1e-30) + 1e-30) << "gate " << g;
+    }
+  };
+  SiluMul(gate.data(), up.data(), n, out.data());  // the active path, in parallel
+  check(out);
+  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (!CpuSupports(isa)) continue;
+    SCOPED_TRACE(CpuIsaName(isa));
+    std::vector<float> whole(n), pieces(n);
+    SiluMulOnPath(isa, gate.data(), up.data(), 0, n, whole.data());
+    check(whole);
+    // Ranges that start and end off the vector width give every element the same bits.
+    for (int64_t begin = 0, len = 1; begin < n; begin += len, len = len % 37 + 3) {
+      SiluMulOnPath(isa, gate.data(), up.data(), begin, std::min(n, begin + len), pieces.data());
+    }
+    ASSERT_EQ(pieces, whole);
+    std::vector<float> in_place = gate;  // out aliasing gate
+    SiluMulOnPath(isa, in_place.data(), up.data(), 0, n, in_place.data());
+    ASSERT_EQ(in_place, whole);
   }
 }
 
