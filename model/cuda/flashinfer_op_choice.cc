@@ -1,13 +1,24 @@
 #include "model/cuda/flashinfer_op_choice.h"
 
 #include "absl/strings/str_cat.h"
+#include "model/cuda/flashinfer_rope_fit.h"
 
 namespace tandem::gpu {
 namespace {
 
 bool HeadDimSupported(int64_t d) { return d == 64 || d == 128 || d == 256 || d == 512; }
 
-FiOpChoice Ours(std::string reason) { return FiOpChoice{false, std::move(reason)}; }
+FiOpChoice Ours(std::string reason) {
+  FiOpChoice c;
+  c.reason = std::move(reason);
+  return c;
+}
+
+FiOpChoice FlashInfers() {
+  FiOpChoice c;
+  c.flashinfer = true;
+  return c;
+}
 
 }  // namespace
 
@@ -44,26 +55,32 @@ FiOpChoice ChooseFlashInferOp(bool selected, bool built, const FiOpRequest& r) {
       if (r.op == FiOp::kAddRmsNorm && !r.in_place) {
         return Ours(absl::StrCat(op, ": out is not x (FlashInfer's fused form writes in place)"));
       }
-      return FiOpChoice{true, ""};
-    case FiOp::kRope:
-      if (r.freq_factors) {
-        return Ours(absl::StrCat(op, ": rope_freq_factors (FlashInfer's RoPE has none)"));
-      }
+      return FlashInfers();
+    case FiOp::kRope: {
       if (r.mscale != 1.f) {
-        return Ours(absl::StrCat(op, ": mscale ", r.mscale, " (FlashInfer's RoPE has none)"));
+        return Ours(absl::StrCat(op, ": mscale ", r.mscale,
+                                 " (FlashInfer's RoPE has no magnitude factor)"));
       }
       if (!HeadDimSupported(r.cols)) {
         return Ours(absl::StrCat(op, ": head_dim ", r.cols, " (64, 128, 256 or 512)"));
       }
       if (r.heads < 2) return Ours(absl::StrCat(op, ": ", r.heads, " head(s) (needs 2 or more)"));
       if (r.alignment < 16) return Ours(absl::StrCat(op, ": x is not 16-byte aligned"));
-      return FiOpChoice{true, ""};
+      FiOpChoice c = FlashInfers();
+      if (r.freq_factors != nullptr) {
+        absl::StatusOr<FiRopeScaling> fit =
+            FitFlashInferRopeScaling(r.freq_factors, static_cast<int32_t>(r.cols), r.theta);
+        if (!fit.ok()) return Ours(absl::StrCat(op, ": ", fit.status().message()));
+        c.rope = *fit;
+      }
+      return c;
+    }
     case FiOp::kCorrectPartial:
       if (r.bf16) return Ours(absl::StrCat(op, ": bf16 activations"));
       if (!HeadDimSupported(r.cols)) {
         return Ours(absl::StrCat(op, ": head_dim ", r.cols, " (64, 128, 256 or 512)"));
       }
-      return FiOpChoice{true, ""};
+      return FlashInfers();
   }
   return Ours(absl::StrCat("unknown op ", static_cast<int>(r.op)));
 }

@@ -11,8 +11,10 @@
 //   backend holds f32 norm weights, so bf16 activations keep Tandem's kernel); n a multiple of 4
 //   and x, w, y 16-byte aligned (its vector loads).
 // * RoPE: f32 or bf16; head_dim 64, 128, 256 or 512; at least 2 heads (the heads are split
-//   between FlashInfer's q and k halves of one launch); no rope_freq_factors and mscale 1
-//   (FlashInfer has neither — Llama 3 / YaRN models keep Tandem's kernel); x 16-byte aligned.
+//   between FlashInfer's q and k halves of one launch); x 16-byte aligned; mscale 1 (FlashInfer
+//   has no magnitude factor: YaRN models keep Tandem's kernel); rope_freq_factors only when
+//   FlashInfer's frequency scaling reproduces them (flashinfer_rope_fit.h: Llama 3.x's and
+//   linear scaling's divisors do; the choice then carries FlashInfer's arguments).
 // * Fused add + RMSNorm (ComputeBackend::AddRmsNorm): as RMSNorm (f32, n a multiple of 4,
 //   16-byte aligned), and in place — FlashInfer writes the normed rows over x, so out must be x.
 // * Partial correction: f32 outputs (the backend refuses bf16 there anyway); head_dim 64, 128,
@@ -24,6 +26,8 @@
 #include <cstdint>
 #include <string>
 
+#include "attention/cuda/flashinfer/fi_rope_scaling.h"
+
 namespace tandem::gpu {
 
 enum class FiOp : uint8_t { kRmsNorm, kRope, kCorrectPartial, kAddRmsNorm };
@@ -32,18 +36,20 @@ const char* FiOpName(FiOp op);
 
 struct FiOpRequest {
   FiOp op = FiOp::kRmsNorm;
-  bool bf16 = false;          // the backend's activations are bf16
-  int64_t cols = 0;           // RMSNorm: n (row length); RoPE, correction: head_dim
-  int32_t heads = 0;          // RoPE only
-  bool freq_factors = false;  // RoPE only: RopeParams::freq_factors set
-  float mscale = 1.f;         // RoPE only
-  int32_t alignment = 256;    // RMSNorm, RoPE: largest power of two dividing every pointer
-  bool in_place = true;       // fused add + RMSNorm only: out == x
+  bool bf16 = false;                    // the backend's activations are bf16
+  int64_t cols = 0;                     // RMSNorm: n (row length); RoPE, correction: head_dim
+  int32_t heads = 0;                    // RoPE only
+  const float* freq_factors = nullptr;  // RoPE only: RopeParams::freq_factors (host, cols/2)
+  float theta = 10000.f;                // RoPE only
+  float mscale = 1.f;                   // RoPE only
+  int32_t alignment = 256;  // RMSNorm, RoPE: largest power of two dividing every pointer
+  bool in_place = true;     // fused add + RMSNorm only: out == x
 };
 
 struct FiOpChoice {
   bool flashinfer = false;
   std::string reason;  // empty when flashinfer; else why Tandem's kernel runs
+  FiRopeScaling rope;  // RoPE through FlashInfer: its frequency-scaling arguments
 };
 
 // selected: TANDEM_CUDA_ATTENTION=flashinfer. built: FlashInferBuilt(). When not selected the

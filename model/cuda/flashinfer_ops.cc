@@ -44,10 +44,11 @@ absl::StatusOr<std::unique_ptr<FlashInferOps>> FlashInferOps::Create(int32_t dev
 FlashInferOps::FlashInferOps(int32_t device, bool bf16, bool selected, absl::Duration timeout)
     : device_(device), bf16_(bf16), selected_(selected), timeout_(timeout) {}
 
-bool FlashInferOps::UseFlashInfer(const FiOpRequest& r) {
-  const FiOpChoice c = ChooseFlashInferOp(selected_, FlashInferBuilt(), r);
+bool FlashInferOps::UseFlashInfer(const FiOpRequest& r, FiOpChoice* choice) {
+  FiOpChoice c = ChooseFlashInferOp(selected_, FlashInferBuilt(), r);
   if (c.flashinfer) {
     ++calls_[static_cast<size_t>(r.op)];
+    if (choice != nullptr) *choice = std::move(c);
     return true;
   }
   if (!c.reason.empty() && logged_.insert(c.reason).second) {
@@ -95,20 +96,22 @@ absl::Status FlashInferOps::Rope(float* x, int64_t m, int32_t heads, int32_t hea
   r.bf16 = bf16_;
   r.cols = head_dim;
   r.heads = heads;
-  r.freq_factors = params.freq_factors != nullptr;
+  r.freq_factors = params.freq_factors;
+  r.theta = params.theta;
   r.mscale = params.mscale;
   r.alignment = Alignment({x});
-  if (!UseFlashInfer(r)) {
+  FiOpChoice c;
+  if (!UseFlashInfer(r, &c)) {
     if (bf16_) return LaunchRopeBf16(B16(x), m, heads, head_dim, positions, params, stream);
     return LaunchRope(x, m, heads, head_dim, positions, params, stream);
   }
   const bool adjacent = params.style == RopeStyle::kAdjacentPairs;
   if (bf16_) {
     return LaunchFlashInferRopeInPlaceBf16(B16(x), m, heads, head_dim, positions, params.theta,
-                                           adjacent, stream);
+                                           adjacent, c.rope, stream);
   }
   return LaunchFlashInferRopeInPlace(x, m, heads, head_dim, positions, params.theta, adjacent,
-                                     stream);
+                                     c.rope, stream);
 }
 
 absl::Status FlashInferOps::CorrectPartial(int32_t n, int32_t me, const float* all_lse,

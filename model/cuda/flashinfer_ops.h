@@ -58,7 +58,8 @@ class FlashInferOps {
 
  private:
   // The choice for r; logs its reason once when Tandem's kernel runs on the FlashInfer path.
-  bool UseFlashInfer(const FiOpRequest& r);
+  // choice (optional): the whole choice (RoPE's FlashInfer arguments).
+  bool UseFlashInfer(const FiOpRequest& r, FiOpChoice* choice = nullptr);
   absl::Status Grow(std::unique_ptr<CudaDeviceBuffer>& buf, int64_t bytes, bool zero,
                     cudaStream_t stream);
 

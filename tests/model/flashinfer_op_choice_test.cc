@@ -2,7 +2,9 @@
 // ops run through FlashInfer, and the reason given for every case that keeps Tandem's kernel.
 #include "model/cuda/flashinfer_op_choice.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "model/format/rope_scaling.h"
 
 namespace tandem::gpu {
 namespace {
@@ -109,12 +111,65 @@ TEST(FlashInferOpChoiceTest, Rope) {
   misaligned.alignment = 4;
   ExpectOurs(ChooseFlashInferOp(true, true, misaligned), "rope: x is not 16-byte aligned");
   FiOpRequest r = Rope(128, 8);
-  r.freq_factors = true;
-  ExpectOurs(ChooseFlashInferOp(true, true, r),
-             "rope: rope_freq_factors (FlashInfer's RoPE has none)");
-  r = Rope(128, 8);
   r.mscale = 1.25f;
-  ExpectOurs(ChooseFlashInferOp(true, true, r), "rope: mscale 1.25 (FlashInfer's RoPE has none)");
+  ExpectOurs(ChooseFlashInferOp(true, true, r),
+             "rope: mscale 1.25 (FlashInfer's RoPE has no magnitude factor)");
+  const FiOpChoice plain = ChooseFlashInferOp(true, true, Rope(128, 8));
+  EXPECT_FALSE(plain.rope.llama31);
+  EXPECT_EQ(plain.rope.rope_scale, 1.f);
+}
+
+// rope_freq_factors: FlashInfer's RoPE runs them when its frequency scaling reproduces them
+// (flashinfer_rope_fit.h; flashinfer_rope_fit_test checks the rotation), and the choice carries
+// its arguments; otherwise Tandem's kernel, with the fit's reason.
+TEST(FlashInferOpChoiceTest, RopeFrequencyFactors) {
+  Llama3RopeScaling llama31;  // factor 8, low 1, high 4, original 8192
+  absl::StatusOr<std::vector<float>> f = Llama3RopeFreqFactors(128, 500000.f, llama31);
+  ASSERT_TRUE(f.ok()) << f.status();
+  for (bool bf16 : {false, true}) {
+    FiOpRequest r = Rope(128, 40, bf16);
+    r.freq_factors = f->data();
+    r.theta = 500000.f;
+    const FiOpChoice c = ChooseFlashInferOp(true, true, r);
+    ExpectFlashInfer(c);
+    EXPECT_TRUE(c.rope.llama31);
+    EXPECT_EQ(c.rope.rope_scale, 8.f);
+    EXPECT_NEAR(c.rope.high_freq_factor, 4.f, 4e-4);
+    EXPECT_NEAR(c.rope.old_context_length, 8192.f, 1.f);
+    // The same divisors against another theta are not Llama 3's ramp for it.
+    r.theta = 10000.f;
+    const FiOpChoice other = ChooseFlashInferOp(true, true, r);
+    EXPECT_FALSE(other.flashinfer);
+    EXPECT_EQ(other.reason.rfind("rope: rope_freq_factors are not a ramp FlashInfer's RoPE can "
+                                 "apply (Llama 3's or linear scaling): ",
+                                 0),
+              0u)
+        << other.reason;
+  }
+  // Linear scaling: FlashInfer's rope_scale.
+  const std::vector<float> linear(32, 2.5f);
+  FiOpRequest r = Rope(64, 4);
+  r.freq_factors = linear.data();
+  FiOpChoice c = ChooseFlashInferOp(true, true, r);
+  ExpectFlashInfer(c);
+  EXPECT_FALSE(c.rope.llama31);
+  EXPECT_EQ(c.rope.rope_scale, 2.5f);
+  // YaRN: its divisors alone are refused, and so is its mscale.
+  YarnRopeScaling yarn_scaling;
+  absl::StatusOr<YarnRope> yarn = YarnRopeParams(64, 10000.f, yarn_scaling);
+  ASSERT_TRUE(yarn.ok()) << yarn.status();
+  r.freq_factors = yarn->freq_factors.data();
+  c = ChooseFlashInferOp(true, true, r);
+  EXPECT_FALSE(c.flashinfer);
+  EXPECT_EQ(c.reason.rfind("rope: rope_freq_factors are not a ramp", 0), 0u) << c.reason;
+  r.mscale = yarn->mscale;
+  ExpectOurs(
+      ChooseFlashInferOp(true, true, r),
+      absl::StrCat("rope: mscale ", yarn->mscale, " (FlashInfer's RoPE has no magnitude factor)"));
+  // Shape rules come first: an unsupported head_dim is named whatever the divisors.
+  r = Rope(96, 4);
+  r.freq_factors = linear.data();
+  ExpectOurs(ChooseFlashInferOp(true, true, r), "rope: head_dim 96 (64, 128, 256 or 512)");
 }
 
 TEST(FlashInferOpChoiceTest, CorrectPartial) {

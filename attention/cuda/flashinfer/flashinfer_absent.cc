@@ -47,12 +47,12 @@ absl::Status LaunchFlashInferRope(float*, float*, int64_t, int32_t, int32_t, int
 }
 
 absl::Status LaunchFlashInferRopeInPlace(float*, int64_t, int32_t, int32_t, const int64_t*, float,
-                                         bool, void*) {
+                                         bool, const FiRopeScaling&, void*) {
   return NotBuilt();
 }
 
 absl::Status LaunchFlashInferRopeInPlaceBf16(uint16_t*, int64_t, int32_t, int32_t, const int64_t*,
-                                             float, bool, void*) {
+                                             float, bool, const FiRopeScaling&, void*) {
   return NotBuilt();
 }
 

@@ -43,9 +43,9 @@ __global__ void SplitLseKernel(int32_t n, int32_t me, const float* all_lse, int6
 
 absl::Status LaunchFlashInferRopeInPlace(float* x, int64_t m, int32_t heads, int32_t head_dim,
                                          const int64_t* positions, float theta, bool adjacent_pairs,
-                                         void* stream) {
+                                         const FiRopeScaling& scaling, void* stream) {
   return fi_internal::RopeInPlace("flashinfer rope", x, m, heads, head_dim, positions, theta,
-                                  adjacent_pairs, stream);
+                                  adjacent_pairs, scaling, stream);
 }
 
 absl::Status LaunchFlashInferCorrectPartial(int32_t n, int32_t me, const float* all_lse,

@@ -10,9 +10,11 @@ namespace tandem::gpu {
 
 absl::Status LaunchFlashInferRopeInPlaceBf16(uint16_t* x, int64_t m, int32_t heads,
                                              int32_t head_dim, const int64_t* positions,
-                                             float theta, bool adjacent_pairs, void* stream) {
+                                             float theta, bool adjacent_pairs,
+                                             const FiRopeScaling& scaling, void* stream) {
   return fi_internal::RopeInPlace("flashinfer rope (bf16)", reinterpret_cast<nv_bfloat16*>(x), m,
-                                  heads, head_dim, positions, theta, adjacent_pairs, stream);
+                                  heads, head_dim, positions, theta, adjacent_pairs, scaling,
+                                  stream);
 }
 
 }  // namespace tandem::gpu

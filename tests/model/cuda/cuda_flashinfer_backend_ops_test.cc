@@ -9,8 +9,9 @@
 //   CPU sums in double: |Δy| ≤ |x·w| / rms · (n/2 + 4)·ε, margin 2.
 // * RoPE: angle pos·θ^(−2i/d) from __powf (≤ 2^-21 relative) rotated by __sincosf (≤ 2^-21.4
 //   absolute for |angle| ≤ π, growing about linearly): |Δ| ≤ (|x_a| + |x_b|)·2^-19·(1 + angle),
-//   angles kept ≤ 64. bf16: the CPU rotates the bf16-rounded input; the output's rounding adds
-//   half an ulp, 2^-8·|y|.
+//   angles kept ≤ 64 (Llama 3.1's divisors: up to 60000 for the unscaled pairs, where the bound
+//   is loose, ~60 on the ramp). bf16: the CPU rotates the bf16-rounded input; the output's rounding
+//   adds half an ulp, 2^-8·|y|.
 // * Correction: one FlashInfer merge step (ex2/lg2.approx, < 2^-21 relative) after our base-2
 //   LSEs: 4 × Fp32MergeBound (cuda_test_util.h) with magnitude |out|.
 #include <cmath>
@@ -24,6 +25,7 @@
 #include "model/cpu/cpu_backend.h"
 #include "model/cuda/cuda_backend.h"
 #include "model/cuda/flashinfer_ops.h"
+#include "model/format/rope_scaling.h"
 #include "tests/attention/cuda/cuda_test_util.h"
 #include "tests/attention/cuda/flashinfer_cuda_test.h"
 #include "tests/model/cuda/backend_test_util.h"
@@ -104,10 +106,9 @@ class CudaFlashInferBackendOpsTest : public testing::FlashInferCudaTest {
     }
   }
 
-  // CPU RoPE vs FlashInferOps (f32 or bf16 activations), positions ≤ 60.
+  // CPU RoPE vs FlashInferOps (f32 or bf16 activations), positions ≤ 60 unless given.
   void CheckRope(FlashInferOps& ops, bool bf16, RopeStyle style, int32_t heads, int32_t d,
-                 const RopeParams& params) {
-    const std::vector<int64_t> pos = {0, 1, 17, 60, 3};
+                 const RopeParams& params, std::vector<int64_t> pos = {0, 1, 17, 60, 3}) {
     const int64_t m = static_cast<int64_t>(pos.size()), total = m * heads * d;
     std::vector<float> x = RandomFloats(total, heads * d + bf16);
     std::vector<uint16_t> x16(total);
@@ -215,10 +216,27 @@ TEST_F(CudaFlashInferBackendOpsTest, RopeRunsFlashInferInBothStylesAndBf16) {
         }
       }
     }
-    // Frequency factors and a single head keep Tandem's kernel, which matches within the bound.
-    const std::vector<float> factors(32, 2.f);
+    // Frequency factors FlashInfer reproduces (flashinfer_rope_fit.h): linear scaling
+    // (rope_scale), and Llama 3.1 8B's divisors (BatchQKApplyLlama31RotaryPosIds) at positions
+    // where the ramp's pairs turn by up to ~60 radians (the bound's angle is the unscaled one,
+    // an upper bound).
+    const std::vector<float> linear(32, 2.f);
     CheckRope(ops, bf16, RopeStyle::kRotateHalf, 4, 64,
-              RopeParams{10000.f, RopeStyle::kRotateHalf, factors.data()});
+              RopeParams{10000.f, RopeStyle::kRotateHalf, linear.data()});
+    EXPECT_EQ(ops.flashinfer_calls(FiOp::kRope), ++calls);
+    absl::StatusOr<std::vector<float>> llama31 =
+        Llama3RopeFreqFactors(128, 500000.f, Llama3RopeScaling{});
+    ASSERT_TRUE(llama31.ok()) << llama31.status();
+    for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
+      CheckRope(ops, bf16, style, 8, 128, RopeParams{500000.f, style, llama31->data()},
+                {0, 1, 100, 8191, 20000, 60000});
+      EXPECT_EQ(ops.flashinfer_calls(FiOp::kRope), ++calls);
+    }
+    // YaRN's divisors, and a single head, keep Tandem's kernel, which matches within the bound.
+    absl::StatusOr<YarnRope> yarn = YarnRopeParams(64, 10000.f, YarnRopeScaling{});
+    ASSERT_TRUE(yarn.ok()) << yarn.status();
+    CheckRope(ops, bf16, RopeStyle::kRotateHalf, 4, 64,
+              RopeParams{10000.f, RopeStyle::kRotateHalf, yarn->freq_factors.data()});
     CheckRope(ops, bf16, RopeStyle::kAdjacentPairs, 1, 64, RopeParams{});
     EXPECT_EQ(ops.flashinfer_calls(FiOp::kRope), calls);
   }
