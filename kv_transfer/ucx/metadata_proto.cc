@@ -8,6 +8,7 @@
 #include "attention/parallel_layout.h"
 #include "common/fnv1a.h"
 #include "common/status_macros.h"
+#include "kv_transfer/ucx/remote_rank.h"
 #include "kv_transfer/ucx/transfer_checks.h"
 #include "proto/convert/kv_layout_proto.h"
 
@@ -93,7 +94,7 @@ absl::StatusOr<TransferMetadata> FromProto(const v1::TransferMetadata& p) {
         in.worker_address(), in.pool_base(), in.pool_bytes(), in.rkey(),
         in.memory_type() == v1::POOL_MEMORY_CUDA ? KvMemoryType::kCuda : KvMemoryType::kHost});
   }
-  TANDEM_RETURN_IF_ERROR(ValidateTransferMetadata(m));
+  TANDEM_RETURN_IF_ERROR(ValidateTransferMetadata(m, LinkedUcxRkeyLayout()));
 
   // Placement is derived; a mismatch means the peer places heads or tokens differently.
   for (int r = 0; r < p.ranks_size(); ++r) {

@@ -51,8 +51,8 @@ UcxPullSession::UcxPullSession(UcxKvPuller* puller, const TransferMetadata& sour
 
 absl::Status UcxPullSession::Run(bool* stale) {
   *stale = false;
-  TANDEM_RETURN_IF_ERROR(
-      ValidatePull(source_, copies_, static_cast<int64_t>(local_pool_.size()), options_));
+  TANDEM_RETURN_IF_ERROR(ValidatePull(source_, copies_, static_cast<int64_t>(local_pool_.size()),
+                                      options_, LinkedUcxRkeyLayout()));
   TANDEM_RETURN_IF_ERROR(Connect());
   StartSetUps();
   while (true) {

@@ -41,6 +41,15 @@ const std::byte* MappedPool(ucp_rkey_h rkey, const RankTransferInfo& info) {
 
 }  // namespace
 
+PackedRkeyLayout LinkedUcxRkeyLayout() {
+  static const PackedRkeyLayout layout = [] {
+    unsigned major = 0, minor = 0, release = 0;
+    ucp_get_version(&major, &minor, &release);
+    return PackedRkeyLayoutFor(major, minor);
+  }();
+  return layout;
+}
+
 RemoteRank::RemoteRank(UcxWorker* worker, const RankTransferInfo& info, std::string label)
     : worker_(worker),
       worker_address_(info.worker_address),

@@ -38,16 +38,21 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kv_transfer/transfer_types.h"
+#include "kv_transfer/ucx/transfer_checks.h"
 #include "kv_transfer/ucx/ucx_worker.h"
 
 namespace tandem {
+
+// The packed-rkey layout of the UCX this process linked (ucp_get_version): what Connect's
+// ucp_ep_rkey_unpack will read, for ValidatePackedRkeyShape.
+PackedRkeyLayout LinkedUcxRkeyLayout();
 
 class RemoteRank {
  public:
   static constexpr absl::Duration kCloseTimeout = absl::Seconds(2);
 
   // `label` names the peer in every error ("source rank 1 of engine 'p0' epoch 3").
-  // REQUIRES: info passed ValidateTransferMetadata.
+  // REQUIRES: info passed ValidateTransferMetadata(..., LinkedUcxRkeyLayout()).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<RemoteRank>> Connect(
       UcxWorker* worker, const RankTransferInfo& info, std::string label);
   ~RemoteRank();

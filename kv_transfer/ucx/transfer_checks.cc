@@ -20,7 +20,12 @@ std::string Source(const TransferMetadata& m) {
 
 }  // namespace
 
-absl::Status ValidatePackedRkeyShape(absl::string_view rkey) {
+PackedRkeyLayout PackedRkeyLayoutFor(uint32_t major, uint32_t minor) {
+  return major > 1 || (major == 1 && minor >= 20) ? PackedRkeyLayout::kEntriesSysDevice
+                                                  : PackedRkeyLayout::kEntries;
+}
+
+absl::Status ValidatePackedRkeyShape(absl::string_view rkey, PackedRkeyLayout layout) {
   constexpr size_t kHeader = sizeof(uint64_t) + sizeof(uint8_t);  // md map + memory type
   if (rkey.size() < kHeader) {
     return absl::InvalidArgumentError(absl::StrCat("packed rkey is truncated: ", rkey.size(),
@@ -46,10 +51,34 @@ absl::Status ValidatePackedRkeyShape(absl::string_view rkey) {
                        " ends at byte ", pos, " of ", rkey.size()));
     }
   }
-  return absl::OkStatus();
+  if (layout == PackedRkeyLayout::kEntries || md_map == 0) return absl::OkStatus();
+  constexpr uint8_t kUnknownDevice = 0xFF;  // UCS_SYS_DEVICE_ID_UNKNOWN, also the terminator
+  constexpr size_t kDistanceBytes = 3;      // device id, fp8 latency, fp8 bandwidth
+  if (pos >= rkey.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("packed rkey is truncated: the system device byte UCX 1.20 and later put "
+                     "after the entries would be byte ",
+                     pos, " of ", rkey.size()));
+  }
+  const uint8_t sys_dev = static_cast<uint8_t>(rkey[pos++]);
+  if (sys_dev == kUnknownDevice) return absl::OkStatus();
+  while (true) {
+    if (pos >= rkey.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("packed rkey is truncated: the distances of system device ", sys_dev & 0x7F,
+                       " have no terminator (0xFF) within its ", rkey.size(), " bytes"));
+    }
+    if (static_cast<uint8_t>(rkey[pos]) == kUnknownDevice) return absl::OkStatus();
+    if (rkey.size() - pos < kDistanceBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("packed rkey is truncated: the distance at byte ", pos, " ends at byte ",
+                       pos + kDistanceBytes, " of ", rkey.size()));
+    }
+    pos += kDistanceBytes;
+  }
 }
 
-absl::Status ValidateTransferMetadata(const TransferMetadata& m) {
+absl::Status ValidateTransferMetadata(const TransferMetadata& m, PackedRkeyLayout rkeys) {
   if (m.engine_id.empty()) {
     return absl::InvalidArgumentError("transfer metadata: engine_id is empty");
   }
@@ -71,7 +100,7 @@ absl::Status ValidateTransferMetadata(const TransferMetadata& m) {
       return absl::InvalidArgumentError(absl::StrCat(field, "worker_address is empty"));
     }
     if (info.rkey.empty()) return absl::InvalidArgumentError(absl::StrCat(field, "rkey is empty"));
-    const absl::Status rkey_shape = ValidatePackedRkeyShape(info.rkey);
+    const absl::Status rkey_shape = ValidatePackedRkeyShape(info.rkey, rkeys);
     if (!rkey_shape.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(field, "rkey: ", rkey_shape.message()));
     }
@@ -132,8 +161,9 @@ absl::Status ValidateCopies(absl::Span<const TransferCopy> copies, const Transfe
 }
 
 absl::Status ValidatePull(const TransferMetadata& source, absl::Span<const TransferCopy> copies,
-                          int64_t local_pool_bytes, const PullOptions& options) {
-  if (absl::Status s = ValidateTransferMetadata(source); !s.ok()) return s;
+                          int64_t local_pool_bytes, const PullOptions& options,
+                          PackedRkeyLayout rkeys) {
+  if (absl::Status s = ValidateTransferMetadata(source, rkeys); !s.ok()) return s;
   if (options.max_in_flight < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_in_flight must be >= 1, got ", options.max_in_flight));

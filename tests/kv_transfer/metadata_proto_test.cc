@@ -21,7 +21,9 @@ TransferMetadata Metadata() {
   // tp=4 > Hkv=2: replicated heads, dcp=2 — placement is non-trivial.
   m.layout = KvLayout{ParallelConfig{4, 2, 2, 16, 4}, ModelDims{3, 8, 2, 64}, KvDType::kBF16};
   for (int r = 0; r < m.layout.world(); ++r) {
-    const std::string rkey = {'\x01', 0, 0, 0, 0, 0, 0, 0, 0, 2, static_cast<char>(r), 'k'};
+    // md 0 with a 2-byte key, then the system device "unknown" UCX 1.20+ packs for host memory
+    // (transfer_checks.h: a trailing byte older UCX never reads).
+    const std::string rkey = {'\x01', 0, 0, 0, 0, 0, 0, 0, 0, 2, static_cast<char>(r), 'k', '\xff'};
     m.ranks.push_back(RankTransferInfo{std::string("addr\0ess", 8) + std::to_string(r),
                                        0x7f0000000000ull + r * 0x100000ull, 1 << 20, rkey});
   }

@@ -99,6 +99,61 @@ TEST(TransferChecksTest, RkeyShape) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ranks[1].rkey is empty")));
 }
 
+TEST(TransferChecksTest, PackedRkeyLayoutByUcxVersion) {
+  EXPECT_EQ(PackedRkeyLayoutFor(1, 13), PackedRkeyLayout::kEntries);
+  EXPECT_EQ(PackedRkeyLayoutFor(1, 19), PackedRkeyLayout::kEntries);
+  EXPECT_EQ(PackedRkeyLayoutFor(1, 20), PackedRkeyLayout::kEntriesSysDevice);
+  EXPECT_EQ(PackedRkeyLayoutFor(1, 22), PackedRkeyLayout::kEntriesSysDevice);
+  EXPECT_EQ(PackedRkeyLayoutFor(2, 0), PackedRkeyLayout::kEntriesSysDevice);
+}
+
+// UCX 1.20+ (ucp_rkey_pack_memh): the entries, then a system device byte; 0xFF (unknown, host
+// memory) ends the key, any other device is followed by 3-byte distances and a 0xFF terminator.
+TEST(TransferChecksTest, RkeyShapeWithSystemDevice) {
+  constexpr auto kSys = PackedRkeyLayout::kEntriesSysDevice;
+  const std::string entries = GoodRkey().substr(0, 14);  // header, md0 and md2: no trailer
+  const std::string host = entries + "\xff";
+  const std::string device =
+      entries + std::string{'\x03', '\x01', 'l', 'b', '\x02', 'l', 'b', '\xff'};
+  const std::string flushed = entries + std::string{'\x83', '\x01', 'l', 'b', '\xff'};
+  EXPECT_OK(ValidatePackedRkeyShape(host, kSys));
+  EXPECT_OK(ValidatePackedRkeyShape(device, kSys));
+  EXPECT_OK(ValidatePackedRkeyShape(flushed, kSys));
+  // An empty md map has no system device byte in any version.
+  const std::string empty_map(9, '\0');
+  EXPECT_OK(ValidatePackedRkeyShape(empty_map, kSys));
+  // What UCX < 1.20 packs for host memory is 1.20+'s key cut by its last byte.
+  EXPECT_OK(ValidatePackedRkeyShape(entries, PackedRkeyLayout::kEntries));
+  EXPECT_THAT(ValidatePackedRkeyShape(entries, kSys),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("truncated: the system device byte UCX 1.20 and later put after "
+                                 "the entries would be byte 14 of 14")));
+  // Every cut of a device key is refused: inside a distance, or before the terminator.
+  for (size_t keep = 15; keep < device.size(); ++keep) {
+    SCOPED_TRACE(::testing::Message() << "bytes kept: " << keep);
+    EXPECT_THAT(
+        ValidatePackedRkeyShape(device.substr(0, keep), kSys),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("packed rkey is truncated")));
+  }
+  EXPECT_THAT(ValidatePackedRkeyShape(device.substr(0, 16), kSys),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("distance at byte 15 ends at byte 18 of 16")));
+  EXPECT_THAT(ValidatePackedRkeyShape(device.substr(0, 21), kSys),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("distances of system device 3 have no terminator")));
+  // The entries are checked first, in both layouts.
+  EXPECT_THAT(ValidatePackedRkeyShape(entries.substr(0, 12), kSys),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("memory domain 2 ends at byte 14 of 12")));
+  TransferMetadata m = Metadata();
+  m.ranks[0].rkey = host;
+  m.ranks[1].rkey = entries;
+  EXPECT_OK(ValidateTransferMetadata(m));
+  EXPECT_THAT(ValidateTransferMetadata(m, kSys),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("ranks[1].rkey: packed rkey is truncated: the system device")));
+}
+
 TEST(TransferChecksTest, HandshakeRejectsAnotherHashWithBothValues) {
   const TransferMetadata m = Metadata();
   EXPECT_OK(CheckHandshake(0xabc, m));
