@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kv_transfer/crc32c.h"
+#include "kv_transfer/stream_copy.h"
 
 namespace tandem {
 
@@ -39,24 +40,35 @@ struct CopyCrcs {
 };
 
 // Copies `length` bytes src → dst (not overlapping) as copy `index` of *crcs, CRCing its spans
-// in the same pass and marking them computed; gaps between spans are plain memcpy. crcs null,
-// or index outside it: a plain memcpy.
+// in the same pass and marking them computed; gaps between spans are plain copies. crcs null,
+// or index outside it: a plain copy. stream: with non-temporal stores (StreamCopy and
+// Crc32cStreamCopy: for pulls far larger than the cache), so a pull stores the same way with and
+// without CRCs.
 inline void CopyWithCrcs(std::byte* dst, const std::byte* src, int64_t length, CopyCrcs* crcs,
-                         int64_t index) {
+                         int64_t index, bool stream = false) {
+  const auto copy = [stream](std::byte* d, const std::byte* s, int64_t n) {
+    if (stream) {
+      StreamCopy(d, s, static_cast<size_t>(n));
+    } else {
+      std::memcpy(d, s, static_cast<size_t>(n));
+    }
+  };
   if (crcs == nullptr || index < 0 || index >= crcs->copies()) {
-    std::memcpy(dst, src, static_cast<size_t>(length));
+    copy(dst, src, length);
     return;
   }
   int64_t at = 0;
   for (int64_t k = crcs->first[index]; k < crcs->first[index + 1]; ++k) {
     const CrcSpan& s = crcs->spans[k];
     if (s.offset < at || s.offset + s.length > length) continue;  // malformed: left uncomputed
-    std::memcpy(dst + at, src + at, static_cast<size_t>(s.offset - at));
-    crcs->crcs[k] = Crc32cCopy(0, dst + s.offset, src + s.offset, static_cast<size_t>(s.length));
+    copy(dst + at, src + at, s.offset - at);
+    const auto n = static_cast<size_t>(s.length);
+    crcs->crcs[k] = stream ? Crc32cStreamCopy(0, dst + s.offset, src + s.offset, n)
+                           : Crc32cCopy(0, dst + s.offset, src + s.offset, n);
     crcs->computed[k] = 1;
     at = s.offset + s.length;
   }
-  std::memcpy(dst + at, src + at, static_cast<size_t>(length - at));
+  copy(dst + at, src + at, length - at);
 }
 
 }  // namespace tandem

@@ -257,8 +257,21 @@ __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawVpclmul(uint32_
   return RawOneStream(RawOneStream(0, folded, sizeof folded), p, n);
 }
 
-// RawVpclmul that also stores every 64 bytes it loads to `d` (REQUIRES: n >= 256): the copy and
-// the CRC in one pass over the source.
+// 64 bytes to d: a plain store, or a non-temporal one (REQUIRES: d 64-byte aligned) that writes
+// the line without reading it into the cache first.
+template <bool kStream>
+__attribute__((target("avx512f"))) inline void Store64(unsigned char* d, __m512i v) {
+  if constexpr (kStream) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(d), v);
+  } else {
+    _mm512_storeu_si512(d, v);
+  }
+}
+
+// RawVpclmul that also stores every 64 bytes it loads to `d` (REQUIRES: n >= 256; with kStream,
+// d 64-byte aligned): the copy and the CRC in one pass over the source. kStream stores with
+// non-temporal stores and fences them before returning.
+template <bool kStream>
 __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawVpclmulCopy(uint32_t c,
                                                                              unsigned char* d,
                                                                              const unsigned char* p,
@@ -277,10 +290,10 @@ __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawVpclmulCopy(uin
   __m512i x1 = _mm512_loadu_si512(p + 64);
   __m512i x2 = _mm512_loadu_si512(p + 128);
   __m512i x3 = _mm512_loadu_si512(p + 192);
-  _mm512_storeu_si512(d, x0);
-  _mm512_storeu_si512(d + 64, x1);
-  _mm512_storeu_si512(d + 128, x2);
-  _mm512_storeu_si512(d + 192, x3);
+  Store64<kStream>(d, x0);
+  Store64<kStream>(d + 64, x1);
+  Store64<kStream>(d + 128, x2);
+  Store64<kStream>(d + 192, x3);
   x0 = _mm512_xor_si512(x0, _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(c))));
   p += 256;
   d += 256;
@@ -290,10 +303,10 @@ __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawVpclmulCopy(uin
     const __m512i y1 = _mm512_loadu_si512(p + 64);
     const __m512i y2 = _mm512_loadu_si512(p + 128);
     const __m512i y3 = _mm512_loadu_si512(p + 192);
-    _mm512_storeu_si512(d, y0);
-    _mm512_storeu_si512(d + 64, y1);
-    _mm512_storeu_si512(d + 128, y2);
-    _mm512_storeu_si512(d + 192, y3);
+    Store64<kStream>(d, y0);
+    Store64<kStream>(d + 64, y1);
+    Store64<kStream>(d + 128, y2);
+    Store64<kStream>(d + 192, y3);
     x0 = Fold512(x0, by_round, y0);
     x1 = Fold512(x1, by_round, y1);
     x2 = Fold512(x2, by_round, y2);
@@ -302,6 +315,7 @@ __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawVpclmulCopy(uin
     d += 256;
     n -= 256;
   }
+  if constexpr (kStream) _mm_sfence();
   x1 = Fold512(x0, by_64, x1);
   x2 = Fold512(x1, by_64, x2);
   x3 = Fold512(x2, by_64, x3);
@@ -338,7 +352,7 @@ uint32_t Crc32cCopy(uint32_t crc, void* dst, const void* src, size_t n) {
   auto* d = static_cast<unsigned char*>(dst);
   const auto* p = static_cast<const unsigned char*>(src);
 #if defined(__x86_64__)
-  if (n >= 256 && HaveVpclmul()) return ~RawVpclmulCopy(~crc, d, p, n);
+  if (n >= 256 && HaveVpclmul()) return ~RawVpclmulCopy<false>(~crc, d, p, n);
 #endif
   // Steps that stay in L1 between the copy and the CRC.
   constexpr size_t kStep = size_t{16} << 10;
@@ -351,6 +365,21 @@ uint32_t Crc32cCopy(uint32_t crc, void* dst, const void* src, size_t n) {
     n -= step;
   }
   return crc;
+}
+
+uint32_t Crc32cStreamCopy(uint32_t crc, void* dst, const void* src, size_t n) {
+#if defined(__x86_64__)
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* p = static_cast<const unsigned char*>(src);
+  // Up to the first 64-byte boundary of dst with plain stores (the streaming loop needs aligned
+  // stores), the rest streamed.
+  const size_t head = (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63;
+  if (n >= head + 256 && HaveVpclmul()) {
+    crc = Crc32cCopy(crc, d, p, head);
+    return ~RawVpclmulCopy<true>(~crc, d + head, p + head, n - head);
+  }
+#endif
+  return Crc32cCopy(crc, dst, src, n);
 }
 
 uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {

@@ -40,6 +40,13 @@ uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 // kv_transfer/copy_crcs.h); otherwise the copy goes in L1-sized steps, each CRCed while cached.
 uint32_t Crc32cCopy(uint32_t crc, void* dst, const void* src, size_t n);
 
+// Crc32cCopy with non-temporal stores where it folds with VPCLMULQDQ (from dst's first 64-byte
+// boundary on; fenced before it returns): the destination lines are written without being read
+// into the cache first, so a copy far larger than the cache moves 2 bytes of memory traffic per
+// byte instead of 3 — what a large KV pull wants (the bytes are read again only by later decode
+// steps; StreamCopy in stream_copy.h is the same copy without the CRC). Elsewhere Crc32cCopy.
+uint32_t Crc32cStreamCopy(uint32_t crc, void* dst, const void* src, size_t n);
+
 // The portable implementation (what Crc32c uses without SSE4.2). For tests and benchmarks.
 uint32_t Crc32cPortable(uint32_t crc, const void* data, size_t n);
 

@@ -8,7 +8,8 @@
 //     anything is posted (INVALID_ARGUMENT naming the copy);
 //   * a host source pool UCX mapped into this process (shared memory, RemoteRank::mapped_pool)
 //     is read with memcpy into a host local pool, copy by copy, on this thread — no UCX call per
-//     copy; device memory on either side (GPU-direct) is only ever read by UCX gets;
+//     copy (non-temporal stores for pulls of stream_copy_min_bytes and more); device memory on
+//     either side (GPU-direct) is only ever read by UCX gets;
 //   * otherwise small copies are gathered (gather_plan.h): contiguous source ranges are read
 //     with one ucp_get_nbx each into a staging slot and scattered locally; the rest are read
 //     with one ucp_get_nbx per copy straight into the pool;
@@ -67,6 +68,11 @@ struct UcxKvPullerOptions {
   UcxOptions ucx;
   // Read pools UCX mapped into this process with memcpy (off: one get per copy, as before).
   bool read_mapped_pools = true;
+  // A pull (one Execute) of at least this many bytes copies from mapped pools with
+  // non-temporal stores (StreamCopy / Crc32cStreamCopy, kv_transfer/stream_copy.h): its
+  // destination lines are not read into the cache first, a third less memory traffic. Below it,
+  // plain stores leave a small prompt's KV cached for the first decode step. 0: always.
+  int64_t stream_copy_min_bytes = int64_t{4} << 20;
   // Gather small copies into segment reads (off: one get per copy).
   bool gather_small_copies = true;
   GatherOptions gather;

@@ -121,6 +121,9 @@ absl::Status UcxPullSession::Connect() {
     any_gatherable = any_gatherable || gatherable[rank];
   }
   gathering_ = po.gather_small_copies && any_gatherable;
+  int64_t pull_bytes = 0;
+  for (const TransferCopy& c : copies_) pull_bytes += c.length;
+  stream_copies_ = pull_bytes >= po.stream_copy_min_bytes;
   if (gathering_) {
     gather_ = PlanGather(copies_, po.gather, [&](int32_t rank) { return gatherable[rank]; });
   }
@@ -200,7 +203,7 @@ void UcxPullSession::PostWindow() {
       if (const std::byte* pool = mapped_[c.src_rank]; pool != nullptr) {
         // The bytes pass through this thread: their digest spans are CRCed in the same pass.
         CopyWithCrcs(local_pool_.data() + c.dst_offset, pool + c.src_offset, c.length,
-                     options_.copy_crcs, i);
+                     options_.copy_crcs, i, stream_copies_);
         ++posted_;
         Complete(c.src_rank, 1, c.length, UCS_OK);
         continue;

@@ -113,6 +113,7 @@ class UcxPullSession {
   std::vector<RemoteRank*> remote_;       // [source ranks]; null: not read, or force-closed
   std::vector<bool> reused_;              // [source ranks]: the connection came from the cache
   std::vector<const std::byte*> mapped_;  // [source ranks]: pool mapped here, or null
+  bool stream_copies_ = false;            // memcpy from mapped_ with non-temporal stores
   GatherPlan gather_;
   bool gathering_ = false;
   int64_t num_direct_ = 0;

@@ -21,6 +21,7 @@
 #include "kv_transfer/copy_crcs.h"
 #include "kv_transfer/crc32c.h"
 #include "kv_transfer/planner.h"
+#include "kv_transfer/stream_copy.h"
 #include "tests/kv_transfer/plan_simulator.h"
 
 namespace tandem {
@@ -89,6 +90,37 @@ TEST(Crc32cTest, CopyMovesTheBytesAndReturnsTheirCrc) {
         EXPECT_EQ(std::memcmp(dst.data() + 8 + align, src.data() + align, n), 0) << "n=" << n;
         EXPECT_EQ(dst[7 + align], 0xAB) << "n=" << n;
         EXPECT_EQ(dst[8 + align + n], 0xAB) << "n=" << n;
+      }
+    }
+  }
+}
+
+// The streaming copies (non-temporal stores from dst's first 64-byte boundary): the same bytes
+// and CRC as the plain ones, for destinations at every offset from a 64-byte boundary that
+// matters (aligned, inside the first line, the line's last byte) and sizes around the head and
+// the 256-byte rounds.
+TEST(Crc32cTest, StreamCopiesMoveTheBytesAndReturnTheirCrc) {
+  Rng rng(12);
+  std::vector<unsigned char> src(70000);
+  for (unsigned char& b : src) b = static_cast<unsigned char>(rng.Next());
+  std::vector<unsigned char> buf(src.size() + 256);
+  unsigned char* const base = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{255}, size_t{256}, size_t{300}, size_t{319},
+                   size_t{320}, size_t{511}, size_t{4097}, size_t{65536 + 77}}) {
+    for (size_t to : {size_t{0}, size_t{1}, size_t{33}, size_t{63}}) {
+      for (size_t from : {size_t{0}, size_t{5}}) {
+        SCOPED_TRACE(::testing::Message() << "n=" << n << " dst%64=" << to << " src+" << from);
+        const unsigned char* in = src.data() + from;
+        std::fill(buf.begin(), buf.end(), 0xAB);
+        EXPECT_EQ(Crc32cStreamCopy(0x1234u, base + to, in, n), Crc32cPortable(0x1234u, in, n));
+        EXPECT_EQ(std::memcmp(base + to, in, n), 0);
+        EXPECT_EQ(base[to - 1], 0xAB);  // base is at least one byte into buf
+        EXPECT_EQ(base[to + n], 0xAB);
+        std::fill(buf.begin(), buf.end(), 0xAB);
+        StreamCopy(base + to, in, n);
+        EXPECT_EQ(std::memcmp(base + to, in, n), 0);
+        EXPECT_EQ(base[to - 1], 0xAB);
+        EXPECT_EQ(base[to + n], 0xAB);
       }
     }
   }
@@ -257,8 +289,9 @@ std::shared_ptr<const LandedCrcs> ExecuteWithCrcs(const KvLayout& src, const Tra
   for (size_t d = 0; d < plan.copies.size(); ++d) {
     for (size_t i = 0; i < plan.copies[d].size(); ++i) {
       const TransferCopy& c = plan.copies[d][i];
+      // Every other copy with non-temporal stores: both kinds land the same bytes and CRCs.
       CopyWithCrcs(dp->bytes[d].data() + c.dst_offset, sp.bytes[c.src_rank].data() + c.src_offset,
-                   c.length, &(*req)[d], static_cast<int64_t>(i));
+                   c.length, &(*req)[d], static_cast<int64_t>(i), /*stream=*/i % 2 == 1);
     }
     landed->Add(static_cast<int32_t>(d), plan.copies[d], (*req)[d]);
   }

@@ -72,8 +72,9 @@ const std::vector<LayoutPair>& Pairs() {
 }
 
 // How the puller reads: its defaults (mapped pools by memcpy, small copies gathered), or with
-// one of those off — each path must deliver the same bytes.
-enum class Mode { kDefault, kGetPerCopy, kGatherWithoutMapping };
+// one of those off, or every mapped-pool copy with non-temporal stores (the defaults use them
+// only for pulls of 4 MiB and more) — each path must deliver the same bytes.
+enum class Mode { kDefault, kGetPerCopy, kGatherWithoutMapping, kStreamingStores };
 
 std::string ModeName(Mode m) {
   switch (m) {
@@ -83,14 +84,17 @@ std::string ModeName(Mode m) {
       return "GetPerCopy";
     case Mode::kGatherWithoutMapping:
       return "GatherWithoutMapping";
+    case Mode::kStreamingStores:
+      return "StreamingStores";
   }
   return "?";
 }
 
 UcxKvPullerOptions PullerOptions(Transport transport, Mode mode) {
   UcxKvPullerOptions o{UcxOptions{UcxSettings(transport)}};
-  o.read_mapped_pools = mode == Mode::kDefault;
+  o.read_mapped_pools = mode == Mode::kDefault || mode == Mode::kStreamingStores;
   o.gather_small_copies = mode != Mode::kGetPerCopy;
+  if (mode == Mode::kStreamingStores) o.stream_copy_min_bytes = 0;
   // Small segments and few slots, so a pull of these tiny pools still needs many segments and
   // reuses every staging slot.
   o.gather.min_direct_bytes = 256;
@@ -300,6 +304,18 @@ INSTANTIATE_TEST_SUITE_P(
       return TransportName(std::get<0>(info.param)) + "_" + ModeName(std::get<1>(info.param)) +
              "_" + std::get<2>(info.param);
     });
+
+// Non-temporal stores from a mapped pool (shared memory only): block-granular copies merged into
+// runs of blocks (several KiB: many 256-byte rounds) and a head merge (one head slab a copy).
+INSTANTIATE_TEST_SUITE_P(StreamingStores, UcxPullModeTest,
+                         ::testing::Combine(::testing::Values(Transport::kSharedMemory),
+                                            ::testing::Values(Mode::kStreamingStores),
+                                            ::testing::Values("Matched_Tp2_BlockGranular",
+                                                              "HeadMerge_Tp4To1")),
+                         [](const auto& info) {
+                           return TransportName(std::get<0>(info.param)) + "_" +
+                                  ModeName(std::get<1>(info.param)) + "_" + std::get<2>(info.param);
+                         });
 
 }  // namespace
 }  // namespace tandem::testing
