@@ -44,6 +44,9 @@ ABSL_FLAG(bool, tcp, false, "also run every scenario over TCP loopback");
 ABSL_FLAG(bool, shm, true, "run every scenario over shared memory");
 ABSL_FLAG(bool, mapped, true,
           "puller reads pools UCX mapped (shared memory) with memcpy (false: a get per copy)");
+ABSL_FLAG(int64_t, stream_copy_min_kib, 4 * 1024,
+          "puller: pulls of at least this many KiB copy from mapped pools with non-temporal "
+          "stores (UcxKvPullerOptions::stream_copy_min_bytes; a huge value: never)");
 ABSL_FLAG(bool, gather, true, "puller gathers small copies into segment gets");
 ABSL_FLAG(int64_t, segment_kib, 1024, "puller: largest gathered segment (KiB)");
 ABSL_FLAG(int32_t, staging_slots, 16, "puller: staging slots (segment gets in flight)");
@@ -150,6 +153,7 @@ int Main(const char* self) {
       options.verify = absl::GetFlag(FLAGS_verify);
       options.check_range_bytes = absl::GetFlag(FLAGS_check_range_kib) * 1024;
       options.puller.read_mapped_pools = absl::GetFlag(FLAGS_mapped);
+      options.puller.stream_copy_min_bytes = absl::GetFlag(FLAGS_stream_copy_min_kib) * 1024;
       options.puller.gather_small_copies = absl::GetFlag(FLAGS_gather);
       options.puller.gather.max_segment_bytes = absl::GetFlag(FLAGS_segment_kib) * 1024;
       options.puller.staging_slots = absl::GetFlag(FLAGS_staging_slots);
