@@ -6,8 +6,12 @@
 //     the GEMMs as post-ops (their time counts as GEMM time) and with them run as separate
 //     passes (GEMM time is then the plain GEMMs only);
 //   * decode tokens/s at batch 1 and 16, and the weight bytes streamed per decode step ÷ time,
-//     against a STREAM-like read bandwidth measured in the same run.
-// Last line: RESULT prefill_gemm_fraction=<x>. Record results in docs/PERFORMANCE.md.
+//     against a STREAM-like read bandwidth measured in the same run;
+//   * the prefill GEMMs' achieved GFLOP/s (2·weights FLOPs per token of the linear layers, over
+//     oneDNN's time) beside the f32 FMA peak of this machine's active path, measured in the same
+//     run (fma_peak.h): RESULT prefill_gemm_of_fma_peak (the GEMMs' share of that peak) and
+//     prefill_fma_peak_tok_s (the prefill rate the linear layers alone would allow at the peak).
+// RESULT lines at the end. Record results in docs/PERFORMANCE.md.
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -21,6 +25,7 @@
 #include "attention/cpu/cpu_isa.h"
 #include "bench/attention/bench_buffer.h"
 #include "bench/attention/read_bandwidth.h"
+#include "bench/model/fma_peak.h"
 #include "common/parallel_for.h"
 #include "engine/instance.h"
 #include "model/cpu/cpu_backend.h"
@@ -43,7 +48,8 @@ namespace tandem {
 namespace {
 
 struct Timed {
-  double wall = 0, gemm = 0;
+  double wall = 0, gemm = 0;  // gemm: oneDNN's GEMMs plus the weight tiles' dequantisation
+  double dnnl = 0;            // oneDNN's GEMMs alone
 };
 
 std::vector<int32_t> Blocks(int32_t first, int32_t count) {
@@ -86,7 +92,7 @@ int Main() {
     const absl::Time t0 = absl::Now();
     absl::StatusOr<std::vector<float>> r = (*inst)->Run(step);
     Timed t{absl::ToDoubleSeconds(absl::Now() - t0),
-            DnnlLinear::TotalSeconds() + QuantLinear::DequantSeconds()};
+            DnnlLinear::TotalSeconds() + QuantLinear::DequantSeconds(), DnnlLinear::TotalSeconds()};
     if (!r.ok()) {
       std::fprintf(stderr, "step failed: %s\n", r.status().ToString().c_str());
       std::exit(1);
@@ -101,7 +107,7 @@ int Main() {
   StepInput prefill;
   prefill.requests.push_back({0, random_prompt(n), Blocks(0, prompt_blocks), true});
   run(prefill);  // warm-up: oneDNN primitives for these shapes
-  Timed best{1e30, 0};
+  Timed best{1e30, 0, 0};
   for (int i = 0; i < absl::GetFlag(FLAGS_repeats); ++i) {
     const Timed t = run(prefill);
     if (t.wall < best.wall) best = t;
@@ -124,7 +130,7 @@ int Main() {
     for (bool fused : {true, false}) {
       SetCpuEpilogueFusion(fused);
       run(p);  // warm-up: primitives for this length and mode
-      Timed b{1e30, 0};
+      Timed b{1e30, 0, 0};
       for (int i = 0; i < std::min(absl::GetFlag(FLAGS_repeats), len > 1024 ? 2 : 3); ++i) {
         const Timed t = run(p);
         if (t.wall < b.wall) b = t;
@@ -188,6 +194,17 @@ int Main() {
     bw_s = std::min(bw_s, bench::TimedReadPass(f, floats, bench::BenchClock::kWall).seconds);
   const double bw = floats * 4.0 / bw_s / 1e9;
 
+  // ---- f32 FMA peak, same run ----
+  // The prefill's linear layers multiply f32 activations by the dequantised weights (the
+  // exactness rule): 2·(weights of the layers' matrices) FLOPs per prompt token, all inside
+  // oneDNN's GEMMs. Against the FMA peak this says how close the GEMMs are to the core's limit,
+  // and what prefill rate that limit allows.
+  const bench::FmaPeak peak = bench::MeasureFmaPeak(ActiveCpuIsa());
+  const double layer_weights = static_cast<double>(c.hidden_size) *
+                               (2.0 * c.num_q_heads * c.head_dim +
+                                2.0 * c.num_kv_heads * c.head_dim + 3.0 * c.intermediate_size);
+  const double prefill_flops = 2.0 * n * layer_weights * c.num_layers;
+
   std::printf("model: %s (%d layers, hidden %d, vocab %d), resident weights %.0f MB, %d threads\n",
               c.name.c_str(), c.num_layers, c.hidden_size, c.vocab_size, weight_bytes / 1e6,
               ThreadsForThisThread());
@@ -200,6 +217,16 @@ int Main() {
     std::printf("decode batch %-2d weights GB/s  %12.2f\n", r.batch, weight_bytes / r.step_s / 1e9);
   }
   std::printf("%-28s %12.2f\n", "read bandwidth GB/s", bw);
+  std::printf("prefill linear-layer GFLOP   %12.1f\n", prefill_flops / 1e9);
+  std::printf("prefill oneDNN GEMM GFLOP/s  %12.1f\n", prefill_flops / best.dnnl / 1e9);
+  std::printf("prefill GEMM+dequant GFLOP/s %12.1f\n", prefill_flops / best.gemm / 1e9);
+  if (peak.lanes > 0) {
+    std::printf("f32 FMA peak GFLOP/s, 1 thr  %12.1f  (%d-lane FMAs, %s)\n", peak.one_thread_gflops,
+                peak.lanes, CpuIsaName(ActiveCpuIsa()));
+    std::printf("f32 FMA peak GFLOP/s, %d thr  %12.1f\n", peak.threads, peak.all_threads_gflops);
+    std::printf("prefill tok/s at FMA peak    %12.1f  (linear layers only, nothing else)\n",
+                peak.all_threads_gflops * 1e9 / (prefill_flops / n));
+  }
   for (const Fraction& f : fractions) {
     std::printf("prefill %-5d GEMM share, epilogues fused    %8.3f\n", f.tokens, f.fused);
     std::printf("prefill %-5d GEMM share, epilogues separate %8.3f\n", f.tokens, f.unfused);
@@ -211,6 +238,12 @@ int Main() {
     std::printf("RESULT prefill_gemm_fraction_%d_without_epilogues=%.3f\n", f.tokens, f.unfused);
   }
   std::printf("RESULT prefill_gemm_fraction=%.3f\n", gemm_fraction);
+  if (peak.lanes > 0) {
+    std::printf("RESULT prefill_gemm_of_fma_peak=%.3f\n",
+                prefill_flops / best.dnnl / 1e9 / peak.all_threads_gflops);
+    std::printf("RESULT prefill_fma_peak_tok_s=%.1f\n",
+                peak.all_threads_gflops * 1e9 / (prefill_flops / n));
+  }
   return 0;
 }
 
