@@ -56,7 +56,8 @@ class Communicator {
 
   [[nodiscard]] virtual absl::Status AllGather(const void* send, void* recv, int64_t count,
                                                CommDType dtype) = 0;
-  // Sum-reduction; dtype kF32 on every backend (others where the backend supports them).
+  // Sum-reduction; dtype kF32, kBF16 or kF16 on every implementation (bf16/f16 are summed in
+  // f32 and rounded to the dtype as partial sums combine; the engine's bf16 activations use it).
   [[nodiscard]] virtual absl::Status ReduceScatter(const void* send, void* recv, int64_t count,
                                                    CommDType dtype) = 0;
   [[nodiscard]] virtual absl::Status AllReduce(void* data, int64_t count, CommDType dtype) = 0;

@@ -2,7 +2,9 @@
 
 #include <cstring>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "attention/kv_dtype.h"
 
 namespace tandem {
 
@@ -61,44 +63,81 @@ absl::Status CpuCommunicator::AllGather(const void* send, void* recv, int64_t co
   });
 }
 
+namespace {
+
+// One element type of a sum: values widen to f32, are added in rank order, and round back to
+// the type after every addition — bf16 and f16 partial sums are rounded as NCCL rounds each
+// partial sum its ring forwards (NCCL's order is its own, so bf16 sums may differ from NCCL's in
+// the last bit; on every rank of one group they are identical, which is what the engine relies
+// on). f32 round trips are the identity, so f32 sums are exactly the plain float sums.
+struct ReduceType {
+  float (*load)(const void* base, int64_t i);
+  void (*store)(void* base, int64_t i, float v);
+  int64_t bytes;
+};
+
+absl::StatusOr<ReduceType> ReduceTypeOf(CommDType t, const char* op) {
+  switch (t) {
+    case CommDType::kF32:
+      return ReduceType{[](const void* b, int64_t i) { return static_cast<const float*>(b)[i]; },
+                        [](void* b, int64_t i, float v) { static_cast<float*>(b)[i] = v; }, 4};
+    case CommDType::kBF16:
+      return ReduceType{
+          [](const void* b, int64_t i) { return Bf16ToFloat(static_cast<const uint16_t*>(b)[i]); },
+          [](void* b, int64_t i, float v) { static_cast<uint16_t*>(b)[i] = FloatToBf16(v); }, 2};
+    case CommDType::kF16:
+      return ReduceType{
+          [](const void* b, int64_t i) { return HalfToFloat(static_cast<const uint16_t*>(b)[i]); },
+          [](void* b, int64_t i, float v) { static_cast<uint16_t*>(b)[i] = FloatToHalf(v); }, 2};
+    case CommDType::kI32:
+    case CommDType::kI64:
+    case CommDType::kU8:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("cpu communicator: ", op, " supports f32, bf16 and f16 only"));
+}
+
+// out[i] = Σ_r in_r[i] for i in [begin, end), rank order, rounded to `t` after every addition.
+void SumRanks(const ReduceType& t, const CpuCommGroup& group, bool from_send, int64_t begin,
+              int64_t end, void* out, int64_t out_begin) {
+  auto in = [&](int32_t r) { return from_send ? group.send_ptr(r) : group.recv_ptr(r); };
+  for (int64_t i = begin; i < end; ++i) t.store(out, out_begin + i - begin, t.load(in(0), i));
+  for (int32_t r = 1; r < group.size(); ++r) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t o = out_begin + i - begin;
+      t.store(out, o, t.load(out, o) + t.load(in(r), i));
+    }
+  }
+}
+
+}  // namespace
+
 absl::Status CpuCommunicator::ReduceScatter(const void* send, void* recv, int64_t count,
                                             CommDType dtype) {
-  if (dtype != CommDType::kF32) {
-    return absl::InvalidArgumentError("cpu communicator: ReduceScatter supports f32 only");
-  }
+  absl::StatusOr<ReduceType> t = ReduceTypeOf(dtype, "ReduceScatter");
+  if (!t.ok()) return t.status();
   return group_->Exchange(rank_, send, recv, [&] {
-    float* out = static_cast<float*>(recv);
-    const int64_t begin = rank_ * count;
-    const float* first = static_cast<const float*>(group_->send_ptr(0)) + begin;
-    for (int64_t i = 0; i < count; ++i) out[i] = first[i];
-    for (int32_t r = 1; r < group_->size(); ++r) {
-      const float* in = static_cast<const float*>(group_->send_ptr(r)) + begin;
-      for (int64_t i = 0; i < count; ++i) out[i] += in[i];
-    }
+    SumRanks(*t, *group_, /*from_send=*/true, rank_ * count, (rank_ + 1) * count, recv, 0);
   });
 }
 
 absl::Status CpuCommunicator::AllReduce(void* data, int64_t count, CommDType dtype) {
-  if (dtype != CommDType::kF32) {
-    return absl::InvalidArgumentError("cpu communicator: AllReduce supports f32 only");
-  }
+  absl::StatusOr<ReduceType> t = ReduceTypeOf(dtype, "AllReduce");
+  if (!t.ok()) return t.status();
   // Rank r owns slice r: it sums that slice over all ranks (fixed order) and writes the result
   // into every rank's buffer. Slices are disjoint, so no two ranks touch the same bytes, and
   // every rank ends with bit-identical data.
   const int32_t n = group_->size();
   const int64_t begin = count * rank_ / n;
   const int64_t end = count * (rank_ + 1) / n;
-  scratch_.resize(end - begin);
+  const int64_t bytes = (end - begin) * t->bytes;
+  scratch_.resize(static_cast<size_t>((bytes + 3) / 4));
   return group_->Exchange(rank_, data, data, [&] {
-    const float* first = static_cast<const float*>(group_->recv_ptr(0));
-    for (int64_t i = begin; i < end; ++i) scratch_[i - begin] = first[i];
-    for (int32_t r = 1; r < n; ++r) {
-      const float* in = static_cast<const float*>(group_->recv_ptr(r));
-      for (int64_t i = begin; i < end; ++i) scratch_[i - begin] += in[i];
-    }
+    SumRanks(*t, *group_, /*from_send=*/false, begin, end, scratch_.data(), 0);
     for (int32_t r = 0; r < n; ++r) {
-      float* out = static_cast<float*>(group_->recv_ptr(r));
-      if (end > begin) std::memcpy(out + begin, scratch_.data(), (end - begin) * sizeof(float));
+      char* out = static_cast<char*>(group_->recv_ptr(r));
+      if (bytes > 0) std::memcpy(out + begin * t->bytes, scratch_.data(), bytes);
     }
   });
 }

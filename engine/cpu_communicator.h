@@ -1,9 +1,10 @@
 // In-process Communicator for the rank threads of one CPU instance.
 //
 // Ranks exchange pointers to their buffers through a shared CpuCommGroup and copy directly from
-// each other's memory; no data is staged. Waiting blocks on a condition variable (rank threads
-// may outnumber cores — tp=9 on 2 cores — so nobody spins), and every wait is bounded by the
-// group's timeout.
+// each other's memory; no data is staged. Sums take f32, bf16 and f16 (bf16/f16 widened to f32,
+// added in rank order and rounded after every addition). Waiting blocks on a condition variable
+// (rank threads may outnumber cores — tp=9 on 2 cores — so nobody spins), and every wait is bounded
+// by the group's timeout.
 #pragma once
 
 #include <cstdint>
@@ -70,7 +71,7 @@ class CpuCommunicator final : public Communicator {
  private:
   std::shared_ptr<CpuCommGroup> group_;
   const int32_t rank_;
-  std::vector<float> scratch_;  // AllReduce result of this rank's slice
+  std::vector<float> scratch_;  // AllReduce result of this rank's slice (in its dtype)
 };
 
 // Creates `size` communicators sharing one new group (index = rank).

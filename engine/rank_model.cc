@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/collective_dtype.h"
 
 namespace tandem {
 namespace {
@@ -30,6 +31,14 @@ enum Slot : int {
   kLogitsAll,
   kNumSlots
 };
+
+// Every collective is preceded by this: the backend launches what it has recorded (CUDA graph
+// pieces; a collective reads what they write, ComputeBackend::Flush), and the element type is
+// the one collective_dtype.h gives for the backend's activations.
+absl::StatusOr<CommDType> ReadyFor(ComputeBackend& backend, Collective c) {
+  TANDEM_RETURN_IF_ERROR(backend.Flush());
+  return CollectiveDType(c, backend.activation_dtype());
+}
 
 }  // namespace
 
@@ -92,13 +101,16 @@ absl::Status RankModel::AttentionLayer(const StepPlan& plan, int32_t layer, int6
   if (qall == nullptr || oall == nullptr || lse == nullptr || lse_all == nullptr) {
     return buffer_status_;
   }
-  TANDEM_RETURN_IF_ERROR(comms_.dcp->AllGather(q, qall, max_rows * nq * d, CommDType::kF32));
+  TANDEM_ASSIGN_OR_RETURN(CommDType t, ReadyFor(*backend_, Collective::kDcpQueryAllGather));
+  TANDEM_RETURN_IF_ERROR(comms_.dcp->AllGather(q, qall, max_rows * nq * d, t));
   arows.num_rows = dcp * max_rows;
   TANDEM_RETURN_IF_ERROR(backend_->Attention(pool_, layer, arows, qall, nq, scale, oall, lse));
-  TANDEM_RETURN_IF_ERROR(comms_.dcp->AllGather(lse, lse_all, items, CommDType::kF32));
+  TANDEM_ASSIGN_OR_RETURN(t, ReadyFor(*backend_, Collective::kDcpLseAllGather));
+  TANDEM_RETURN_IF_ERROR(comms_.dcp->AllGather(lse, lse_all, items, t));
   TANDEM_RETURN_IF_ERROR(
       backend_->CorrectPartial(dcp, placement_.dcp_rank, lse_all, items, d, oall));
-  return comms_.dcp->ReduceScatter(oall, attn_out, max_rows * nq * d, CommDType::kF32);
+  TANDEM_ASSIGN_OR_RETURN(t, ReadyFor(*backend_, Collective::kDcpOutputReduceScatter));
+  return comms_.dcp->ReduceScatter(oall, attn_out, max_rows * nq * d, t);
 }
 
 // With tp > 1 every rank holds a partial product. Rank 0 adds its partial to x inside the GEMM
@@ -114,7 +126,8 @@ absl::Status RankModel::ResidualLinear(const LinearOp& op, const float* in, int6
   } else {
     TANDEM_RETURN_IF_ERROR(be.Linear(op, in, rows, x));
   }
-  return comms_.tp->AllReduce(x, rows * op.n(), CommDType::kF32);
+  TANDEM_ASSIGN_OR_RETURN(const CommDType t, ReadyFor(be, Collective::kTpResidualAllReduce));
+  return comms_.tp->AllReduce(x, rows * op.n(), t);
 }
 
 absl::StatusOr<const float*> RankModel::ResidualLinearNorm(const LinearOp& op, const float* in,
@@ -238,8 +251,9 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
     TANDEM_RETURN_IF_ERROR(be.Rope(q, m, nq, d, positions_.data(), rope));
     TANDEM_RETURN_IF_ERROR(be.Rope(k, m, nk, d, positions_.data(), rope));
     if (pcp > 1) {
-      TANDEM_RETURN_IF_ERROR(comms_.pcp->AllGather(k, kall, mmax * nk * d, CommDType::kF32));
-      TANDEM_RETURN_IF_ERROR(comms_.pcp->AllGather(v, vall, mmax * nk * d, CommDType::kF32));
+      TANDEM_ASSIGN_OR_RETURN(const CommDType t, ReadyFor(be, Collective::kPcpKvAllGather));
+      TANDEM_RETURN_IF_ERROR(comms_.pcp->AllGather(k, kall, mmax * nk * d, t));
+      TANDEM_RETURN_IF_ERROR(comms_.pcp->AllGather(v, vall, mmax * nk * d, t));
     }
     TANDEM_RETURN_IF_ERROR(be.WriteKv(pool_, l, kv_slots_.data(), kv_rows, kall, vall));
     TANDEM_RETURN_IF_ERROR(AttentionLayer(plan, l, m, mmax, q, attn));
@@ -264,7 +278,8 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
   if (pcp > 1) {
     float* xall = Buf(kXAll, pcp * mmax * hidden);
     if (xall == nullptr) return buffer_status_;
-    TANDEM_RETURN_IF_ERROR(comms_.pcp->AllGather(x, xall, mmax * hidden, CommDType::kF32));
+    TANDEM_ASSIGN_OR_RETURN(const CommDType t, ReadyFor(be, Collective::kPcpHiddenAllGather));
+    TANDEM_RETURN_IF_ERROR(comms_.pcp->AllGather(x, xall, mmax * hidden, t));
     const std::vector<int64_t> restore = plan.pcp.RestoreIndex(mmax);
     for (int64_t i = 0; i < s; ++i) logit_index_[i] = restore[plan.logit_rows[i]];
     src = xall;
@@ -282,7 +297,10 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
   TANDEM_RETURN_IF_ERROR(
       be.RmsNorm(hs, weights_.output_norm->f32(), s_run, hidden, config_.rms_norm_eps, hs));
   TANDEM_RETURN_IF_ERROR(be.LinearF32Out(*weights_.lm_head, hs, s_run, lg));
-  if (tp > 1) TANDEM_RETURN_IF_ERROR(comms_.tp->AllGather(lg, lg_all, s * vmax, CommDType::kF32));
+  if (tp > 1) {
+    TANDEM_ASSIGN_OR_RETURN(const CommDType t, ReadyFor(be, Collective::kTpLogitsAllGather));
+    TANDEM_RETURN_IF_ERROR(comms_.tp->AllGather(lg, lg_all, s * vmax, t));
+  }
   if (placement_.global_rank == 0) {
     std::vector<float> host(tp * s * vmax);
     TANDEM_RETURN_IF_ERROR(be.Download(host.data(), lg_all, host.size() * sizeof(float)));

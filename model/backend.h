@@ -74,6 +74,11 @@ class ComputeBackend {
   virtual absl::Status Copy(void* dst, const void* src, int64_t bytes) = 0;
   // Waits for queued work; reports asynchronous errors.
   virtual absl::Status Synchronize() = 0;
+  // Launches, in order and without waiting, every op the backend recorded but has not launched
+  // yet (CUDA graph pieces, docs/gpu.md#cuda-graphs). The engine calls it before each collective,
+  // which reads what those ops write: NCCL enqueues behind them on the same stream; the CPU
+  // communicator reads at once. Default: a backend that runs each op when called has none.
+  virtual absl::Status Flush() { return absl::OkStatus(); }
 
   // Called on the rank's own thread before each forward pass with the rows (tokens) this rank
   // computes in it, so the backend can choose how to run the pass (the CPU backend picks the

@@ -167,6 +167,14 @@ class CudaBackend final : public ComputeBackend {
     return WaitStream();
   }
 
+  // Before a collective (NCCL enqueues on this stream, engine/nccl_communicator.cc): the pending
+  // graph piece is launched — replayed, captured or run — so the collective follows its kernels.
+  // Pieces end at collectives rather than capturing NCCL into them (docs/gpu.md#cuda-graphs).
+  absl::Status Flush() override {
+    TANDEM_ON_BACKEND_DEVICE();
+    return FlushGraph();
+  }
+
   absl::StatusOr<std::unique_ptr<LinearOp>> PrepareLinear(const float* w, int64_t n, int64_t k,
                                                           const float* bias) override {
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<CudaLinear> op,
@@ -176,13 +184,6 @@ class CudaBackend final : public ComputeBackend {
 
   ActivationDType activation_dtype() const override {
     return bf16_ ? ActivationDType::kBF16 : ActivationDType::kF32;
-  }
-  std::string SingleRankReason() const override {
-    if (bf16_) return "bf16 activations (TANDEM_CUDA_ACTIVATIONS=bf16): collectives move f32";
-    if (graph_ != nullptr) {
-      return "CUDA graphs (TANDEM_CUDA_GRAPHS=on): collectives would overtake recorded kernels";
-    }
-    return "";
   }
 
   int64_t PaddedRows(int64_t rows) const override {
@@ -348,12 +349,17 @@ class CudaBackend final : public ComputeBackend {
   absl::Status CorrectPartial(int32_t n, int32_t me, const float* all_lse, int64_t items,
                               int32_t head_dim, float* out) override {
     TANDEM_ON_BACKEND_DEVICE();
-    if (bf16_) {
-      return absl::FailedPreconditionError(
-          "cuda backend with bf16 activations: DCP partial correction needs f32 outputs");
-    }
     TANDEM_RETURN_IF_ERROR(FlushGraph());
-    return fi_ops_->CorrectPartial(n, me, all_lse, items, head_dim, out, stream());
+    if (!bf16_) return fi_ops_->CorrectPartial(n, me, all_lse, items, head_dim, out, stream());
+    // bf16 partial outputs (DCP with bf16 activations): the f32 correction on a widened copy,
+    // rounded back once — the scale exp(L_me − L) is applied in f32 as in f32 mode.
+    const int64_t count = items * head_dim;
+    TANDEM_ASSIGN_OR_RETURN(void* o32, Scratch(correct_scratch_, count * int64_t{sizeof(float)}));
+    float* out32 = static_cast<float*>(o32);
+    TANDEM_RETURN_IF_ERROR(gpu::LaunchBf16ToF32(B16(out), count, out32, stream()));
+    TANDEM_RETURN_IF_ERROR(
+        fi_ops_->CorrectPartial(n, me, all_lse, items, head_dim, out32, stream()));
+    return gpu::LaunchToBf16(out32, count, B16(out), stream());
   }
 
  private:
@@ -510,8 +516,9 @@ class CudaBackend final : public ComputeBackend {
   std::unique_ptr<StagedUpload> indices_;    // embedding ids, gather indices
   std::unique_ptr<CudaDeviceBuffer> bf16_scratch_;
   std::unique_ptr<CudaDeviceBuffer> copy_scratch_;
-  std::unique_ptr<gpu::LtGemm> lt_;          // bf16 activations only
-  std::unique_ptr<gpu::GraphRunner> graph_;  // CUDA graphs only
+  std::unique_ptr<gpu::LtGemm> lt_;                    // bf16 activations only
+  std::unique_ptr<gpu::GraphRunner> graph_;            // CUDA graphs only
+  std::unique_ptr<CudaDeviceBuffer> correct_scratch_;  // bf16 mode: f32 copy CorrectPartial scales
 };
 
 #undef TANDEM_ON_BACKEND_DEVICE

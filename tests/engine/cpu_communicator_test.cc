@@ -1,8 +1,10 @@
 #include "engine/cpu_communicator.h"
 
+#include <cstdint>
 #include <thread>
 #include <vector>
 
+#include "attention/kv_dtype.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -92,6 +94,54 @@ TEST(CpuCommunicatorTest, MissingPeerTimesOut) {
   EXPECT_THAT(s.message(), HasSubstr("1 of 2 ranks waiting"));
   // The group stays failed.
   EXPECT_EQ(comms[1]->Barrier().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+// bf16 / f16 sums (the engine's bf16 activations): each element widened to f32, added in rank
+// order, rounded to the dtype after every addition — like NCCL's partial sums, which are rounded
+// as they travel. 1 + u/2 + u/2 (u the unit in the last place at 1) shows the difference: each
+// addition is a tie that rounds to even (1), where a sum rounded once would give 1 + u.
+TEST(CpuCommunicatorTest, HalfPrecisionSumsRoundAfterEveryAddition) {
+  struct Case {
+    CommDType dtype;
+    uint16_t (*to)(float);
+    float (*from)(uint16_t);
+    float ulp_at_one;
+  };
+  for (const Case& k : {Case{CommDType::kBF16, FloatToBf16, Bf16ToFloat, 0x1p-7f},
+                        Case{CommDType::kF16, FloatToHalf, HalfToFloat, 0x1p-10f}}) {
+    auto comms = CreateCpuCommunicators(3, absl::Seconds(30));
+    // Element 0: the ties; elements 1..6: values each rank's rounding makes distinct.
+    const int64_t count = 7;
+    std::vector<std::vector<uint16_t>> reduced(3), scattered(3);
+    std::vector<std::vector<float>> inputs(3, std::vector<float>(count));
+    for (int32_t r = 0; r < 3; ++r) {
+      inputs[r][0] = r == 0 ? 1.f : k.ulp_at_one / 2;
+      for (int64_t j = 1; j < count; ++j) inputs[r][j] = k.from(k.to(0.3f * (r + 1) - 0.17f * j));
+    }
+    RunRanks(comms, [&](int32_t r, Communicator& c) {
+      reduced[r].resize(count);
+      for (int64_t j = 0; j < count; ++j) reduced[r][j] = k.to(inputs[r][j]);
+      ASSERT_TRUE(c.AllReduce(reduced[r].data(), count, k.dtype).ok());
+      // ReduceScatter of 3 · 2 elements: rank r's input element j is inputs[r][j + 1].
+      std::vector<uint16_t> send(6);
+      for (int64_t j = 0; j < 6; ++j) send[j] = k.to(inputs[r][j + 1]);
+      scattered[r].resize(2);
+      ASSERT_TRUE(c.ReduceScatter(send.data(), scattered[r].data(), 2, k.dtype).ok());
+    });
+    for (int32_t r = 0; r < 3; ++r) {
+      EXPECT_EQ(reduced[r], reduced[0]) << "every rank holds the same bits";
+      EXPECT_EQ(k.from(reduced[r][0]), 1.f) << "rounded after each addition, not once";
+      for (int64_t j = 1; j < count; ++j) {
+        const float want = k.from(k.to(k.from(k.to(inputs[0][j] + inputs[1][j])) + inputs[2][j]));
+        EXPECT_EQ(k.from(reduced[r][j]), want) << "element " << j;
+      }
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t e = 2 * r + j + 1;
+        const float want = k.from(k.to(k.from(k.to(inputs[0][e] + inputs[1][e])) + inputs[2][e]));
+        EXPECT_EQ(k.from(scattered[r][j]), want) << "rank " << r << " element " << j;
+      }
+    }
+  }
 }
 
 TEST(CpuCommunicatorTest, ReductionsRejectNonFloat) {

@@ -26,6 +26,7 @@ class ForwardingBackend : public ComputeBackend {
   }
   absl::Status Copy(void* d, const void* s, int64_t b) override { return in_->Copy(d, s, b); }
   absl::Status Synchronize() override { return in_->Synchronize(); }
+  absl::Status Flush() override { return in_->Flush(); }
   ActivationDType activation_dtype() const override { return in_->activation_dtype(); }
   std::string SingleRankReason() const override { return in_->SingleRankReason(); }
   int64_t PaddedRows(int64_t rows) const override { return in_->PaddedRows(rows); }

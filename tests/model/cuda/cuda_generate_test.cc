@@ -219,5 +219,28 @@ TEST_F(CudaGenerateTest, MultiGpuLayoutsMatchCpu) {
   if (gpus >= 4) ExpectSameAsCpu(ParallelConfig{4, 1, 2, 8, 2});
 }
 
+// bf16 activations and graphs on several GPUs (docs/gpu.md#multi-rank-instances): the
+// collectives move bf16 (NCCL's bf16 sums) and every graph piece ends before a collective.
+// Same premise and tolerance as SingleGpuNewPathsMatchCpu.
+TEST_F(CudaGenerateTest, MultiGpuNewPathsMatchCpu) {
+  const int gpus = testing::CudaDeviceCount();
+  if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs, found " << gpus;
+  for (const auto& [act, graphs] :
+       {std::pair{gpu::CudaActivations::kBF16, false}, std::pair{gpu::CudaActivations::kF32, true},
+        std::pair{gpu::CudaActivations::kBF16, true}}) {
+    gpu::CudaBackendOptions o;
+    o.activations = act;
+    o.graphs = graphs;
+    SCOPED_TRACE(absl::StrCat(gpu::CudaActivationsName(act), graphs ? " + graphs" : ""));
+    ExpectSameAsCpu(ParallelConfig{2, 1, 1, 16, 1}, testing::SmallConfig(), &o);
+    ExpectSameAsCpu(ParallelConfig{1, 2, 1, 16, 1}, testing::SmallConfig(), &o);
+    ExpectSameAsCpu(ParallelConfig{1, 2, 2, 8, 2}, testing::SmallConfig(), &o);
+    if (gpus >= 4) {
+      ExpectSameAsCpu(ParallelConfig{4, 1, 2, 8, 2}, testing::SmallConfig(), &o);
+      ExpectSameAsCpu(ParallelConfig{2, 2, 2, 8, 2}, testing::SmallConfig(), &o);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tandem
