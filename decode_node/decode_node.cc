@@ -19,10 +19,9 @@
 namespace tandem {
 namespace {
 
-// Capacity re-check interval while a request waits for KV blocks, and cancellation poll
-// interval while a pull runs.
-constexpr absl::Duration kPoll = absl::Milliseconds(5);
-constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
+// Capacity re-check interval while a request waits for KV blocks (freed blocks have no event; a
+// cancel or a lost lease ends the wait at once).
+constexpr absl::Duration kCapacityPoll = absl::Milliseconds(5);
 
 }  // namespace
 
@@ -150,8 +149,10 @@ absl::StatusOr<bool> DecodeNode::ReleaseKv(const KvHandle& kv) {
   return options_.prefill->ReleaseKv(kv, absl::Now() + options_.rpc_timeout);
 }
 
-absl::StatusOr<std::vector<int32_t>> DecodeNode::WaitForBlocks(
-    int32_t count, const std::function<bool()>& cancelled, const LeaseKeeper& lease) {
+absl::StatusOr<std::vector<int32_t>> DecodeNode::WaitForBlocks(int32_t count,
+                                                               const CancellationToken& cancel,
+                                                               const CancellationToken& pull,
+                                                               const LeaseKeeper& lease) {
   if (count > blocks_->total_blocks()) {
     return absl::ResourceExhaustedError(absl::StrCat("request needs ", count,
                                                      " KV blocks but this decode instance has ",
@@ -161,7 +162,9 @@ absl::StatusOr<std::vector<int32_t>> DecodeNode::WaitForBlocks(
   while (true) {
     absl::StatusOr<std::vector<int32_t>> got = blocks_->Allocate(count);
     if (got.ok()) return got;
-    if (cancelled()) return absl::CancelledError("decode cancelled while waiting for KV capacity");
+    if (cancel.cancelled()) {
+      return absl::CancelledError("decode cancelled while waiting for KV capacity");
+    }
     if (lease.lost()) {
       return absl::AbortedError("the prefill's KV lease expired while waiting for capacity");
     }
@@ -170,13 +173,13 @@ absl::StatusOr<std::vector<int32_t>> DecodeNode::WaitForBlocks(
           absl::StrCat("KV capacity short for ", absl::FormatDuration(options_.queue_timeout),
                        " (queue timeout): ", got.status().message()));
     }
-    absl::SleepFor(kPoll);
+    pull.WaitFor(kCapacityPoll);
   }
 }
 
 absl::Status DecodeNode::Pull(const TransferMetadata& source, const TransferPlan& plan,
-                              const std::function<bool()>& cancelled, std::atomic<bool>* cancel,
-                              OverlappedKvCheck* check, int64_t landed_tokens) {
+                              CancellationToken* pull, OverlappedKvCheck* check,
+                              int64_t landed_tokens) {
   // The digest check rides on the copy where the bytes pass through this process (copy_crcs.h);
   // CRC requests cost a walk over the plan, so only when a check will use them.
   std::optional<std::vector<CopyCrcs>> crcs;
@@ -184,16 +187,15 @@ absl::Status DecodeNode::Pull(const TransferMetadata& source, const TransferPlan
     absl::StatusOr<std::vector<CopyCrcs>> req = check->CrcRequests(plan);
     if (req.ok()) crcs = *std::move(req);  // unusable requests: the check reads the pools
   }
-  TANDEM_RETURN_IF_ERROR(
-      pulls_->Pull(source, plan, cancelled, cancel, crcs.has_value() ? &*crcs : nullptr));
+  TANDEM_RETURN_IF_ERROR(pulls_->Pull(source, plan, pull, crcs.has_value() ? &*crcs : nullptr));
   if (check != nullptr) check->Landed(landed_tokens, &plan, crcs.has_value() ? &*crcs : nullptr);
   return absl::OkStatus();
 }
 
 absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvHandle& kv,
                                        const std::vector<int32_t>& blocks,
-                                       const std::function<bool()>& cancelled,
-                                       std::atomic<bool>* cancel, int32_t* first_token,
+                                       const CancellationToken& cancel, CancellationToken* pull,
+                                       int32_t* first_token,
                                        std::optional<TokenLogprobs>* first_logprobs,
                                        std::vector<uint32_t>* digests, OverlappedKvCheck* check,
                                        TransferStats* stats) {
@@ -206,13 +208,19 @@ absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvH
   int64_t landed = 0;  // prompt tokens pulled
   absl::Time last_message = absl::Now();
   while (true) {
-    if (cancelled()) return absl::CancelledError("decode cancelled while pulling a pipelined KV");
-    if (cancel->load()) {
+    if (cancel.cancelled()) {
+      return absl::CancelledError("decode cancelled while pulling a pipelined KV");
+    }
+    if (pull->cancelled()) {
       return absl::AbortedError("the prefill's KV lease was lost during the pipelined transfer");
     }
-    TANDEM_ASSIGN_OR_RETURN(std::optional<KvProgressEvent> next, watch->Next(kCancelPoll));
+    // Waits until the stall deadline at most; a cancel ends it at once.
+    const absl::Duration budget =
+        std::max(last_message + options_.stall_timeout - absl::Now(), absl::ZeroDuration());
+    TANDEM_ASSIGN_OR_RETURN(std::optional<KvProgressEvent> next, watch->Next(budget, *pull));
     if (!next.has_value()) {
-      if (absl::Now() - last_message > options_.stall_timeout) {
+      if (pull->cancelled()) continue;  // reported above
+      if (absl::Now() - last_message >= options_.stall_timeout) {
         return BlameKvSource(absl::DeadlineExceededError(absl::StrCat(
                                  "no KV progress from prefill ", kv.prefill_address, " for ",
                                  absl::FormatDuration(options_.stall_timeout), " (", landed, " of ",
@@ -240,7 +248,7 @@ absl::Status DecodeNode::PullPipelined(const TransferMetadata& source, const KvH
       const absl::Time pull_start = absl::Now();
       // CRCs in the copy even before the digests come (with done): computing them costs the copy
       // nothing measurable, and the chunks already landed need no second read then.
-      TANDEM_RETURN_IF_ERROR(Pull(source, plan, cancelled, cancel, check, next->tokens_ready));
+      TANDEM_RETURN_IF_ERROR(Pull(source, plan, pull, check, next->tokens_ready));
       stats->micros += absl::ToInt64Microseconds(absl::Now() - pull_start);
       stats->bytes += plan.total_bytes();
       stats->copies += plan.total_copies();
@@ -287,8 +295,7 @@ OverlappedKvCheckInput DecodeNode::CheckInput(const TransferMetadata& source, co
 }
 
 absl::Status DecodeNode::PullAll(const TransferMetadata& source, const KvHandle& kv,
-                                 const std::vector<int32_t>& blocks,
-                                 const std::function<bool()>& cancelled, std::atomic<bool>* cancel,
+                                 const std::vector<int32_t>& blocks, CancellationToken* pull,
                                  OverlappedKvCheck* check, TransferStats* stats) {
   const absl::Time start = absl::Now();
   absl::Cleanup timed = [&] { stats->micros = absl::ToInt64Microseconds(absl::Now() - start); };
@@ -305,7 +312,7 @@ absl::Status DecodeNode::PullAll(const TransferMetadata& source, const KvHandle&
   if (per_range >= num_blocks) {
     stats->bytes = total;
     stats->copies = plan.total_copies();
-    TANDEM_RETURN_IF_ERROR(Pull(source, plan, cancelled, cancel, crc_check, kv.num_tokens));
+    TANDEM_RETURN_IF_ERROR(Pull(source, plan, pull, crc_check, kv.num_tokens));
     if (crc_check == nullptr) check->Landed(kv.num_tokens);
     return absl::OkStatus();
   }
@@ -321,7 +328,7 @@ absl::Status DecodeNode::PullAll(const TransferMetadata& source, const KvHandle&
     TANDEM_ASSIGN_OR_RETURN(
         TransferPlan part,
         PlanKvTransferRange(source.layout, kv.block_table, dst, blocks, kv.num_tokens, begin, end));
-    TANDEM_RETURN_IF_ERROR(Pull(source, part, cancelled, cancel, crc_check, end));
+    TANDEM_RETURN_IF_ERROR(Pull(source, part, pull, crc_check, end));
     stats->bytes += part.total_bytes();
     stats->copies += part.total_copies();
   }
@@ -366,29 +373,29 @@ absl::Status DecodeNode::VerifyDigests(const KvHandle& kv, OverlappedKvCheck* ch
 }
 
 absl::StatusOr<TransferStats> DecodeNode::Start(const DecodeCall& call, DecodeSink sink,
-                                                const std::function<bool()>& cancelled) {
+                                                const CancellationToken& cancel) {
   if (!call.choices.empty()) {
     return absl::InvalidArgumentError("a call with choices starts with StartChoices");
   }
   std::vector<DecodeSink> sinks;
   sinks.push_back(std::move(sink));
-  return StartCall(call, std::move(sinks), cancelled);
+  return StartCall(call, std::move(sinks), cancel);
 }
 
 absl::StatusOr<TransferStats> DecodeNode::StartChoices(const DecodeCall& call,
                                                        std::vector<DecodeSink> sinks,
-                                                       const std::function<bool()>& cancelled) {
+                                                       const CancellationToken& cancel) {
   if (call.choices.empty() || sinks.size() != call.choices.size()) {
     return absl::InvalidArgumentError(absl::StrCat("StartChoices needs one sink per choice (",
                                                    call.choices.size(), " choices, ", sinks.size(),
                                                    " sinks)"));
   }
-  return StartCall(call, std::move(sinks), cancelled);
+  return StartCall(call, std::move(sinks), cancel);
 }
 
 absl::StatusOr<TransferStats> DecodeNode::StartCall(const DecodeCall& call,
                                                     std::vector<DecodeSink> sinks,
-                                                    const std::function<bool()>& cancelled) {
+                                                    const CancellationToken& cancel) {
   const KvHandle& kv = call.kv;
   TANDEM_RETURN_IF_ERROR(CheckTokenBudget(call.max_new_tokens, "max_new_tokens"));
   if (!call.pipelined) {
@@ -432,9 +439,9 @@ absl::StatusOr<TransferStats> DecodeNode::StartCall(const DecodeCall& call,
   const int32_t needed =
       static_cast<int32_t>(VirtualBlocksFor(dst.parallel.dcp_geometry(), positions));
   // The lease is renewed from here until the pull ends, however long both take; losing it
-  // cancels the pull (nothing pulled could be used).
-  std::atomic<bool> cancel_pull{false};
-  LeaseKeeper lease(options_.prefill.get(), kv, options_.rpc_timeout, &cancel_pull);
+  // cancels the pull (nothing pulled could be used), as does the request's cancel.
+  CancellationToken pull(&cancel);
+  LeaseKeeper lease(options_.prefill.get(), kv, options_.rpc_timeout, &pull);
   // n > 1: the further choices' own blocks come after choice 0's (engine/choice_blocks.h).
   const int64_t choices = std::max<int64_t>(1, static_cast<int64_t>(call.choices.size()));
   TANDEM_ASSIGN_OR_RETURN(
@@ -442,7 +449,7 @@ absl::StatusOr<TransferStats> DecodeNode::StartCall(const DecodeCall& call,
       WaitForBlocks(static_cast<int32_t>(ChoiceBlocksNeeded(
                         needed, kv.num_tokens, VirtualBlockTokens(dst.parallel.dcp_geometry()),
                         static_cast<int32_t>(choices))),
-                    cancelled, lease));
+                    cancel, pull, lease));
   blocks_allocated_.fetch_add(static_cast<int64_t>(allocated.size()));
   bool blocks_owned = true;
   absl::Cleanup free_blocks = [&] {
@@ -460,12 +467,12 @@ absl::StatusOr<TransferStats> DecodeNode::StartCall(const DecodeCall& call,
                           RankPulls::kCheckLane);
   absl::Status pulled;
   if (call.pipelined) {
-    pulled = PullPipelined(*meta, kv, blocks, cancelled, &cancel_pull, &first_token,
-                           &first_logprobs, &digests, &check, &stats);
+    pulled = PullPipelined(*meta, kv, blocks, cancel, &pull, &first_token, &first_logprobs,
+                           &digests, &check, &stats);
   } else {
     pulled = DigestsCheckable(digests);
     if (pulled.ok()) pulled = check.SetDigests(digests);
-    if (pulled.ok()) pulled = PullAll(*meta, kv, blocks, cancelled, &cancel_pull, &check, &stats);
+    if (pulled.ok()) pulled = PullAll(*meta, kv, blocks, &pull, &check, &stats);
   }
   lease.Stop();
   if (lease.lost()) {
@@ -506,7 +513,7 @@ absl::StatusOr<TransferStats> DecodeNode::StartCall(const DecodeCall& call,
         "the prefill's KV lease expired before the transfer finished; the pulled KV is "
         "discarded (prefill again)");
   }
-  if (cancelled()) return absl::CancelledError("decode cancelled by the client");
+  if (cancel.cancelled()) return absl::CancelledError("decode cancelled by the client");
   // Device pools: the pull landed in the host mirror; the pool needs it before the first step.
   TANDEM_RETURN_IF_ERROR(instance_->StageIn(blocks));
 

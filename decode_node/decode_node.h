@@ -40,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/cancellation.h"
 #include "decode_node/colocated_prefill.h"
 #include "decode_node/lease_keeper.h"
 #include "decode_node/prefill_client.h"
@@ -141,18 +142,18 @@ class DecodeNode {
   DecodeNode& operator=(const DecodeNode&) = delete;
 
   // Pulls the KV and starts decoding. On OK the request is running and `sink.on_done` will be
-  // called exactly once; on error nothing will be called. `cancelled` is polled while waiting
-  // for capacity and pulling. With call.pipelined the KV is pulled as the prefill computes it
-  // (PullPipelined) and, on OK, the prefill's first token has gone to sink.on_token before Start
+  // called exactly once; on error nothing will be called. `cancel` ends the wait for capacity
+  // and the pull at once (CANCELLED). With call.pipelined the KV is pulled as the prefill computes
+  // it (PullPipelined) and, on OK, the prefill's first token has gone to sink.on_token before Start
   // returns; errors of the progress stream name the prefill ("prefill <address>").
   absl::StatusOr<TransferStats> Start(const DecodeCall& call, DecodeSink sink,
-                                      const std::function<bool()>& cancelled);
+                                      const CancellationToken& cancel);
   // Start for call.choices: sinks[i] gets choice call.choices[i]'s events, each sink's on_done
   // exactly once on OK (nothing on error; a choice the engine had already started when a later
   // one was refused ends CANCELLED). Cancel(request_id) cancels every choice. REQUIRES:
   // sinks.size() == call.choices.size() (INVALID_ARGUMENT otherwise).
   absl::StatusOr<TransferStats> StartChoices(const DecodeCall& call, std::vector<DecodeSink> sinks,
-                                             const std::function<bool()>& cancelled);
+                                             const CancellationToken& cancel);
   // Colocated prefill: prefills call.prompt here, then decodes; the first token goes through
   // sink.on_token too. On OK `sink.on_done` will be called exactly once; on error nothing will
   // be called. FAILED_PRECONDITION when the node was built without colocated_prefill;
@@ -192,30 +193,33 @@ class DecodeNode {
  private:
   explicit DecodeNode(DecodeNodeOptions options);
   absl::StatusOr<std::shared_ptr<const TransferMetadata>> Metadata(const KvHandle& kv);
-  absl::StatusOr<std::vector<int32_t>> WaitForBlocks(int32_t count,
-                                                     const std::function<bool()>& cancelled,
+  // `pull`: the call's pull token (a child of the request's `cancel`, cancelled too when the
+  // lease is lost); either ends the wait at once.
+  absl::StatusOr<std::vector<int32_t>> WaitForBlocks(int32_t count, const CancellationToken& cancel,
+                                                     const CancellationToken& pull,
                                                      const LeaseKeeper& lease);
-  // All ranks' pulls at once, on the per-rank lanes (RankPulls); the first failure cancels the
-  // others. `cancel` is also set by the lease keeper when the lease is lost. With `check`, the
-  // pullers CRC what they copy (check->CrcRequests) and, once `plan` landed, the check is told
+  // All ranks' pulls at once, on the per-rank lanes (RankPulls); the first failure cancels
+  // `pull`, and so the others. The request's cancel and a lost lease cancel it too. With `check`,
+  // the pullers CRC what they copy (check->CrcRequests) and, once `plan` landed, the check is told
   // that prompt tokens [0, landed_tokens) are in (OverlappedKvCheck::Landed).
   absl::Status Pull(const TransferMetadata& source, const TransferPlan& plan,
-                    const std::function<bool()>& cancelled, std::atomic<bool>* cancel,
-                    OverlappedKvCheck* check = nullptr, int64_t landed_tokens = 0);
+                    CancellationToken* pull, OverlappedKvCheck* check = nullptr,
+                    int64_t landed_tokens = 0);
   // The unpipelined pull of kv's whole prompt into `blocks`: with digests and more than
   // pull_chunk_bytes, in block-aligned ranges, telling `check` as each lands; else one Pull.
   absl::Status PullAll(const TransferMetadata& source, const KvHandle& kv,
-                       const std::vector<int32_t>& blocks, const std::function<bool()>& cancelled,
-                       std::atomic<bool>* cancel, OverlappedKvCheck* check, TransferStats* stats);
+                       const std::vector<int32_t>& blocks, CancellationToken* pull,
+                       OverlappedKvCheck* check, TransferStats* stats);
   // Pipelined transfer: pulls kv's prompt part by part as its prefill reports progress (each
   // range planned with PlanKvTransferRange), until the prefill is done; its first token in
   // *first_token (its log-probabilities, when sent, in *first_logprobs). Each wait for progress is
-  // bounded by stall_timeout (the prefill node repeats its progress every kWatchHeartbeat);
-  // `cancelled` and *cancel (lease lost) are checked between.
+  // bounded by stall_timeout (the prefill node repeats its progress every kWatchHeartbeat) and
+  // ends at once when `pull` is cancelled (the request's `cancel`: CANCELLED; else the lease was
+  // lost: ABORTED).
   absl::Status PullPipelined(const TransferMetadata& source, const KvHandle& kv,
-                             const std::vector<int32_t>& blocks,
-                             const std::function<bool()>& cancelled, std::atomic<bool>* cancel,
-                             int32_t* first_token, std::optional<TokenLogprobs>* first_logprobs,
+                             const std::vector<int32_t>& blocks, const CancellationToken& cancel,
+                             CancellationToken* pull, int32_t* first_token,
+                             std::optional<TokenLogprobs>* first_logprobs,
                              std::vector<uint32_t>* digests, OverlappedKvCheck* check,
                              TransferStats* stats);
   // What `check` needs to check kv's prompt landing in `blocks` (the local pools).
@@ -232,7 +236,7 @@ class DecodeNode {
   absl::StatusOr<bool> ReleaseKv(const KvHandle& kv);
   // Start and StartChoices: sinks has one entry per sequence (max(1, call.choices.size())).
   absl::StatusOr<TransferStats> StartCall(const DecodeCall& call, std::vector<DecodeSink> sinks,
-                                          const std::function<bool()>& cancelled);
+                                          const CancellationToken& cancel);
   // After the pull: the call's sequences join the engine (decode_choices.cc). `allocated` holds
   // choice 0's table (its first per_choice blocks, with the pulled KV) and the other choices' own
   // blocks (ChoiceBlocksNeeded in all); it is consumed either way — on an error every block not

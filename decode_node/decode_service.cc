@@ -16,8 +16,9 @@
 namespace tandem {
 namespace {
 
-// How often the writing handler re-checks for client cancellation while no event is pending.
-constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
+// The writing handler is woken by every event and by the client's cancel; this only bounds one
+// wait (nothing is polled at this interval).
+constexpr absl::Duration kEventWaitBound = absl::Seconds(1);
 
 grpc::Status Starting() {
   return grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -226,6 +227,12 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
     call.choices.push_back(DecodeChoice{c.index(), c.first_token()});
   }
   auto q = std::make_shared<EventQueue>();
+  // The client's cancel as a token (gRPC's sync API can only be asked: the poller asks).
+  CancellationToken cancel;
+  const CancelPoller::Registration watched =
+      cancel_poller_.Add([ctx] { return ctx->IsCancelled(); }, &cancel);
+  // A cancel takes and drops q->mu, so the event wait below looks at its condition again.
+  const CancelCallback wake = cancel.OnCancel([q] { absl::MutexLock touch(&q->mu); });
   DecodeSink sink;
   // A pipelined call's first token was sampled by the prefill node: not counted as generated here.
   sink.on_token = [q, metrics = metrics_,
@@ -264,10 +271,9 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
     const absl::Status s = node->StartColocated(std::move(cc), std::move(sink));
     started = s.ok() ? absl::StatusOr<TransferStats>(TransferStats{}) : s;
   } else if (choices) {
-    started = node->StartChoices(call, ChoiceSinks(*req, q, metrics_),
-                                 [ctx] { return ctx->IsCancelled(); });
+    started = node->StartChoices(call, ChoiceSinks(*req, q, metrics_), cancel);
   } else {
-    started = node->Start(call, std::move(sink), [ctx] { return ctx->IsCancelled(); });
+    started = node->Start(call, std::move(sink), cancel);
   }
   record->setup = absl::Now() - record->start;
   if (!started.ok()) return ToGrpcStatus(started.status());
@@ -289,9 +295,10 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
     {
       absl::MutexLock lock(&q->mu);
       auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
-        return q->done || !q->tokens.empty();
+        return q->done || !q->tokens.empty() ||
+               (!cancel_sent && (cancel.cancelled() || q->choice_failed));
       };
-      q->mu.AwaitWithTimeout(absl::Condition(&ready), kCancelPoll);
+      q->mu.AwaitWithTimeout(absl::Condition(&ready), kEventWaitBound);
       tokens.swap(q->tokens);
       done = q->done;
       choice_failed = q->choice_failed;
@@ -311,7 +318,7 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
       }
     }
     if (done) break;
-    if (!cancel_sent && (ctx->IsCancelled() || choice_failed)) {
+    if (!cancel_sent && (cancel.cancelled() || choice_failed)) {
       node->Cancel(call.request_id);
       cancel_sent = true;
     }

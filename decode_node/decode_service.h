@@ -6,6 +6,7 @@
 #include <atomic>
 #include <optional>
 
+#include "common/cancel_poller.h"
 #include "decode_node/decode_node.h"
 #include "serving/drain_gate.h"
 #include "serving/node_metrics.h"
@@ -44,6 +45,8 @@ class DecodeServiceImpl final : public v1::DecodeService::Service {
   std::atomic<DecodeNode*> node_{nullptr};
   DrainGate drain_gate_;
   const DecodeMetrics* metrics_ = nullptr;
+  // Turns each call's ServerContext::IsCancelled() into its CancellationToken.
+  CancelPoller cancel_poller_;
 };
 
 }  // namespace tandem

@@ -31,9 +31,14 @@ class GrpcKvWatch final : public KvWatch {
     thread_.join();
   }
 
-  absl::StatusOr<std::optional<KvProgressEvent>> Next(absl::Duration timeout) override {
+  absl::StatusOr<std::optional<KvProgressEvent>> Next(absl::Duration timeout,
+                                                      const CancellationToken& cancel) override {
+    // A cancel takes and drops mu_, so the wait looks at its condition again.
+    const CancelCallback wake = cancel.OnCancel([this] { absl::MutexLock touch(&mu_); });
     absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return fresh_ || ended_; };
+    auto ready = [this, &cancel]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return fresh_ || ended_ || cancel.cancelled();
+    };
     mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
     if (fresh_) {
       fresh_ = false;

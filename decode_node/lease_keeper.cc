@@ -11,7 +11,7 @@ absl::Time NextLeaseRenewal(absl::Time granted_at, absl::Time expiry, absl::Dura
 }
 
 LeaseKeeper::LeaseKeeper(PrefillClient* client, KvHandle kv, absl::Duration rpc_timeout,
-                         std::atomic<bool>* on_lost)
+                         CancellationToken* on_lost)
     : client_(client),
       kv_(std::move(kv)),
       rpc_timeout_(rpc_timeout),
@@ -51,9 +51,11 @@ void LeaseKeeper::Loop() {
     absl::StatusOr<std::optional<absl::Time>> renewed =
         client_->RenewLease(kv_, now + rpc_timeout_);
     if (renewed.ok() && !renewed->has_value()) {
-      absl::MutexLock lock(&mu_);
-      lost_ = true;
-      on_lost_->store(true);
+      {
+        absl::MutexLock lock(&mu_);
+        lost_ = true;  // before the cancel: whoever it wakes sees lost()
+      }
+      on_lost_->Cancel();
       return;
     }
     if (renewed.ok()) {

@@ -4,8 +4,8 @@
 // A thread renews the lease through the PrefillClient on NextLeaseRenewal's schedule: when half
 // of what the last grant left has passed, and at least one rpc_timeout before the expiry (each
 // renewal call is itself bounded by rpc_timeout), never more often than kMinRenewInterval. A
-// renewal answered "not held" means the lease is gone: lost() turns true and *on_lost is set
-// (the pull's cancel flag), so a pull that can no longer succeed stops early. A renewal call
+// renewal answered "not held" means the lease is gone: lost() turns true and *on_lost is
+// cancelled (the pull's token), so a pull that can no longer succeed stops at once. A renewal call
 // that fails is retried after min(rpc_timeout, a quarter of what is left); the final ReleaseKv
 // decides whether the lease held.
 //
@@ -14,13 +14,13 @@
 // Thread-safety: all methods are thread-safe.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/cancellation.h"
 #include "decode_node/prefill_client.h"
 
 namespace tandem {
@@ -33,7 +33,7 @@ absl::Time NextLeaseRenewal(absl::Time granted_at, absl::Time expiry, absl::Dura
 class LeaseKeeper {
  public:
   LeaseKeeper(PrefillClient* client, KvHandle kv, absl::Duration rpc_timeout,
-              std::atomic<bool>* on_lost);
+              CancellationToken* on_lost);
   ~LeaseKeeper();
   LeaseKeeper(const LeaseKeeper&) = delete;
   LeaseKeeper& operator=(const LeaseKeeper&) = delete;
@@ -48,7 +48,7 @@ class LeaseKeeper {
   PrefillClient* const client_;
   const KvHandle kv_;
   const absl::Duration rpc_timeout_;
-  std::atomic<bool>* const on_lost_;
+  CancellationToken* const on_lost_;
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool lost_ ABSL_GUARDED_BY(mu_) = false;

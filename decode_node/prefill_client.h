@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/cancellation.h"
 #include "kv_transfer/transfer_types.h"
 #include "model/logprobs.h"
 
@@ -54,11 +55,12 @@ class KvWatch {
  public:
   virtual ~KvWatch() = default;
   // The newest progress received since the last call (messages in between are skipped: each
-  // says at least as much as the one before), nullopt when none arrived within `timeout`, or the
-  // stream's error (a clean end without a done message is UNKNOWN). After an error or a done
-  // message, further calls return that again.
+  // says at least as much as the one before), nullopt when none arrived within `timeout` or
+  // `cancel` was cancelled first (the wait ends at once), or the stream's error (a clean end
+  // without a done message is UNKNOWN). After an error or a done message, further calls return
+  // that again.
   [[nodiscard]] virtual absl::StatusOr<std::optional<KvProgressEvent>> Next(
-      absl::Duration timeout) = 0;
+      absl::Duration timeout, const CancellationToken& cancel) = 0;
 };
 
 class PrefillClient {

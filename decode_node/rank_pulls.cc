@@ -9,9 +9,6 @@
 namespace tandem {
 namespace {
 
-// How often the caller's cancellation is relayed while the ranks pull.
-constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
-
 // One Pull's state, shared with its jobs (which outlive their last touch of the caller's stack).
 struct PullBatch {
   explicit PullBatch(size_t world) : results(world) {}
@@ -30,8 +27,7 @@ RankPulls::RankPulls(std::vector<KvPuller*> pullers, std::vector<absl::Span<std:
       check_lanes_("KV digest check lane", 1, options.queue_capacity) {}
 
 absl::Status RankPulls::Pull(const TransferMetadata& source, const TransferPlan& plan,
-                             const std::function<bool()>& cancelled, std::atomic<bool>* cancel,
-                             std::vector<CopyCrcs>* crcs) {
+                             CancellationToken* cancel, std::vector<CopyCrcs>* crcs) {
   const int32_t world = static_cast<int32_t>(plan.copies.size());
   if (world != static_cast<int32_t>(pullers_.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -50,7 +46,7 @@ absl::Status RankPulls::Pull(const TransferMetadata& source, const TransferPlan&
         d,
         [this, batch, d, &source, &plan, cancel, crcs] {
           absl::Status& result = batch->results[d];
-          if (cancel->load()) {
+          if (cancel->cancelled()) {
             result = absl::CancelledError(absl::StrCat(
                 "KV transfer from engine '", source.engine_id, "' epoch ", source.epoch,
                 " cancelled after 0 of ", plan.copies[d].size(), " copies"));
@@ -68,20 +64,20 @@ absl::Status RankPulls::Pull(const TransferMetadata& source, const TransferPlan&
               result = BlameKvSource(std::move(result), {"", source.engine_id, blamed});
             }
           }
-          if (!result.ok()) cancel->store(true);  // the others cannot make this request succeed
+          if (!result.ok()) cancel->Cancel();  // the others cannot make this request succeed
           batch->jobs.Done();
         },
         submit_deadline);
     if (!queued.ok()) {
       batch->results[d] = absl::ResourceExhaustedError(
           absl::StrCat("KV pull of decode rank ", d, " not started: ", queued.message()));
-      cancel->store(true);
+      cancel->Cancel();
       batch->jobs.Done();
     }
   }
-  // This thread relays the caller's cancellation while the ranks pull.
-  while (!batch->jobs.WaitFor(kCancelPoll)) {
-    if (cancelled()) cancel->store(true);
+  // The jobs reference `source`, `plan` and `crcs`: wait for every one. Each ends within its
+  // stall_timeout, and at once on a cancel (the pullers wait on the token).
+  while (!batch->jobs.WaitFor(options_.stall_timeout)) {
   }
   // Report the cause, not the cancellations it triggered in the other ranks.
   absl::Status first_cancel;

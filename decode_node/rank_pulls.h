@@ -4,9 +4,9 @@
 // ranges are still in flight. Replaces a thread started per rank per pull (per chunk when
 // pipelined).
 //
-// Pull(source, plan, cancelled, cancel): every rank's copies at once, each on its lane; the first
-// failure sets *cancel so the other ranks stop (the caller's lease keeper sets it too); the
-// caller's `cancelled` is relayed into *cancel while waiting. Returns only when every rank's job
+// Pull(source, plan, cancel): every rank's copies at once, each on its lane; the first failure
+// cancels *cancel so the other ranks stop at once (the caller cancels it too: it is a child of the
+// request's token, and the lease keeper's on_lost). Returns only when every rank's job
 // has finished — nothing writes into the pools afterwards, and nothing of the call is referenced
 // — and reports the cause, not the cancellations it triggered. A lane whose queue stays full for
 // stall_timeout → RESOURCE_EXHAUSTED naming the rank. Failures the puller blames on source
@@ -16,15 +16,14 @@
 // REQUIRES: the pullers and pools outlive this. Thread-safety: Pull is thread-safe.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/cancellation.h"
 #include "kv_transfer/copy_crcs.h"
 #include "kv_transfer/kv_puller.h"
 #include "kv_transfer/serial_workers.h"
@@ -49,8 +48,7 @@ class RankPulls {
   // crcs, when given: one CopyCrcs per rank (OverlappedKvCheck::CrcRequests(plan)), passed to
   // that rank's puller as PullOptions::copy_crcs.
   [[nodiscard]] absl::Status Pull(const TransferMetadata& source, const TransferPlan& plan,
-                                  const std::function<bool()>& cancelled, std::atomic<bool>* cancel,
-                                  std::vector<CopyCrcs>* crcs = nullptr);
+                                  CancellationToken* cancel, std::vector<CopyCrcs>* crcs = nullptr);
 
   // The lane for digest checks (OverlappedKvCheck), and its index.
   SerialWorkers* check_lanes() { return &check_lanes_; }

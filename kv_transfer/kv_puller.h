@@ -10,7 +10,8 @@
 //     field or copy; the compatibility hash is not checked (CheckHandshake, once per epoch);
 //   * no copy completes for options.stall_timeout → DEADLINE_EXCEEDED naming the source ranks
 //     still owed data; the call returns, never hangs;
-//   * *options.cancel set → CANCELLED ("after k of n copies"), noticed within tens of ms;
+//   * options.cancel cancelled → CANCELLED ("after k of n copies"), noticed at once (a cancel
+//     wakes the puller's wait through an OnCancel callback);
 //   * a source peer failing (connection lost, a get failing) → UNAVAILABLE naming the rank;
 //   * the transport reporting success for fewer bytes than asked → DATA_LOSS;
 //   * on return nothing writes into local_pool any more. After a non-OK return the pool may hold
@@ -34,6 +35,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/cancellation.h"
 #include "common/kv_pool_memory.h"
 #include "kv_transfer/copy_crcs.h"
 #include "kv_transfer/transfer_types.h"
@@ -56,7 +58,7 @@ struct PullOptions {
   // raw loop for 256-byte gets, 1024 → parity); memory cost is one small slot per get.
   int32_t max_in_flight = 1024;
   absl::Duration stall_timeout = absl::Seconds(10);     // > 0
-  const std::atomic<bool>* cancel = nullptr;            // optional; checked while waiting
+  const CancellationToken* cancel = nullptr;            // optional; wakes the puller's waits
   PullProgress* progress = nullptr;                     // optional
   std::vector<int32_t>* failed_source_ranks = nullptr;  // optional out: peers to blame
   // Optional (copy_crcs.h): CRCs of these spans of the copies, computed in the same pass where

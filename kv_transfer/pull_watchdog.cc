@@ -10,7 +10,7 @@ namespace tandem {
 
 PullWatchdog::PullWatchdog(std::string source_name, int64_t total_copies,
                            absl::Duration stall_timeout, absl::Duration close_timeout,
-                           const std::atomic<bool>* cancel, Clock clock)
+                           const CancellationToken* cancel, Clock clock)
     : source_name_(std::move(source_name)),
       total_copies_(total_copies),
       stall_timeout_(stall_timeout),
@@ -20,7 +20,7 @@ PullWatchdog::PullWatchdog(std::string source_name, int64_t total_copies,
       last_completion_(clock_()) {}
 
 bool PullWatchdog::PollCancel() {
-  if (!cancelled_ && cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) {
+  if (!cancelled_ && cancel_ != nullptr && cancel_->cancelled()) {
     cancelled_ = true;
   }
   return cancelled_;

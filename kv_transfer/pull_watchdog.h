@@ -4,7 +4,8 @@
 // every decision is unit-tested without a transport (tests/kv_transfer/pull_watchdog_test.cc).
 //
 // The puller reports events; the watchdog decides:
-//   * PollCancel(): latches the caller's cancel flag. Once cancelled, nothing is blamed and
+//   * PollCancel(): latches the caller's cancellation token (common/cancellation.h). Once
+//   cancelled, nothing is blamed and
 //     Finish returns CANCELLED ("KV transfer from <source> cancelled after k of n copies").
 //   * OnCompletion(): a copy (or a connection set-up) finished — the stall clock restarts.
 //   * OnCopyFailed(rank, status): a get failed. The first failure is the result; the rank is
@@ -25,7 +26,6 @@
 // Thread-safety: thread-compatible (one pull's thread).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -34,6 +34,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/cancellation.h"
 
 namespace tandem {
 
@@ -43,9 +44,9 @@ class PullWatchdog {
   enum class Action { kWait, kForceClose, kAbandon };
 
   // source_name: "engine 'p0' epoch 3", as errors name the source. total_copies: the pull's n.
-  // cancel: the caller's flag (may be null). REQUIRES: stall_timeout > 0.
+  // cancel: the caller's token (may be null). REQUIRES: stall_timeout > 0.
   PullWatchdog(std::string source_name, int64_t total_copies, absl::Duration stall_timeout,
-               absl::Duration close_timeout, const std::atomic<bool>* cancel,
+               absl::Duration close_timeout, const CancellationToken* cancel,
                Clock clock = &absl::Now);
 
   bool PollCancel();
@@ -84,7 +85,7 @@ class PullWatchdog {
   const int64_t total_copies_;
   const absl::Duration stall_timeout_;
   const absl::Duration close_timeout_;
-  const std::atomic<bool>* const cancel_;
+  const CancellationToken* const cancel_;
   const Clock clock_;
 
   absl::Time last_completion_;

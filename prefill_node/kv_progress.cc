@@ -32,10 +32,14 @@ KvProgressSnapshot KvProgress::Get() const {
   return state_;
 }
 
-KvProgressSnapshot KvProgress::Await(const KvProgressSnapshot& seen, absl::Duration timeout) const {
+KvProgressSnapshot KvProgress::Await(const KvProgressSnapshot& seen, absl::Duration timeout,
+                                     const CancellationToken* cancel) const {
+  // A cancel takes and drops mu_, so the wait looks at its condition again.
+  CancelCallback wake;
+  if (cancel != nullptr) wake = cancel->OnCancel([this] { absl::MutexLock touch(&mu_); });
   absl::MutexLock lock(&mu_);
   auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return state_.final() || !(state_ == seen);
+    return state_.final() || !(state_ == seen) || (cancel != nullptr && cancel->cancelled());
   };
   mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
   return state_;

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/cancellation.h"
 #include "model/logprobs.h"
 
 namespace tandem {
@@ -41,8 +42,10 @@ class KvProgress {
   void Fail(absl::Status status);
 
   KvProgressSnapshot Get() const;
-  // The state once it differs from `seen` or is final, or after `timeout` whatever it is.
-  KvProgressSnapshot Await(const KvProgressSnapshot& seen, absl::Duration timeout) const;
+  // The state once it differs from `seen` or is final, or after `timeout` or once `cancel`
+  // (may be null) is cancelled, whatever it is.
+  KvProgressSnapshot Await(const KvProgressSnapshot& seen, absl::Duration timeout,
+                           const CancellationToken* cancel = nullptr) const;
 
  private:
   mutable absl::Mutex mu_;

@@ -14,8 +14,9 @@
 namespace tandem {
 namespace {
 
-// How often a waiting handler re-checks its client's cancellation.
-constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
+// One wait of a handler for the engine's answer to a request it cancelled (the engine answers
+// at its next step boundary; nothing is polled at this interval).
+constexpr absl::Duration kEngineAnswerBound = absl::Seconds(1);
 
 std::vector<absl::Span<const std::byte>> PoolViews(const KvSource& source) {
   std::vector<absl::Span<const std::byte>> pools;
@@ -182,7 +183,7 @@ NodeLoad PrefillNode::Load() const {
 absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(
     const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& sampling,
     uint64_t sample_step, int32_t max_new_tokens, absl::Duration lease, absl::Time deadline,
-    const std::function<bool()>& cancelled, int32_t choices) {
+    const CancellationToken& cancel, int32_t choices) {
   // The decode side adds max_new_tokens positions, so they must fit the context too.
   TANDEM_RETURN_IF_ERROR(CheckTokenBudget(max_new_tokens, "max_new_tokens", 0));
   TANDEM_RETURN_IF_ERROR(CheckContextFit(static_cast<int64_t>(prompt.size()), max_new_tokens,
@@ -249,7 +250,7 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(
         }
         wait->done.Notify();
       });
-  TANDEM_RETURN_IF_ERROR(AwaitSubmitted(submitted, wait->done, request_id, deadline, cancelled));
+  TANDEM_RETURN_IF_ERROR(AwaitSubmitted(submitted, wait->done, request_id, deadline, cancel));
   if (wait->outcome.ok()) {
     // Bound on this handler thread, not the engine's (the lease keeps the blocks as written):
     // the full blocks' checks were computed as the engine wrote them; the last block is read.
@@ -265,28 +266,32 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(
     o.kv_digests = *std::move(digests);
     MaybeFlipKvByte(o.block_table.back());
   }
-  if (wait->outcome.ok() && (cancelled() || absl::Now() > deadline)) {
+  if (wait->outcome.ok() && (cancel.cancelled() || absl::Now() > deadline)) {
     // Finished, but nobody will take the KV: free it now rather than at lease expiry.
     ReleaseKv(request_id, epoch_, wait->outcome->generation);
-    return cancelled() ? absl::CancelledError("prefill cancelled by the client")
-                       : absl::DeadlineExceededError("prefill finished after the deadline");
+    return cancel.cancelled() ? absl::CancelledError("prefill cancelled by the client")
+                              : absl::DeadlineExceededError("prefill finished after the deadline");
   }
   return std::move(wait->outcome);
 }
 
 absl::Status PrefillNode::AwaitSubmitted(const absl::Status& submitted, absl::Notification& done,
                                          const std::string& request_id, absl::Time deadline,
-                                         const std::function<bool()>& cancelled) {
+                                         const CancellationToken& cancel) {
   if (!submitted.ok()) {
     absl::MutexLock lock(&mu_);
     EndPrefilling(request_id);
     return submitted;
   }
-  bool cancel_sent = false;
-  while (!done.WaitForNotificationWithTimeout(kCancelPoll)) {
-    if (!cancel_sent && (cancelled() || absl::Now() > deadline)) {
-      engine_->Cancel(request_id);
-      cancel_sent = true;
+  // The client's cancel reaches the engine from the canceller's thread, at once; the handle goes
+  // before this returns, so no later request of the same id is touched.
+  const CancelCallback on_cancel =
+      cancel.OnCancel([this, &request_id] { engine_->Cancel(request_id); });
+  if (!done.WaitForNotificationWithDeadline(deadline)) {
+    engine_->Cancel(request_id);
+    // The engine answers a cancelled request at its next step boundary; this bounds the wait
+    // only against an engine that stopped stepping.
+    while (!done.WaitForNotificationWithTimeout(kEngineAnswerBound)) {
     }
   }
   return absl::OkStatus();
@@ -295,7 +300,7 @@ absl::Status PrefillNode::AwaitSubmitted(const absl::Status& submitted, absl::No
 absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
     const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& sampling,
     uint64_t sample_step, int32_t max_new_tokens, absl::Duration lease, absl::Time deadline,
-    const std::function<bool()>& cancelled) {
+    const CancellationToken& cancel) {
   TANDEM_RETURN_IF_ERROR(CheckTokenBudget(max_new_tokens, "max_new_tokens", 0));
   TANDEM_RETURN_IF_ERROR(CheckContextFit(static_cast<int64_t>(prompt.size()), max_new_tokens,
                                          "max_new_tokens", config_.max_context));
@@ -413,12 +418,12 @@ absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
           wait->done.Notify();
         }
       });
-  TANDEM_RETURN_IF_ERROR(AwaitSubmitted(submitted, wait->done, request_id, deadline, cancelled));
-  if (wait->outcome.ok() && (cancelled() || absl::Now() > deadline)) {
+  TANDEM_RETURN_IF_ERROR(AwaitSubmitted(submitted, wait->done, request_id, deadline, cancel));
+  if (wait->outcome.ok() && (cancel.cancelled() || absl::Now() > deadline)) {
     // Admitted, but nobody will take the KV: release the lease, which cancels the prefill.
     ReleaseKv(request_id, epoch_, wait->generation);
-    return cancelled() ? absl::CancelledError("prefill cancelled by the client")
-                       : absl::DeadlineExceededError("prefill admitted after the deadline");
+    return cancel.cancelled() ? absl::CancelledError("prefill cancelled by the client")
+                              : absl::DeadlineExceededError("prefill admitted after the deadline");
   }
   return std::move(wait->outcome);
 }

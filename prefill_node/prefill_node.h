@@ -24,6 +24,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/cancellation.h"
 #include "engine/block_manager.h"
 #include "engine/instance.h"
 #include "engine/prefill_engine.h"
@@ -106,16 +107,15 @@ class PrefillNode {
   PrefillNode(const PrefillNode&) = delete;
   PrefillNode& operator=(const PrefillNode&) = delete;
 
-  // Runs the prefill and takes a lease on its KV. `cancelled` is polled while waiting; once it
-  // returns true the request is cancelled (blocks freed) and CANCELLED returned. Waits at most
+  // Runs the prefill and takes a lease on its KV. Once `cancel` is cancelled the request is
+  // cancelled in the engine at once (blocks freed) and CANCELLED returned. Waits at most
   // until `deadline`. INVALID_ARGUMENT for bad prompts/sampling, RESOURCE_EXHAUSTED past the
   // queue timeout. `choices` > 1 (n > 1 from one prefill): a first token for each, choice i
   // sampled with sampling.seed + i (PrefillOutcome::choice_tokens).
   absl::StatusOr<PrefillOutcome> Prefill(const std::string& request_id, std::vector<int32_t> prompt,
                                          const SamplingParams& sampling, uint64_t sample_step,
                                          int32_t max_new_tokens, absl::Duration lease,
-                                         absl::Time deadline,
-                                         const std::function<bool()>& cancelled,
+                                         absl::Time deadline, const CancellationToken& cancel,
                                          int32_t choices = 1);
 
   // Pipelined transfer (docs/kv_transfer.md): like Prefill, but answers as soon as the prompt
@@ -128,7 +128,7 @@ class PrefillNode {
                                                 const SamplingParams& sampling,
                                                 uint64_t sample_step, int32_t max_new_tokens,
                                                 absl::Duration lease, absl::Time deadline,
-                                                const std::function<bool()>& cancelled);
+                                                const CancellationToken& cancel);
   // The progress of the pipelined prefill holding lease `generation` of `request_id`, kept until
   // its lease ends; ABORTED when there is none (unknown, failed, released or expired).
   absl::StatusOr<std::shared_ptr<const KvProgress>> WatchKv(const std::string& request_id,
@@ -193,11 +193,12 @@ class PrefillNode {
   bool ReleaseRequest(const std::string& request_id);
   void EndPrefilling(const std::string& request_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After engine_->Submit: a refused submission ends the request's prefilling count and is
-  // returned; else waits for `done`, asking the engine to cancel once when the client cancels or
-  // the deadline passes (the engine still answers, so the wait ends).
+  // returned; else waits for `done`, asking the engine to cancel once when `cancel` is cancelled
+  // (at once, from its OnCancel callback) or the deadline passes (the engine still answers, so
+  // the wait ends).
   absl::Status AwaitSubmitted(const absl::Status& submitted, absl::Notification& done,
                               const std::string& request_id, absl::Time deadline,
-                              const std::function<bool()>& cancelled);
+                              const CancellationToken& cancel);
   // Pipelined prefills whose lease is no longer held: removed from pipelines_, their progress
   // failed with `why` (when not final) and their prefill cancelled. Returns them for the caller to
   // cancel outside mu_.

@@ -76,15 +76,18 @@ grpc::Status PrefillServiceImpl::RunPrefill(grpc::ServerContext* ctx, const v1::
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "n > 1 needs the first tokens in the answer: not with early_handle");
   }
-  const auto cancelled = [ctx] { return ctx->IsCancelled(); };
+  // The client's cancel as a token (gRPC's sync API can only be asked: the poller asks).
+  CancellationToken cancel;
+  const CancelPoller::Registration watched =
+      cancel_poller_.Add([ctx] { return ctx->IsCancelled(); }, &cancel);
   absl::StatusOr<PrefillOutcome> out =
       req->early_handle()
           ? node->StartPipelined(req->request_id(), std::move(prompt), FromProto(req->sampling()),
                                  req->sample_step(), req->max_new_tokens(),
-                                 absl::Milliseconds(req->lease_ms()), DeadlineOf(ctx), cancelled)
+                                 absl::Milliseconds(req->lease_ms()), DeadlineOf(ctx), cancel)
           : node->Prefill(req->request_id(), std::move(prompt), FromProto(req->sampling()),
                           req->sample_step(), req->max_new_tokens(),
-                          absl::Milliseconds(req->lease_ms()), DeadlineOf(ctx), cancelled, choices);
+                          absl::Milliseconds(req->lease_ms()), DeadlineOf(ctx), cancel, choices);
   if (!out.ok()) return ToGrpcStatus(out.status());
   *cached_tokens = out->cached_tokens;
   resp->set_cached_tokens(out->cached_tokens);

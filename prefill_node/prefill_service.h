@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "absl/time/time.h"
+#include "common/cancel_poller.h"
 #include "prefill_node/prefill_node.h"
 #include "serving/drain_gate.h"
 #include "serving/node_metrics.h"
@@ -52,6 +53,8 @@ class PrefillServiceImpl final : public v1::PrefillService::Service {
   std::atomic<PrefillNode*> node_{nullptr};
   DrainGate drain_gate_;
   const PrefillMetrics* metrics_ = nullptr;
+  // Turns each call's ServerContext::IsCancelled() into its CancellationToken.
+  CancelPoller cancel_poller_;
 };
 
 }  // namespace tandem

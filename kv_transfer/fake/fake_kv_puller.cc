@@ -13,24 +13,17 @@
 namespace tandem::fake {
 namespace {
 
-// Longest single sleep while stalled or delayed: bounds how late a cancel flag is noticed.
-constexpr absl::Duration kWaitSlice = absl::Milliseconds(2);
-
 std::string SourceName(const TransferMetadata& m) {
   return absl::StrCat("engine '", m.engine_id, "' epoch ", m.epoch);
 }
 
-bool Cancelled(const PullOptions& options) {
-  return options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed);
-}
-
-// Sleeps until `until`, in slices; false if cancelled first.
+// Waits until `until` (an injected stall or delay); false if cancelled first, woken at once.
 bool SleepUnlessCancelled(absl::Time until, const PullOptions& options) {
-  while (absl::Now() < until) {
-    if (Cancelled(options)) return false;
-    absl::SleepFor(std::min(until - absl::Now(), kWaitSlice));
+  if (options.cancel == nullptr) {
+    absl::SleepFor(until - absl::Now());
+    return true;
   }
-  return !Cancelled(options);
+  return !options.cancel->WaitUntil(until);
 }
 
 }  // namespace

@@ -10,8 +10,6 @@
 namespace tandem::fake {
 namespace {
 
-// Longest single wait on a paused engine: bounds how late a cancel flag is noticed.
-constexpr absl::Duration kWaitSlice = absl::Milliseconds(2);
 constexpr size_t kAlign = 64;
 
 }  // namespace
@@ -128,17 +126,20 @@ FakeKvNetwork::Verdict FakeKvNetwork::Admit(const std::string& engine_id, int64_
 }
 
 bool FakeKvNetwork::AwaitResume(const std::string& engine_id, absl::Time deadline,
-                                const std::atomic<bool>* cancel) {
+                                const CancellationToken* cancel) {
+  // A cancel takes and drops mu_, which makes the wait below look at its condition again.
+  // Registered before mu_ is held: on a cancelled token the callback runs here, at once.
+  CancelCallback wake;
+  if (cancel != nullptr) wake = cancel->OnCancel([this] { absl::MutexLock touch(&mu_); });
   absl::MutexLock lock(&mu_);
   EngineState& e = engines_[engine_id];
   ++e.paused_waiters;
-  auto resumed = [&e]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !e.faults.paused; };
-  while (!resumed() && absl::Now() < deadline &&
-         (cancel == nullptr || !cancel->load(std::memory_order_relaxed))) {
-    mu_.AwaitWithDeadline(absl::Condition(&resumed), std::min(deadline, absl::Now() + kWaitSlice));
-  }
+  auto resumed_or_cancelled = [&e, cancel]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !e.faults.paused || (cancel != nullptr && cancel->cancelled());
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&resumed_or_cancelled), deadline);
   --e.paused_waiters;
-  return resumed();
+  return !e.faults.paused;
 }
 
 void FakeKvNetwork::PullStarted(const std::string& engine_id) {

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/cancellation.h"
 #include "common/kv_pool_memory.h"
 #include "kv_transfer/transfer_types.h"
 
@@ -92,9 +93,10 @@ class FakeKvNetwork {
                                    const std::string& worker_address) const;
   // Decides copy number copies(engine_id) of `length` bytes and counts it if it moves bytes.
   Verdict Admit(const std::string& engine_id, int64_t length);
-  // Blocks while `engine_id` is paused, at most until `deadline` or *cancel. True if resumed.
+  // Blocks while `engine_id` is paused, at most until `deadline` or `cancel` (may be null) is
+  // cancelled (woken at once). True if resumed.
   bool AwaitResume(const std::string& engine_id, absl::Time deadline,
-                   const std::atomic<bool>* cancel);
+                   const CancellationToken* cancel);
   void PullStarted(const std::string& engine_id);
   void PullFinished(const std::string& engine_id);
 

@@ -14,10 +14,10 @@
 namespace tandem {
 namespace {
 
-// Longest single block on the worker's event fd: bounds how late a cancel flag is noticed.
+// Longest single block on the worker's event fd (a cancel wakes it at once: Signal).
 constexpr absl::Duration kWaitSlice = absl::Milliseconds(10);
 
-// Gets posted per turn before the cancel flag, completions and endpoint errors are looked at
+// Gets posted per turn before the cancel token, completions and endpoint errors are looked at
 // again. On shared memory a get copies inside ucp_get_nbx, so this bounds the work between
 // cancel checks (64 block-sized gets ≈ 128 MiB ≈ 20 ms here).
 constexpr int32_t kPostsPerTurn = 64;
@@ -47,7 +47,13 @@ UcxPullSession::UcxPullSession(UcxKvPuller* puller, const TransferMetadata& sour
       local_pool_(local_pool),
       options_(options),
       watchdog_(SourceName(source), static_cast<int64_t>(copies.size()), options.stall_timeout,
-                RemoteRank::kCloseTimeout, options.cancel) {}
+                RemoteRank::kCloseTimeout, options.cancel) {
+  // A cancel from another thread wakes the wait on the worker's event fd (WaitIfIdle).
+  if (options.cancel != nullptr) {
+    wake_on_cancel_ =
+        options.cancel->OnCancel([worker = puller_->worker_.get()] { worker->Signal(); });
+  }
+}
 
 absl::Status UcxPullSession::Run(bool* stale) {
   *stale = false;
@@ -189,7 +195,7 @@ bool UcxPullSession::CanPost() const {
   return in_flight_ < options_.max_in_flight && !free_staging_.empty();
 }
 
-// At most kPostsPerTurn per turn, so the cancel flag and endpoint errors are looked at regularly
+// At most kPostsPerTurn per turn, so a cancel and endpoint errors are looked at regularly
 // even when copies complete at once (a mapped pool's memcpy; on shared memory UCX also usually
 // completes a get inside ucp_get_nbx and returns no request).
 void UcxPullSession::PostWindow() {

@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/cancellation.h"
 #include "kv_transfer/gather_plan.h"
 #include "kv_transfer/kv_puller.h"
 #include "kv_transfer/pull_watchdog.h"
@@ -136,6 +137,7 @@ class UcxPullSession {
   int32_t in_flight_ = 0;                           // gets
   int32_t setups_in_flight_ = 0;                    // set-up flushes
   absl::Time idle_since_ = absl::InfiniteFuture();  // since when nothing happened
+  CancelCallback wake_on_cancel_;                   // last: unregistered before anything above goes
 };
 
 }  // namespace tandem

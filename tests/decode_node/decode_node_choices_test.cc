@@ -21,11 +21,9 @@ struct ChoiceRun {
 };
 
 // StartChoices with `firsts[i]` as choice i's first token; waits (bounded) for every choice.
-ChoiceRun DecodeChoices(
-    DecodeNode& node, const KvHandle& kv, int32_t max_new_tokens,
-    const std::vector<int32_t>& firsts, const SamplingParams& sampling = {},
-    std::function<bool()> cancelled = [] { return false; },
-    std::function<void(DecodeNode&)> after_start = nullptr) {
+ChoiceRun DecodeChoices(DecodeNode& node, const KvHandle& kv, int32_t max_new_tokens,
+                        const std::vector<int32_t>& firsts, const SamplingParams& sampling = {},
+                        std::function<void(DecodeNode&)> after_start = nullptr) {
   struct Shared {
     absl::Mutex mu;
     int32_t left = 0;
@@ -54,7 +52,7 @@ ChoiceRun DecodeChoices(
     };
   }
   ChoiceRun out;
-  out.started = node.StartChoices(call, std::move(sinks), cancelled);
+  out.started = node.StartChoices(call, std::move(sinks), CancellationToken());
   if (out.started.ok()) {
     if (after_start) after_start(node);
     EXPECT_TRUE(WaitFor([&] {
@@ -85,7 +83,7 @@ std::vector<int32_t> DecodeOne(DecodeNode& node, const KvHandle& kv, int32_t max
     EXPECT_OK(s);
     done->Notify();
   };
-  EXPECT_OK(node.Start(call, std::move(sink), [] { return false; }));
+  EXPECT_OK(node.Start(call, std::move(sink), CancellationToken()));
   EXPECT_TRUE(done->WaitForNotificationWithTimeout(kBound));
   return *tokens;
 }
@@ -144,9 +142,8 @@ TEST_F(ChoicesTest, CancellingTheCallEndsEveryChoiceAndFreesEveryBlock) {
   ASSERT_NE(node, nullptr);
   const int32_t start = node->free_blocks();
   // 40 + 100 positions: 9 blocks a choice, 2 shared: 9 + 7 = all 16 blocks.
-  ChoiceRun run = DecodeChoices(
-      *node, prefill_->Lease(kFast, "x", 40), 100, {7, 9}, {}, [] { return false; },
-      [](DecodeNode& n) {
+  ChoiceRun run =
+      DecodeChoices(*node, prefill_->Lease(kFast, "x", 40), 100, {7, 9}, {}, [](DecodeNode& n) {
         EXPECT_EQ(n.free_blocks(), 0);
         EXPECT_TRUE(n.Cancel("x"));
       });

@@ -117,10 +117,11 @@ class DecodeNodeTest : public ::testing::Test {
     return std::move(*node);
   }
 
-  // Start, then (if it started) the end of the decode, bounded.
-  Outcome Decode(
-      DecodeNode& node, const KvHandle& kv, int32_t max_new_tokens,
-      std::function<bool()> cancelled = [] { return false; }) {
+  // Start, then (if it started) the end of the decode, bounded. `cancel`: the request's token
+  // (none: never cancelled).
+  Outcome Decode(DecodeNode& node, const KvHandle& kv, int32_t max_new_tokens,
+                 const CancellationToken* cancel = nullptr) {
+    const CancellationToken never;
     struct Done {
       absl::Notification notification;
       absl::Status status;
@@ -141,7 +142,7 @@ class DecodeNodeTest : public ::testing::Test {
       done->notification.Notify();
     };
     Outcome out;
-    out.started = node.Start(call, std::move(sink), cancelled);
+    out.started = node.Start(call, std::move(sink), cancel != nullptr ? *cancel : never);
     if (out.started.ok()) {
       EXPECT_TRUE(done->notification.WaitForNotificationWithTimeout(kBound));
       out.done = done->status;

@@ -111,7 +111,8 @@ class PipelinedDecodeTest : public DecodeNodeTest {
     Outcome out;
     std::vector<int32_t> tokens;
   };
-  Pipelined Run(DecodeNode& node, const KvHandle& kv) {
+  Pipelined Run(DecodeNode& node, const KvHandle& kv, const CancellationToken* cancel = nullptr) {
+    const CancellationToken never;
     auto tokens = std::make_shared<std::vector<int32_t>>();
     auto done = std::make_shared<absl::Notification>();
     auto status = std::make_shared<absl::Status>();
@@ -128,7 +129,7 @@ class PipelinedDecodeTest : public DecodeNodeTest {
       done->Notify();
     };
     Pipelined p;
-    p.out.started = node.Start(call, std::move(sink), [] { return false; });
+    p.out.started = node.Start(call, std::move(sink), cancel != nullptr ? *cancel : never);
     if (p.out.started.ok()) {
       EXPECT_TRUE(done->WaitForNotificationWithTimeout(kBound));
       p.out.done = *status;
@@ -189,7 +190,7 @@ TEST_F(PipelinedDecodeTest, FirstTokensLogprobsComeWithTheFinalProgress) {
     sink.on_done = [finished](absl::Status, FinishReason, int32_t) { finished->Notify(); };
     return sink;
   };
-  ASSERT_OK(node->Start(call, make_sink(), [] { return false; }));
+  ASSERT_OK(node->Start(call, make_sink(), CancellationToken()));
   ASSERT_TRUE(finished->WaitForNotificationWithTimeout(kBound));
   ASSERT_EQ(events->size(), 6u);
   EXPECT_EQ((*events)[0], "logprobs");
@@ -204,7 +205,7 @@ TEST_F(PipelinedDecodeTest, FirstTokensLogprobsComeWithTheFinalProgress) {
   prefill_->ScriptWatch({done});
   call.kv = prefill_->Lease(kFast, "r2", 40);
   call.request_id = call.kv.request_id;
-  EXPECT_THAT(node->Start(call, make_sink(), [] { return false; }),
+  EXPECT_THAT(node->Start(call, make_sink(), CancellationToken()),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("sent no log-probabilities with its first token")));
   EXPECT_TRUE(events->empty());
@@ -278,6 +279,25 @@ TEST_F(PipelinedDecodeTest, SilentPrefillFailsWithinTheStallTimeout) {
       p.out.started,
       StatusIs(absl::StatusCode::kDeadlineExceeded,
                HasSubstr("no KV progress from prefill prefill-fast:1 for 300ms (16 of 40")));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  EXPECT_EQ(prefill_->leases(), 0);
+  ExpectAllBlocksFree(*node);
+}
+
+// The wait for progress ends at the cancel itself, not at the stall timeout (a minute here).
+TEST_F(PipelinedDecodeTest, CancelWhileThePrefillIsSilentEndsTheWaitAtOnce) {
+  std::unique_ptr<DecodeNode> node = NewNode(absl::Seconds(20), absl::Seconds(60));
+  ASSERT_NE(node, nullptr);
+  prefill_->ScriptWatch({KvProgressEvent{16, false, 0}});  // then nothing
+  CancellationToken cancel;
+  Pipelined p;
+  std::thread t([&] { p = Run(*node, prefill_->Lease(kFast, "r1", 40), &cancel); });
+  ASSERT_TRUE(WaitFor([&] { return net_.bytes("p-fast") > 0; }));  // the first range landed
+  const absl::Time t0 = absl::Now();
+  cancel.Cancel();
+  t.join();
+  EXPECT_THAT(p.out.started, StatusIs(absl::StatusCode::kCancelled,
+                                      HasSubstr("cancelled while pulling a pipelined KV")));
   EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
   EXPECT_EQ(prefill_->leases(), 0);
   ExpectAllBlocksFree(*node);
@@ -408,11 +428,11 @@ TEST_F(DecodeNodeTest, PenaltiesNeedTheKvTokenIdsAndAreRefusedBeforeAnyPullWitho
     s.on_done = [done](absl::Status, FinishReason, int32_t) { done->Notify(); };
     return s;
   };
-  EXPECT_THAT(node->Start(call, sink(), [] { return false; }),
+  EXPECT_THAT(node->Start(call, sink(), CancellationToken()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("context_ids")));
   EXPECT_EQ(net_.bytes("p-fast"), 0);
   call.context_ids.push_back(5);
-  ASSERT_OK(node->Start(call, sink(), [] { return false; }));
+  ASSERT_OK(node->Start(call, sink(), CancellationToken()));
   EXPECT_TRUE(done->WaitForNotificationWithTimeout(kBound));
   ExpectAllBlocksFree(*node);
 }
@@ -454,13 +474,11 @@ TEST_F(DecodeNodeTest, CancelWhilePullingIsCancelled) {
   std::unique_ptr<DecodeNode> node = NewNode();
   ASSERT_NE(node, nullptr);
   net_.SetFaults("p-fast", FakeFaults{.paused = true});
-  std::atomic<bool> cancel{false};
+  CancellationToken cancel;
   Outcome out;
-  std::thread t([&] {
-    out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2, [&] { return cancel.load(); });
-  });
+  std::thread t([&] { out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2, &cancel); });
   ASSERT_TRUE(WaitFor([&] { return net_.paused_waiters("p-fast") == 2; }));
-  cancel.store(true);
+  cancel.Cancel();
   t.join();
   EXPECT_THAT(out.started, StatusIs(absl::StatusCode::kCancelled, HasSubstr("cancelled after")));
   EXPECT_EQ(net_.bytes("p-fast"), 0);
@@ -471,9 +489,11 @@ TEST_F(DecodeNodeTest, CancelWhilePullingIsCancelled) {
 TEST_F(DecodeNodeTest, CancelAfterThePullIsCancelled) {
   std::unique_ptr<DecodeNode> node = NewNode();
   ASSERT_NE(node, nullptr);
-  // Cancelled from the moment the lease was released, i.e. after the whole pull.
-  Outcome out =
-      Decode(*node, prefill_->Lease(kFast, "r1", 40), 2, [&] { return prefill_->releases() > 0; });
+  // Cancelled as the lease is released, i.e. after the whole pull.
+  CancellationToken cancel;
+  prefill_->set_after_release([&cancel] { cancel.Cancel(); });
+  Outcome out = Decode(*node, prefill_->Lease(kFast, "r1", 40), 2, &cancel);
+  prefill_->set_after_release(nullptr);
   EXPECT_THAT(out.started,
               StatusIs(absl::StatusCode::kCancelled, HasSubstr("cancelled by the client")));
   EXPECT_GT(net_.bytes("p-fast"), 0);
@@ -578,13 +598,11 @@ TEST_F(CapacityTest, CancelWhileWaitingForCapacityIsCancelled) {
   std::unique_ptr<DecodeNode> node = NewNode();
   ASSERT_NE(node, nullptr);
   HoldCapacity(*node);
-  std::atomic<bool> cancel{false};
+  CancellationToken cancel;
   Outcome out;
-  std::thread waiter([&] {
-    out = Decode(*node, prefill_->Lease(kFast, "small", 40), 8, [&] { return cancel.load(); });
-  });
+  std::thread waiter([&] { out = Decode(*node, prefill_->Lease(kFast, "small", 40), 8, &cancel); });
   ASSERT_TRUE(WaitFor([&] { return node->queued() == 2; }));
-  cancel.store(true);
+  cancel.Cancel();
   waiter.join();
   EXPECT_THAT(out.started,
               StatusIs(absl::StatusCode::kCancelled, HasSubstr("waiting for KV capacity")));

@@ -6,17 +6,19 @@
 namespace tandem::testing {
 namespace {
 
-// Replays a script; silent afterwards (Next waits out its timeout: a stuck prefill node).
+// Replays a script; silent afterwards (Next waits out its timeout or a cancel: a stuck prefill
+// node).
 class ScriptedWatch final : public KvWatch {
  public:
   explicit ScriptedWatch(std::vector<FakePrefill::WatchStep> script) : script_(std::move(script)) {}
-  absl::StatusOr<std::optional<KvProgressEvent>> Next(absl::Duration timeout) override {
+  absl::StatusOr<std::optional<KvProgressEvent>> Next(absl::Duration timeout,
+                                                      const CancellationToken& cancel) override {
     if (next_ < script_.size()) {
       const FakePrefill::WatchStep& step = script_[next_++];
       if (!step.ok()) return step.status();
       return std::optional<KvProgressEvent>(*step);
     }
-    absl::SleepFor(timeout);
+    cancel.WaitFor(timeout);
     return std::optional<KvProgressEvent>();
   }
 
@@ -109,6 +111,11 @@ void FakePrefill::set_renew_fails(bool v) {
   renew_fails_ = v;
 }
 
+void FakePrefill::set_after_release(std::function<void()> fn) {
+  absl::MutexLock lock(&mu_);
+  after_release_ = std::move(fn);
+}
+
 void FakePrefill::set_release_fails(bool v) {
   absl::MutexLock lock(&mu_);
   release_fails_ = v;
@@ -164,12 +171,18 @@ absl::StatusOr<std::optional<absl::Time>> FakePrefill::RenewLease(const KvHandle
 }
 
 absl::StatusOr<bool> FakePrefill::ReleaseKv(const KvHandle& kv, absl::Time) {
-  absl::MutexLock lock(&mu_);
-  if (release_fails_) return absl::UnavailableError("release: connection refused (injected)");
-  Reap();
-  ++releases_;
-  const bool held = table_.Release(kv.request_id, kv.generation).has_value();
-  if (held) ++releases_held_;
+  bool held = false;
+  std::function<void()> after;
+  {
+    absl::MutexLock lock(&mu_);
+    if (release_fails_) return absl::UnavailableError("release: connection refused (injected)");
+    Reap();
+    ++releases_;
+    held = table_.Release(kv.request_id, kv.generation).has_value();
+    if (held) ++releases_held_;
+    after = after_release_;
+  }
+  if (after) after();
   return held;
 }
 

@@ -7,6 +7,7 @@
 // Thread-safety: thread-safe.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -38,6 +39,8 @@ class FakePrefill final : public PrefillClient {
   void set_send_digests(bool v);
   void set_renew_fails(bool v);
   void set_release_fails(bool v);
+  // Called (outside the fake's lock) after every answered release.
+  void set_after_release(std::function<void()> fn);
 
   int32_t leases();         // held now
   int32_t renewals();       // successful
@@ -70,6 +73,7 @@ class FakePrefill final : public PrefillClient {
   LeaseTable table_ ABSL_GUARDED_BY(mu_);
   bool renew_fails_ ABSL_GUARDED_BY(mu_) = false;
   bool release_fails_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> after_release_ ABSL_GUARDED_BY(mu_);
   bool send_digests_ ABSL_GUARDED_BY(mu_) = true;
   int32_t renewals_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t renew_calls_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,9 +1,8 @@
 // LeaseKeeper (decode_node/lease_keeper.h): the renewal schedule, and the keeper against a fake
-// prefill — renewals keep a short lease alive, a refused renewal marks it lost and raises the
-// pull's cancel flag.
+// prefill — renewals keep a short lease alive, a refused renewal marks it lost and cancels the
+// pull's token.
 #include "decode_node/lease_keeper.h"
 
-#include <atomic>
 #include <functional>
 
 #include "gtest/gtest.h"
@@ -15,6 +14,7 @@ namespace tandem::testing {
 namespace {
 
 const absl::Time kT0 = absl::FromUnixSeconds(1000);
+constexpr absl::Duration kBound = absl::Seconds(20);
 
 TEST(NextLeaseRenewalTest, HalfwayThroughALongLease) {
   EXPECT_EQ(NextLeaseRenewal(kT0, kT0 + absl::Seconds(30), absl::Seconds(10)),
@@ -62,35 +62,35 @@ class LeaseKeeperTest : public ::testing::Test {
 
 TEST_F(LeaseKeeperTest, KeepsAShortLeaseAliveFarPastItsExpiry) {
   const KvHandle kv = prefill_.Lease("p:1", "r", 16);
-  std::atomic<bool> lost_flag{false};
-  LeaseKeeper keeper(&prefill_, kv, absl::Milliseconds(50), &lost_flag);
+  CancellationToken lost;
+  LeaseKeeper keeper(&prefill_, kv, absl::Milliseconds(50), &lost);
   ASSERT_TRUE(WaitFor([&] { return prefill_.renewals() >= 5; }));  // ≥ 5 × 500 ms
   EXPECT_GT(absl::Now(), kv.lease_expiry);
   EXPECT_EQ(prefill_.leases(), 1);
   keeper.Stop();
   EXPECT_FALSE(keeper.lost());
-  EXPECT_FALSE(lost_flag.load());
+  EXPECT_FALSE(lost.cancelled());
 }
 
-TEST_F(LeaseKeeperTest, RefusedRenewalMarksTheLeaseLostAndRaisesTheFlag) {
+TEST_F(LeaseKeeperTest, RefusedRenewalMarksTheLeaseLostAndCancelsThePull) {
   const KvHandle kv = prefill_.Lease("p:1", "r", 16);
   prefill_.ExpireAll();
-  std::atomic<bool> lost_flag{false};
-  LeaseKeeper keeper(&prefill_, kv, absl::Milliseconds(50), &lost_flag);
-  ASSERT_TRUE(WaitFor([&] { return lost_flag.load(); }));
+  CancellationToken lost;
+  LeaseKeeper keeper(&prefill_, kv, absl::Milliseconds(50), &lost);
+  ASSERT_TRUE(lost.WaitFor(kBound));  // the pull's token, cancelled at once
   EXPECT_TRUE(keeper.lost());
 }
 
 TEST_F(LeaseKeeperTest, FailingRenewalCallsAreRetriedNotFatal) {
   const KvHandle kv = prefill_.Lease("p:1", "r", 16);
   prefill_.set_renew_fails(true);
-  std::atomic<bool> lost_flag{false};
-  LeaseKeeper keeper(&prefill_, kv, absl::Milliseconds(50), &lost_flag);
+  CancellationToken lost;
+  LeaseKeeper keeper(&prefill_, kv, absl::Milliseconds(50), &lost);
   ASSERT_TRUE(WaitFor([&] { return prefill_.renew_calls() >= 2; }));  // both refused
   prefill_.set_renew_fails(false);
   ASSERT_TRUE(WaitFor([&] { return prefill_.renewals() >= 1; }));
   EXPECT_FALSE(keeper.lost());
-  EXPECT_FALSE(lost_flag.load());
+  EXPECT_FALSE(lost.cancelled());
 }
 
 }  // namespace

@@ -177,7 +177,7 @@ TEST_F(FakeTransportTest, WrongPoolBaseIsRefusedByThePuller) {
 
 TEST_F(FakeTransportTest, CancelWhilePausedIsCancelledAndWritesNothingAfter) {
   net_.SetFaults("p0", FakeFaults{.paused = true});
-  std::atomic<bool> cancel{false};
+  CancellationToken cancel;
   PullOptions o = Options(absl::Seconds(30));
   o.cancel = &cancel;
   absl::Status status;
@@ -187,7 +187,7 @@ TEST_F(FakeTransportTest, CancelWhilePausedIsCancelledAndWritesNothingAfter) {
     absl::SleepFor(absl::Milliseconds(1));
   ASSERT_EQ(net_.paused_waiters("p0"), 1);
   const absl::Time t0 = absl::Now();
-  cancel.store(true);
+  cancel.Cancel();
   pull.join();
   EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
   EXPECT_THAT(status, StatusIs(absl::StatusCode::kCancelled, HasSubstr("after 0 of")));

@@ -29,7 +29,7 @@ auto Owe(std::vector<int32_t> ranks) {
 
 class PullWatchdogTest : public ::testing::Test {
  protected:
-  PullWatchdog Make(const std::atomic<bool>* cancel = nullptr) {
+  PullWatchdog Make(const CancellationToken* cancel = nullptr) {
     return PullWatchdog("engine 'p0' epoch 3", 32, kStall, kClose, cancel, [this] { return now_; });
   }
   absl::Time now_ = absl::FromUnixSeconds(1000);
@@ -86,17 +86,16 @@ TEST_F(PullWatchdogTest, AbandonsCloseTimeoutAfterTheForceClose) {
 }
 
 TEST_F(PullWatchdogTest, CancelForceClosesAtOnceAndBlamesNobody) {
-  std::atomic<bool> cancel{false};
+  CancellationToken cancel;
   PullWatchdog w = Make(&cancel);
   EXPECT_FALSE(w.PollCancel());
   EXPECT_FALSE(w.stopping());
-  cancel.store(true);
+  cancel.Cancel();
   EXPECT_TRUE(w.PollCancel());
   EXPECT_TRUE(w.stopping());
   EXPECT_EQ(w.Check(Owe({2}), 4, 0, 6), Action::kForceClose);
   // The gets our force-close cancelled fail, but that is nobody's fault.
   w.OnCopyFailed(2, absl::UnavailableError("get from source rank 2: cancelled"));
-  cancel.store(false);  // latched: a flag cleared later does not resume the pull
   EXPECT_TRUE(w.PollCancel());
   std::vector<int32_t> blamed;
   EXPECT_THAT(w.Finish(6, &blamed),
@@ -107,10 +106,10 @@ TEST_F(PullWatchdogTest, CancelForceClosesAtOnceAndBlamesNobody) {
 }
 
 TEST_F(PullWatchdogTest, CancelAfterAPeerFailureStillReportsCancelledWithoutBlame) {
-  std::atomic<bool> cancel{false};
+  CancellationToken cancel;
   PullWatchdog w = Make(&cancel);
   w.OnPeerFailed(1, absl::UnavailableError("source rank 1: connection reset"));
-  cancel.store(true);
+  cancel.Cancel();
   w.PollCancel();
   std::vector<int32_t> blamed;
   EXPECT_THAT(w.Finish(0, &blamed), StatusIs(absl::StatusCode::kCancelled, HasSubstr("after 0")));

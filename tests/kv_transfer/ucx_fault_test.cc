@@ -92,7 +92,7 @@ class Transfer {
 };
 
 PullOptions Options(absl::Duration stall, PullProgress* progress = nullptr,
-                    const std::atomic<bool>* cancel = nullptr,
+                    const CancellationToken* cancel = nullptr,
                     std::vector<int32_t>* blamed = nullptr) {
   PullOptions o;
   o.failed_source_ranks = blamed;
@@ -272,7 +272,8 @@ TEST(UcxFaultTest, CancelledBeforeStartPostsNothing) {
   auto puller = t.NewPuller();
   ASSERT_OK(puller);
   std::vector<std::byte> pool = t.PoisonedPool();
-  const std::atomic<bool> cancel{true};
+  CancellationToken cancel;
+  cancel.Cancel();
   PullProgress progress;
   EXPECT_THAT((*puller)->Execute(t.metadata(), t.copies(), absl::MakeSpan(pool),
                                  Options(absl::Seconds(20), &progress, &cancel)),
@@ -288,7 +289,7 @@ TEST(UcxFaultTest, CancelMidTransferReturnsPromptlyDropsConnectionsAndAllowsRetr
   ASSERT_OK(puller);
   ASSERT_OK(t.peer().Signal(SIGSTOP));  // gets stay outstanding until cancelled
   std::vector<std::byte> pool = t.PoisonedPool();
-  std::atomic<bool> cancel{false};
+  CancellationToken cancel;
   PullProgress progress;
   absl::Status result;
   std::vector<int32_t> blamed;
@@ -298,7 +299,7 @@ TEST(UcxFaultTest, CancelMidTransferReturnsPromptlyDropsConnectionsAndAllowsRetr
   });
   const bool posted = AwaitPosted(progress, 8, absl::Seconds(20));  // a full window
   const absl::Time cancelled = absl::Now();
-  cancel.store(true);
+  cancel.Cancel();
   pull.join();
   ASSERT_TRUE(posted);
   EXPECT_THAT(result, StatusIs(absl::StatusCode::kCancelled, HasSubstr("cancelled after 0 of 32")));
@@ -341,7 +342,7 @@ TEST(UcxFaultTest, TcpGatheredSegmentGetsStallAndCancelLikeSingleGets) {
 
   // Cancelled with a full window of segment gets outstanding: posting stops at the window
   // (8 segments' copies), nothing is blamed, and the puller works again afterwards.
-  std::atomic<bool> cancel{false};
+  CancellationToken cancel;
   PullProgress progress;
   absl::Status result;
   std::thread pull([&] {
@@ -351,7 +352,7 @@ TEST(UcxFaultTest, TcpGatheredSegmentGetsStallAndCancelLikeSingleGets) {
   int64_t window_copies = 0;
   for (size_t s = 0; s < 8; ++s) window_copies += gather.segments[s].copies;
   const bool posted = AwaitPosted(progress, window_copies, absl::Seconds(20));
-  cancel.store(true);
+  cancel.Cancel();
   pull.join();
   ASSERT_TRUE(posted);
   EXPECT_THAT(result, StatusIs(absl::StatusCode::kCancelled, HasSubstr("cancelled after 0 of")));

@@ -1,9 +1,10 @@
 // KvProgress (pipelined transfer): monotonic, final once done or failed, and Await wakes on a
-// change and otherwise returns after its timeout.
+// change or a cancel and otherwise returns after its timeout.
 #include "prefill_node/kv_progress.h"
 
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
 namespace tandem {
@@ -58,6 +59,28 @@ TEST(KvProgressTest, AwaitWakesOnAChangeAndOtherwiseTimesOut) {
   t.join();
   EXPECT_EQ(now.tokens_ready, 16);
   EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+}
+
+TEST(KvProgressTest, AwaitEndsAtOnceWhenCancelled) {
+  KvProgress p;
+  const KvProgressSnapshot start = p.Get();
+  CancellationToken cancel;
+  absl::Notification waiting;
+  absl::Duration waited;
+  std::thread watcher([&] {
+    waiting.Notify();
+    const absl::Time t0 = absl::Now();
+    EXPECT_EQ(p.Await(start, absl::Seconds(20), &cancel), start);  // unchanged
+    waited = absl::Now() - t0;
+  });
+  ASSERT_TRUE(waiting.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  cancel.Cancel();
+  watcher.join();
+  EXPECT_LT(waited, absl::Seconds(10));  // woken by the cancel, not the timeout
+  // Already cancelled: returns without waiting.
+  const absl::Time t1 = absl::Now();
+  EXPECT_EQ(p.Await(start, absl::Seconds(20), &cancel), start);
+  EXPECT_LT(absl::Now() - t1, absl::Seconds(10));
 }
 
 }  // namespace

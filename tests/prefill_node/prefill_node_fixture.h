@@ -64,8 +64,9 @@ class InProcessPrefill final : public PrefillClient {
   class Watch final : public KvWatch {
    public:
     explicit Watch(std::shared_ptr<const KvProgress> p) : p_(std::move(p)) {}
-    absl::StatusOr<std::optional<KvProgressEvent>> Next(absl::Duration timeout) override {
-      const KvProgressSnapshot now = p_->Await(seen_, timeout);
+    absl::StatusOr<std::optional<KvProgressEvent>> Next(absl::Duration timeout,
+                                                        const CancellationToken& cancel) override {
+      const KvProgressSnapshot now = p_->Await(seen_, timeout, &cancel);
       if (!now.status.ok()) return now.status;
       if (now == seen_ && !now.done) return std::optional<KvProgressEvent>();
       seen_ = now;
@@ -114,13 +115,14 @@ class PrefillNodeTest : public ::testing::Test {
     return node.ok() ? std::move(*node) : nullptr;
   }
 
-  absl::StatusOr<PrefillOutcome> Prefill(
-      PrefillNode& node, const std::string& id,
-      std::function<bool()> cancelled = [] { return false; }) {
+  // `cancel`: the request's token (none: never cancelled).
+  absl::StatusOr<PrefillOutcome> Prefill(PrefillNode& node, const std::string& id,
+                                         const CancellationToken* cancel = nullptr) {
+    const CancellationToken never;
     std::vector<int32_t> prompt;
     for (int32_t i = 0; i < 37; ++i) prompt.push_back(10 + (i * 7) % 250);
     return node.Prefill(id, prompt, SamplingParams{}, 0, 8, absl::ZeroDuration(),
-                        absl::Now() + kBound, cancelled);
+                        absl::Now() + kBound, cancel != nullptr ? *cancel : never);
   }
 
   // Pulls `out`'s KV into `decode` and decodes `max_new_tokens`: first token included. The
@@ -153,7 +155,7 @@ class PrefillNodeTest : public ::testing::Test {
       done->Notify();
     };
     const absl::StatusOr<TransferStats> started =
-        decode.Start(call, std::move(sink), [] { return false; });
+        decode.Start(call, std::move(sink), CancellationToken());
     if (started_out != nullptr) *started_out = started;
     if (started_out == nullptr) EXPECT_OK(started);
     if (!started.ok()) return {};

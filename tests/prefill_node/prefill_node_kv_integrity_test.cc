@@ -96,7 +96,7 @@ TEST_F(PrefillNodeTest, DigestsAreComputedChunkByChunkAsTheEngineWritesTheKv) {
   for (int32_t i = 0; i < 37; ++i) prompt.push_back(10 + (i * 7) % 250);
   absl::StatusOr<PrefillOutcome> early =
       prefill.StartPipelined("r1", prompt, SamplingParams{}, 0, 8, absl::ZeroDuration(),
-                             absl::Now() + kBound, [] { return false; });
+                             absl::Now() + kBound, CancellationToken());
   ASSERT_OK(early);
   absl::StatusOr<std::shared_ptr<const KvProgress>> progress =
       prefill.WatchKv("r1", early->generation);
@@ -129,7 +129,7 @@ TEST_F(PrefillNodeTest, DigestsAreComputedChunkByChunkAsTheEngineWritesTheKv) {
   DecodeSink sink;
   sink.on_token = [](int32_t) {};
   sink.on_done = [](absl::Status, FinishReason, int32_t) {};
-  EXPECT_THAT(decode->Start(call, std::move(sink), [] { return false; }),
+  EXPECT_THAT(decode->Start(call, std::move(sink), CancellationToken()),
               StatusIs(absl::StatusCode::kAborted,
                        AllOf(HasSubstr("digest mismatch in 1 of"), HasSubstr("source rank 0"))));
   EXPECT_EQ(decode->kv_digest_mismatches(), 1);
@@ -225,7 +225,7 @@ TEST_F(PrefillNodeTest, BlockFreedAndReusedUnderALiveHandleFailsTheTransferNotTh
     for (int32_t i = 0; i < 37; ++i) other.push_back(200 - (i * 5) % 150);
     absl::StatusOr<PrefillOutcome> r2 =
         prefill->Prefill("r2", other, SamplingParams{}, 0, 8, absl::ZeroDuration(),
-                         absl::Now() + kBound, [] { return false; });
+                         absl::Now() + kBound, CancellationToken());
     ASSERT_OK(r2);
     ASSERT_EQ(r2->block_table, r1->block_table);  // reused: lowest free ids first
 

@@ -64,7 +64,9 @@ TEST_F(PrefillNodeTest, CancelledPrefillIsCancelledAndKeepsNoBlocks) {
   std::unique_ptr<PrefillNode> node = NewNode();
   ASSERT_NE(node, nullptr);
   const int32_t total = node->Load().total_blocks;
-  EXPECT_THAT(Prefill(*node, "r1", [] { return true; }),
+  CancellationToken cancel;
+  cancel.Cancel();
+  EXPECT_THAT(Prefill(*node, "r1", &cancel),
               StatusIs(absl::StatusCode::kCancelled, HasSubstr("cancelled")));
   EXPECT_TRUE(WaitFor([&] { return node->Load().free_blocks == total; }));
   EXPECT_EQ(node->Load().leases, 0);
@@ -182,7 +184,7 @@ TEST_F(PrefillNodeTest, KvPulledIntoTwoDecodeLayoutsDecodesTheSameTokens) {
       done->Notify();
     };
     absl::StatusOr<TransferStats> started =
-        (*decode)->Start(call, std::move(sink), [] { return false; });
+        (*decode)->Start(call, std::move(sink), CancellationToken());
     ASSERT_OK(started);
     EXPECT_GT(started->bytes, 0);
     EXPECT_TRUE(started->digests_verified);
@@ -223,7 +225,7 @@ TEST_F(PrefillNodeTest, EachArchitectureDecodesLlamaCppsTokensAcrossMismatchedLa
     ASSERT_NE(decode, nullptr);
     absl::StatusOr<PrefillOutcome> out =
         prefill->Prefill(name, f.prompt, SamplingParams{}, 0, 4, absl::ZeroDuration(),
-                         absl::Now() + kBound, [] { return false; });
+                         absl::Now() + kBound, CancellationToken());
     ASSERT_OK(out);
     EXPECT_EQ(Decode(*prefill, *decode, name, *out, 4), f.greedy);
     std::remove(path.c_str());
@@ -275,9 +277,9 @@ TEST_F(PrefillNodeTest, PipelinedPullDecodesLikeTheUnpipelinedPath) {
         const std::string id = absl::StrCat("r", tp, pipelined);
         absl::StatusOr<PrefillOutcome> out =
             pipelined ? (*prefill)->StartPipelined(id, prompt, sampling, 0, 8, absl::ZeroDuration(),
-                                                   absl::Now() + kBound, [] { return false; })
+                                                   absl::Now() + kBound, CancellationToken())
                       : (*prefill)->Prefill(id, prompt, sampling, 0, 8, absl::ZeroDuration(),
-                                            absl::Now() + kBound, [] { return false; });
+                                            absl::Now() + kBound, CancellationToken());
         ASSERT_OK(out);
         EXPECT_EQ(out->num_tokens, 61);
         DecodeCall call;
@@ -314,7 +316,7 @@ TEST_F(PrefillNodeTest, PipelinedPullDecodesLikeTheUnpipelinedPath) {
           done->Notify();
         };
         absl::StatusOr<TransferStats> started =
-            (*decode)->Start(call, std::move(sink), [] { return false; });
+            (*decode)->Start(call, std::move(sink), CancellationToken());
         ASSERT_OK(started);
         EXPECT_TRUE(started->digests_verified);
         if (pipelined) {
@@ -358,7 +360,7 @@ TEST_F(PrefillNodeTest, ReleasingAPipelinedLeaseCancelsThePrefill) {
   std::vector<int32_t> prompt(200, 42);
   absl::StatusOr<PrefillOutcome> out =
       (*node)->StartPipelined("r", prompt, SamplingParams{}, 0, 8, absl::ZeroDuration(),
-                              absl::Now() + kBound, [] { return false; });
+                              absl::Now() + kBound, CancellationToken());
   ASSERT_OK(out);
   absl::StatusOr<std::shared_ptr<const KvProgress>> progress =
       (*node)->WatchKv("r", out->generation);
@@ -391,7 +393,7 @@ TEST_F(PrefillNodeTest, DestroyedWhileAPipelinedPrefillRunsFailsItCleanly) {
   ASSERT_OK(node);
   absl::StatusOr<PrefillOutcome> out =
       (*node)->StartPipelined("r", std::vector<int32_t>(200, 42), SamplingParams{}, 0, 8,
-                              absl::ZeroDuration(), absl::Now() + kBound, [] { return false; });
+                              absl::ZeroDuration(), absl::Now() + kBound, CancellationToken());
   ASSERT_OK(out);
   absl::StatusOr<std::shared_ptr<const KvProgress>> progress =
       (*node)->WatchKv("r", out->generation);
@@ -446,7 +448,7 @@ TEST_F(PrefillNodeTest, PrefixCacheHitsDecodeLikeAColdNode) {
         const std::string id = absl::StrCat(l.name, cached, "-", i);
         absl::StatusOr<PrefillOutcome> out =
             prefill->Prefill(id, prompts[i], SamplingParams{}, 0, 6, absl::ZeroDuration(),
-                             absl::Now() + kBound, [] { return false; });
+                             absl::Now() + kBound, CancellationToken());
         ASSERT_OK(out);
         const int64_t n = static_cast<int64_t>(prompts[i].size());
         // Expected reuse: the blocks of the longest earlier prompt's shared prefix, never the
