@@ -56,43 +56,55 @@ DecodeCallResult RunDecodeCall(NodeClient& client, Clock& clock, CallCanceller* 
   std::unique_ptr<DecodeEventStream> stream =
       client.Decode(spec.node, std::move(spec.request), spec.deadline, spec.request_id);
   CallCanceller::Registration registration(canceller, stream.get());
-  const bool bounded_first = spec.first_event_by != absl::InfiniteFuture();
-  while (true) {
-    absl::Duration wait = idle;
-    if (!result.first_event && bounded_first) {
-      DecodeCallHooks::Poll poll;
-      if (hooks.before_first_event) {
-        poll = hooks.before_first_event();
-        if (EndWith(poll.step, *stream, idle)) return result;
-      }
-      const absl::Duration left = spec.first_event_by - clock.Now();
-      if (left <= absl::ZeroDuration()) {
-        result.failure = absl::DeadlineExceededError(spec.first_event_late);
-        return result;
-      }
-      wait = std::min(poll.wait, left);
+  // What an event means: the hooks' step (the first event's own hook first).
+  const auto handle = [&](const v1::DecodeEvent& event) -> absl::StatusOr<CallStep> {
+    if (result.first_event) return hooks.on_event(event);
+    result.first_event = true;
+    result.first_event_at = clock.Now();
+    return hooks.on_first_event ? hooks.on_first_event(event) : hooks.on_event(event);
+  };
+  // A pipelined call's wait for its first event: read here, with the watch between reads.
+  while (!result.first_event && spec.first_event_by != absl::InfiniteFuture()) {
+    DecodeCallHooks::Poll poll;
+    if (hooks.before_first_event) {
+      poll = hooks.before_first_event();
+      if (EndWith(poll.step, *stream, idle)) return result;
     }
-    DecodeEventStream::ReadResult next = stream->Read(wait);
-    if (next.kind == Kind::kIdle && !result.first_event && bounded_first) continue;
+    const absl::Duration left = spec.first_event_by - clock.Now();
+    if (left <= absl::ZeroDuration()) {
+      result.failure = absl::DeadlineExceededError(spec.first_event_late);
+      return result;
+    }
+    DecodeEventStream::ReadResult next = stream->Read(std::min(poll.wait, left));
+    if (next.kind == Kind::kIdle) continue;
     if (next.kind != Kind::kMessage) {
       result.failure = StreamEndFailure(next, idle);
       return result;
     }
-    absl::StatusOr<CallStep> step;
-    if (!result.first_event) {
-      result.first_event = true;
-      result.first_event_at = clock.Now();
-      step =
-          hooks.on_first_event ? hooks.on_first_event(next.message) : hooks.on_event(next.message);
-    } else {
-      step = hooks.on_event(next.message);
-    }
+    const absl::StatusOr<CallStep> step = handle(next.message);
     if (!step.ok()) {
       result.failure = step.status();
       return result;
     }
     if (EndWith(*step, *stream, idle)) return result;
   }
+  // Every other event is handled as it arrives (Relay: on the transport's thread), until a hook
+  // ends the call.
+  absl::StatusOr<CallStep> step = CallStep::kRead;
+  const DecodeEventStream::ReadResult end = stream->Relay(
+      [&](v1::DecodeEvent& event) {
+        step = handle(event);
+        return step.ok() && *step == CallStep::kRead;
+      },
+      idle);
+  if (end.kind != Kind::kMessage) {
+    result.failure = StreamEndFailure(end, idle);
+  } else if (!step.ok()) {
+    result.failure = step.status();
+  } else {
+    EndWith(*step, *stream, idle);
+  }
+  return result;
 }
 
 }  // namespace tandem

@@ -10,7 +10,11 @@
 // prefill), and `before_first_event`, when set, runs before each read until then (the pipelined
 // watch of the prefill) and bounds that read's wait.
 //
-// Not thread-safe: runs on the request's thread.
+// Threads: RunDecodeCall runs on the request's thread and returns there, but the events after
+// a pipelined call's first one are handed to the hooks as they arrive (NodeStream::Relay: with
+// gRPC, on gRPC's thread, so a relayed token wakes no other thread) while the request's thread
+// waits; one hook runs at a time and none after RunDecodeCall returned, so what the hooks touch
+// (the request's state, its sink) is the request's as before. Hooks must not block.
 #pragma once
 
 #include <functional>

@@ -1,7 +1,8 @@
 // The server side of one Router.Generate stream (gRPC callback API). The request itself runs on
 // its own thread (RunGenerate, which blocks on node calls); this reactor turns its events into
 // GenerateResponses, queues them and writes them one at a time, and turns gRPC's OnCancel into a
-// CallCanceller cancellation.
+// CallCanceller cancellation. Decode tokens come from gRPC's thread (decode_call.h relays them as
+// they arrive), so a relayed token is written without waking the request's thread.
 //
 // Lifetime: created by the service, deletes itself in OnDone, which gRPC calls only after
 // Finish. Finish is called once, after the request thread closed the stream and every queued

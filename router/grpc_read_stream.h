@@ -1,11 +1,14 @@
 // One server-streaming gRPC call read through the callback API as a NodeStream (node_client.h):
 // the one reader behind both DecodeService.Decode and PrefillService.WatchKv. Messages are
 // queued as they arrive; Read() returns them in order, then the end with its status (converted
-// once, by FromGrpcStatus). The reactor frees itself when gRPC is done with the call; the
-// context, request, queue and the stub the call was started on live in a block shared with it,
-// so destroying the stream early (which cancels the call) is safe.
+// once, by FromGrpcStatus). While a Relay runs, a message that arrives is handed to its callback
+// on gRPC's thread, in the reactor's OnReadDone, instead of being queued (the next read starts
+// after the callback returned): a relayed token wakes no other thread. The reactor frees itself
+// when gRPC is done with the call; the context, request, queue and the stub the call was
+// started on live in a block shared with it, so destroying the stream early (which cancels the
+// call) is safe.
 //
-// Thread-safety: Read from one thread; Cancel() from any thread.
+// Thread-safety: Read and Relay from one thread; Cancel() from any thread.
 #pragma once
 
 #include <grpcpp/client_context.h>
@@ -16,10 +19,13 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "router/node_client.h"
 #include "serving/grpc_status.h"
@@ -68,6 +74,47 @@ class GrpcReadStream final : public NodeStream<Message> {
     return next;
   }
 
+  Result Relay(absl::FunctionRef<bool(Message&)> on_message, absl::Duration idle) override {
+    Shared& s = *shared_;
+    // What arrived before: handed over here, in order; then the reactor hands over the rest.
+    while (true) {
+      Message message;
+      {
+        absl::MutexLock lock(&s.mu);
+        if (s.messages.empty()) {
+          if (s.done) return Result{Result::Kind::kEnd, {}, FromGrpcStatus(s.status)};
+          s.relay.emplace(on_message);
+          s.relay_stopped = false;
+          s.last_message = absl::Now();
+          break;
+        }
+        message = std::move(s.messages.front());
+        s.messages.pop_front();
+      }
+      if (!on_message(message)) return Result{Result::Kind::kMessage, {}, {}};
+    }
+    absl::MutexLock lock(&s.mu);
+    const auto over = [&s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+      return (s.relay_stopped || s.done) && !s.relaying;
+    };
+    const auto not_relaying = [&s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) { return !s.relaying; };
+    while (!s.mu.AwaitWithDeadline(absl::Condition(&over), s.last_message + idle)) {
+      if (s.relaying) {
+        // A message is being handed over as the idle time ran out: it counts.
+        s.mu.AwaitWithTimeout(absl::Condition(&not_relaying), idle);
+        continue;
+      }
+      if (absl::Now() >= s.last_message + idle) {
+        s.relay.reset();
+        return Result{Result::Kind::kIdle, {}, {}};
+      }
+    }
+    s.relay.reset();
+    if (s.relay_stopped) return Result{Result::Kind::kMessage, {}, {}};
+    // Done: nothing was queued while the relay ran (the queue was empty when it began).
+    return Result{Result::Kind::kEnd, {}, FromGrpcStatus(s.status)};
+  }
+
  private:
   struct Shared {
     grpc::ClientContext context;
@@ -76,6 +123,11 @@ class GrpcReadStream final : public NodeStream<Message> {
     std::deque<Message> messages ABSL_GUARDED_BY(mu);
     bool done ABSL_GUARDED_BY(mu) = false;
     grpc::Status status ABSL_GUARDED_BY(mu);
+    // The Relay in progress: the reactor hands each message to it while the queue is empty.
+    std::optional<absl::FunctionRef<bool(Message&)>> relay ABSL_GUARDED_BY(mu);
+    bool relaying ABSL_GUARDED_BY(mu) = false;       // the reactor is in `relay` now
+    bool relay_stopped ABSL_GUARDED_BY(mu) = false;  // `relay` returned false
+    absl::Time last_message ABSL_GUARDED_BY(mu);     // the relay's latest hand-over (or start)
   };
 
   class Reactor final : public grpc::ClientReadReactor<Message> {
@@ -91,9 +143,27 @@ class GrpcReadStream final : public NodeStream<Message> {
 
     void OnReadDone(bool ok) override {
       if (!ok) return;  // the stream is over; OnDone follows
+      Shared& s = *shared_;
+      std::optional<absl::FunctionRef<bool(Message&)>> relay;
       {
-        absl::MutexLock lock(&shared_->mu);
-        shared_->messages.push_back(std::move(incoming_));
+        absl::MutexLock lock(&s.mu);
+        if (s.relay.has_value() && s.messages.empty()) {
+          relay.emplace(*s.relay);
+          s.relaying = true;
+        } else {
+          s.messages.push_back(std::move(incoming_));
+        }
+      }
+      if (relay.has_value()) {
+        // The Relay's caller waits (it returns only once `relaying` is false again).
+        const bool more = (*relay)(incoming_);
+        absl::MutexLock lock(&s.mu);
+        s.relaying = false;
+        s.last_message = absl::Now();
+        if (!more) {
+          s.relay.reset();
+          s.relay_stopped = true;
+        }
       }
       incoming_.Clear();
       this->StartRead(&incoming_);

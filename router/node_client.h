@@ -10,12 +10,13 @@
 // (common/kv_source_failure.h) survives the seam.
 //
 // Thread-safety: a NodeClient may be used by many request threads at once. A stream is read
-// from one thread; Cancel() may come from any thread (CallCanceller).
+// (Read, Relay) from one thread; Cancel() may come from any thread (CallCanceller).
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -51,6 +52,21 @@ class NodeStream : public Cancellable {
   };
   // Waits at most `wait` (zero: does not wait) for the next message or the end of the stream.
   virtual ReadResult Read(absl::Duration wait) = 0;
+
+  // Hands the messages, in order, to `on_message` until it returns false, the stream ends, or
+  // nothing arrives within `idle` of the last one (or of the call); then returns kMessage
+  // (`on_message` stopped the relay; `message` is unset), kEnd with the stream's status, or
+  // kIdle. Messages after a stop stay for Read. Blocks the caller until then; `on_message` may
+  // run on another thread (the transport's, as each message arrives, so a relayed message
+  // crosses no thread), one message at a time and never after Relay returned, so what it
+  // touches is the caller's as before and after. This default reads on the caller's thread.
+  virtual ReadResult Relay(absl::FunctionRef<bool(Message&)> on_message, absl::Duration idle) {
+    while (true) {
+      ReadResult next = Read(idle);
+      if (next.kind != ReadResult::Kind::kMessage) return next;
+      if (!on_message(next.message)) return ReadResult{ReadResult::Kind::kMessage, {}, {}};
+    }
+  }
 };
 using DecodeEventStream = NodeStream<v1::DecodeEvent>;
 using KvProgressStream = NodeStream<v1::KvProgress>;

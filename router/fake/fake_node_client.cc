@@ -14,12 +14,25 @@ class ScriptedStream final : public NodeStream<Message> {
   using Result = typename NodeStream<Message>::ReadResult;
 
   ScriptedStream(FakeClock* clock, StreamScript<Message> script, absl::Time deadline,
-                 std::shared_ptr<bool> cancelled)
+                 std::shared_ptr<bool> cancelled, std::shared_ptr<int> relayed)
       : clock_(clock),
         script_(std::move(script)),
         opened_(clock->Now()),
         deadline_(deadline),
-        cancelled_(std::move(cancelled)) {}
+        cancelled_(std::move(cancelled)),
+        relayed_(std::move(relayed)) {}
+
+  Result Relay(absl::FunctionRef<bool(Message&)> on_message, absl::Duration idle) override {
+    return NodeStream<Message>::Relay(
+        [&](Message& message) {
+          {
+            absl::MutexLock lock(&mu_);
+            ++*relayed_;
+          }
+          return on_message(message);
+        },
+        idle);
+  }
 
   void Cancel() override {
     absl::MutexLock lock(&mu_);
@@ -74,6 +87,7 @@ class ScriptedStream final : public NodeStream<Message> {
   const absl::Time opened_;
   const absl::Time deadline_;
   std::shared_ptr<bool> cancelled_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<int> relayed_ ABSL_GUARDED_BY(mu_);
   size_t next_ ABSL_GUARDED_BY(mu_) = 0;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);
@@ -142,6 +156,7 @@ std::unique_ptr<NodeStream<Message>> FakeNodeClient::OpenStream(
     const NodeRef& node, Request request, absl::Time deadline, const std::string& request_id) {
   RecordedCall<Request> call = Record(node, request, clock_->Now(), deadline, request_id);
   std::shared_ptr<bool> cancelled = call.cancelled;
+  std::shared_ptr<int> relayed = call.relayed;
   {
     absl::MutexLock lock(&mu_);
     calls.push_back(std::move(call));
@@ -152,7 +167,7 @@ std::unique_ptr<NodeStream<Message>> FakeNodeClient::OpenStream(
                     absl::ZeroDuration(),
                     absl::UnimplementedError(absl::StrCat("FakeNodeClient: no ", handler_name)))};
   return std::make_unique<ScriptedStream<Message>>(clock_, std::move(script), deadline,
-                                                   std::move(cancelled));
+                                                   std::move(cancelled), std::move(relayed));
 }
 
 std::vector<RecordedCall<v1::PrefillRequest>> FakeNodeClient::prefills() const {

@@ -8,7 +8,9 @@
 // advances the clock by the wait and reports idle; a step past the call's deadline ends the
 // stream with DEADLINE_EXCEEDED at the deadline; past the script's last step the stream ends
 // cleanly (OK without a finish). Cancel() (the client's, or the driver's own) ends a stream with
-// CANCELLED and is recorded. A Prefill whose CallCanceller is already cancelled ends CANCELLED.
+// CANCELLED and is recorded. Relay reads as NodeStream's default does (on the caller's thread)
+// and counts what it hands over. A Prefill whose CallCanceller is already cancelled ends
+// CANCELLED.
 //
 // Unset handlers answer UNIMPLEMENTED (ReleaseKv: OK).
 //
@@ -46,6 +48,8 @@ struct RecordedCall {
   std::string request_id;
   // Streams: the call was cancelled (by the CallCanceller or the driver) before it ended.
   std::shared_ptr<bool> cancelled = std::make_shared<bool>(false);
+  // Streams: the messages handed to a Relay's callback (the rest went out through Read).
+  std::shared_ptr<int> relayed = std::make_shared<int>(0);
 };
 
 class FakeNodeClient final : public NodeClient {

@@ -10,7 +10,8 @@
 // tool calls parsed from its text (ids "call_<id>-<index>_<i>"). usage.completion_tokens counts
 // every choice's tokens the client was given.
 //
-// Thread-safety: one per request, used on the thread running RunGenerate.
+// Thread-safety: one per request, used by RunGenerate one event at a time (on its thread, or on
+// gRPC's while it waits: router/decode_call.h).
 #pragma once
 
 #include <optional>

@@ -22,7 +22,8 @@ namespace {
 constexpr size_t kMaxBodyBytes = 32u << 20;
 constexpr char kJson[] = "application/json";
 
-// Writes the response as RunGenerate delivers tokens; RunGenerate calls it on this thread.
+// Writes the response as RunGenerate delivers tokens: on this thread, or on gRPC's while this
+// thread waits in RunGenerate (decode_call.h), one event at a time either way.
 class OpenAiSink : public GenerateSink {
  public:
   OpenAiSink(HttpExchange& exchange, const OpenAiRequest& request, CompletionMeta meta,

@@ -192,6 +192,8 @@ TEST_F(DriverTest, PrefillThenDecodeStreamsEveryTokenOnceWithBoundedCalls) {
   // rpc_timeout + idle · (max_new_tokens + 1)
   EXPECT_EQ(decode.deadline, decode.at + absl::Seconds(10) + absl::Seconds(2) * 5);
   EXPECT_FALSE(*decode.cancelled);
+  // Every event was handled as it arrived (Relay: with gRPC, on the thread that received it).
+  EXPECT_EQ(*decode.relayed, 4);
   EXPECT_TRUE(nodes_.releases().empty());  // the decode node took the KV
   // Time passed only as the fake decode node streamed: 4 events, kGap apart.
   EXPECT_EQ(sink_.Final()->total_us, absl::ToInt64Microseconds(4 * kGap));
@@ -380,6 +382,8 @@ TEST_F(DriverTest, PipelinedFirstTokenComesFromTheWatchBeforeTheDecodeNodesFirst
   EXPECT_LE(sink_.Final()->ttft_us.value_or(-1), 7000);
   ASSERT_EQ(nodes_.decodes().size(), 1u);
   EXPECT_TRUE(nodes_.decodes()[0].request.pipelined());
+  // Its first event read between the watch's polls; the other three relayed as they arrived.
+  EXPECT_EQ(*nodes_.decodes()[0].relayed, 3);
   ASSERT_EQ(nodes_.watches().size(), 1u);
   EXPECT_EQ(nodes_.watches()[0].request.generation(), 7u);
   EXPECT_TRUE(nodes_.releases().empty());
