@@ -150,10 +150,12 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
   const int32_t tp = parallel_.tp, pcp = parallel_.pcp, dcp = parallel_.dcp;
   const std::vector<int64_t>& mine = plan.pcp.gather[c];
   const int64_t m_real = static_cast<int64_t>(mine.size());
-  // One rank: the backend may run the step on more rows (padding that reads and writes nothing,
-  // ComputeBackend::PaddedRows) so captured work is reused across batch sizes.
-  const bool one_rank = tp * pcp * dcp == 1;
-  const int64_t m = one_rank ? std::max(m_real, backend_->PaddedRows(m_real)) : m_real;
+  // Without PCP and DCP every rank runs all the step's rows, so the backend may run them on more
+  // rows (padding that reads and writes nothing, ComputeBackend::PaddedRows) and captured work is
+  // reused across batch sizes; TP ranks' backends pad alike (same options), so their collectives
+  // keep equal counts.
+  const bool pad = pcp * dcp == 1;
+  const int64_t m = pad ? std::max(m_real, backend_->PaddedRows(m_real)) : m_real;
   const int64_t mmax = std::max(m, plan.pcp.max_rows_per_rank());
   const int64_t hidden = config_.hidden_size;
   const int32_t d = config_.head_dim;
@@ -272,7 +274,7 @@ absl::Status RankModel::Forward(const StepPlan& plan, std::vector<float>* logits
   // ---- logits ----
   const int64_t s = static_cast<int64_t>(plan.logit_rows.size());
   if (s == 0) return be.Synchronize();
-  const int64_t s_run = one_rank ? std::max(s, backend_->PaddedRows(s)) : s;
+  const int64_t s_run = pad ? std::max(s, backend_->PaddedRows(s)) : s;
   const float* src = x;
   logit_index_.resize(s);
   if (pcp > 1) {

@@ -119,10 +119,11 @@ class ComputeBackend {
   // Non-empty when this backend's configuration runs only instances of one rank (tp = pcp =
   // dcp = 1): says why. The engine refuses larger layouts with it.
   virtual std::string SingleRankReason() const { return ""; }
-  // The rows to run a step of `rows` rows with (>= rows) on an instance of one rank: a backend
-  // that reuses captured work per batch size (CUDA graphs) rounds up to its next bucket. The
-  // engine fills the extra rows with padding that reads and writes nothing (token 0, position
-  // −1, KV slot −1, gather index −1) and ignores their outputs.
+  // The rows to run a step of `rows` rows with (>= rows) on an instance without PCP or DCP (one
+  // rank, or TP ranks that all run every row): a backend that reuses captured work per batch
+  // size (CUDA graphs) rounds up to its next bucket. The engine fills the extra rows with
+  // padding that reads and writes nothing (token 0, position −1, KV slot −1, gather index −1)
+  // and ignores their outputs. Every TP rank's backend must answer alike.
   virtual int64_t PaddedRows(int64_t rows) const { return rows; }
 
   // ---- ops ----

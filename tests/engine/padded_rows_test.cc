@@ -3,7 +3,8 @@
 // multiple of 4 rows must give the same logits as the plain CPU backend over prefill, batched
 // decode and later steps — padding rows (token 0, position −1, KV slot −1, gather index −1)
 // read nothing, write no KV and never reach the logits. A padding row that wrote KV or was
-// gathered into the logits changes them by O(1).
+// gathered into the logits changes them by O(1). On tp = 2 every rank pads (without PCP/DCP all
+// TP ranks run every row), through the all-reduces and the logits' all-gather.
 //
 // Tolerance 1e-5 absolute, as tests/engine/forward_test.cc's BatchedDecodeEqualsEachAlone: the
 // GEMMs run over more rows, which may change oneDNN's blocking and so fp32 summation order.
@@ -34,15 +35,19 @@ class PaddingBackend final : public testing::ForwardingBackend {
   int64_t padded_steps_ = 0;
 };
 
-std::unique_ptr<Instance> Make(const LlamaWeights& w, PaddingBackend** padding) {
+// padding: null for the plain CPU backend, else one PaddingBackend per rank (filled in).
+std::unique_ptr<Instance> Make(const LlamaWeights& w, int32_t tp,
+                               std::vector<PaddingBackend*>* padding) {
   InstanceOptions o;
   o.parallel.block_size = 4;
+  o.parallel.tp = tp;
   o.kv_bytes_per_rank = int64_t{8} << 20;
   o.threads_per_rank = 1;
   if (padding != nullptr) {
-    o.make_backend = [padding](int32_t) -> absl::StatusOr<std::unique_ptr<ComputeBackend>> {
+    padding->assign(tp, nullptr);  // each rank thread writes its own slot
+    o.make_backend = [padding](int32_t rank) -> absl::StatusOr<std::unique_ptr<ComputeBackend>> {
       auto b = std::make_unique<PaddingBackend>(CreateCpuBackend());
-      *padding = b.get();
+      (*padding)[rank] = b.get();
       return std::unique_ptr<ComputeBackend>(std::move(b));
     };
   }
@@ -51,15 +56,20 @@ std::unique_ptr<Instance> Make(const LlamaWeights& w, PaddingBackend** padding) 
   return inst.ok() ? std::move(inst).value() : nullptr;
 }
 
-TEST(PaddedRowsTest, PaddedStepsGiveTheSameLogits) {
+// tp = 2: TP ranks run every row, so they pad too (collectives over the padded rows; the
+// logits' all-gather takes the real rows of each rank's vocab slice).
+class PaddedRowsTest : public ::testing::TestWithParam<int32_t> {};
+
+TEST_P(PaddedRowsTest, PaddedStepsGiveTheSameLogits) {
+  const int32_t tp = GetParam();
   const LlamaConfig c = testing::SmallConfig();
   const LlamaWeights w = testing::RandomWeights(c, 5);
-  PaddingBackend* padding = nullptr;
-  std::unique_ptr<Instance> plain = Make(w, nullptr);
-  std::unique_ptr<Instance> padded = Make(w, &padding);
+  std::vector<PaddingBackend*> padding;
+  std::unique_ptr<Instance> plain = Make(w, tp, nullptr);
+  std::unique_ptr<Instance> padded = Make(w, tp, &padding);
   ASSERT_NE(plain, nullptr);
   ASSERT_NE(padded, nullptr);
-  ASSERT_NE(padding, nullptr);
+  ASSERT_EQ(padding.size(), static_cast<size_t>(tp));
 
   std::mt19937_64 rng(9);
   const auto token = [&] { return static_cast<int32_t>(rng() % c.vocab_size); };
@@ -93,9 +103,14 @@ TEST(PaddedRowsTest, PaddedStepsGiveTheSameLogits) {
       ASSERT_NEAR((*got)[j], (*want)[j], 1e-5) << "step " << i << " logit " << j;
     }
   }
-  EXPECT_EQ(padding->padded_steps(), static_cast<int64_t>(steps.size()))
-      << "every step ran on a multiple of 4 rows";
+  for (const PaddingBackend* p : padding) {
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(p->padded_steps(), static_cast<int64_t>(steps.size()))
+        << "every step ran on a multiple of 4 rows";
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Tp, PaddedRowsTest, ::testing::Values(1, 2));
 
 }  // namespace
 }  // namespace tandem
