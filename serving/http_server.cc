@@ -1,9 +1,6 @@
 #include "serving/http_server.h"
 
-#include <arpa/inet.h>
-#include <dirent.h>
 #include <httplib.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -16,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "serving/on_demand_pool.h"
+#include "serving/socket_finder.h"
 
 namespace tandem {
 
@@ -130,6 +128,13 @@ using State = HttpExchange::State;
 
 constexpr absl::Duration kWatchInterval = absl::Milliseconds(100);
 
+// The sockets of the requests' connections (socket_finder.h): one per process, as the
+// descriptors are.
+SocketFinder& Sockets() {
+  static SocketFinder* const finder = new SocketFinder();
+  return *finder;
+}
+
 // Watches one request's connection for the client closing it. cpp-httplib does not hand out the
 // socket, so it is found by its addresses (once, only for a request that takes a while).
 class ConnectionWatch {
@@ -141,7 +146,7 @@ class ConnectionWatch {
   bool Closed() {
     if (!looked_) {
       looked_ = true;
-      fd_ = FindSocket();
+      fd_ = Sockets().Find(remote_addr_, remote_port_, local_port_);
     }
     if (fd_ < 0) return false;
     pollfd p{fd_, POLLRDHUP, 0};
@@ -149,44 +154,6 @@ class ConnectionWatch {
   }
 
  private:
-  static std::string Address(const sockaddr_storage& a) {
-    char text[INET6_ADDRSTRLEN] = "";
-    if (a.ss_family == AF_INET) {
-      ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, text, sizeof(text));
-    } else if (a.ss_family == AF_INET6) {
-      ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, text,
-                  sizeof(text));
-    }
-    return text;
-  }
-
-  static int Port(const sockaddr_storage& a) {
-    if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
-    if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
-    return -1;
-  }
-
-  int FindSocket() const {
-    DIR* dir = ::opendir("/proc/self/fd");
-    if (dir == nullptr) return -1;
-    int found = -1;
-    while (const dirent* entry = ::readdir(dir)) {
-      int fd = -1;
-      if (!absl::SimpleAtoi(entry->d_name, &fd)) continue;
-      sockaddr_storage peer{}, local{};
-      socklen_t peer_len = sizeof(peer), local_len = sizeof(local);
-      if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;
-      if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
-      if (Port(peer) == remote_port_ && Port(local) == local_port_ &&
-          Address(peer) == remote_addr_) {
-        found = fd;
-        break;
-      }
-    }
-    ::closedir(dir);
-    return found;
-  }
-
   const std::string remote_addr_;
   const int remote_port_;
   const int local_port_;
