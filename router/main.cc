@@ -14,6 +14,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/flag_dashes.h"
 #include "common/prometheus_text.h"
@@ -152,6 +153,11 @@ int main(int argc, char** argv) {
       "[--listen=HOST:PORT] [--http_listen=HOST:PORT] [--flagfile=FILE]");
   tandem::NormalizeFlagDashes(argc, argv);
   absl::ParseCommandLine(argc, argv);
+  // Debian's abseil is built without NDEBUG, so every Mutex::Lock would also record the lock in
+  // abseil's process-wide deadlock graph under one global lock, which serialises every thread's
+  // locking (its graph lookups alone were 6 % of the router's CPU at 2,000 gRPC streams in the
+  // capacity bench, bench/router/). Tests keep the check.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   // Block the shutdown signals before any thread starts, so they are only taken by sigwait.
   sigset_t signals;
   sigemptyset(&signals);
