@@ -28,7 +28,7 @@ bool ColocatedPrefill::Cancel(const std::string& request_id) {
   return true;
 }
 
-absl::Status ColocatedPrefill::Start(ColocatedCall call, ColocatedSink sink) {
+absl::Status ColocatedPrefill::Start(ColocatedCall call, DecodeSink sink) {
   TANDEM_RETURN_IF_ERROR(CheckTokenBudget(call.max_new_tokens, "max_new_tokens"));
   auto pending = std::make_shared<Pending>();
   {
@@ -45,7 +45,7 @@ absl::Status ColocatedPrefill::Start(ColocatedCall call, ColocatedSink sink) {
   pr.reserve_tokens = call.max_new_tokens;
   pr.sample_step = call.next_step - 1;
   auto shared_call = std::make_shared<ColocatedCall>(std::move(call));
-  auto shared_sink = std::make_shared<ColocatedSink>(std::move(sink));
+  auto shared_sink = std::make_shared<DecodeSink>(std::move(sink));
   absl::Status submitted = engine_->Submit(
       std::move(pr),
       [this, pending, c = shared_call, s = shared_sink](absl::StatusOr<PrefillResult> r) {

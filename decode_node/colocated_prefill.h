@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "common/finish_reason.h"
+#include "decode_node/decode_sink.h"
 #include "engine/block_manager.h"
 #include "engine/decode_engine.h"
 #include "engine/instance.h"
@@ -44,13 +45,6 @@ struct ColocatedCall {
   std::optional<int32_t> resume_token;  // a resume: the first token, already streamed
 };
 
-struct ColocatedSink {
-  std::function<void(int32_t token)> on_token;
-  std::function<void(absl::Status status, FinishReason reason, int32_t generated)> on_done;
-  // Optional; as DecodeSink::on_logprobs (the prefill's first token included, unless resumed).
-  std::function<void(const TokenLogprobs& logprobs)> on_logprobs;
-};
-
 class ColocatedPrefill {
  public:
   // `blocks` and `decode` belong to `instance`; all outlive this object.
@@ -61,7 +55,7 @@ class ColocatedPrefill {
   // INVALID_ARGUMENT for requests that can never run (empty prompt, bad ids or sampling values,
   // prompt + max_new_tokens beyond the context), RESOURCE_EXHAUSTED when they never fit the pool,
   // ALREADY_EXISTS for a request id already prefilling here; the sink is then not called.
-  absl::Status Start(ColocatedCall call, ColocatedSink sink);
+  absl::Status Start(ColocatedCall call, DecodeSink sink);
   // True if the request was still prefilling or waiting to be handed to the decode engine.
   bool Cancel(const std::string& request_id);
 

@@ -115,9 +115,7 @@ absl::Status DecodeNode::StartColocated(ColocatedCall call, DecodeSink sink) {
   TANDEM_RETURN_IF_ERROR(CheckContextFit(static_cast<int64_t>(call.prompt.size()),
                                          call.max_new_tokens, "max_new_tokens",
                                          config_.max_context));
-  return colocated_->Start(std::move(call),
-                           ColocatedSink{std::move(sink.on_token), std::move(sink.on_done),
-                                         std::move(sink.on_logprobs)});
+  return colocated_->Start(std::move(call), std::move(sink));
 }
 
 absl::StatusOr<std::shared_ptr<const TransferMetadata>> DecodeNode::Metadata(const KvHandle& kv) {

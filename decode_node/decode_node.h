@@ -42,6 +42,7 @@
 #include "absl/time/time.h"
 #include "common/cancellation.h"
 #include "decode_node/colocated_prefill.h"
+#include "decode_node/decode_sink.h"
 #include "decode_node/lease_keeper.h"
 #include "decode_node/prefill_client.h"
 #include "decode_node/rank_pulls.h"
@@ -71,16 +72,6 @@ struct DecodeNodeOptions {
   std::shared_ptr<PrefillClient> prefill;  // required: how prefill instances are reached
   bool colocated_prefill = false;          // also prefill prompts here (StartColocated)
   PrefillOptions colocated;                // the colocated prefill engine's options
-};
-
-// Where a Decode call's events go. Called from the engine thread; must not block for long.
-struct DecodeSink {
-  std::function<void(int32_t token)> on_token;
-  std::function<void(absl::Status status, FinishReason reason, int32_t generated)> on_done;
-  // Optional; with sampling.logprobs >= 0, called just before on_token with that token's
-  // log-probabilities (not for a resumed call's known first token; a pipelined call's first
-  // token has the prefill's, from its final progress message).
-  std::function<void(const TokenLogprobs& logprobs)> on_logprobs;
 };
 
 // One sequence of an n > 1 call (DecodeCall::choices).
