@@ -292,7 +292,9 @@ TEST_F(PipelinedDecodeTest, CancelWhileThePrefillIsSilentEndsTheWaitAtOnce) {
   CancellationToken cancel;
   Pipelined p;
   std::thread t([&] { p = Run(*node, prefill_->Lease(kFast, "r1", 40), &cancel); });
-  ASSERT_TRUE(WaitFor([&] { return net_.bytes("p-fast") > 0; }));  // the first range landed
+  // The first range landed and the node waits for more progress.
+  ASSERT_TRUE(WaitFor([&] { return prefill_->silent_waits() > 0; }));
+  EXPECT_GT(net_.bytes("p-fast"), 0);
   const absl::Time t0 = absl::Now();
   cancel.Cancel();
   t.join();

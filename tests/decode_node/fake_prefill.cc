@@ -10,7 +10,9 @@ namespace {
 // node).
 class ScriptedWatch final : public KvWatch {
  public:
-  explicit ScriptedWatch(std::vector<FakePrefill::WatchStep> script) : script_(std::move(script)) {}
+  ScriptedWatch(std::vector<FakePrefill::WatchStep> script,
+                std::shared_ptr<std::atomic<int32_t>> silent_waits)
+      : script_(std::move(script)), silent_waits_(std::move(silent_waits)) {}
   absl::StatusOr<std::optional<KvProgressEvent>> Next(absl::Duration timeout,
                                                       const CancellationToken& cancel) override {
     if (next_ < script_.size()) {
@@ -18,12 +20,14 @@ class ScriptedWatch final : public KvWatch {
       if (!step.ok()) return step.status();
       return std::optional<KvProgressEvent>(*step);
     }
+    silent_waits_->fetch_add(1);
     cancel.WaitFor(timeout);
     return std::optional<KvProgressEvent>();
   }
 
  private:
   std::vector<FakePrefill::WatchStep> script_;
+  const std::shared_ptr<std::atomic<int32_t>> silent_waits_;
   size_t next_ = 0;
 };
 
@@ -45,7 +49,7 @@ absl::StatusOr<std::unique_ptr<KvWatch>> FakePrefill::WatchKv(const KvHandle&, a
     return absl::UnimplementedError("FakePrefill has no scripted pipelined prefill");
   }
   ++watches_;
-  return std::unique_ptr<KvWatch>(new ScriptedWatch(*std::move(script_)));
+  return std::unique_ptr<KvWatch>(new ScriptedWatch(*std::move(script_), silent_waits_));
 }
 
 void FakePrefill::AddInstance(const std::string& address, const fake::FakeKvSource* source) {

@@ -7,6 +7,7 @@
 // Thread-safety: thread-safe.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -60,6 +61,9 @@ class FakePrefill final : public PrefillClient {
   using WatchStep = absl::StatusOr<KvProgressEvent>;
   void ScriptWatch(std::vector<WatchStep> script);
   int32_t watches();  // WatchKv calls answered
+  // Next calls that found the script spent and began waiting (the decode node is idle, waiting
+  // for progress).
+  int32_t silent_waits() const { return silent_waits_->load(); }
   absl::StatusOr<std::unique_ptr<KvWatch>> WatchKv(const KvHandle& kv,
                                                    absl::Time deadline) override;
 
@@ -81,6 +85,8 @@ class FakePrefill final : public PrefillClient {
   int32_t releases_held_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<std::vector<WatchStep>> script_ ABSL_GUARDED_BY(mu_);
   int32_t watches_ ABSL_GUARDED_BY(mu_) = 0;
+  const std::shared_ptr<std::atomic<int32_t>> silent_waits_ =
+      std::make_shared<std::atomic<int32_t>>(0);
 };
 
 }  // namespace tandem::testing
