@@ -9,7 +9,7 @@
 // shutdown began (CANCELLED). A submitted job always runs — there is no way to drop one — so a
 // caller that submitted jobs referencing its own state waits for them (e.g. with JobGroup) and
 // nothing is left touching that state after it returns, whatever happened. Jobs should watch a
-// cancel flag of their own to end early.
+// cancellation token of their own to end early.
 //
 // The destructor stops accepting jobs, lets every queued job run, and joins the threads.
 // Thread-safety: all methods are thread-safe.
@@ -67,7 +67,7 @@ class SerialWorkers {
 // Counts the jobs of one caller so it can wait for all of them: Add() before each Submit (Done()
 // right away when the Submit fails), Done() as the last thing each job does. WaitFor is bounded
 // by its timeout; a caller whose jobs reference its own state loops on it until it returns true
-// (jobs that watch a cancel flag end promptly). Thread-safety: thread-safe.
+// (jobs that wait on a cancellation token end promptly). Thread-safety: thread-safe.
 class JobGroup {
  public:
   void Add() {
