@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "model/cpu/cpu_backend.h"
 #include "tests/engine/forwarding_backend.h"
+#include "tests/engine/step_script.h"
 #include "tests/engine/test_model.h"
 
 namespace tandem {
@@ -74,22 +75,7 @@ TEST_F(AddRmsNormForwardTest, FusedAddNormGivesBitIdenticalLogits) {
   const auto token = [&] { return static_cast<int32_t>(rng() % c.vocab_size); };
   // Two requests: a prefill of 6 + 3 rows, then three batched decode steps.
   const std::vector<std::vector<int32_t>> tables = {{0, 1, 2, 3}, {4, 5, 6, 7}};
-  std::vector<int64_t> len = {6, 3};
-  StepInput prefill;
-  for (size_t r = 0; r < tables.size(); ++r) {
-    std::vector<int32_t> prompt(len[r]);
-    for (int32_t& t : prompt) t = token();
-    prefill.requests.push_back({0, prompt, tables[r], true});
-  }
-  std::vector<StepInput> steps = {prefill};
-  for (int s = 0; s < 3; ++s) {
-    StepInput step;
-    for (size_t r = 0; r < tables.size(); ++r) {
-      step.requests.push_back({len[r], {token()}, tables[r], true});
-      ++len[r];
-    }
-    steps.push_back(step);
-  }
+  std::vector<StepInput> steps = testing::PrefillThenDecodeSteps(tables, {6, 3}, 3, token);
   for (size_t i = 0; i < steps.size(); ++i) {
     absl::StatusOr<std::vector<float>> want = plain->Run(steps[i]);
     absl::StatusOr<std::vector<float>> got = with_fused->Run(steps[i]);

@@ -38,6 +38,7 @@
 #include "gtest/gtest.h"
 #include "model/cpu/cpu_backend.h"
 #include "tests/engine/forwarding_backend.h"
+#include "tests/engine/step_script.h"
 #include "tests/engine/test_model.h"
 
 namespace tandem {
@@ -334,23 +335,8 @@ std::vector<std::vector<float>> RunSchedule(const LlamaWeights& w, const Paralle
   std::mt19937_64 rng(17);
   const auto token = [&] { return static_cast<int32_t>(rng() % vocab); };
   const std::vector<std::vector<int32_t>> tables = {{0, 1, 2, 3}, {4, 5, 6, 7}};
-  std::vector<int64_t> len = {7, 5};
-  StepInput prefill;
-  for (size_t r = 0; r < tables.size(); ++r) {
-    std::vector<int32_t> prompt(len[r]);
-    for (int32_t& t : prompt) t = token();
-    prefill.requests.push_back({0, prompt, tables[r], true});
-  }
-  std::vector<StepInput> steps = {prefill};
-  for (int s = 0; s < 3; ++s) {
-    StepInput step;
-    for (size_t r = 0; r < tables.size(); ++r) {
-      if (s == 2 && r == 0) continue;
-      step.requests.push_back({len[r], {token()}, tables[r], true});
-      ++len[r];
-    }
-    steps.push_back(step);
-  }
+  std::vector<StepInput> steps = testing::PrefillThenDecodeSteps(
+      tables, {7, 5}, 3, token, [](int s, size_t r) { return s == 2 && r == 0; });
   std::vector<std::vector<float>> out;
   for (const StepInput& step : steps) {
     absl::StatusOr<std::vector<float>> l = (*inst)->Run(step);

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "model/cpu/cpu_backend.h"
 #include "tests/engine/forwarding_backend.h"
+#include "tests/engine/step_script.h"
 #include "tests/engine/test_model.h"
 
 namespace tandem {
@@ -76,23 +77,8 @@ TEST_P(PaddedRowsTest, PaddedStepsGiveTheSameLogits) {
   // Three requests with disjoint block tables; prompts of 5, 2 and 7 tokens (prefill of 14 rows,
   // padded to 16), then decode steps of 3 rows (padded to 4) and of 1 row (padded to 4).
   const std::vector<std::vector<int32_t>> tables = {{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}};
-  std::vector<int64_t> len = {5, 2, 7};
-  StepInput prefill;
-  for (size_t r = 0; r < tables.size(); ++r) {
-    std::vector<int32_t> prompt(len[r]);
-    for (int32_t& t : prompt) t = token();
-    prefill.requests.push_back({0, prompt, tables[r], true});
-  }
-  std::vector<StepInput> steps = {prefill};
-  for (int s = 0; s < 4; ++s) {
-    StepInput step;
-    for (size_t r = 0; r < tables.size(); ++r) {
-      if (s == 3 && r != 1) continue;  // the last step decodes one request alone
-      step.requests.push_back({len[r], {token()}, tables[r], true});
-      ++len[r];
-    }
-    steps.push_back(step);
-  }
+  std::vector<StepInput> steps = testing::PrefillThenDecodeSteps(
+      tables, {5, 2, 7}, 4, token, [](int s, size_t r) { return s == 3 && r != 1; });
   for (size_t i = 0; i < steps.size(); ++i) {
     absl::StatusOr<std::vector<float>> want = plain->Run(steps[i]);
     absl::StatusOr<std::vector<float>> got = padded->Run(steps[i]);
