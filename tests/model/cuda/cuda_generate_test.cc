@@ -16,6 +16,8 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -183,18 +185,28 @@ class CudaGenerateTest : public testing::CudaTest {
   }
 };
 
-// The newer paths (docs/gpu.md#bf16-activations-cublaslt-and-cuda-graphs) under the same premise
-// and tolerance: bf16 activations add about as much logit error as bf16 weights (see the top of
-// this file), well inside kLogitTolerance and the kMinMargin token margin; graphs replay the same
-// kernels (the 4 prompts decode together, so batches of 4..1 rows run padded to buckets 4, 2, 1).
-TEST_F(CudaGenerateTest, SingleGpuNewPathsMatchCpu) {
+// The newer paths' option sets, each run by the tests below: bf16 activations, graphs, both.
+std::vector<gpu::CudaBackendOptions> NewPathOptions() {
+  std::vector<gpu::CudaBackendOptions> all;
   for (const auto& [act, graphs] :
        {std::pair{gpu::CudaActivations::kBF16, false}, std::pair{gpu::CudaActivations::kF32, true},
         std::pair{gpu::CudaActivations::kBF16, true}}) {
     gpu::CudaBackendOptions o;
     o.activations = act;
     o.graphs = graphs;
-    SCOPED_TRACE(absl::StrCat(gpu::CudaActivationsName(act), graphs ? " + graphs" : ""));
+    all.push_back(o);
+  }
+  return all;
+}
+
+// The newer paths (docs/gpu.md#bf16-activations-cublaslt-and-cuda-graphs) under the same premise
+// and tolerance: bf16 activations add about as much logit error as bf16 weights (see the top of
+// this file), well inside kLogitTolerance and the kMinMargin token margin; graphs replay the same
+// kernels (the 4 prompts decode together, so batches of 4..1 rows run padded to buckets 4, 2, 1).
+TEST_F(CudaGenerateTest, SingleGpuNewPathsMatchCpu) {
+  for (const gpu::CudaBackendOptions& o : NewPathOptions()) {
+    SCOPED_TRACE(
+        absl::StrCat(gpu::CudaActivationsName(o.activations), o.graphs ? " + graphs" : ""));
     ExpectSameAsCpu(ParallelConfig{1, 1, 1, 16, 1}, testing::SmallConfig(), &o);
     ExpectSameAsCpu(ParallelConfig{1, 1, 1, 16, 1}, FeaturesConfig(), &o);
   }
@@ -225,13 +237,9 @@ TEST_F(CudaGenerateTest, MultiGpuLayoutsMatchCpu) {
 TEST_F(CudaGenerateTest, MultiGpuNewPathsMatchCpu) {
   const int gpus = testing::CudaDeviceCount();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs, found " << gpus;
-  for (const auto& [act, graphs] :
-       {std::pair{gpu::CudaActivations::kBF16, false}, std::pair{gpu::CudaActivations::kF32, true},
-        std::pair{gpu::CudaActivations::kBF16, true}}) {
-    gpu::CudaBackendOptions o;
-    o.activations = act;
-    o.graphs = graphs;
-    SCOPED_TRACE(absl::StrCat(gpu::CudaActivationsName(act), graphs ? " + graphs" : ""));
+  for (const gpu::CudaBackendOptions& o : NewPathOptions()) {
+    SCOPED_TRACE(
+        absl::StrCat(gpu::CudaActivationsName(o.activations), o.graphs ? " + graphs" : ""));
     ExpectSameAsCpu(ParallelConfig{2, 1, 1, 16, 1}, testing::SmallConfig(), &o);
     ExpectSameAsCpu(ParallelConfig{1, 2, 1, 16, 1}, testing::SmallConfig(), &o);
     ExpectSameAsCpu(ParallelConfig{1, 2, 2, 8, 2}, testing::SmallConfig(), &o);
