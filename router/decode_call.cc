@@ -49,13 +49,14 @@ bool EndWith(CallStep step, DecodeEventStream& stream, absl::Duration idle) {
 
 }  // namespace
 
-DecodeCallResult RunDecodeCall(NodeClient& client, Clock& clock, CallCanceller* canceller,
+DecodeCallResult RunDecodeCall(NodeClient& client, Clock& clock, const CancellationToken& cancel,
                                DecodeCallSpec spec, const DecodeCallHooks& hooks) {
   DecodeCallResult result;
   const absl::Duration idle = spec.idle;
   std::unique_ptr<DecodeEventStream> stream =
       client.Decode(spec.node, std::move(spec.request), spec.deadline, spec.request_id);
-  CallCanceller::Registration registration(canceller, stream.get());
+  // Registered after the stream exists and unregistered before it goes (declared after it).
+  const CancelCallback on_cancel = cancel.OnCancel([s = stream.get()] { s->Cancel(); });
   // What an event means: the hooks' step (the first event's own hook first).
   const auto handle = [&](const v1::DecodeEvent& event) -> absl::StatusOr<CallStep> {
     if (result.first_event) return hooks.on_event(event);

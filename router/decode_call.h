@@ -1,9 +1,9 @@
 // One decode-family call run to its end: the one read loop behind the router's plain, colocated,
 // pipelined and n-choices Decode calls (generate_driver*.cc). The caller builds the request and
 // says what each event means through DecodeCallHooks; the runner starts the call on the
-// NodeClient, registers it with the request's CallCanceller, reads with the decode idle timeout
-// between events, and reports how the call ended. What a failure means (retry, resume, whom to
-// blame) stays with the caller, which knows the request's phase.
+// NodeClient, stops it when the request's CancellationToken is cancelled, reads with the decode
+// idle timeout between events, and reports how the call ended. What a failure means (retry, resume,
+// whom to blame) stays with the caller, which knows the request's phase.
 //
 // Waits: at most `idle` between two events. With `first_event_by` set, the wait for the first
 // event is instead bounded by that time (a pipelined call's first event waits for the whole
@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "router/call_canceller.h"
+#include "common/cancellation.h"
 #include "router/clock.h"
 #include "router/node_client.h"
 
@@ -71,7 +71,7 @@ struct DecodeCallResult {
   absl::Time first_event_at = absl::InfinitePast();
 };
 
-DecodeCallResult RunDecodeCall(NodeClient& client, Clock& clock, CallCanceller* canceller,
+DecodeCallResult RunDecodeCall(NodeClient& client, Clock& clock, const CancellationToken& cancel,
                                DecodeCallSpec spec, const DecodeCallHooks& hooks);
 
 // Why a stream ended before its finish event: nothing within `idle`, a clean end without a

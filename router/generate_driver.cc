@@ -103,9 +103,10 @@ absl::StatusOr<NodeLease> Driver::PickNode(v1::InstanceRole role,
   const absl::Time began = clock_->Now();
   const absl::Time give_up = WaitDeadline(deps_.options.retry, began, client_deadline_);
   while (clock_->Now() < give_up) {
-    if (canceller_->cancelled()) return absl::CancelledError("request cancelled by the client");
-    clock_->Wait(std::min(give_up - clock_->Now(), kWaitSlice),
-                 [&](absl::Time real_deadline) { deps_.pool->AwaitHealthy(role, real_deadline); });
+    if (cancel_.cancelled()) return absl::CancelledError("request cancelled by the client");
+    clock_->Wait(std::min(give_up - clock_->Now(), kWaitSlice), [&](absl::Time real_deadline) {
+      deps_.pool->AwaitHealthy(role, real_deadline, &cancel_);
+    });
     absl::StatusOr<NodeLease> node = deps_.pool->Pick(role, excluded, prompt);
     if (node.ok()) {
       deps_.log(absl::StrCat("request ", request_id_, ": waited ",
@@ -124,11 +125,12 @@ absl::StatusOr<NodeLease> Driver::PickNode(v1::InstanceRole role,
 bool Driver::Backoff(int failures) {
   const absl::Time until =
       NextAttemptAt(deps_.options.retry, failures, clock_->Now(), client_deadline_);
-  while (clock_->Now() < until) {
-    if (canceller_->cancelled()) return false;
-    clock_->SleepFor(std::min(until - clock_->Now(), kWaitSlice));
+  // Woken at once by a cancellation (a fake clock passes the time at once instead).
+  while (clock_->Now() < until && !cancel_.cancelled()) {
+    clock_->Wait(until - clock_->Now(),
+                 [&](absl::Time real_deadline) { cancel_.WaitUntil(real_deadline); });
   }
-  return !canceller_->cancelled();
+  return !cancel_.cancelled();
 }
 
 void Driver::Prefill(RequestState& state, bool pipelined) {
@@ -161,17 +163,17 @@ void Driver::Prefill(RequestState& state, bool pipelined) {
   const absl::Time called = clock_->Now();
   absl::StatusOr<v1::PrefillResponse> response =
       nodes_->Prefill(NodeRef{node->address(), node->channel()}, std::move(request), call_deadline,
-                      request_id_, canceller_);
+                      request_id_, &cancel_);
   prefill_time_ += clock_->Now() - called;
   if (!response.ok()) {
     // The node may have answered as the call ended: its lease would wait for --lease_ms. (A call
     // started past its deadline — a retry after the client's deadline — never reached the node.)
     if (deps_.kv_releaser != nullptr && called < call_deadline &&
-        PrefillMayHaveLeased(response.status().code(), canceller_->cancelled())) {
+        PrefillMayHaveLeased(response.status().code(), cancel_.cancelled())) {
       deps_.kv_releaser->ReleaseRequest(node->channel(), node->address(), node_request_id,
                                         request_id_);
     }
-    if (canceller_->cancelled()) {
+    if (cancel_.cancelled()) {
       state.Fail(absl::CancelledError("request cancelled by the client"));
       return;
     }
@@ -265,7 +267,7 @@ void Driver::LogEnd(const RequestState* state, const absl::Status& status) {
 
 void Driver::Serve(RequestState& state) {
   while (state.phase() == RequestPhase::kPrefill || state.phase() == RequestPhase::kDecode) {
-    if (canceller_->cancelled()) {
+    if (cancel_.cancelled()) {
       state.Fail(absl::CancelledError("request cancelled by the client"));
       break;
     }
@@ -373,7 +375,7 @@ namespace {
 
 grpc::Status Generate(const RouterDeps& deps, const GenerateInput& request,
                       const absl::Status& refused, absl::Time client_deadline,
-                      CallCanceller* canceller, GenerateSink* sink) {
+                      const CancellationToken& cancel, GenerateSink* sink) {
   if (deps.draining != nullptr && deps.draining->load()) {
     if (deps.metrics != nullptr) deps.metrics->RecordFailure("UNAVAILABLE");
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -390,25 +392,27 @@ grpc::Status Generate(const RouterDeps& deps, const GenerateInput& request,
           absl::StrCat("router is at its limit of ", deps.max_in_flight,
                        " requests in flight (--max_requests_in_flight); retry later"));
     }
-    generate_internal::Driver driver(deps, client_deadline, canceller, sink);
+    generate_internal::Driver driver(deps, client_deadline, cancel, sink);
     return driver.Run(request, refused);
   }
-  generate_internal::Driver driver(deps, client_deadline, canceller, sink);
+  generate_internal::Driver driver(deps, client_deadline, cancel, sink);
   return driver.Run(request, refused);
 }
 
 }  // namespace
 
 grpc::Status RunGenerate(const RouterDeps& deps, const v1::GenerateRequest& request,
-                         absl::Time client_deadline, CallCanceller* canceller, GenerateSink* sink) {
+                         absl::Time client_deadline, const CancellationToken& cancel,
+                         GenerateSink* sink) {
   // A field this router does not know is refused, never ignored (unknown_proto_fields.h).
   return Generate(deps, GenerateInputFromProto(request), RefuseUnknownFields(request),
-                  client_deadline, canceller, sink);
+                  client_deadline, cancel, sink);
 }
 
 grpc::Status RunGenerate(const RouterDeps& deps, const GenerateInput& request,
-                         absl::Time client_deadline, CallCanceller* canceller, GenerateSink* sink) {
-  return Generate(deps, request, absl::OkStatus(), client_deadline, canceller, sink);
+                         absl::Time client_deadline, const CancellationToken& cancel,
+                         GenerateSink* sink) {
+  return Generate(deps, request, absl::OkStatus(), client_deadline, cancel, sink);
 }
 
 }  // namespace tandem

@@ -4,9 +4,10 @@
 //
 // Every outgoing call has a deadline: unary calls min(now + rpc_timeout, client deadline);
 // Decode min(client deadline, now + rpc_timeout + idle_timeout · (max_new_tokens + 1)) and, in
-// between, at most idle_timeout between two events. A cancellation (CallCanceller) stops the
-// call in flight. If the request ends while the router still owns a prefill node's KV lease
-// (cancelled or failed between Prefill and Decode, the first token was a stop id, max_tokens
+// between, at most idle_timeout between two events. Cancelling the request's CancellationToken
+// (the reactor's or the HTTP handler's) stops the call in flight and every wait at once; the
+// request then ends CANCELLED. If the request ends while the router still owns a prefill node's KV
+// lease (cancelled or failed between Prefill and Decode, the first token was a stop id, max_tokens
 // was 1, or a Decode call ended before taking the KV), ReleaseKv is sent to that node with its
 // own deadline, independent of the client. If a Prefill call ends without the node's answer
 // while a lease may exist (the router cancelled it, or it ended CANCELLED or DEADLINE_EXCEEDED:
@@ -24,7 +25,7 @@
 #include <cstdint>
 
 #include "absl/time/time.h"
-#include "router/call_canceller.h"
+#include "common/cancellation.h"
 #include "router/clock.h"
 #include "router/generate_events.h"
 #include "router/kv_releaser.h"
@@ -91,9 +92,11 @@ struct RouterDeps {
 
 // The gRPC API's request: a field this router does not know is refused (unknown_proto_fields.h).
 grpc::Status RunGenerate(const RouterDeps& deps, const v1::GenerateRequest& request,
-                         absl::Time client_deadline, CallCanceller* canceller, GenerateSink* sink);
+                         absl::Time client_deadline, const CancellationToken& cancel,
+                         GenerateSink* sink);
 // A request built without protobuf (the HTTP API's).
 grpc::Status RunGenerate(const RouterDeps& deps, const GenerateInput& request,
-                         absl::Time client_deadline, CallCanceller* canceller, GenerateSink* sink);
+                         absl::Time client_deadline, const CancellationToken& cancel,
+                         GenerateSink* sink);
 
 }  // namespace tandem

@@ -44,7 +44,7 @@ void Driver::PrefillAndDecodeChoices() {
   choice_ = &choices_[0];
   prefill_choices_ = true;
   while (lead.phase() == RequestPhase::kPrefill) {
-    if (canceller_->cancelled()) {
+    if (cancel_.cancelled()) {
       lead.Fail(absl::CancelledError("request cancelled by the client"));
       break;
     }
@@ -147,7 +147,7 @@ void Driver::DecodeChoices(const std::vector<Choice*>& live) {
   decode_time_ += clock_->Now() - called;
   if (call.failure.ok()) return;
   absl::Status failure = call.failure;
-  if (canceller_->cancelled()) {
+  if (cancel_.cancelled()) {
     for (Choice* c : live) c->state->Fail(absl::CancelledError("request cancelled by the client"));
     return;
   }

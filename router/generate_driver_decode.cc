@@ -112,7 +112,7 @@ DecodeCallResult Driver::RunDecode(DecodeCallSpec spec, DecodeCallHooks hooks) {
   };
   hooks.on_event = served(std::move(hooks.on_event));
   if (hooks.on_first_event) hooks.on_first_event = served(std::move(hooks.on_first_event));
-  return RunDecodeCall(*nodes_, *clock_, canceller_, std::move(spec), hooks);
+  return RunDecodeCall(*nodes_, *clock_, cancel_, std::move(spec), hooks);
 }
 
 void Driver::Decode(RequestState& state) {
@@ -202,7 +202,7 @@ void Driver::Colocated(RequestState& state) {
 
 void Driver::OnDecodeCallFailed(RequestState& state, const std::string& node, absl::Status failure,
                                 NodeCall call) {
-  if (canceller_->cancelled()) {
+  if (cancel_.cancelled()) {
     if (call == NodeCall::kPipelined) {
       // The prefill may still run (and hold the KV): release it now.
       if (kv_.has_value()) ReleaseKv();

@@ -36,7 +36,8 @@ struct HeldKv {
 // LayoutName of a layout as it crosses the wire (a KV handle's, a DecodeServed's).
 std::string LayoutNameOf(const v1::KvLayout& layout);
 
-// Longest uninterrupted wait: bounds how late a client's cancellation is noticed.
+// Longest wait for a healthy node before the pick is tried again (a cancellation wakes it at
+// once: NodePool::AwaitHealthy).
 constexpr absl::Duration kWaitSlice = absl::Milliseconds(100);
 // How often a pipelined request's thread looks at the prefill's progress while it waits for the
 // decode node's first event.
@@ -44,11 +45,11 @@ constexpr absl::Duration kWatchPoll = absl::Milliseconds(2);
 
 class Driver {
  public:
-  Driver(const RouterDeps& deps, absl::Time client_deadline, CallCanceller* canceller,
+  Driver(const RouterDeps& deps, absl::Time client_deadline, const CancellationToken& cancel,
          GenerateSink* sink)
       : deps_(deps),
         client_deadline_(client_deadline),
-        canceller_(canceller),
+        cancel_(cancel),
         sink_(sink),
         nodes_(deps.nodes != nullptr ? deps.nodes : DefaultGrpcNodeClient()),
         clock_(deps.clock != nullptr ? deps.clock : RealClock()),
@@ -166,7 +167,7 @@ class Driver {
 
   const RouterDeps& deps_;
   const absl::Time client_deadline_;
-  CallCanceller* const canceller_;
+  const CancellationToken& cancel_;
   GenerateSink* const sink_;
   NodeClient* const nodes_;
   Clock* const clock_;

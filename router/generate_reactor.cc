@@ -51,8 +51,7 @@ GenerateReactor* GenerateReactor::Start(grpc::CallbackServerContext* context,
   auto* reactor = new GenerateReactor(context);
   const absl::Time deadline = absl::FromChrono(context->deadline());
   threads->Spawn([reactor, request, deps, deadline] {
-    const grpc::Status status =
-        RunGenerate(*deps, *request, deadline, &reactor->canceller_, reactor);
+    const grpc::Status status = RunGenerate(*deps, *request, deadline, reactor->cancel_, reactor);
     reactor->Close(status);
   });
   return reactor;
@@ -97,7 +96,7 @@ void GenerateReactor::OnWriteDone(bool ok) {
       }
     }
   }
-  if (!ok) canceller_.Cancel();  // nobody is reading any more
+  if (!ok) cancel_.Cancel();  // nobody is reading any more
   if (write_next) {
     StartWrite(&current_);
   } else if (finish) {
@@ -134,7 +133,7 @@ void GenerateReactor::FinishWithTrailers(const grpc::Status& status,
   Finish(status);
 }
 
-void GenerateReactor::OnCancel() { canceller_.Cancel(); }
+void GenerateReactor::OnCancel() { cancel_.Cancel(); }
 
 void GenerateReactor::OnDone() { delete this; }
 

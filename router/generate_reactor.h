@@ -1,8 +1,9 @@
 // The server side of one Router.Generate stream (gRPC callback API). The request itself runs on
 // its own thread (RunGenerate, which blocks on node calls); this reactor turns its events into
 // GenerateResponses, queues them and writes them one at a time, and turns gRPC's OnCancel into a
-// CallCanceller cancellation. Decode tokens come from gRPC's thread (decode_call.h relays them as
-// they arrive), so a relayed token is written without waking the request's thread.
+// cancellation of the request's CancellationToken. Decode tokens come from gRPC's thread
+// (decode_call.h relays them as they arrive), so a relayed token is written without waking the
+// request's thread.
 //
 // Lifetime: created by the service, deletes itself in OnDone, which gRPC calls only after
 // Finish. Finish is called once, after the request thread closed the stream and every queued
@@ -20,7 +21,7 @@
 #include <string>
 
 #include "absl/synchronization/mutex.h"
-#include "router/call_canceller.h"
+#include "common/cancellation.h"
 #include "router/generate_driver.h"
 #include "router/request_threads.h"
 #include "tandem/v1/router.pb.h"
@@ -55,7 +56,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
   grpc::CallbackServerContext* const context_;
 
-  CallCanceller canceller_;
+  CancellationToken cancel_;  // the request's: cancelled by OnCancel or a failed write
   absl::Mutex mu_;
   std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);
   v1::GenerateResponse current_;  // the write in flight (touched only by the writing side)

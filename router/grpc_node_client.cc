@@ -14,16 +14,6 @@
 namespace tandem {
 namespace {
 
-// A unary call's context as the CallCanceller sees it.
-class ContextCancel final : public Cancellable {
- public:
-  explicit ContextCancel(grpc::ClientContext* context) : context_(context) {}
-  void Cancel() override { context_->TryCancel(); }
-
- private:
-  grpc::ClientContext* const context_;
-};
-
 // A server-streaming `method` (a member of the stub's `async` class) of `stub` as a GrpcReadStream
 // of Message (which keeps the stub until the call is done). `method`'s type is deduced as a whole:
 // naming `Stub::async` in a dependent type is ambiguous (a class and a member function of that
@@ -47,16 +37,17 @@ absl::StatusOr<v1::PrefillResponse> GrpcNodeClient::Prefill(const NodeRef& node,
                                                             v1::PrefillRequest request,
                                                             absl::Time deadline,
                                                             const std::string& request_id,
-                                                            CallCanceller* canceller) {
+                                                            const CancellationToken* cancel) {
   UnaryCall<v1::PrefillRequest, v1::PrefillResponse> call(std::move(request), deadline);
   SetRequestIdMetadata(call.context(), request_id);
   auto stub = v1::PrefillService::NewStub(node.channel);
   call.Start([&stub](auto* ctx, auto* req, auto* resp, auto done) {
     stub->async()->Prefill(ctx, req, resp, std::move(done));
   });
-  if (canceller == nullptr) return call.Wait();
-  ContextCancel cancel(call.context());
-  CallCanceller::Registration registration(canceller, &cancel);
+  if (cancel == nullptr) return call.Wait();
+  // TryCancel is thread-safe and does not block; the context outlives the callback's handle.
+  const CancelCallback on_cancel =
+      cancel->OnCancel([context = call.context()] { context->TryCancel(); });
   return call.Wait();
 }
 

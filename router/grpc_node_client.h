@@ -15,7 +15,7 @@ class GrpcNodeClient final : public NodeClient {
  public:
   absl::StatusOr<v1::PrefillResponse> Prefill(const NodeRef& node, v1::PrefillRequest request,
                                               absl::Time deadline, const std::string& request_id,
-                                              CallCanceller* canceller) override;
+                                              const CancellationToken* cancel) override;
   absl::Status ReleaseKv(const NodeRef& node, v1::ReleaseKvRequest request, absl::Time deadline,
                          const std::string& request_id) override;
   std::unique_ptr<DecodeEventStream> Decode(const NodeRef& node, v1::DecodeRequest request,

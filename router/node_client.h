@@ -10,7 +10,8 @@
 // (common/kv_source_failure.h) survives the seam.
 //
 // Thread-safety: a NodeClient may be used by many request threads at once. A stream is read
-// (Read, Relay) from one thread; Cancel() may come from any thread (CallCanceller).
+// (Read, Relay) from one thread; Cancel() may come from any thread (a request's
+// CancellationToken callback: decode_call.h).
 #pragma once
 
 #include <memory>
@@ -20,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "router/call_canceller.h"
+#include "common/cancellation.h"
 #include "tandem/v1/decode.pb.h"
 #include "tandem/v1/prefill.pb.h"
 
@@ -38,8 +39,10 @@ struct NodeRef {
 };
 
 template <typename Message>
-class NodeStream : public Cancellable {
+class NodeStream {
  public:
+  virtual ~NodeStream() = default;
+
   struct ReadResult {
     enum class Kind {
       kMessage,  // `message` holds the next message
@@ -52,6 +55,10 @@ class NodeStream : public Cancellable {
   };
   // Waits at most `wait` (zero: does not wait) for the next message or the end of the stream.
   virtual ReadResult Read(absl::Duration wait) = 0;
+
+  // Asks the call to stop (from any thread; idempotent): it ends CANCELLED unless it already
+  // ended. Must not block.
+  virtual void Cancel() = 0;
 
   // Hands the messages, in order, to `on_message` until it returns false, the stream ends, or
   // nothing arrives within `idle` of the last one (or of the call); then returns kMessage
@@ -77,12 +84,13 @@ class NodeClient {
   // Every call carries `request_id` as x-request-id metadata (serving/request_id.h) and ends by
   // `deadline` (a unary call's waiter gives up a short grace after it: unary_call.h).
 
-  // PrefillService.Prefill. `canceller` (may be null) stops it while it is in flight.
+  // PrefillService.Prefill. `cancel` (may be null) stops it while it is in flight, and at once
+  // when it is already cancelled.
   virtual absl::StatusOr<v1::PrefillResponse> Prefill(const NodeRef& node,
                                                       v1::PrefillRequest request,
                                                       absl::Time deadline,
                                                       const std::string& request_id,
-                                                      CallCanceller* canceller) = 0;
+                                                      const CancellationToken* cancel) = 0;
   // PrefillService.ReleaseKv; not cancellable (a cancelled client is when blocks must be freed).
   virtual absl::Status ReleaseKv(const NodeRef& node, v1::ReleaseKvRequest request,
                                  absl::Time deadline, const std::string& request_id) = 0;

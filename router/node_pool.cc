@@ -273,7 +273,11 @@ absl::StatusOr<NodeLease> NodePool::Pick(v1::InstanceRole role,
                    chosen.cached_prefix_tokens);
 }
 
-bool NodePool::AwaitHealthy(v1::InstanceRole role, absl::Time deadline) const {
+bool NodePool::AwaitHealthy(v1::InstanceRole role, absl::Time deadline,
+                            const CancellationToken* cancel) const {
+  // A cancellation only has to release mu_ once: the Await below re-evaluates its condition.
+  CancelCallback wake;
+  if (cancel != nullptr) wake = cancel->OnCancel([this] { absl::MutexLock lock(&mu_); });
   absl::MutexLock lock(&mu_);
   const auto some_healthy = [this, role]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (const auto& [key, node] : nodes_) {
@@ -281,7 +285,11 @@ bool NodePool::AwaitHealthy(v1::InstanceRole role, absl::Time deadline) const {
     }
     return false;
   };
-  return mu_.AwaitWithDeadline(absl::Condition(&some_healthy), deadline);
+  const auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return some_healthy() || (cancel != nullptr && cancel->cancelled());
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
+  return some_healthy();
 }
 
 bool NodePool::AllHealthy() const {

@@ -40,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/cancellation.h"
 #include "proto/convert/role_name.h"  // RoleName, used with the pool's roles
 #include "router/node_policy.h"
 #include "router/prefix_match.h"
@@ -139,9 +140,11 @@ class NodePool {
                                                const absl::flat_hash_set<std::string>& excluded,
                                                PromptPrefixHashes* prompt = nullptr);
 
-  // Blocks until some node of `role` is healthy or `deadline` passes (woken by every health
-  // change, so a request resumes as soon as a poll sees the node back). True when one is.
-  bool AwaitHealthy(v1::InstanceRole role, absl::Time deadline) const;
+  // Blocks until some node of `role` is healthy, `deadline` passes or `cancel` (may be null) is
+  // cancelled (woken by every health change, so a request resumes as soon as a poll sees the node
+  // back, and by the cancellation at once). True when one is healthy.
+  bool AwaitHealthy(v1::InstanceRole role, absl::Time deadline,
+                    const CancellationToken* cancel = nullptr) const;
   // False while some node is unhealthy (the health checker then polls faster).
   bool AllHealthy() const;
 

@@ -40,9 +40,13 @@ void RequestThreads::JoinAll() {
   JoinFinished();
 }
 
-int RequestThreads::running() const {
+bool RequestThreads::AwaitIdle(absl::Time deadline) const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int>(running_.size());
+  return mu_.AwaitWithDeadline(
+      absl::Condition(
+          +[](const std::unordered_map<uint64_t, std::thread>* m) { return m->empty(); },
+          &running_),
+      deadline);
 }
 
 }  // namespace tandem

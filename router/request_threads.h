@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace tandem {
 
@@ -25,7 +26,9 @@ class RequestThreads {
   void Spawn(std::function<void()> body);
   // Waits for every thread (each request bounds its own waits, so this ends).
   void JoinAll();
-  int running() const;
+  // Waits until no thread runs its body or `deadline` passes (woken by each thread's end, not
+  // polled); true when none runs. Joins nothing.
+  bool AwaitIdle(absl::Time deadline) const;
 
  private:
   void Finished(uint64_t id);

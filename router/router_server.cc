@@ -94,9 +94,7 @@ void RouterServer::Shutdown(absl::Duration grace) {
   }
   draining_ = true;
   const absl::Time deadline = absl::Now() + grace;
-  while (threads_.running() > 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(10));  // bounded by `grace`; RequestThreads has no waiter
-  }
+  threads_.AwaitIdle(deadline);  // woken as the last request ends
   // Past the deadline gRPC cancels the remaining calls; their reactors' OnCancel cancels the
   // node calls, so every request thread ends and Shutdown returns.
   if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(std::max(deadline, absl::Now())));

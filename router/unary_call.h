@@ -1,11 +1,11 @@
 // A unary RPC issued through gRPC's callback API and awaited with a bound, so that a request
-// thread can wait for it and a client's cancellation can still stop it (CallCanceller).
+// thread can wait for it and a client's cancellation can still stop it (CancellationToken).
 //
 //   UnaryCall<v1::PrefillRequest, v1::PrefillResponse> call(std::move(req), deadline);
 //   call.Start([&](auto* ctx, auto* req, auto* resp, auto done) {
 //     stub->async()->Prefill(ctx, req, resp, std::move(done));
 //   });
-//   CallCanceller::Registration reg(&canceller, call.context());
+//   CancelCallback on_cancel = token.OnCancel([ctx = call.context()] { ctx->TryCancel(); });
 //   absl::StatusOr<v1::PrefillResponse> r = call.Wait();
 //
 // The context, request and response live in a block shared with the completion callback, so

@@ -111,12 +111,12 @@ absl::StatusOr<v1::PrefillResponse> FakeNodeClient::Prefill(const NodeRef& node,
                                                             v1::PrefillRequest request,
                                                             absl::Time deadline,
                                                             const std::string& request_id,
-                                                            CallCanceller* canceller) {
+                                                            const CancellationToken* cancel) {
   {
     absl::MutexLock lock(&mu_);
     prefills_.push_back(Record(node, request, clock_->Now(), deadline, request_id));
   }
-  if (canceller != nullptr && canceller->cancelled()) {
+  if (cancel != nullptr && cancel->cancelled()) {
     return absl::CancelledError("call cancelled by the router");
   }
   if (!on_prefill) return absl::UnimplementedError("FakeNodeClient: no on_prefill");

@@ -9,8 +9,8 @@
 // stream with DEADLINE_EXCEEDED at the deadline; past the script's last step the stream ends
 // cleanly (OK without a finish). Cancel() (the client's, or the driver's own) ends a stream with
 // CANCELLED and is recorded. Relay reads as NodeStream's default does (on the caller's thread)
-// and counts what it hands over. A Prefill whose CallCanceller is already cancelled ends
-// CANCELLED.
+// and counts what it hands over. A Prefill whose CancellationToken is already cancelled
+// ends CANCELLED.
 //
 // Unset handlers answer UNIMPLEMENTED (ReleaseKv: OK).
 //
@@ -46,7 +46,7 @@ struct RecordedCall {
   absl::Time at;
   absl::Time deadline;
   std::string request_id;
-  // Streams: the call was cancelled (by the CallCanceller or the driver) before it ended.
+  // Streams: the call was cancelled (by the request's token or the driver) before it ended.
   std::shared_ptr<bool> cancelled = std::make_shared<bool>(false);
   // Streams: the messages handed to a Relay's callback (the rest went out through Read).
   std::shared_ptr<int> relayed = std::make_shared<int>(0);
@@ -67,7 +67,7 @@ class FakeNodeClient final : public NodeClient {
 
   absl::StatusOr<v1::PrefillResponse> Prefill(const NodeRef& node, v1::PrefillRequest request,
                                               absl::Time deadline, const std::string& request_id,
-                                              CallCanceller* canceller) override;
+                                              const CancellationToken* cancel) override;
   absl::Status ReleaseKv(const NodeRef& node, v1::ReleaseKvRequest request, absl::Time deadline,
                          const std::string& request_id) override;
   std::unique_ptr<DecodeEventStream> Decode(const NodeRef& node, v1::DecodeRequest request,

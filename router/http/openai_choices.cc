@@ -16,12 +16,12 @@ constexpr char kJson[] = "application/json";
 
 OpenAiChoicesSink::OpenAiChoicesSink(HttpExchange& exchange, const OpenAiRequest& request,
                                      CompletionMeta meta, HttpExchange::Headers headers,
-                                     CallCanceller& canceller, const Tokenizer& tokenizer)
+                                     CancellationToken& cancel, const Tokenizer& tokenizer)
     : exchange_(exchange),
       request_(request),
       meta_(std::move(meta)),
       headers_(std::move(headers)),
-      canceller_(canceller),
+      cancel_(cancel),
       tools_(request.tools.has_value() && request.tools->choice != OpenAiTools::Choice::kNone) {
   choices_.reserve(request.n);
   for (int32_t i = 0; i < request.n; ++i) {
@@ -65,7 +65,7 @@ void OpenAiChoicesSink::OnToken(GeneratedToken token) {
   Emit(c, c.stop.Push(token.text, c.tokens > request_.sampling.min_tokens));
   Ended(c);
   // Every choice has what it wants: the rest of the generation is not wanted.
-  if (AllEnded()) canceller_.Cancel();
+  if (AllEnded()) cancel_.Cancel();
 }
 
 void OpenAiChoicesSink::OnChoiceEnd(ChoiceEnded end) {
@@ -209,7 +209,7 @@ void OpenAiChoicesSink::StartStream() {
   headers.emplace_back("Cache-Control", "no-cache");
   if (!exchange_.StartStream(200, "text/event-stream", headers)) {
     client_gone_ = true;
-    canceller_.Cancel();
+    cancel_.Cancel();
     return;
   }
   if (meta_.endpoint == OpenAiEndpoint::kChatCompletions) {
@@ -223,7 +223,7 @@ void OpenAiChoicesSink::Write(absl::string_view data) {
   if (client_gone_) return;
   if (!exchange_.WriteChunk(data)) {
     client_gone_ = true;
-    canceller_.Cancel();
+    cancel_.Cancel();
   }
 }
 

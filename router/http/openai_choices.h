@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/cancellation.h"
 #include "model/tokenizer/tokenizer.h"
-#include "router/call_canceller.h"
 #include "router/generate_driver.h"
 #include "router/http/openai_logprobs.h"
 #include "router/http/openai_request.h"
@@ -34,7 +34,7 @@ class OpenAiChoicesSink : public GenerateSink {
  public:
   // REQUIRES: request.n > 1.
   OpenAiChoicesSink(HttpExchange& exchange, const OpenAiRequest& request, CompletionMeta meta,
-                    HttpExchange::Headers headers, CallCanceller& canceller,
+                    HttpExchange::Headers headers, CancellationToken& cancel,
                     const Tokenizer& tokenizer);
 
   void Prefilled(int32_t cached_tokens) override { cached_tokens_ = cached_tokens; }
@@ -77,7 +77,7 @@ class OpenAiChoicesSink : public GenerateSink {
   const OpenAiRequest& request_;
   const CompletionMeta meta_;
   const HttpExchange::Headers headers_;
-  CallCanceller& canceller_;
+  CancellationToken& cancel_;
   const bool tools_;
   std::vector<Choice> choices_;
   std::optional<GenerateDone> final_;

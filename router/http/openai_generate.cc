@@ -27,12 +27,12 @@ constexpr char kJson[] = "application/json";
 class OpenAiSink : public GenerateSink {
  public:
   OpenAiSink(HttpExchange& exchange, const OpenAiRequest& request, CompletionMeta meta,
-             HttpExchange::Headers headers, CallCanceller& canceller, const Tokenizer& tokenizer)
+             HttpExchange::Headers headers, CancellationToken& cancel, const Tokenizer& tokenizer)
       : exchange_(exchange),
         request_(request),
         meta_(std::move(meta)),
         headers_(std::move(headers)),
-        canceller_(canceller),
+        cancel_(cancel),
         stop_(request.stop, request.include_stop_str_in_output),
         tools_(request.tools.has_value() && request.tools->choice != OpenAiTools::Choice::kNone) {
     if (request.sampling.logprobs >= 0) logprobs_.emplace(request.endpoint, tokenizer);
@@ -55,7 +55,7 @@ class OpenAiSink : public GenerateSink {
     Emit(stop_.Push(token.text, tokens_ > request_.sampling.min_tokens));
     if (stop_.stopped()) {
       // The rest of the generation is not wanted: end the request now.
-      canceller_.Cancel();
+      cancel_.Cancel();
     }
   }
 
@@ -199,7 +199,7 @@ class OpenAiSink : public GenerateSink {
 
   void Gone() {
     client_gone_ = true;
-    canceller_.Cancel();
+    cancel_.Cancel();
   }
 
   void Fail(const absl::Status& status) {
@@ -216,7 +216,7 @@ class OpenAiSink : public GenerateSink {
   const OpenAiRequest& request_;
   const CompletionMeta meta_;
   const HttpExchange::Headers headers_;
-  CallCanceller& canceller_;
+  CancellationToken& cancel_;
   StopMatcher stop_;
   std::optional<LogprobsBuilder> logprobs_;  // with request.sampling.logprobs >= 0
   std::optional<GenerateDone> final_;
@@ -246,13 +246,13 @@ absl::flat_hash_set<std::string>* LoggedUnknownFields() ABSL_EXCLUSIVE_LOCKS_REQ
 
 }  // namespace
 
-void ActiveRequests::Add(CallCanceller* c) {
+void ActiveRequests::Add(CancellationToken* c) {
   absl::MutexLock lock(&mu_);
   active_.insert(c);
   if (cancelled_) c->Cancel();
 }
 
-void ActiveRequests::Remove(CallCanceller* c) {
+void ActiveRequests::Remove(CancellationToken* c) {
   absl::MutexLock lock(&mu_);
   active_.erase(c);
 }
@@ -260,7 +260,7 @@ void ActiveRequests::Remove(CallCanceller* c) {
 void ActiveRequests::CancelAll() {
   absl::MutexLock lock(&mu_);
   cancelled_ = true;
-  for (CallCanceller* c : active_) c->Cancel();
+  for (CancellationToken* c : active_) c->Cancel();
 }
 
 bool ActiveRequests::WaitEmpty(absl::Duration timeout) {
@@ -353,25 +353,25 @@ void ServeCompletion(const RouterDeps& deps, OpenAiEndpoint endpoint, ActiveRequ
 
   CompletionMeta meta{endpoint, CompletionId(endpoint, request_id),
                       absl::ToUnixSeconds(absl::Now()), limits.name, system_fingerprint};
-  CallCanceller canceller;
-  active.Add(&canceller);
+  CancellationToken cancel;
+  active.Add(&cancel);
   // A client that closes the connection cancels the request, even before its first token.
-  exchange.OnClientGone([&canceller] { canceller.Cancel(); });
+  exchange.OnClientGone([&cancel] { cancel.Cancel(); });
   if (request.n > 1) {  // openai_choices.h
-    OpenAiChoicesSink sink(exchange, request, std::move(meta), headers, canceller,
+    OpenAiChoicesSink sink(exchange, request, std::move(meta), headers, cancel,
                            deps.model->tokenizer());
     const grpc::Status status =
-        RunGenerate(deps, prepared->generate, absl::InfiniteFuture(), &canceller, &sink);
+        RunGenerate(deps, prepared->generate, absl::InfiniteFuture(), cancel, &sink);
     exchange.OnClientGone(nullptr);
-    active.Remove(&canceller);
+    active.Remove(&cancel);
     sink.Finish(FromGrpcStatus(status), prepared->prompt_tokens);
     return;
   }
-  OpenAiSink sink(exchange, request, std::move(meta), headers, canceller, deps.model->tokenizer());
+  OpenAiSink sink(exchange, request, std::move(meta), headers, cancel, deps.model->tokenizer());
   const grpc::Status status =
-      RunGenerate(deps, prepared->generate, absl::InfiniteFuture(), &canceller, &sink);
+      RunGenerate(deps, prepared->generate, absl::InfiniteFuture(), cancel, &sink);
   exchange.OnClientGone(nullptr);
-  active.Remove(&canceller);
+  active.Remove(&cancel);
   sink.Finish(FromGrpcStatus(status), prepared->prompt_tokens);
 }
 

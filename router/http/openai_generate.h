@@ -2,7 +2,7 @@
 // (for the default max_tokens and the usage), runs the request through RunGenerate and writes
 // the OpenAI response — one JSON body, or server-sent events as tokens arrive.
 //
-// A client that disconnects cancels the request through its CallCanceller (the router then stops
+// A client that disconnects cancels the request's CancellationToken (the router then stops
 // the node calls and releases the KV lease): noticed at the next write, or by HttpServer's
 // connection watch within ~100 ms while no token comes (e.g. during a long prefill). Stop strings
 // are matched on the text stream (StopMatcher); a match cancels the request the same way and ends
@@ -23,7 +23,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
-#include "router/call_canceller.h"
+#include "common/cancellation.h"
 #include "router/generate_driver.h"
 #include "router/http/openai_request.h"
 #include "serving/http_server.h"
@@ -33,8 +33,8 @@ namespace tandem {
 // The requests in flight, so a shutdown can cancel them.
 class ActiveRequests {
  public:
-  void Add(CallCanceller* c);
-  void Remove(CallCanceller* c);
+  void Add(CancellationToken* c);
+  void Remove(CancellationToken* c);
   // Cancels every request in flight and every one added later.
   void CancelAll();
   // Waits until none is in flight or `timeout` passed; true when none is.
@@ -42,7 +42,7 @@ class ActiveRequests {
 
  private:
   absl::Mutex mu_;
-  absl::flat_hash_set<CallCanceller*> active_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<CancellationToken*> active_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -15,13 +15,15 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/cancellation.h"
 #include "common/kv_source_failure.h"
-#include "router/call_canceller.h"
+#include "router/clock.h"
 #include "router/fake/fake_clock.h"
 #include "router/fake/fake_node_client.h"
 #include "router/node_pool.h"
@@ -153,21 +155,22 @@ class DriverTest : public testing::Test {
     RouterDeps deps{model_.get(), &pool_, options_,
                     [this](const std::string& line) { log_.push_back(line); }, &counter_};
     deps.nodes = &nodes_;
-    deps.clock = &clock_;
-    start_ = clock_.Now();
+    deps.clock = driver_clock_;
+    start_ = driver_clock_->Now();
     const grpc::Status status =
-        RunGenerate(deps, request, start_ + client_timeout_, &canceller_, &sink_);
+        RunGenerate(deps, request, start_ + client_timeout_, cancel_, &sink_);
     return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
   }
 
   FakeClock clock_;
+  Clock* driver_clock_ = &clock_;  // the driver's; the fake nodes keep clock_
   std::unique_ptr<ServedModel> model_;
   std::vector<std::string> log_;
   NodePool pool_;
   FakeNodeClient nodes_;
   RouterOptions options_;
   std::atomic<uint64_t> counter_{0};
-  CallCanceller canceller_;
+  CancellationToken cancel_;
   RecordingSink sink_;
   absl::Duration client_timeout_ = absl::Minutes(5);
   absl::Time start_;
@@ -325,7 +328,7 @@ TEST_F(DriverTest, DecodeFailureBlamingItsKvSourceAvoidsThatPrefillNode) {
 
 TEST_F(DriverTest, ClientCancelDuringDecodeCancelsTheCallAndReleasesTheKv) {
   nodes_.on_decode = [&](const std::string&, const v1::DecodeRequest& request) {
-    canceller_.Cancel();  // the client goes away as the call starts
+    cancel_.Cancel();  // the client goes away as the call starts
     return FakeDecode(request);
   };
   const absl::Status status = Generate(Request(4));
@@ -335,6 +338,26 @@ TEST_F(DriverTest, ClientCancelDuringDecodeCancelsTheCallAndReleasesTheKv) {
   // No event came: the router still owned the lease, and released it.
   ASSERT_EQ(nodes_.releases().size(), 1u);
   EXPECT_EQ(nodes_.releases()[0].request.generation(), 7u);
+}
+
+// On the real clock: a retry's backoff (an hour here) ends at the client's cancellation, which
+// wakes the wait rather than being polled for; the request ends CANCELLED without another call.
+TEST_F(DriverTest, ClientCancelDuringABackoffEndsTheRequestAtOnce) {
+  driver_clock_ = RealClock();
+  options_.retry.initial_backoff = absl::Hours(1);
+  options_.retry.max_backoff = absl::Hours(1);
+  std::thread client;
+  nodes_.on_prefill = [&](const std::string&, const v1::PrefillRequest&) {
+    client = std::thread([this] { cancel_.Cancel(); });  // as the driver starts backing off
+    return absl::StatusOr<v1::PrefillResponse>(absl::UnavailableError("node restarting"));
+  };
+  const absl::Time began = absl::Now();
+  const absl::Status status = Generate(Request(4));
+  client.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(absl::Now() - began, absl::Seconds(30));
+  EXPECT_EQ(nodes_.prefills().size(), 1u);
+  EXPECT_TRUE(nodes_.decodes().empty());
 }
 
 TEST_F(DriverTest, ColocatedFailureBeforeTheFirstTokenIsRetriedAfterItResumed) {

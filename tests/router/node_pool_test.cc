@@ -1,9 +1,11 @@
 #include "router/node_pool.h"
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/cancellation.h"
 #include "common/prefix_hash.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -71,6 +73,27 @@ TEST_F(NodePoolTest, NoNodeOfARoleIsUnavailableNamingTheRole) {
   const absl::StatusOr<NodeLease> none = pool.Pick(kPrefill, {});
   EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(none.status().message(), "no healthy prefill node (0 known, none healthy)");
+}
+
+// A request's cancellation ends its wait for a healthy node at once: already cancelled (no wait
+// at all), or cancelled while it waits (woken, not polled). The deadline is an hour away, so a
+// wait that missed the cancellation would run into the test's timeout.
+TEST_F(NodePoolTest, AwaitHealthyEndsAtTheRequestsCancellation) {
+  NodePool pool = MakePool();
+  ASSERT_TRUE(pool.AddStatic("a:1", kPrefill).ok());  // known, not yet healthy
+  const absl::Time far = absl::Now() + absl::Hours(1);
+  CancellationToken cancelled;
+  cancelled.Cancel();
+  EXPECT_FALSE(pool.AwaitHealthy(kPrefill, far, &cancelled));
+
+  CancellationToken cancel;
+  const absl::Time began = absl::Now();
+  std::thread client([&cancel] { cancel.Cancel(); });
+  EXPECT_FALSE(pool.AwaitHealthy(kPrefill, far, &cancel));
+  client.join();
+  EXPECT_LT(absl::Now() - began, absl::Seconds(30));
+  // Without a token the wait is for health (or the deadline) only.
+  EXPECT_FALSE(pool.AwaitHealthy(kPrefill, absl::Now()));
 }
 
 TEST_F(NodePoolTest, HealthFollowsPollsAndFailuresWithLoggedTransitions) {
