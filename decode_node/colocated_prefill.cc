@@ -38,7 +38,7 @@ absl::Status ColocatedPrefill::Start(ColocatedCall call, DecodeSink sink) {
           absl::StrCat("request ", call.request_id, " is already prefilling here"));
     }
   }
-  PrefillRequest pr;
+  PrefillJob pr;
   pr.id = call.request_id;
   pr.prompt = call.prompt;
   pr.sampling = call.sampling;
@@ -65,7 +65,7 @@ absl::Status ColocatedPrefill::Start(ColocatedCall call, DecodeSink sink) {
           s->on_logprobs(r->first_logprobs);
         }
         s->on_token(first);
-        DecodeRequest dr;
+        DecodeJob dr;
         dr.id = c->request_id;
         dr.prompt_len = r->num_tokens;
         dr.first_token = first;

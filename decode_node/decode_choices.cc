@@ -55,7 +55,7 @@ absl::Status DecodeNode::Admit(const DecodeCall& call, std::vector<int32_t> allo
   }
   for (int32_t i = 0; i < n; ++i) {
     DecodeSink& sink = sinks[i];
-    DecodeRequest req;
+    DecodeJob req;
     req.id = call.request_id;
     req.prompt_len = kv.num_tokens;
     req.first_token = call.choices.empty() ? first_token : call.choices[i].first_token;

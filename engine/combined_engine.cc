@@ -32,7 +32,7 @@ absl::Status CombinedEngine::Generate(GenerateRequest request,
   auto st = std::make_shared<State>();
   st->on_token = std::move(on_token);
   st->on_done = std::move(on_done);
-  PrefillRequest pr;
+  PrefillJob pr;
   pr.id = request.id;
   pr.prompt = request.prompt;
   pr.sampling = request.sampling;
@@ -53,7 +53,7 @@ absl::Status CombinedEngine::Generate(GenerateRequest request,
       st->result.tokens.pop_back();
     else
       st->on_token(r->first_token);
-    DecodeRequest dr;
+    DecodeJob dr;
     dr.id = st->request.id;
     dr.prompt_len = r->num_tokens;
     dr.first_token = r->first_token;

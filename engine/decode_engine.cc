@@ -38,7 +38,7 @@ void DecodeEngine::Finish(Active& a, absl::Status status, FinishReason reason) {
   a.callbacks.on_done(std::move(status), reason, a.generated);
 }
 
-absl::StatusOr<GuidedDecoder> DecodeEngine::StartGuided(const DecodeRequest& request) const {
+absl::StatusOr<GuidedDecoder> DecodeEngine::StartGuided(const DecodeJob& request) const {
   absl::StatusOr<std::shared_ptr<const CompiledGrammar>> grammar =
       CompileRequestGrammar(options_.grammars.get(), request.sampling.grammar);
   if (!grammar.ok()) return grammar.status();
@@ -52,7 +52,7 @@ absl::StatusOr<GuidedDecoder> DecodeEngine::StartGuided(const DecodeRequest& req
   return GuidedDecoder::Create(*std::move(grammar), generated, request.stop_ids);
 }
 
-absl::Status DecodeEngine::Add(DecodeRequest request, DecodeCallbacks callbacks) {
+absl::Status DecodeEngine::Add(DecodeJob request, DecodeCallbacks callbacks) {
   TANDEM_RETURN_IF_ERROR(CheckTokenBudget(request.max_new_tokens, "max_new_tokens"));
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
   TANDEM_RETURN_IF_ERROR(ValidateSamplingIds(request.sampling, instance_->config().vocab_size));

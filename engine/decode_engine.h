@@ -42,7 +42,9 @@ struct DecodeOptions {
   std::shared_ptr<GrammarCache> grammars;
 };
 
-struct DecodeRequest {
+// One request's decode as the engine runs it (the node builds it from a v1::DecodeRequest and its
+// pulled KV; named apart from that message, which carries more and in wire form).
+struct DecodeJob {
   std::string id;
   int64_t prompt_len = 0;            // KV of positions [0, prompt_len) is in the pools
   int32_t first_token = 0;           // the token at position prompt_len (sampled by prefill)
@@ -82,7 +84,7 @@ class DecodeEngine {
   // does not compile, or the generated tokens (the context's last next_step - 1, then
   // first_token) are not a prefix the grammar allows. A grammar is compiled here, through
   // options.grammars, on the caller's thread (a cache miss costs milliseconds; steps go on).
-  absl::Status Add(DecodeRequest request, DecodeCallbacks callbacks);
+  absl::Status Add(DecodeJob request, DecodeCallbacks callbacks);
   // True if a request of that id was still running or queued (every one of that id — the choices
   // of an n > 1 call share it — then ends with CANCELLED).
   bool Cancel(const std::string& id);
@@ -92,7 +94,7 @@ class DecodeEngine {
 
  private:
   struct Active {
-    DecodeRequest request;
+    DecodeJob request;
     DecodeCallbacks callbacks;
     int32_t last_token = 0;
     int32_t generated = 1;  // first_token counts
@@ -101,7 +103,7 @@ class DecodeEngine {
     std::optional<GuidedDecoder> guided;  // with a grammar
   };
   // The request's grammar compiled and replayed over its generated tokens.
-  absl::StatusOr<GuidedDecoder> StartGuided(const DecodeRequest& request) const;
+  absl::StatusOr<GuidedDecoder> StartGuided(const DecodeJob& request) const;
   void Loop();
   void Finish(Active& a, absl::Status status, FinishReason reason);
 

@@ -41,7 +41,7 @@ PrefillEngine::~PrefillEngine() {
   }
 }
 
-absl::Status PrefillEngine::Submit(PrefillRequest request, PrefillCallback done) {
+absl::Status PrefillEngine::Submit(PrefillJob request, PrefillCallback done) {
   const LlamaConfig& config = instance_->config();
   TANDEM_RETURN_IF_ERROR(CheckTokenIds(request.prompt, config.vocab_size, "prompt"));
   TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));

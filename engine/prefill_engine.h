@@ -50,7 +50,9 @@ struct PrefillOptions {
   std::shared_ptr<GrammarCache> grammars;
 };
 
-struct PrefillRequest {
+// One prompt's prefill as the engine runs it (the node builds it from a v1::PrefillRequest; named
+// apart from that message, which carries more and in wire form).
+struct PrefillJob {
   std::string id;
   std::vector<int32_t> prompt;
   SamplingParams sampling;
@@ -111,7 +113,7 @@ class PrefillEngine {
   // the prompt's last sample_step ids do not match), or a request that
   // could never fit (prompt + reserve beyond the pool or the model context); `done` is then not
   // called. Otherwise `done` is called exactly once.
-  absl::Status Submit(PrefillRequest request, PrefillCallback done);
+  absl::Status Submit(PrefillJob request, PrefillCallback done);
   // True if the request was still pending (it then completes with CANCELLED).
   bool Cancel(const std::string& id);
 
@@ -125,7 +127,7 @@ class PrefillEngine {
 
  private:
   struct Pending {
-    PrefillRequest request;
+    PrefillJob request;
     PrefillCallback done;
     absl::Time enqueued;
     std::vector<int32_t> blocks;

@@ -1,5 +1,5 @@
 // KvChunkChecks: the prefill side of KV digests (docs/kv_transfer.md "Provable KV") computed as
-// the engine writes each chunk's KV (PrefillRequest::on_kv_written), not in one pass after the
+// the engine writes each chunk's KV (PrefillJob::on_kv_written), not in one pass after the
 // prompt (issue 28). Each block a chunk completes gets its checks (ComputeKvBlockChecks: the
 // unbound CRC of each of its units) right then, while the chunk's KV is freshly written and
 // before a pipelined prefill publishes the chunk; at the end, ComputeKvDigests binds them to the

@@ -195,7 +195,7 @@ absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(
     absl::StatusOr<PrefillOutcome> outcome = absl::UnknownError("pending");
   };
   auto wait = std::make_shared<Wait>();
-  PrefillRequest req;
+  PrefillJob req;
   req.id = request_id;
   req.prompt = std::move(prompt);
   req.sampling = sampling;
@@ -319,7 +319,7 @@ absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
   auto wait = std::make_shared<Wait>();
   auto progress = std::make_shared<KvProgress>();
   const int64_t num_tokens = static_cast<int64_t>(prompt.size());
-  PrefillRequest req;
+  PrefillJob req;
   req.id = request_id;
   req.prompt = std::move(prompt);
   req.sampling = sampling;
@@ -536,8 +536,7 @@ void PrefillNode::MaybeFlipKvByte(int32_t block) {
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
-std::shared_ptr<KvChunkChecks> PrefillNode::HookChunkChecks(PrefillRequest& req,
-                                                            int64_t num_tokens) {
+std::shared_ptr<KvChunkChecks> PrefillNode::HookChunkChecks(PrefillJob& req, int64_t num_tokens) {
   if (!options_.kv_digests) return nullptr;
   auto checks = std::make_shared<KvChunkChecks>(source_->metadata().layout, num_tokens);
   req.on_kv_written = [this, checks](const std::vector<int32_t>& blocks, int64_t begin,

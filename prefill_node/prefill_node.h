@@ -217,8 +217,8 @@ class PrefillNode {
                                                 int64_t num_tokens,
                                                 const KvChunkChecks* written) const;
   // With kv_digests: a KvChunkChecks for a prompt of num_tokens, and the engine hook that fills
-  // it as each chunk's KV is written (PrefillRequest::on_kv_written).
-  std::shared_ptr<KvChunkChecks> HookChunkChecks(PrefillRequest& req, int64_t num_tokens);
+  // it as each chunk's KV is written (PrefillJob::on_kv_written).
+  std::shared_ptr<KvChunkChecks> HookChunkChecks(PrefillJob& req, int64_t num_tokens);
 
   struct Pipeline {
     std::string request_id;

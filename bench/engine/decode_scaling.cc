@@ -80,7 +80,7 @@ absl::StatusOr<Capacity> MeasureCapacity(const LlamaWeights& weights, int32_t dc
     PrefillEngine engine(inst->get(), &blocks, po);
     const int32_t length = absl::GetFlag(FLAGS_capacity_prompt);
     for (int32_t i = 0; i < absl::GetFlag(FLAGS_max_requests); ++i) {
-      PrefillRequest req;
+      PrefillJob req;
       req.id = absl::StrCat("fill-", i);
       req.prompt = Prompt(i, length);
       req.reserve_tokens = 1;  // room for the decode step's token

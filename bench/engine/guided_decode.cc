@@ -93,9 +93,9 @@ absl::StatusOr<Round> RunRound(Instance* instance, const std::vector<std::vector
   sampling.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
   sampling.grammar = grammar;
   sampling.min_tokens_stop_ids = stop_ids;
-  std::vector<DecodeRequest> requests(prompts.size());
+  std::vector<DecodeJob> requests(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
-    PrefillRequest pr;
+    PrefillJob pr;
     pr.id = absl::StrCat("r", i);
     pr.prompt = prompts[i];
     pr.sampling = sampling;
@@ -115,7 +115,7 @@ absl::StatusOr<Round> RunRound(Instance* instance, const std::vector<std::vector
       return absl::DeadlineExceededError("prefill did not finish");
     }
     if (!result.ok()) return result.status();
-    DecodeRequest& dr = requests[i];
+    DecodeJob& dr = requests[i];
     dr.id = pr.id;
     dr.prompt_len = result->num_tokens;
     dr.first_token = result->first_token;
@@ -131,7 +131,7 @@ absl::StatusOr<Round> RunRound(Instance* instance, const std::vector<std::vector
   Round round;
   absl::Status failure;
   const absl::Time start = absl::Now();
-  for (DecodeRequest& dr : requests) {
+  for (DecodeJob& dr : requests) {
     DecodeCallbacks cb;
     cb.on_token = [](int32_t) {};
     cb.on_done = [&](absl::Status s, FinishReason reason, int32_t generated) {

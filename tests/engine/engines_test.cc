@@ -151,7 +151,7 @@ TEST(EnginesTest, PrefillSamplesEachChoicesFirstTokenWithSeedPlusItsIndex) {
   auto inst = MakeInstance();
   BlockManager blocks(inst->num_blocks());
   PrefillEngine prefill(inst.get(), &blocks, PrefillOptions{});
-  PrefillRequest pr;
+  PrefillJob pr;
   pr.id = "choices";
   pr.prompt = Prompt(10, 3);
   pr.sampling.temperature = 2.f;
@@ -215,18 +215,17 @@ TEST(EnginesTest, PrefillRejectsRequestsThatCanNeverRun) {
   BlockManager blocks(inst->num_blocks());
   PrefillEngine engine(inst.get(), &blocks, PrefillOptions{});
   PrefillWait w;
-  EXPECT_THAT(engine.Submit(PrefillRequest{"a", {}, {}, 0, 0, false}, w.Callback()).message(),
+  EXPECT_THAT(engine.Submit(PrefillJob{"a", {}, {}, 0, 0, false}, w.Callback()).message(),
               HasSubstr("prompt is empty"));
-  EXPECT_THAT(engine.Submit(PrefillRequest{"b", {1, 320}, {}, 0, 0, false}, w.Callback()).message(),
+  EXPECT_THAT(engine.Submit(PrefillJob{"b", {1, 320}, {}, 0, 0, false}, w.Callback()).message(),
               HasSubstr("token id 320"));
+  EXPECT_EQ(engine.Submit(PrefillJob{"c", Prompt(200, 1), {}, 0, 0, false}, w.Callback()).code(),
+            absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(
-      engine.Submit(PrefillRequest{"c", Prompt(200, 1), {}, 0, 0, false}, w.Callback()).code(),
-      absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(engine
-                .Submit(PrefillRequest{"d", {1}, SamplingParams{-1.f, 0, 1.f, 0}, 0, 0, false},
-                        w.Callback())
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+      engine
+          .Submit(PrefillJob{"d", {1}, SamplingParams{-1.f, 0, 1.f, 0}, 0, 0, false}, w.Callback())
+          .code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(w.done.HasBeenNotified());
   EXPECT_EQ(blocks.free_blocks(), blocks.total_blocks());
 }
@@ -239,16 +238,14 @@ TEST(EnginesTest, PrefillWaitsForCapacityThenTimesOut) {
   PrefillEngine engine(inst.get(), &blocks, po);
   std::vector<int32_t> taken = *blocks.Allocate(blocks.total_blocks() - 2);
   PrefillWait w;
-  ASSERT_TRUE(
-      engine.Submit(PrefillRequest{"a", Prompt(40, 2), {}, 0, 0, false}, w.Callback()).ok());
+  ASSERT_TRUE(engine.Submit(PrefillJob{"a", Prompt(40, 2), {}, 0, 0, false}, w.Callback()).ok());
   ASSERT_TRUE(w.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_EQ(w.result.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(w.result.status().message(), HasSubstr("queue timeout"));
   // Freed capacity lets the next one through.
   ASSERT_TRUE(blocks.Free(taken).ok());
   PrefillWait w2;
-  ASSERT_TRUE(
-      engine.Submit(PrefillRequest{"b", Prompt(40, 2), {}, 0, 0, false}, w2.Callback()).ok());
+  ASSERT_TRUE(engine.Submit(PrefillJob{"b", Prompt(40, 2), {}, 0, 0, false}, w2.Callback()).ok());
   ASSERT_TRUE(w2.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   ASSERT_TRUE(w2.result.ok()) << w2.result.status();
   EXPECT_EQ(w2.result->num_tokens, 40);
@@ -264,8 +261,7 @@ TEST(EnginesTest, CancellingAQueuedPrefillFreesNothingAndReportsCancelled) {
   PrefillEngine engine(inst.get(), &blocks, po);
   std::vector<int32_t> taken = *blocks.Allocate(blocks.total_blocks());
   PrefillWait w;
-  ASSERT_TRUE(
-      engine.Submit(PrefillRequest{"x", Prompt(10, 3), {}, 0, 0, false}, w.Callback()).ok());
+  ASSERT_TRUE(engine.Submit(PrefillJob{"x", Prompt(10, 3), {}, 0, 0, false}, w.Callback()).ok());
   EXPECT_TRUE(engine.Cancel("x"));
   ASSERT_TRUE(w.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_EQ(w.result.status().code(), absl::StatusCode::kCancelled);
@@ -443,7 +439,7 @@ TEST(EnginesTest, PenalisedSamplingContinuesExactlyAfterAResume) {
   PrefillEngine prefill(inst.get(), &blocks, PrefillOptions{});
   DecodeEngine decode(inst.get(), &blocks, DecodeOptions{});
   const int k = 6;
-  PrefillRequest pr;
+  PrefillJob pr;
   pr.id = "resume";
   pr.prompt = full_req.prompt;
   pr.prompt.insert(pr.prompt.end(), g.begin(), g.begin() + (k - 1));
@@ -454,7 +450,7 @@ TEST(EnginesTest, PenalisedSamplingContinuesExactlyAfterAResume) {
   ASSERT_TRUE(prefill.Submit(pr, wait.Callback()).ok());
   ASSERT_TRUE(wait.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
   ASSERT_TRUE(wait.result.ok()) << wait.result.status();
-  DecodeRequest dr;
+  DecodeJob dr;
   dr.id = "resume";
   dr.prompt_len = wait.result->num_tokens;
   dr.first_token = g[k - 1];
@@ -469,7 +465,7 @@ TEST(EnginesTest, PenalisedSamplingContinuesExactlyAfterAResume) {
   cb.on_token = [&](int32_t t) { rest.push_back(t); };
   cb.on_done = [&](absl::Status, FinishReason, int32_t) { done.Notify(); };
   // The context must cover the KV's positions.
-  DecodeRequest short_context = dr;
+  DecodeJob short_context = dr;
   short_context.context.pop_back();
   EXPECT_THAT(decode.Add(short_context, DecodeCallbacks{}).message(),
               HasSubstr("penalties need the context"));

@@ -126,7 +126,7 @@ TEST(GuidedDecodingTest, AResumedRequestContinuesExactlyWithItsMatcherReplayed) 
     PrefillEngine prefill(inst.get(), &blocks, po);
     DecodeEngine decode(inst.get(), &blocks, dopt);
     const int k = 2;  // g[0], g[1] already streamed; the failed decode owed g[2...]
-    PrefillRequest pr;
+    PrefillJob pr;
     pr.id = "resume";
     pr.prompt = full_req.prompt;
     pr.prompt.insert(pr.prompt.end(), g.begin(), g.begin() + (k - 1));
@@ -146,7 +146,7 @@ TEST(GuidedDecodingTest, AResumedRequestContinuesExactlyWithItsMatcherReplayed) 
     ASSERT_TRUE(result.ok()) << result.status();
     // The prefill's own draw k-1 under the replayed matcher is the original g[k-1].
     EXPECT_EQ(result->first_token, g[k - 1]);
-    DecodeRequest dr;
+    DecodeJob dr;
     dr.id = "resume";
     dr.prompt_len = result->num_tokens;
     dr.first_token = g[k - 1];
@@ -157,11 +157,11 @@ TEST(GuidedDecodingTest, AResumedRequestContinuesExactlyWithItsMatcherReplayed) 
     dr.next_step = k;
     dr.context = pr.prompt;
     // A grammar needs the context too, and a first token it refuses is an error.
-    DecodeRequest no_context = dr;
+    DecodeJob no_context = dr;
     no_context.context.clear();
     EXPECT_THAT(decode.Add(no_context, DecodeCallbacks{}).message(),
                 HasSubstr("a grammar needs the context"));
-    DecodeRequest foreign = dr;
+    DecodeJob foreign = dr;
     foreign.first_token = 300;  // "w300"
     EXPECT_EQ(decode.Add(foreign, DecodeCallbacks{}).code(), absl::StatusCode::kInvalidArgument);
     std::vector<int32_t> rest;

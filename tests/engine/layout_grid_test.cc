@@ -204,7 +204,7 @@ TEST(LayoutGridTest, PerRankKvBytesScaleAsOneOverDcp) {
     BlockManager blocks((*inst)->num_blocks());
     PrefillEngine prefill(inst->get(), &blocks, PrefillOptions{});
     absl::Notification done;
-    PrefillRequest req;
+    PrefillJob req;
     req.prompt = Prompt(512, SmallConfig().vocab_size);
     absl::StatusOr<PrefillResult> result = absl::UnknownError("pending");
     ASSERT_TRUE(prefill
