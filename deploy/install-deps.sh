@@ -12,7 +12,7 @@ packages=(
   libdnnl-dev libopenblas-dev
   libcurl4-openssl-dev nlohmann-json3-dev
   prometheus-cpp-dev
-  libcivetweb-dev libcpp-httplib-dev curl
+  libevent-dev libhttp-parser-dev libcivetweb-dev libcpp-httplib-dev curl
   libssl-dev openssl
   python3 python3-pip python3-venv python3-yaml python3-jinja2 unzip
   iproute2 procps

@@ -1,22 +1,24 @@
 // A small HTTP/1.1 server for the router's OpenAI API and the processes' /metrics: exact-path
-// routes, whole responses and chunked streams (server-sent events). Built on cpp-httplib
-// (chosen by bench/http/run.sh, docs/PERFORMANCE.md), with its listen backlog raised to 4096 so
-// a burst of connections is not dropped.
+// routes, whole responses and chunked streams (server-sent events).
 //
-// Each connection is served by one of at most `threads` pool threads for as long as it is open
-// (a streaming response holds its thread until it ends), so `threads` bounds the concurrent
-// connections; more wait in the accept queue. The pool starts a thread only when every started
-// one is busy (serving/on_demand_pool.h): the threads, and their memory, follow the peak
-// concurrency seen, not `threads`. A handler runs on its own thread (a normal 8 MiB
-// stack) and may block: until it responds, the connection's thread waits; once it starts a
-// stream, the connection's thread writes the chunks it queues. Meanwhile the connection's thread
-// watches for the client closing the connection (HttpExchange::OnClientGone).
+// One event-loop thread (libevent, serving/http_loop.h) accepts every connection (listen backlog
+// 4096), reads its requests (http-parser, serving/http_wire.h) and does all of its socket I/O;
+// no thread is parked per connection. A request's handler runs on a thread of an on-demand pool
+// of at most `threads` (serving/on_demand_pool.h: threads are started only when every started one
+// is busy, each with a normal 8 MiB stack) and may block; requests beyond `threads` wait for a
+// thread, their connections open. Respond, StartStream, WriteChunk and EndStream, from any
+// thread, format their bytes and hand them to the loop (one wake-up of the loop carries whatever
+// every exchange wrote meanwhile), which writes them. While a request is answered the loop keeps
+// reading its connection, so a client that closes it is seen at once, from the loop, with no
+// polling (HttpExchange::OnClientGone).
 //
-// HTTP/1.1 carries one request at a time per connection, so the per-connection limit is that
-// one request; a connection serves at most 5 requests (keep-alive) and is closed after 5 s idle.
-// Request bodies over HttpServerOptions::max_body_bytes are refused with 413 before they are
-// read. With a certificate and key the server speaks HTTPS only (no client certificate is
-// requested: docs/security.md).
+// HTTP/1.1 carries one request at a time per connection (pipelined requests wait for the
+// response before theirs); a connection serves at most 5 requests (keep-alive) and is closed
+// after 5 s idle, or when its client reads nothing of a response for 5 s. Request bodies over
+// HttpServerOptions::max_body_bytes are refused with 413 before they are read (by
+// Content-Length, or as soon as a chunked body passes the limit), and the connection is closed.
+// "Expect: 100-continue" is answered. With a certificate and key the server speaks HTTPS only
+// (TLS 1.2 or later; no client certificate is requested: docs/security.md).
 //
 // Thread-safety: handlers run concurrently; Stop from one thread. An HttpExchange belongs to the
 // handler call it is given to.
@@ -26,22 +28,20 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace tandem {
+
+class HttpLoop;
+class OnDemandPool;
 
 class HttpExchange {
  public:
-  struct State;  // shared by the handler's thread and the connection's thread
+  struct State;  // shared by the handler's thread and the event loop (http_exchange_state.h)
   explicit HttpExchange(std::shared_ptr<State> state) : state_(std::move(state)) {}
   HttpExchange(const HttpExchange&) = delete;
   HttpExchange& operator=(const HttpExchange&) = delete;
@@ -65,10 +65,11 @@ class HttpExchange {
   bool EndStream();
   bool responded() const;
 
-  // `fn` runs (once, on another thread, while the exchange's lock is held: keep it short and
-  // non-blocking) when the client is found gone: a failed write, or the connection closed by the
-  // peer while the handler works (checked every ~100 ms). Runs at once if the client is already
-  // gone. OnClientGone(nullptr) unregisters; do so before what `fn` uses is destroyed.
+  // `fn` runs (once, on the event loop's thread, while the exchange's lock is held: keep it short
+  // and non-blocking) when the client is gone: the connection closed or reset by the peer (seen
+  // as it happens, also while the handler works and writes nothing), a failed write, or a client
+  // that read nothing for 5 s. Runs at once if the client is already gone.
+  // OnClientGone(nullptr) unregisters; do so before what `fn` uses is destroyed.
   void OnClientGone(std::function<void()> fn);
 
  private:
@@ -84,7 +85,7 @@ struct HttpRoute {
 };
 
 struct HttpServerOptions {
-  int threads = 1024;                 // bounds the concurrent connections
+  int threads = 1024;                 // bounds the handlers running at once (not connections)
   size_t max_body_bytes = 64u << 20;  // larger request bodies get 413
   // The 413 response's body and content type, given the limit (default: plain text naming it).
   std::function<std::string(size_t max_body_bytes)> body_too_large;
@@ -94,10 +95,11 @@ struct HttpServerOptions {
   // error_content_type. Empty: a plain-text message.
   std::function<std::string(int status, const std::string& message)> error_body;
   std::string error_content_type = "text/plain";
-  // Called once per answered request, after its response was written (a stream once it ended),
-  // on the connection's thread: the route's path, or "" when the path has no route (404), and
-  // the HTTP status sent — every status, the server's own (404, 405, 413, 500) included. Keep it
-  // short and thread-safe (metrics). Empty: nothing is called.
+  // Called once per request read, after its response was written (a stream once it ended) or,
+  // when the client went away first, once its handler returned; on the event loop's thread: the
+  // route's path, or "" when the path has no route (404), and the HTTP status sent — every
+  // status, the server's own (400, 404, 405, 413, 500) included. Keep it short and thread-safe
+  // (metrics). Empty: nothing is called.
   std::function<void(const std::string& route, int status)> on_response;
   // HTTPS with these PEM files (both or neither; checked first with serving/tls_credentials.h).
   std::string tls_cert_file;
@@ -110,10 +112,11 @@ class HttpServer {
 
   // Binds `listen` ("HOST:PORT", port 0 = any free port). INVALID_ARGUMENT for an address
   // without a port or threads < 1; UNAVAILABLE when the address cannot be bound. A path with no
-  // route gets 404, a route's path with another method 405; a handler that sends nothing 500.
+  // route gets 404, a route's path with another method 405; a handler that sends nothing 500
+  // (a stream it started and did not end is ended for it).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
       const std::string& listen, int threads, std::vector<HttpRoute> routes);
-  // Also INVALID_ARGUMENT for max_body_bytes == 0 or a certificate that cpp-httplib cannot load.
+  // Also INVALID_ARGUMENT for max_body_bytes == 0 or a certificate and key OpenSSL cannot load.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
       const std::string& listen, const HttpServerOptions& options, std::vector<HttpRoute> routes);
 
@@ -122,16 +125,19 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   int port() const { return port_; }
-  // Stops accepting and waits for every handler to return (make them return first: a handler
-  // blocked forever blocks Stop). Idempotent; the destructor calls it.
+  // Stops accepting, waits for every handler to return (make them return first: a handler
+  // blocked forever blocks Stop), writes what they sent (for at most ~2 s) and closes every
+  // connection. Idempotent; the destructor calls it.
   void Stop();
 
  private:
   HttpServer();
+  void OnRequest(const std::shared_ptr<HttpExchange::State>& state, bool too_large);
 
   std::vector<HttpRoute> routes_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread listener_;
+  HttpServerOptions options_;
+  std::unique_ptr<OnDemandPool> pool_;  // the handlers' threads
+  std::unique_ptr<HttpLoop> loop_;
   int port_ = 0;
 };
 
