@@ -180,27 +180,34 @@ NodeLoad PrefillNode::Load() const {
   return l;
 }
 
-absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(
-    const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& sampling,
-    uint64_t sample_step, int32_t max_new_tokens, absl::Duration lease, absl::Time deadline,
-    const CancellationToken& cancel, int32_t choices) {
+absl::StatusOr<PrefillJob> PrefillNode::JobFor(PrefillCall& call) const {
   // The decode side adds max_new_tokens positions, so they must fit the context too.
-  TANDEM_RETURN_IF_ERROR(CheckTokenBudget(max_new_tokens, "max_new_tokens", 0));
-  TANDEM_RETURN_IF_ERROR(CheckContextFit(static_cast<int64_t>(prompt.size()), max_new_tokens,
-                                         "max_new_tokens", config_.max_context));
-  lease =
-      lease <= absl::ZeroDuration() ? options_.default_lease : std::min(lease, options_.max_lease);
+  TANDEM_RETURN_IF_ERROR(CheckTokenBudget(call.max_new_tokens, "max_new_tokens", 0));
+  TANDEM_RETURN_IF_ERROR(CheckContextFit(static_cast<int64_t>(call.prompt.size()),
+                                         call.max_new_tokens, "max_new_tokens",
+                                         config_.max_context));
+  call.lease = call.lease <= absl::ZeroDuration() ? options_.default_lease
+                                                  : std::min(call.lease, options_.max_lease);
+  PrefillJob req;
+  req.id = call.request_id;
+  req.prompt = std::move(call.prompt);
+  req.sampling = call.sampling;
+  req.sample_step = call.sample_step;
+  return req;
+}
+
+absl::StatusOr<PrefillOutcome> PrefillNode::Prefill(PrefillCall call,
+                                                    const CancellationToken& cancel) {
+  TANDEM_ASSIGN_OR_RETURN(PrefillJob req, JobFor(call));
+  req.choices = call.choices;
+  const std::string& request_id = call.request_id;
+  const absl::Duration lease = call.lease;
+  const absl::Time deadline = call.deadline;
   struct Wait {
     absl::Notification done;
     absl::StatusOr<PrefillOutcome> outcome = absl::UnknownError("pending");
   };
   auto wait = std::make_shared<Wait>();
-  PrefillJob req;
-  req.id = request_id;
-  req.prompt = std::move(prompt);
-  req.sampling = sampling;
-  req.sample_step = sample_step;
-  req.choices = choices;
   const std::shared_ptr<KvChunkChecks> chunk_checks =
       HookChunkChecks(req, static_cast<int64_t>(req.prompt.size()));
   {
@@ -297,15 +304,18 @@ absl::Status PrefillNode::AwaitSubmitted(const absl::Status& submitted, absl::No
   return absl::OkStatus();
 }
 
-absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
-    const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& sampling,
-    uint64_t sample_step, int32_t max_new_tokens, absl::Duration lease, absl::Time deadline,
-    const CancellationToken& cancel) {
-  TANDEM_RETURN_IF_ERROR(CheckTokenBudget(max_new_tokens, "max_new_tokens", 0));
-  TANDEM_RETURN_IF_ERROR(CheckContextFit(static_cast<int64_t>(prompt.size()), max_new_tokens,
-                                         "max_new_tokens", config_.max_context));
-  lease =
-      lease <= absl::ZeroDuration() ? options_.default_lease : std::min(lease, options_.max_lease);
+absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(PrefillCall call,
+                                                           const CancellationToken& cancel) {
+  if (call.choices > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "n > 1 needs the first tokens in the answer: not with early_handle (a pipelined "
+        "prefill answers before them); n = ",
+        call.choices));
+  }
+  TANDEM_ASSIGN_OR_RETURN(PrefillJob req, JobFor(call));
+  const std::string& request_id = call.request_id;
+  const absl::Duration lease = call.lease;
+  const absl::Time deadline = call.deadline;
   // `answered`, `generation` and `outcome` are written only by the engine's callbacks (its
   // scheduler thread), and read by this handler after `done`.
   struct Wait {
@@ -318,12 +328,7 @@ absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
   };
   auto wait = std::make_shared<Wait>();
   auto progress = std::make_shared<KvProgress>();
-  const int64_t num_tokens = static_cast<int64_t>(prompt.size());
-  PrefillJob req;
-  req.id = request_id;
-  req.prompt = std::move(prompt);
-  req.sampling = sampling;
-  req.sample_step = sample_step;
+  const int64_t num_tokens = static_cast<int64_t>(req.prompt.size());
   // Checks of each chunk's blocks are computed before the chunk is published (on_kv_written
   // runs before on_progress).
   const std::shared_ptr<KvChunkChecks> chunk_checks = HookChunkChecks(req, num_tokens);
@@ -363,7 +368,7 @@ absl::StatusOr<PrefillOutcome> PrefillNode::StartPipelined(
   }
   const absl::Status submitted = engine_->Submit(
       std::move(req), [this, wait, progress, request_id, lease, chunk_checks,
-                       logprobs = sampling.logprobs >= 0](absl::StatusOr<PrefillResult> r) {
+                       logprobs = call.sampling.logprobs >= 0](absl::StatusOr<PrefillResult> r) {
         // The engine's reference (a successful result's table): the lease holds its own.
         if (r.ok()) blocks_->Release(r->block_table);
         const uint64_t gen = wait->generation;

@@ -100,6 +100,25 @@ struct NodeLoad {
   int64_t pending_prompt_tokens = 0;  // PrefillEngine::pending_prompt_tokens
 };
 
+// One Prefill or StartPipelined call as the node runs it: what the service reads from a
+// v1::PrefillRequest and the call's deadline (the client's cancel travels apart, as a token).
+struct PrefillCall {
+  std::string request_id;
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  // Sampling draw number of the token sampled here; a resume's prompt ends with its last
+  // sample_step generated tokens (engine/prefill_engine.h PrefillJob).
+  uint64_t sample_step = 0;
+  // The decode side's budget (first token included): prompt + max_new_tokens must fit the
+  // context, checked here so a request that cannot be decoded takes no lease.
+  int32_t max_new_tokens = 1;
+  absl::Duration lease = absl::ZeroDuration();  // zero or less: the node's default; capped
+  absl::Time deadline = absl::InfiniteFuture();
+  // Prefill only (n > 1 from one prefill): a first token for each choice, choice i sampled with
+  // sampling.seed + i (PrefillOutcome::choice_tokens). StartPipelined refuses more than 1.
+  int32_t choices = 1;
+};
+
 class PrefillNode {
  public:
   static absl::StatusOr<std::unique_ptr<PrefillNode>> Create(PrefillNodeOptions options);
@@ -109,26 +128,17 @@ class PrefillNode {
 
   // Runs the prefill and takes a lease on its KV. Once `cancel` is cancelled the request is
   // cancelled in the engine at once (blocks freed) and CANCELLED returned. Waits at most
-  // until `deadline`. INVALID_ARGUMENT for bad prompts/sampling, RESOURCE_EXHAUSTED past the
-  // queue timeout. `choices` > 1 (n > 1 from one prefill): a first token for each, choice i
-  // sampled with sampling.seed + i (PrefillOutcome::choice_tokens).
-  absl::StatusOr<PrefillOutcome> Prefill(const std::string& request_id, std::vector<int32_t> prompt,
-                                         const SamplingParams& sampling, uint64_t sample_step,
-                                         int32_t max_new_tokens, absl::Duration lease,
-                                         absl::Time deadline, const CancellationToken& cancel,
-                                         int32_t choices = 1);
+  // until call.deadline. INVALID_ARGUMENT for bad prompts/sampling/budgets, RESOURCE_EXHAUSTED
+  // past the queue timeout.
+  absl::StatusOr<PrefillOutcome> Prefill(PrefillCall call, const CancellationToken& cancel);
 
   // Pipelined transfer (docs/kv_transfer.md): like Prefill, but answers as soon as the prompt
   // has its KV blocks, with a lease on them taken now (first_token unset, num_tokens = the prompt
   // length); the prefill goes on without the caller and WatchKv reports its progress. Waiting for
   // blocks is bounded and cancelled like Prefill. Releasing the lease (or its expiry) while the
   // prefill runs cancels it; the lease's blocks stay allocated until the prefill has stopped.
-  absl::StatusOr<PrefillOutcome> StartPipelined(const std::string& request_id,
-                                                std::vector<int32_t> prompt,
-                                                const SamplingParams& sampling,
-                                                uint64_t sample_step, int32_t max_new_tokens,
-                                                absl::Duration lease, absl::Time deadline,
-                                                const CancellationToken& cancel);
+  // INVALID_ARGUMENT for call.choices > 1 (the caller needs the first tokens).
+  absl::StatusOr<PrefillOutcome> StartPipelined(PrefillCall call, const CancellationToken& cancel);
   // The progress of the pipelined prefill holding lease `generation` of `request_id`, kept until
   // its lease ends; ABORTED when there is none (unknown, failed, released or expired).
   absl::StatusOr<std::shared_ptr<const KvProgress>> WatchKv(const std::string& request_id,
@@ -219,6 +229,9 @@ class PrefillNode {
   // With kv_digests: a KvChunkChecks for a prompt of num_tokens, and the engine hook that fills
   // it as each chunk's KV is written (PrefillJob::on_kv_written).
   std::shared_ptr<KvChunkChecks> HookChunkChecks(PrefillJob& req, int64_t num_tokens);
+  // The engine's job for `call` (its prompt moved there), once its budget is checked against the
+  // context; sets call.lease to what this node grants. Shared by Prefill and StartPipelined.
+  absl::StatusOr<PrefillJob> JobFor(PrefillCall& call) const;
 
   struct Pipeline {
     std::string request_id;

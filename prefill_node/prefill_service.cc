@@ -70,24 +70,22 @@ grpc::Status PrefillServiceImpl::RunPrefill(grpc::ServerContext* ctx, const v1::
     return pass.status().code() == absl::StatusCode::kUnavailable ? Draining()
                                                                   : ToGrpcStatus(pass.status());
   }
-  std::vector<int32_t> prompt(req->prompt_ids().begin(), req->prompt_ids().end());
-  const int32_t choices = req->n() == 0 ? 1 : req->n();
-  if (choices > 1 && req->early_handle()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "n > 1 needs the first tokens in the answer: not with early_handle");
-  }
+  PrefillCall call;
+  call.request_id = req->request_id();
+  call.prompt.assign(req->prompt_ids().begin(), req->prompt_ids().end());
+  call.sampling = FromProto(req->sampling());
+  call.sample_step = req->sample_step();
+  call.max_new_tokens = req->max_new_tokens();
+  call.lease = absl::Milliseconds(req->lease_ms());
+  call.deadline = DeadlineOf(ctx);
+  call.choices = req->n() == 0 ? 1 : req->n();
   // The client's cancel as a token (gRPC's sync API can only be asked: the poller asks).
   CancellationToken cancel;
   const CancelPoller::Registration watched =
       cancel_poller_.Add([ctx] { return ctx->IsCancelled(); }, &cancel);
-  absl::StatusOr<PrefillOutcome> out =
-      req->early_handle()
-          ? node->StartPipelined(req->request_id(), std::move(prompt), FromProto(req->sampling()),
-                                 req->sample_step(), req->max_new_tokens(),
-                                 absl::Milliseconds(req->lease_ms()), DeadlineOf(ctx), cancel)
-          : node->Prefill(req->request_id(), std::move(prompt), FromProto(req->sampling()),
-                          req->sample_step(), req->max_new_tokens(),
-                          absl::Milliseconds(req->lease_ms()), DeadlineOf(ctx), cancel, choices);
+  absl::StatusOr<PrefillOutcome> out = req->early_handle()
+                                           ? node->StartPipelined(std::move(call), cancel)
+                                           : node->Prefill(std::move(call), cancel);
   if (!out.ok()) return ToGrpcStatus(out.status());
   *cached_tokens = out->cached_tokens;
   resp->set_cached_tokens(out->cached_tokens);

@@ -8,6 +8,8 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -28,6 +30,19 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 inline constexpr absl::Duration kBound = absl::Seconds(20);
+
+// A call for `prompt` as the tests send it: sample step 0, the node's default lease, kBound from
+// now.
+inline PrefillCall TestCall(std::string id, std::vector<int32_t> prompt, int32_t max_new_tokens,
+                            SamplingParams sampling = {}) {
+  PrefillCall call;
+  call.request_id = std::move(id);
+  call.prompt = std::move(prompt);
+  call.sampling = std::move(sampling);
+  call.max_new_tokens = max_new_tokens;
+  call.deadline = absl::Now() + kBound;
+  return call;
+}
 
 inline bool WaitFor(const std::function<bool()>& condition) {
   const absl::Time deadline = absl::Now() + kBound;
@@ -121,8 +136,7 @@ class PrefillNodeTest : public ::testing::Test {
     const CancellationToken never;
     std::vector<int32_t> prompt;
     for (int32_t i = 0; i < 37; ++i) prompt.push_back(10 + (i * 7) % 250);
-    return node.Prefill(id, prompt, SamplingParams{}, 0, 8, absl::ZeroDuration(),
-                        absl::Now() + kBound, cancel != nullptr ? *cancel : never);
+    return node.Prefill(TestCall(id, std::move(prompt), 8), cancel != nullptr ? *cancel : never);
   }
 
   // Pulls `out`'s KV into `decode` and decodes `max_new_tokens`: first token included. The

@@ -95,8 +95,7 @@ TEST_F(PrefillNodeTest, DigestsAreComputedChunkByChunkAsTheEngineWritesTheKv) {
   std::vector<int32_t> prompt;
   for (int32_t i = 0; i < 37; ++i) prompt.push_back(10 + (i * 7) % 250);
   absl::StatusOr<PrefillOutcome> early =
-      prefill.StartPipelined("r1", prompt, SamplingParams{}, 0, 8, absl::ZeroDuration(),
-                             absl::Now() + kBound, CancellationToken());
+      prefill.StartPipelined(TestCall("r1", prompt, 8), CancellationToken());
   ASSERT_OK(early);
   absl::StatusOr<std::shared_ptr<const KvProgress>> progress =
       prefill.WatchKv("r1", early->generation);
@@ -224,8 +223,7 @@ TEST_F(PrefillNodeTest, BlockFreedAndReusedUnderALiveHandleFailsTheTransferNotTh
     std::vector<int32_t> other;
     for (int32_t i = 0; i < 37; ++i) other.push_back(200 - (i * 5) % 150);
     absl::StatusOr<PrefillOutcome> r2 =
-        prefill->Prefill("r2", other, SamplingParams{}, 0, 8, absl::ZeroDuration(),
-                         absl::Now() + kBound, CancellationToken());
+        prefill->Prefill(TestCall("r2", other, 8), CancellationToken());
     ASSERT_OK(r2);
     ASSERT_EQ(r2->block_table, r1->block_table);  // reused: lowest free ids first
 

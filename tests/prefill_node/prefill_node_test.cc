@@ -36,6 +36,20 @@ TEST_F(PrefillNodeTest, ReleaseWhileHeldFreesTheBlocksOnce) {
   EXPECT_EQ(node->Load().leases, 0);
 }
 
+// A pipelined prefill answers before any first token, so it cannot hand over n of them; the
+// refusal names the conflict and takes nothing.
+TEST_F(PrefillNodeTest, PipelinedPrefillRefusesSeveralChoices) {
+  std::unique_ptr<PrefillNode> node = NewNode();
+  ASSERT_NE(node, nullptr);
+  const int32_t total = node->Load().total_blocks;
+  PrefillCall call = TestCall("r1", std::vector<int32_t>(37, 42), 8);
+  call.choices = 2;
+  EXPECT_THAT(node->StartPipelined(std::move(call), CancellationToken()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not with early_handle")));
+  EXPECT_EQ(node->Load().leases, 0);
+  EXPECT_EQ(node->Load().free_blocks, total);
+}
+
 TEST_F(PrefillNodeTest, ExpiredLeaseFreesItsBlocksAndCanNeitherBeRenewedNorReleased) {
   std::unique_ptr<PrefillNode> node = NewNode(absl::Milliseconds(100));
   ASSERT_NE(node, nullptr);
@@ -224,8 +238,7 @@ TEST_F(PrefillNodeTest, EachArchitectureDecodesLlamaCppsTokensAcrossMismatchedLa
         NewDecode(std::make_shared<InProcessPrefill>(prefill.get()), 2);
     ASSERT_NE(decode, nullptr);
     absl::StatusOr<PrefillOutcome> out =
-        prefill->Prefill(name, f.prompt, SamplingParams{}, 0, 4, absl::ZeroDuration(),
-                         absl::Now() + kBound, CancellationToken());
+        prefill->Prefill(TestCall(name, f.prompt, 4), CancellationToken());
     ASSERT_OK(out);
     EXPECT_EQ(Decode(*prefill, *decode, name, *out, 4), f.greedy);
     std::remove(path.c_str());
@@ -276,10 +289,9 @@ TEST_F(PrefillNodeTest, PipelinedPullDecodesLikeTheUnpipelinedPath) {
       for (const bool pipelined : {false, true}) {
         const std::string id = absl::StrCat("r", tp, pipelined);
         absl::StatusOr<PrefillOutcome> out =
-            pipelined ? (*prefill)->StartPipelined(id, prompt, sampling, 0, 8, absl::ZeroDuration(),
-                                                   absl::Now() + kBound, CancellationToken())
-                      : (*prefill)->Prefill(id, prompt, sampling, 0, 8, absl::ZeroDuration(),
-                                            absl::Now() + kBound, CancellationToken());
+            pipelined
+                ? (*prefill)->StartPipelined(TestCall(id, prompt, 8, sampling), CancellationToken())
+                : (*prefill)->Prefill(TestCall(id, prompt, 8, sampling), CancellationToken());
         ASSERT_OK(out);
         EXPECT_EQ(out->num_tokens, 61);
         DecodeCall call;
@@ -359,8 +371,7 @@ TEST_F(PrefillNodeTest, ReleasingAPipelinedLeaseCancelsThePrefill) {
   const int32_t total = (*node)->Load().total_blocks;
   std::vector<int32_t> prompt(200, 42);
   absl::StatusOr<PrefillOutcome> out =
-      (*node)->StartPipelined("r", prompt, SamplingParams{}, 0, 8, absl::ZeroDuration(),
-                              absl::Now() + kBound, CancellationToken());
+      (*node)->StartPipelined(TestCall("r", prompt, 8), CancellationToken());
   ASSERT_OK(out);
   absl::StatusOr<std::shared_ptr<const KvProgress>> progress =
       (*node)->WatchKv("r", out->generation);
@@ -392,8 +403,7 @@ TEST_F(PrefillNodeTest, DestroyedWhileAPipelinedPrefillRunsFailsItCleanly) {
   absl::StatusOr<std::unique_ptr<PrefillNode>> node = PrefillNode::Create(po);
   ASSERT_OK(node);
   absl::StatusOr<PrefillOutcome> out =
-      (*node)->StartPipelined("r", std::vector<int32_t>(200, 42), SamplingParams{}, 0, 8,
-                              absl::ZeroDuration(), absl::Now() + kBound, CancellationToken());
+      (*node)->StartPipelined(TestCall("r", std::vector<int32_t>(200, 42), 8), CancellationToken());
   ASSERT_OK(out);
   absl::StatusOr<std::shared_ptr<const KvProgress>> progress =
       (*node)->WatchKv("r", out->generation);
@@ -447,8 +457,7 @@ TEST_F(PrefillNodeTest, PrefixCacheHitsDecodeLikeAColdNode) {
       for (size_t i = 0; i < prompts.size(); ++i) {
         const std::string id = absl::StrCat(l.name, cached, "-", i);
         absl::StatusOr<PrefillOutcome> out =
-            prefill->Prefill(id, prompts[i], SamplingParams{}, 0, 6, absl::ZeroDuration(),
-                             absl::Now() + kBound, CancellationToken());
+            prefill->Prefill(TestCall(id, prompts[i], 6), CancellationToken());
         ASSERT_OK(out);
         const int64_t n = static_cast<int64_t>(prompts[i].size());
         // Expected reuse: the blocks of the longest earlier prompt's shared prefix, never the
