@@ -2,6 +2,8 @@
 // constrained walks, and a JSON Schema validator for the subset model/grammar/ supports.
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -57,6 +59,24 @@ struct WalkResult {
 
 inline WalkResult RandomWalk(GrammarMatcher m, const Vocabulary& vocab, std::mt19937_64& rng,
                              const WalkOptions& opt) {
+  // What a step needs of each token, computed once per walk rather than per step (a real
+  // vocabulary has ~49k tokens and a walk hundreds of steps): whether it closes a string, object
+  // or array, and its weight len^length_bias (from a table by length: the same doubles std::pow
+  // gives per token, so the draws are unchanged).
+  const int32_t vocab_size = vocab.size();
+  std::vector<uint8_t> is_closer(vocab_size);
+  std::vector<uint32_t> length(vocab_size);
+  size_t max_length = 0;
+  for (int32_t t = 0; t < vocab_size; ++t) {
+    const std::string_view b = vocab.TokenBytes(t);
+    is_closer[t] = b.find_first_of("\"}]") != std::string_view::npos;
+    length[t] = static_cast<uint32_t>(b.size());
+    max_length = std::max(max_length, b.size());
+  }
+  std::vector<double> weight_of_length(max_length + 1);
+  for (size_t n = 0; n <= max_length; ++n) {
+    weight_of_length[n] = std::pow(static_cast<double>(n), opt.length_bias);
+  }
   WalkResult r;
   std::vector<uint64_t> mask;
   std::vector<int32_t> allowed, closers;
@@ -70,11 +90,12 @@ inline WalkResult RandomWalk(GrammarMatcher m, const Vocabulary& vocab, std::mt1
     m.FillAllowedMask(&mask);
     allowed.clear();
     closers.clear();
-    for (int32_t t = 0; t < vocab.size(); ++t) {
-      if ((mask[t >> 6] >> (t & 63)) & 1) {
+    for (size_t w = 0; w < mask.size(); ++w) {
+      for (uint64_t bits = mask[w]; bits != 0; bits &= bits - 1) {
+        const int32_t t = static_cast<int32_t>(w * 64) + std::countr_zero(bits);
+        if (t >= vocab_size) break;
         allowed.push_back(t);
-        const std::string_view b = vocab.TokenBytes(t);
-        if (b.find_first_of("\"}]") != std::string_view::npos) closers.push_back(t);
+        if (is_closer[t]) closers.push_back(t);
       }
     }
     if (allowed.empty()) {
@@ -84,9 +105,7 @@ inline WalkResult RandomWalk(GrammarMatcher m, const Vocabulary& vocab, std::mt1
     const std::vector<int32_t>& pool =
         (!closers.empty() && u(rng) < opt.closer_bias) ? closers : allowed;
     weights.clear();
-    for (int32_t t : pool) {
-      weights.push_back(std::pow(static_cast<double>(vocab.TokenBytes(t).size()), opt.length_bias));
-    }
+    for (int32_t t : pool) weights.push_back(weight_of_length[length[t]]);
     std::discrete_distribution<size_t> pick(weights.begin(), weights.end());
     const int32_t t = pool[pick(rng)];
     if (!m.Accept(t).ok()) return r;  // a mask bug; the caller sees finished == false
