@@ -27,6 +27,8 @@ struct ModelDims {
   int32_t num_q_heads = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
+
+  friend bool operator==(const ModelDims&, const ModelDims&) = default;
 };
 
 struct ParallelConfig {
@@ -39,6 +41,8 @@ struct ParallelConfig {
   int32_t world() const { return tp * pcp; }
   DcpGeometry dcp_geometry() const { return DcpGeometry{block_size, dcp, interleave}; }
   std::string ToString() const;  // "tp=2 pcp=1 dcp=2 B=16 I=1"
+
+  friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 
 struct RankPlacement {

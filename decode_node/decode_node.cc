@@ -428,7 +428,7 @@ absl::StatusOr<TransferStats> DecodeNode::StartCall(const DecodeCall& call,
   };
 
   TANDEM_ASSIGN_OR_RETURN(std::shared_ptr<const TransferMetadata> meta, Metadata(kv));
-  if (kv.layout.parallel.ToString() != meta->layout.parallel.ToString()) {
+  if (kv.layout.parallel != meta->layout.parallel) {
     return absl::InvalidArgumentError(absl::StrCat(
         "KV handle layout (", kv.layout.parallel.ToString(),
         ") differs from the prefill's published layout (", meta->layout.parallel.ToString(), ")"));

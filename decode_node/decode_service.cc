@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/request_log.h"
 #include "proto/convert/finish_reason_proto.h"
+#include "proto/convert/kv_handle_proto.h"
 #include "proto/convert/kv_layout_proto.h"
 #include "proto/convert/sampling_proto.h"
 #include "serving/grpc_status.h"
@@ -23,25 +24,6 @@ constexpr absl::Duration kEventWaitBound = absl::Seconds(1);
 grpc::Status Starting() {
   return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                       "decode instance is starting (loading the model)");
-}
-
-// tandem.v1.KvHandle → KvHandle. INVALID_ARGUMENT for a malformed layout.
-absl::StatusOr<KvHandle> KvHandleFromProto(const v1::KvHandle& p) {
-  absl::StatusOr<KvLayout> layout = FromProto(p.layout(), InstanceRole::kPrefill);
-  if (!layout.ok()) return layout.status();
-  KvHandle kv;
-  kv.engine_id = p.engine_id();
-  kv.epoch = p.epoch();
-  kv.request_id = p.request_id();
-  kv.block_table.assign(p.block_table().begin(), p.block_table().end());
-  kv.num_tokens = p.num_tokens();
-  kv.layout = *std::move(layout);
-  kv.lease_expiry = absl::FromUnixMillis(p.lease_expiry_unix_ms());
-  kv.generation = p.generation();
-  kv.prefill_address = p.prefill_address();
-  kv.block_generations.assign(p.block_generations().begin(), p.block_generations().end());
-  kv.kv_digests.assign(p.kv_digests().begin(), p.kv_digests().end());
-  return kv;
 }
 
 // Events from the engine thread to the handler thread that owns the gRPC writer.

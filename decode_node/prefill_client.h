@@ -3,7 +3,7 @@
 // implementation is GrpcPrefillClient (grpc_prefill_client.h, next to the service layer);
 // node-level tests use an in-process fake (tests/decode_node/fake_prefill.h).
 //
-// KvHandle is the domain form of tandem.v1.KvHandle (decode_service.cc converts it).
+// KvHandle (kv/kv_handle.h) names the KV a call is about.
 // Thread-safety: implementations are thread-safe (concurrent Decode calls share one client).
 #pragma once
 
@@ -16,28 +16,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/cancellation.h"
+#include "kv/kv_handle.h"
 #include "kv_transfer/transfer_types.h"
 #include "model/logprobs.h"
 
 namespace tandem {
-
-// A prefill instance's lease on one prompt's KV.
-struct KvHandle {
-  std::string engine_id;
-  uint64_t epoch = 0;  // changes when the prefill instance restarts
-  std::string request_id;
-  std::vector<int32_t> block_table;  // the prefill instance's virtual block ids
-  int64_t num_tokens = 0;            // tokens whose KV the blocks hold
-  KvLayout layout;                   // the prefill instance's layout
-  absl::Time lease_expiry;
-  uint64_t generation = 0;      // identifies this allocation; release/renew quote it
-  std::string prefill_address;  // where the metadata, renewals and releases are served
-  // Generation fencing: block_table[i]'s generation when the lease was taken; ReleaseKv quotes
-  // them back (empty from a prefill that does not send them).
-  std::vector<uint32_t> block_generations;
-  // KV digests (kv_transfer/kv_digest.h); empty: not sent (digests off, or an early handle).
-  std::vector<uint32_t> kv_digests;
-};
 
 // One message of a pipelined prefill's progress (PrefillService.WatchKv).
 struct KvProgressEvent {

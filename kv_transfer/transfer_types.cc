@@ -14,12 +14,6 @@ void AppendLe(std::string& out, uint64_t v, int bytes) {
 
 }  // namespace
 
-PoolGeometry RankPoolGeometry(const KvLayout& layout, int32_t rank) {
-  const RankPlacement p = PlaceRank(layout.parallel, layout.dims, rank);
-  return PoolGeometry{p.kv_head_count, layout.dims.num_layers, layout.parallel.block_size,
-                      layout.dims.head_dim, layout.dtype};
-}
-
 int64_t TransferPlan::total_bytes() const {
   int64_t total = 0;
   for (const auto& rank_copies : copies) {

@@ -1,5 +1,5 @@
 // Domain types of the KV transfer layer (docs/design.md#handshake). Pure: std + abseil + attention
-// core.
+// core + kv/ (KvLayout lives there, below this layer and proto/convert).
 //
 // A prefill instance publishes TransferMetadata once per epoch; a decode instance plans copies
 // between the two layouts (planner.h) and executes them with one-sided gets (ucx/).
@@ -9,24 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "attention/kv_dtype.h"
-#include "attention/parallel_layout.h"
-#include "attention/pool_layout.h"
+#include "kv/kv_layout.h"  // KvLayout, RankPoolGeometry
 
 namespace tandem {
-
-// Everything about one instance that determines where KV bytes live.
-struct KvLayout {
-  ParallelConfig parallel;
-  ModelDims dims;
-  KvDType dtype = KvDType::kF32;
-
-  int32_t world() const { return parallel.world(); }
-};
-
-// Pool geometry of global rank `rank` of an instance with this layout.
-// REQUIRES: ValidateParallelConfig(layout.parallel, layout.dims, ·) is OK.
-PoolGeometry RankPoolGeometry(const KvLayout& layout, int32_t rank);
 
 // One planned copy into a destination rank's pool: `length` bytes from `src_offset` in source
 // rank `src_rank`'s pool to `dst_offset` in the destination rank's pool (offsets from pool base).

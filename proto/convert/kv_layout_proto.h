@@ -4,7 +4,7 @@
 
 #include "absl/status/statusor.h"
 #include "attention/parallel_layout.h"
-#include "kv_transfer/transfer_types.h"
+#include "kv/kv_layout.h"
 #include "tandem/v1/kv_transfer.pb.h"
 
 namespace tandem {

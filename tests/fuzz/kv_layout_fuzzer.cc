@@ -32,12 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     absl::StatusOr<KvLayout> back = FromProto(ToProto(*layout), role);
     TANDEM_FUZZ_CHECK(back.ok());
-    TANDEM_FUZZ_CHECK(back->parallel.ToString() == layout->parallel.ToString());
-    TANDEM_FUZZ_CHECK(back->dtype == layout->dtype);
-    TANDEM_FUZZ_CHECK(back->dims.num_layers == layout->dims.num_layers &&
-                      back->dims.num_q_heads == layout->dims.num_q_heads &&
-                      back->dims.num_kv_heads == layout->dims.num_kv_heads &&
-                      back->dims.head_dim == layout->dims.head_dim);
+    TANDEM_FUZZ_CHECK(*back == *layout);  // every field (kv/kv_layout.h)
     // Placement of the first ranks (a valid layout may have many; they are all alike).
     for (int32_t rank = 0; rank < std::min(layout->world(), 1024); ++rank) {
       const RankPlacement place = PlaceRank(layout->parallel, layout->dims, rank);
