@@ -70,7 +70,8 @@ ABSL_FLAG(std::string, http_port_file, "", "write the bound HTTP port to this fi
 ABSL_FLAG(int32_t, drain_timeout_s, 30,
           "on SIGTERM: seconds requests in flight may take to finish before they are cancelled");
 ABSL_FLAG(int32_t, http_threads, 1024,
-          "HTTP worker threads: the most concurrent HTTP connections (a stream holds one)");
+          "HTTP handler threads: the most HTTP requests answered at once (a stream holds one "
+          "until it ends; more wait for a thread, connected)");
 ABSL_FLAG(std::string, api_keys_file, "",
           "file of API keys, one per line (# comments): Generate, ClusterStatus and every HTTP "
           "endpoint but /health then need 'Authorization: Bearer KEY'; empty = no keys");

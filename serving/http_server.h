@@ -20,6 +20,12 @@
 // "Expect: 100-continue" is answered. With a certificate and key the server speaks HTTPS only
 // (TLS 1.2 or later; no client certificate is requested: docs/security.md).
 //
+// Why not libevent's own evhttp: in libevent 2.1 (Debian 12) it offers no hook before it reads a
+// request body (evhttp_set_newreqcb and evhttp_set_errorcb came in 2.2), so a body over the limit
+// gets its fixed HTML 413 after it dropped the request's path (the router needs its OpenAI error
+// body and the route label of tandem_http_requests_total), and it stops reading a connection while
+// its request is handled, so a client closing it would go unseen until a write failed.
+//
 // Thread-safety: handlers run concurrently; Stop from one thread. An HttpExchange belongs to the
 // handler call it is given to.
 #pragma once

@@ -33,7 +33,7 @@ struct TlsFiles {
 };
 
 struct TlsConfig {
-  TlsFiles files;        // the paths the PEM below came from (cpp-httplib reads paths)
+  TlsFiles files;        // the paths the PEM below came from (the HTTP server reads paths)
   std::string cert_pem;  // empty: no TLS
   std::string key_pem;
   std::string ca_pem;  // empty: verify servers with the system roots, request no client cert

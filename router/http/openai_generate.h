@@ -3,8 +3,8 @@
 // the OpenAI response — one JSON body, or server-sent events as tokens arrive.
 //
 // A client that disconnects cancels the request's CancellationToken (the router then stops
-// the node calls and releases the KV lease): noticed at the next write, or by HttpServer's
-// connection watch within ~100 ms while no token comes (e.g. during a long prefill). Stop strings
+// the node calls and releases the KV lease): HttpServer's event loop sees the connection close as
+// it happens, also while no token comes (e.g. during a long prefill). Stop strings
 // are matched on the text stream (StopMatcher); a match cancels the request the same way and ends
 // the response with finish_reason "stop". Errors before the first token get the OpenAI error object
 // with HttpStatusFor's status; after it, an error event and [DONE] end the stream.

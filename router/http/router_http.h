@@ -36,9 +36,9 @@ namespace tandem {
 
 class RouterHttp {
  public:
-  // `listen` is "IP:PORT" (port 0 = any free port); `threads` bounds the concurrent
-  // connections (a streaming response holds one). `render_metrics` returns the Prometheus text
-  // of GET /metrics. Errors: those of HttpServer::Start.
+  // `listen` is "IP:PORT" (port 0 = any free port); `threads` bounds the requests answered at
+  // once (a streaming response holds one until it ends). `render_metrics` returns the Prometheus
+  // text of GET /metrics. Errors: those of HttpServer::Start.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<RouterHttp>> Start(
       const std::string& listen, int threads, const RouterDeps* deps,
       std::function<std::string()> render_metrics);

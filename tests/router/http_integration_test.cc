@@ -275,14 +275,21 @@ TEST_F(RouterHttpTest, ClientLeavingWhileNoTokenComesCancelsTheRequest) {
     decode_script_->calls.push_back({.hang_after = 0});
   }
   const absl::Time start = absl::Now();
-  // Hang up once the first token's chunk (the prefill's) arrived; the decode call sends nothing,
-  // so no write can fail: only the connection watch can notice.
-  const HttpReply reply =
-      Post(http_->port(), "/v1/completions",
-           R"({"prompt": "hi", "max_tokens": 50, "stream": true})", [](const std::string& body) {
-             bool done = false;
-             return StreamedText(Events(body, &done)).empty();
-           });
+  // Hang up once the first token's chunk (the prefill's) arrived and the decode call is in
+  // flight (the server sees the close at once: a client leaving before the router started the
+  // decode call cancels the request before there is a call to cancel); the decode call sends
+  // nothing, so no write can fail: only the connection watch can notice.
+  const HttpReply reply = Post(
+      http_->port(), "/v1/completions", R"({"prompt": "hi", "max_tokens": 50, "stream": true})",
+      [this](const std::string& body) {
+        bool done = false;
+        if (StreamedText(Events(body, &done)).empty()) return true;
+        const absl::Time deadline = absl::Now() + kWait;
+        while (decode_->requests().empty() && absl::Now() < deadline) {
+          absl::SleepFor(absl::Milliseconds(2));  // polling an observed condition
+        }
+        return false;
+      });
   EXPECT_EQ(reply.code, CURLE_WRITE_ERROR);
   EXPECT_TRUE(decode_->WaitForCancelled(1, kWait));
   EXPECT_LT(absl::Now() - start, kWait);
