@@ -5,8 +5,6 @@
 // node sees the cancellation. Without a token the call waits for its deadline.
 #include "router/grpc_node_client.h"
 
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -16,8 +14,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/cancellation.h"
-#include "serving/loopback_server.h"
 #include "tandem/v1/prefill.grpc.pb.h"
+#include "tests/router/loopback_node_test.h"
 
 namespace tandem {
 namespace {
@@ -67,26 +65,14 @@ class SilentPrefill final : public v1::PrefillService::CallbackService {
   int cancelled_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-class GrpcNodeClientTest : public testing::Test {
+class GrpcNodeClientTest : public LoopbackNodeTest<SilentPrefill> {
  protected:
-  GrpcNodeClientTest() {
-    server_ = StartLoopbackServer(&service_, &address_);
-    node_ = NodeRef{address_, grpc::CreateChannel(address_, grpc::InsecureChannelCredentials())};
-  }
-  ~GrpcNodeClientTest() override { StopLoopbackServer(server_.get(), absl::Seconds(2)); }
-
   absl::StatusOr<v1::PrefillResponse> Prefill(absl::Time deadline,
                                               const CancellationToken* cancel) {
     v1::PrefillRequest request;
     request.set_request_id("r1");
     return client_.Prefill(node_, std::move(request), deadline, "r1", cancel);
   }
-
-  SilentPrefill service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::string address_;
-  NodeRef node_;
-  GrpcNodeClient client_;
 };
 
 // The call's deadline is further away than kPrompt: only the cancellation ends these calls in

@@ -5,8 +5,6 @@
 #include "router/grpc_read_stream.h"
 
 #include <grpcpp/alarm.h>
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -16,9 +14,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "router/grpc_node_client.h"
-#include "serving/loopback_server.h"
 #include "tandem/v1/decode.grpc.pb.h"
+#include "tests/router/loopback_node_test.h"
 
 namespace tandem {
 namespace {
@@ -83,14 +80,8 @@ class TokenService final : public v1::DecodeService::CallbackService {
   };
 };
 
-class GrpcReadStreamTest : public testing::Test {
+class GrpcReadStreamTest : public LoopbackNodeTest<TokenService> {
  protected:
-  GrpcReadStreamTest() {
-    server_ = StartLoopbackServer(&service_, &address_);
-    node_ = NodeRef{address_, grpc::CreateChannel(address_, grpc::InsecureChannelCredentials())};
-  }
-  ~GrpcReadStreamTest() override { StopLoopbackServer(server_.get(), absl::Seconds(2)); }
-
   // `delay_ms` < 0: a silent node.
   std::unique_ptr<DecodeEventStream> Open(int32_t tokens, bool abort = false,
                                           int32_t delay_ms = 0) {
@@ -100,12 +91,6 @@ class GrpcReadStreamTest : public testing::Test {
     request.set_first_token(delay_ms);
     return client_.Decode(node_, std::move(request), absl::Now() + absl::Seconds(20), "test");
   }
-
-  TokenService service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::string address_;
-  NodeRef node_;
-  GrpcNodeClient client_;
 };
 
 TEST_F(GrpcReadStreamTest, ReadReturnsTheMessagesThenTheEnd) {
