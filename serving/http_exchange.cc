@@ -59,46 +59,46 @@ bool HttpExchange::responded() const {
   return state_->phase != State::Phase::kPending;
 }
 
-bool HttpExchange::Respond(int status, absl::string_view content_type, absl::string_view body,
-                           const Headers& headers) {
+namespace {
+
+// Begins the response in `phase` with `status`; `head` appends its first bytes to the pending
+// ones (skipped when the client is gone). False when a response was begun before or the client
+// is gone.
+template <typename Head>
+bool Begin(const std::shared_ptr<HttpExchange::State>& state, HttpExchange::State::Phase phase,
+           int status, Head head) {
   bool need_post;
   bool gone;
   {
-    absl::MutexLock lock(&state_->mu);
-    if (state_->phase != State::Phase::kPending) return false;
-    state_->phase = State::Phase::kWhole;
-    state_->status = status;
-    gone = state_->gone;
-    if (!gone) {
-      absl::StrAppend(
-          &state_->pending,
-          HttpResponseHead(status, content_type, headers, body.size(), state_->keep_alive), body);
-    }
-    need_post = !state_->queued;
-    state_->queued = true;
+    absl::MutexLock lock(&state->mu);
+    if (state->phase != HttpExchange::State::Phase::kPending) return false;
+    state->phase = phase;
+    state->status = status;
+    gone = state->gone;
+    if (!gone) head(state->pending);
+    need_post = !state->queued;
+    state->queued = true;
   }
-  State::Post(state_, need_post);
+  HttpExchange::State::Post(state, need_post);
   return !gone;
 }
 
+}  // namespace
+
+bool HttpExchange::Respond(int status, absl::string_view content_type, absl::string_view body,
+                           const Headers& headers) {
+  const bool keep_alive = state_->keep_alive;
+  return Begin(state_, State::Phase::kWhole, status, [&](std::string& pending) {
+    absl::StrAppend(&pending,
+                    HttpResponseHead(status, content_type, headers, body.size(), keep_alive), body);
+  });
+}
+
 bool HttpExchange::StartStream(int status, absl::string_view content_type, const Headers& headers) {
-  bool need_post;
-  bool gone;
-  {
-    absl::MutexLock lock(&state_->mu);
-    if (state_->phase != State::Phase::kPending) return false;
-    state_->phase = State::Phase::kStream;
-    state_->status = status;
-    gone = state_->gone;
-    if (!gone) {
-      state_->pending +=
-          HttpResponseHead(status, content_type, headers, std::nullopt, state_->keep_alive);
-    }
-    need_post = !state_->queued;
-    state_->queued = true;
-  }
-  State::Post(state_, need_post);
-  return !gone;
+  const bool keep_alive = state_->keep_alive;
+  return Begin(state_, State::Phase::kStream, status, [&](std::string& pending) {
+    pending += HttpResponseHead(status, content_type, headers, std::nullopt, keep_alive);
+  });
 }
 
 bool HttpExchange::WriteChunk(absl::string_view data) {

@@ -98,6 +98,13 @@ bool HasWholeResponses(const std::string& s, int n) {
   return seen >= n && absl::EndsWith(s, "\n");
 }
 
+// Sends `request` on a new connection; the one whole response (Content-Length body) it gets.
+std::string OneResponse(int port, const std::string& request) {
+  Client client(port);
+  if (!client.Send(request)) return "";
+  return client.ReadUntil([](const std::string& s) { return HasWholeResponses(s, 1); });
+}
+
 // Records on_response calls.
 struct Responses {
   absl::Mutex mu;
@@ -160,6 +167,49 @@ class HttpServerTest : public ::testing::Test {
     server_ = *std::move(server);
   }
 
+  // A handler that sends one event of a stream (`mid_stream`) or nothing, then writes nothing
+  // more and waits for OnClientGone: only the event loop can see the client leave. The client
+  // leaves once it got what was sent; the handler sees it within 2 s and its later write fails.
+  void ClientGoneSeen(bool mid_stream) {
+    struct Seen {
+      absl::Notification gone, sent, done;
+      std::atomic<bool> late_write_ok{true};
+    };
+    auto seen = std::make_shared<Seen>();  // outlives an early return of the test
+    StartServer(HttpServerOptions(), {{"GET", "/wait", [seen, mid_stream](HttpExchange& ex) {
+                                         ex.OnClientGone([seen] { seen->gone.Notify(); });
+                                         if (mid_stream) {
+                                           ex.StartStream(200, "text/event-stream");
+                                           ex.WriteChunk("data: first\n\n");
+                                         }
+                                         seen->sent.Notify();
+                                         if (seen->gone.WaitForNotificationWithTimeout(kWait)) {
+                                           seen->late_write_ok =
+                                               mid_stream ? ex.WriteChunk("data: late\n\n")
+                                                          : ex.Respond(200, "text/plain", "late\n");
+                                         }
+                                         ex.OnClientGone(nullptr);
+                                         seen->done.Notify();
+                                       }}});
+    Client client(server_->port());
+    ASSERT_TRUE(client.Send(Request("GET", "/wait")));
+    ASSERT_TRUE(seen->sent.WaitForNotificationWithTimeout(kWait));
+    if (mid_stream) {
+      const std::string first = client.ReadUntil(
+          [](const std::string& s) { return absl::StrContains(s, "data: first\n\n"); });
+      ASSERT_TRUE(absl::StrContains(first, "data: first")) << first;
+    }
+    const absl::Time closed = absl::Now();
+    client.Close();
+    ASSERT_TRUE(seen->done.WaitForNotificationWithTimeout(kWait));
+    EXPECT_TRUE(seen->gone.HasBeenNotified());
+    // Seen as it happens (the connection watch polled every 100 ms before).
+    EXPECT_LT(absl::Now() - closed, absl::Seconds(2));
+    EXPECT_FALSE(seen->late_write_ok.load());
+    // Counted once its handler returned.
+    EXPECT_TRUE(responses_.WaitFor("/wait", 200));
+  }
+
   Responses responses_;
   std::unique_ptr<HttpServer> server_;
 };
@@ -197,56 +247,11 @@ TEST_F(HttpServerTest, ManyConcurrentStreamsWrittenFromOtherThreads) {
 }
 
 TEST_F(HttpServerTest, AClientClosingMidStreamFiresOnClientGoneWithoutAWrite) {
-  absl::Notification gone;
-  absl::Notification handler_saw_gone;
-  std::atomic<bool> write_after_gone{true};
-  HttpServerOptions options;
-  StartServer(options, {{"GET", "/quiet", [&](HttpExchange& ex) {
-                           ex.OnClientGone([&gone] { gone.Notify(); });
-                           ex.StartStream(200, "text/event-stream");
-                           ex.WriteChunk("data: first\n\n");
-                           // Nothing more is written: only the loop can see the client go.
-                           if (gone.WaitForNotificationWithTimeout(kWait)) {
-                             handler_saw_gone.Notify();
-                             write_after_gone = ex.WriteChunk("data: late\n\n");
-                           }
-                           ex.OnClientGone(nullptr);
-                         }}});
-  Client client(server_->port());
-  ASSERT_TRUE(client.Send(Request("GET", "/quiet")));
-  const std::string first = client.ReadUntil(
-      [](const std::string& s) { return absl::StrContains(s, "data: first\n\n"); });
-  ASSERT_TRUE(absl::StrContains(first, "data: first")) << first;
-  const absl::Time closed = absl::Now();
-  client.Close();
-  ASSERT_TRUE(handler_saw_gone.WaitForNotificationWithTimeout(kWait));
-  // Seen as it happens (the connection watch polled every 100 ms before).
-  EXPECT_LT(absl::Now() - closed, absl::Seconds(2));
-  EXPECT_FALSE(write_after_gone.load());
-  // Counted once its handler returned.
-  EXPECT_TRUE(responses_.WaitFor("/quiet", 200));
+  ClientGoneSeen(/*mid_stream=*/true);
 }
 
 TEST_F(HttpServerTest, AClientGoneBeforeTheResponseFiresOnClientGone) {
-  absl::Notification gone;
-  absl::Notification entered;
-  std::atomic<bool> respond_ok{true};
-  HttpServerOptions options;
-  StartServer(options, {{"POST", "/slow", [&](HttpExchange& ex) {
-                           ex.OnClientGone([&gone] { gone.Notify(); });
-                           entered.Notify();
-                           if (gone.WaitForNotificationWithTimeout(kWait)) {
-                             respond_ok = ex.Respond(200, "text/plain", "late\n");
-                           }
-                           ex.OnClientGone(nullptr);
-                         }}});
-  Client client(server_->port());
-  ASSERT_TRUE(client.Send(Request("POST", "/slow", "", "x")));
-  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(kWait));
-  client.Close();
-  ASSERT_TRUE(gone.WaitForNotificationWithTimeout(kWait));
-  EXPECT_TRUE(responses_.WaitFor("/slow", 200));
-  EXPECT_FALSE(respond_ok.load());
+  ClientGoneSeen(/*mid_stream=*/false);
 }
 
 TEST_F(HttpServerTest, TheServersOwnAnswers404405413And500) {
@@ -255,22 +260,12 @@ TEST_F(HttpServerTest, TheServersOwnAnswers404405413And500) {
   options.body_too_large = [](size_t max) { return absl::StrCat("{\"limit\": ", max, "}"); };
   options.body_too_large_content_type = "application/json";
   StartServer(options, {{"GET", "/silent", [](HttpExchange&) {}}});
-  {
-    Client client(server_->port());
-    ASSERT_TRUE(client.Send(Request("GET", "/nothing")));
-    const std::string r =
-        client.ReadUntil([](const std::string& s) { return HasWholeResponses(s, 1); });
-    EXPECT_TRUE(absl::StartsWith(r, "HTTP/1.1 404 Not Found\r\n")) << r;
-    EXPECT_TRUE(absl::EndsWith(r, "no route for GET /nothing\n")) << r;
-  }
-  {
-    Client client(server_->port());
-    ASSERT_TRUE(client.Send(Request("POST", "/hello", "", "{}")));
-    const std::string r =
-        client.ReadUntil([](const std::string& s) { return HasWholeResponses(s, 1); });
-    EXPECT_TRUE(absl::StartsWith(r, "HTTP/1.1 405 Method Not Allowed\r\n")) << r;
-    EXPECT_TRUE(absl::StrContains(r, "Allow: GET\r\n")) << r;
-  }
+  const std::string not_found = OneResponse(server_->port(), Request("GET", "/nothing"));
+  EXPECT_TRUE(absl::StartsWith(not_found, "HTTP/1.1 404 Not Found\r\n")) << not_found;
+  EXPECT_TRUE(absl::EndsWith(not_found, "no route for GET /nothing\n")) << not_found;
+  const std::string wrong = OneResponse(server_->port(), Request("POST", "/hello", "", "{}"));
+  EXPECT_TRUE(absl::StartsWith(wrong, "HTTP/1.1 405 Method Not Allowed\r\n")) << wrong;
+  EXPECT_TRUE(absl::StrContains(wrong, "Allow: GET\r\n")) << wrong;
   {
     // Refused by its Content-Length: the body is never sent (the client waits for a 100).
     Client client(server_->port());
@@ -283,21 +278,12 @@ TEST_F(HttpServerTest, TheServersOwnAnswers404405413And500) {
     EXPECT_TRUE(absl::EndsWith(r, "{\"limit\": 16}")) << r;
     EXPECT_TRUE(client.eof());
   }
-  {
-    Client client(server_->port());
-    ASSERT_TRUE(client.Send(Request("GET", "/silent")));
-    const std::string r =
-        client.ReadUntil([](const std::string& s) { return HasWholeResponses(s, 1); });
-    EXPECT_TRUE(absl::StartsWith(r, "HTTP/1.1 500 Internal Server Error\r\n")) << r;
-  }
-  {
-    // Within the limit, the body reaches the handler.
-    Client client(server_->port());
-    ASSERT_TRUE(client.Send(Request("POST", "/echo", "", "0123456789abcdef")));
-    const std::string r =
-        client.ReadUntil([](const std::string& s) { return HasWholeResponses(s, 1); });
-    EXPECT_TRUE(absl::EndsWith(r, "\r\n\r\n0123456789abcdef\n")) << r;
-  }
+  const std::string silent = OneResponse(server_->port(), Request("GET", "/silent"));
+  EXPECT_TRUE(absl::StartsWith(silent, "HTTP/1.1 500 Internal Server Error\r\n")) << silent;
+  // Within the limit, the body reaches the handler.
+  const std::string echo =
+      OneResponse(server_->port(), Request("POST", "/echo", "", "0123456789abcdef"));
+  EXPECT_TRUE(absl::EndsWith(echo, "\r\n\r\n0123456789abcdef\n")) << echo;
   EXPECT_TRUE(responses_.WaitFor("", 404));
   EXPECT_TRUE(responses_.WaitFor("/hello", 405));
   EXPECT_TRUE(responses_.WaitFor("/echo", 413));
