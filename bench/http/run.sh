@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # HTTP library choice by measurement: each candidate server (bench/http/sse_server_*; `tandem` is
-# serving/http_server.h, the chosen cpp-httplib as the router uses it) streams
+# serving/http_server.h as the router uses it: one libevent loop, first built on the chosen
+# cpp-httplib) streams
 # TOKENS server-sent events every INTERVAL_MS to N concurrent clients (sse_load, one poll thread),
 # for N in CONNECTIONS. Prints per library and N: streams completed / failed, wall time, the
 # largest gap between two events of one stream, the server's peak RSS, CPU seconds and threads.

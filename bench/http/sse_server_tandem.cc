@@ -1,6 +1,6 @@
 // sse_server_tandem: the same SSE server as sse_server_httplib.cc, on Tandem's own HttpServer
-// (serving/http_server.h: cpp-httplib, backlog raised, each handler on its own thread) -- the
-// code path the router's streaming OpenAI API takes. Runs until SIGINT/SIGTERM.
+// (serving/http_server.h: one libevent loop for every connection, each handler on a pool thread)
+// -- the code path the router's streaming OpenAI API takes. Runs until SIGINT/SIGTERM.
 #include <csignal>
 #include <cstdio>
 #include <string>
