@@ -33,6 +33,9 @@ constexpr size_t kReadHighWater = 256 << 10;
 constexpr absl::Duration kLingerAfterRefusal = absl::Seconds(2);
 // How long Shutdown waits for output to drain.
 constexpr absl::Duration kShutdownDrain = absl::Seconds(2);
+// How long accepting pauses after accept() failed (out of file descriptors: the pending
+// connection stays readable, so accepting on at once would spin).
+constexpr absl::Duration kAcceptPause = absl::Milliseconds(100);
 
 std::string PlainResponse(int status, absl::string_view text) {
   return HttpResponseHead(status, "text/plain", {}, text.size(), /*keep_alive=*/false) +
@@ -238,6 +241,17 @@ absl::StatusOr<std::unique_ptr<HttpLoop>> HttpLoop::Start(const std::string& hos
   if (loop->listener_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot serve HTTP on ", host, ":", port));
   }
+  evconnlistener_set_error_cb(loop->listener_, &HttpLoop::OnAcceptError);
+  loop->accept_resume_ = evtimer_new(
+      loop->base_,
+      [](int, short, void* arg) {
+        HttpLoop* self = static_cast<HttpLoop*>(arg);
+        if (self->listener_ != nullptr) evconnlistener_enable(self->listener_);
+      },
+      loop.get());
+  if (loop->accept_resume_ == nullptr) {
+    return absl::InternalError("libevent: cannot create the HTTP loop's accept timer");
+  }
   sockaddr_storage bound;
   socklen_t bound_len = sizeof(bound);
   if (::getsockname(evconnlistener_get_fd(loop->listener_), reinterpret_cast<sockaddr*>(&bound),
@@ -265,6 +279,7 @@ HttpLoop::~HttpLoop() {
   if (listener_ != nullptr) evconnlistener_free(listener_);
   if (wake_event_ != nullptr) event_free(wake_event_);
   if (close_deadline_ != nullptr) event_free(close_deadline_);
+  if (accept_resume_ != nullptr) event_free(accept_resume_);
   if (base_ != nullptr) event_base_free(base_);
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
@@ -299,6 +314,13 @@ void HttpLoop::OnAccept(evconnlistener*, int fd, sockaddr*, int, void* arg) {
   bufferevent_setwatermark(bev, EV_READ, 0, kReadHighWater);
   c->SetReadTimeout(kIdleTimeout);
   bufferevent_enable(bev, EV_READ | EV_WRITE);
+}
+
+void HttpLoop::OnAcceptError(evconnlistener* listener, void* arg) {
+  HttpLoop* loop = static_cast<HttpLoop*>(arg);
+  evconnlistener_disable(listener);
+  const timeval pause = absl::ToTimeval(kAcceptPause);
+  evtimer_add(loop->accept_resume_, &pause);
 }
 
 void HttpLoop::Post(std::shared_ptr<State> state) {

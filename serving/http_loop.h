@@ -9,7 +9,8 @@
 // while a request is answered, so a client that closes the connection is seen at once (EOF) and
 // the exchange's on_gone runs on the loop. After each response the next request on the
 // connection is read (keep-alive, at most kMaxRequestsPerConnection); a connection waiting for a
-// request closes after kIdleTimeout, one whose client reads nothing for kIdleTimeout too.
+// request closes after kIdleTimeout, one whose client reads nothing for kIdleTimeout too. When
+// accept() fails (out of file descriptors) accepting pauses for 100 ms rather than spinning.
 //
 // Thread-safety: Post from any thread; Start, StopAccepting and Shutdown from one thread.
 #pragma once
@@ -78,6 +79,8 @@ class HttpLoop final : public HttpOutbox {
   void Wake();
   static void OnWake(int fd, short what, void* arg);
   static void OnAccept(evconnlistener* listener, int fd, ::sockaddr* addr, int len, void* arg);
+  // accept() failed (e.g. EMFILE): accepting pauses for a moment instead of spinning.
+  static void OnAcceptError(evconnlistener* listener, void* arg);
   void Drain();
   void Apply(const std::shared_ptr<HttpExchange::State>& state);
   void CloseAll();
@@ -101,6 +104,7 @@ class HttpLoop final : public HttpOutbox {
   bool stopping_ = false;  // StopAccepting was called
   bool closing_ = false;   // Shutdown: close each connection once its output drained
   event* close_deadline_ = nullptr;
+  event* accept_resume_ = nullptr;  // re-enables the listener after OnAcceptError
 };
 
 }  // namespace tandem

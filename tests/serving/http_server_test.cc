@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -344,6 +345,41 @@ TEST_F(HttpServerTest, StopWaitsForABlockedHandlerAndWritesItsResponse) {
   Client late(server_->port());
   EXPECT_FALSE(late.connected() && late.Send(Request("GET", "/hello")) &&
                absl::StrContains(late.ReadToEof(), "200 OK"));
+}
+
+TEST_F(HttpServerTest, AcceptingResumesAfterTheProcessRanOutOfDescriptors) {
+  StartServer(HttpServerOptions());
+  rlimit saved;
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  // Every descriptor below the lowest free one is in use: with the limit just above it, the
+  // client's socket takes the last one and the server's accept() fails with EMFILE.
+  const int lowest_free = ::dup(0);
+  ASSERT_GE(lowest_free, 0);
+  ::close(lowest_free);
+  rlimit tight = saved;
+  tight.rlim_cur = static_cast<rlim_t>(lowest_free) + 1;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &tight), 0);
+  Client client(server_->port());
+  const bool connected = client.connected();
+  const bool sent = connected && client.Send(Request("GET", "/hello"));
+  // Nothing is answered while the server cannot accept, and its loop does not spin on the
+  // pending connection meanwhile (the client only polls: the process's CPU is the loop's).
+  rusage before, after;
+  ::getrusage(RUSAGE_SELF, &before);
+  const std::string early = client.ReadUntil(
+      [](const std::string& s) { return HasWholeResponses(s, 1); }, absl::Milliseconds(300));
+  ::getrusage(RUSAGE_SELF, &after);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  const absl::Duration cpu =
+      absl::DurationFromTimeval(after.ru_utime) + absl::DurationFromTimeval(after.ru_stime) -
+      absl::DurationFromTimeval(before.ru_utime) - absl::DurationFromTimeval(before.ru_stime);
+  EXPECT_LT(cpu, absl::Milliseconds(100));
+  ASSERT_TRUE(connected);
+  ASSERT_TRUE(sent);
+  EXPECT_EQ(early, "");
+  const std::string r =
+      client.ReadUntil([](const std::string& s) { return HasWholeResponses(s, 1); });
+  EXPECT_TRUE(absl::EndsWith(r, "hello\n")) << r;
 }
 
 size_t AppendTo(char* data, size_t size, size_t n, void* out) {
