@@ -53,6 +53,8 @@ DecodeCallResult RunDecodeCall(NodeClient& client, Clock& clock, const Cancellat
                                DecodeCallSpec spec, const DecodeCallHooks& hooks) {
   DecodeCallResult result;
   const absl::Duration idle = spec.idle;
+  Arrivals own_arrivals;  // declared before the stream, which notes it until destroyed
+  Arrivals& arrivals = hooks.arrivals != nullptr ? *hooks.arrivals : own_arrivals;
   std::unique_ptr<DecodeEventStream> stream =
       client.Decode(spec.node, std::move(spec.request), spec.deadline, spec.request_id);
   // Registered after the stream exists and unregistered before it goes (declared after it).
@@ -64,20 +66,27 @@ DecodeCallResult RunDecodeCall(NodeClient& client, Clock& clock, const Cancellat
     result.first_event_at = clock.Now();
     return hooks.on_first_event ? hooks.on_first_event(event) : hooks.on_event(event);
   };
-  // A pipelined call's wait for its first event: read here, with the watch between reads.
-  while (!result.first_event && spec.first_event_by != absl::InfiniteFuture()) {
-    DecodeCallHooks::Poll poll;
+  // A pipelined call's wait for its first event: read here, the hook's streams (the watch)
+  // looked at before each wait, which whatever arrives first on any of them ends.
+  const bool wait_first = spec.first_event_by != absl::InfiniteFuture();
+  if (wait_first) stream->NoteArrivalsIn(&arrivals);
+  while (!result.first_event && wait_first) {
+    // Read before looking: what arrives after this has moved the count, so the wait below
+    // returns at once.
+    const uint64_t seen = arrivals.count();
     if (hooks.before_first_event) {
-      poll = hooks.before_first_event();
-      if (EndWith(poll.step, *stream, idle)) return result;
+      if (EndWith(hooks.before_first_event(), *stream, idle)) return result;
     }
     const absl::Duration left = spec.first_event_by - clock.Now();
     if (left <= absl::ZeroDuration()) {
       result.failure = absl::DeadlineExceededError(spec.first_event_late);
       return result;
     }
-    DecodeEventStream::ReadResult next = stream->Read(std::min(poll.wait, left));
-    if (next.kind == Kind::kIdle) continue;
+    DecodeEventStream::ReadResult next = stream->Read(absl::ZeroDuration());
+    if (next.kind == Kind::kIdle) {
+      clock.Wait(left, [&](absl::Time real_deadline) { arrivals.AwaitAfter(seen, real_deadline); });
+      continue;
+    }
     if (next.kind != Kind::kMessage) {
       result.failure = StreamEndFailure(next, idle);
       return result;
@@ -89,6 +98,7 @@ DecodeCallResult RunDecodeCall(NodeClient& client, Clock& clock, const Cancellat
     }
     if (EndWith(*step, *stream, idle)) return result;
   }
+  if (wait_first) stream->NoteArrivalsIn(nullptr);
   // Every other event is handled as it arrives (Relay: on the transport's thread), until a hook
   // ends the call.
   absl::StatusOr<CallStep> step = CallStep::kRead;

@@ -7,8 +7,9 @@
 //
 // Waits: at most `idle` between two events. With `first_event_by` set, the wait for the first
 // event is instead bounded by that time (a pipelined call's first event waits for the whole
-// prefill), and `before_first_event`, when set, runs before each read until then (the pipelined
-// watch of the prefill) and bounds that read's wait.
+// prefill), and `before_first_event`, when set, runs before each wait until then (the pipelined
+// watch of the prefill). That wait ends as soon as the call's stream or a stream the hook reads
+// has something (both note their arrivals in one Arrivals: arrivals.h), not at a poll interval.
 //
 // Threads: RunDecodeCall runs on the request's thread and returns there, but the events after
 // a pipelined call's first one are handed to the hooks as they arrive (NodeStream::Relay: with
@@ -24,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/cancellation.h"
+#include "router/arrivals.h"
 #include "router/clock.h"
 #include "router/node_client.h"
 
@@ -43,13 +45,14 @@ struct DecodeCallHooks {
   std::function<absl::StatusOr<CallStep>(const v1::DecodeEvent&)> on_event;
   // The call's first event: the decode node has the KV (or, colocated, computed it).
   std::function<absl::StatusOr<CallStep>(const v1::DecodeEvent&)> on_first_event;
-  // With first_event_by: runs before each read until the first event. kRead goes on reading,
-  // waiting at most `wait`; anything else ends the call as that step would.
-  struct Poll {
-    CallStep step = CallStep::kRead;
-    absl::Duration wait = absl::InfiniteDuration();
-  };
-  std::function<Poll()> before_first_event;
+  // With first_event_by: runs before each wait for the first event, and must not block (it reads
+  // its streams with a zero wait). kRead goes on waiting; anything else ends the call as that
+  // step would. A stream it reads must note its arrivals in `arrivals` (NoteArrivalsIn), which
+  // is what wakes the wait for it.
+  std::function<CallStep()> before_first_event;
+  // The counter the wait for the first event sleeps on; the runner has the call's stream note
+  // it too. Null: the runner's own. REQUIRES: outlives the streams that note it.
+  Arrivals* arrivals = nullptr;
 };
 
 struct DecodeCallSpec {

@@ -39,9 +39,6 @@ std::string LayoutNameOf(const v1::KvLayout& layout);
 // Longest wait for a healthy node before the pick is tried again (a cancellation wakes it at
 // once: NodePool::AwaitHealthy).
 constexpr absl::Duration kWaitSlice = absl::Milliseconds(100);
-// How often a pipelined request's thread looks at the prefill's progress while it waits for the
-// decode node's first event.
-constexpr absl::Duration kWatchPoll = absl::Milliseconds(2);
 
 class Driver {
  public:

@@ -56,19 +56,24 @@ void Driver::PipelinedDecode(RequestState& state) {
   // prefill samples it, not after the decode node has pulled the last chunk. A watch that fails
   // only loses that head start: the decode node's first event carries the same token. Opened
   // once the Decode call has started.
+  // The watch and the decode call note their arrivals here, so the wait for the decode's first
+  // event ends as soon as either has something (declared before the watch: it outlives it).
+  Arrivals arrivals;
   std::unique_ptr<KvProgressStream> watch;
   bool watch_opened = false;
   std::optional<int32_t> prefill_token;  // the first token, once the watch has it
   bool done_at_watch = false;            // the request ended at the watch's first token
 
   DecodeCallHooks hooks;
-  hooks.before_first_event = [&]() -> DecodeCallHooks::Poll {
+  hooks.arrivals = &arrivals;
+  hooks.before_first_event = [&]() -> CallStep {
     if (!watch_opened) {
       watch_opened = true;
       v1::WatchKvRequest w;
       w.set_request_id(kv_->handle.request_id());
       w.set_generation(kv_->handle.generation());
       watch = nodes_->WatchKv(kv_->node, std::move(w), deadline, request_id_);
+      watch->NoteArrivalsIn(&arrivals);
     }
     while (watch != nullptr && !prefill_token.has_value()) {
       KvProgressStream::ReadResult w = watch->Read(absl::ZeroDuration());
@@ -90,10 +95,10 @@ void Driver::PipelinedDecode(RequestState& state) {
         // Done at the first token (a stop id, or max_tokens 1): stop the decode call (the decode
         // node then releases the KV); it is released here too, in case it had not taken it yet.
         done_at_watch = true;
-        return {CallStep::kCancel};
+        return CallStep::kCancel;
       }
     }
-    return {CallStep::kRead, watch != nullptr ? kWatchPoll : absl::InfiniteDuration()};
+    return CallStep::kRead;
   };
   hooks.on_first_event = [&](const v1::DecodeEvent& event) -> absl::StatusOr<CallStep> {
     if (event.has_finish()) transfer_time_ += absl::Microseconds(event.finish().transfer_us());

@@ -6,7 +6,7 @@
 // after the callback returned): a relayed token wakes no other thread. The reactor frees itself
 // when gRPC is done with the call; the context, request, queue and the stub the call was
 // started on live in a block shared with it, so destroying the stream early (which cancels the
-// call) is safe.
+// call) is safe. A queued message and the end also note the reader's Arrivals (NoteArrivalsIn).
 //
 // Thread-safety: Read and Relay from one thread; Cancel() from any thread.
 #pragma once
@@ -49,11 +49,19 @@ class GrpcReadStream final : public NodeStream<Message> {
     SetRequestIdMetadata(&shared_->context, request_id);
     (new Reactor(shared_, std::move(start)))->Begin();
   }
-  ~GrpcReadStream() override { shared_->context.TryCancel(); }
+  ~GrpcReadStream() override {
+    NoteArrivalsIn(nullptr);  // the reactor may outlive this stream, not its reader's counter
+    shared_->context.TryCancel();
+  }
   GrpcReadStream(const GrpcReadStream&) = delete;
   GrpcReadStream& operator=(const GrpcReadStream&) = delete;
 
   void Cancel() override { shared_->context.TryCancel(); }
+
+  void NoteArrivalsIn(Arrivals* arrivals) override {
+    absl::MutexLock lock(&shared_->mu);
+    shared_->arrivals = arrivals;
+  }
 
   Result Read(absl::Duration wait) override {
     Shared& s = *shared_;
@@ -128,6 +136,9 @@ class GrpcReadStream final : public NodeStream<Message> {
     bool relaying ABSL_GUARDED_BY(mu) = false;       // the reactor is in `relay` now
     bool relay_stopped ABSL_GUARDED_BY(mu) = false;  // `relay` returned false
     absl::Time last_message ABSL_GUARDED_BY(mu);     // the relay's latest hand-over (or start)
+    // Noted (under mu, so never after NoteArrivalsIn replaced it) as a message is queued or the
+    // stream ends.
+    Arrivals* arrivals ABSL_GUARDED_BY(mu) = nullptr;
   };
 
   class Reactor final : public grpc::ClientReadReactor<Message> {
@@ -152,6 +163,7 @@ class GrpcReadStream final : public NodeStream<Message> {
           s.relaying = true;
         } else {
           s.messages.push_back(std::move(incoming_));
+          if (s.arrivals != nullptr) s.arrivals->Note();
         }
       }
       if (relay.has_value()) {
@@ -174,6 +186,7 @@ class GrpcReadStream final : public NodeStream<Message> {
         absl::MutexLock lock(&shared_->mu);
         shared_->status = status;
         shared_->done = true;
+        if (shared_->arrivals != nullptr) shared_->arrivals->Note();
       }
       delete this;
     }

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/cancellation.h"
+#include "router/arrivals.h"
 #include "tandem/v1/decode.pb.h"
 #include "tandem/v1/prefill.pb.h"
 
@@ -59,6 +60,11 @@ class NodeStream {
   // Asks the call to stop (from any thread; idempotent): it ends CANCELLED unless it already
   // ended. Must not block.
   virtual void Cancel() = 0;
+
+  // From now on, each message or end that arrives also calls arrivals->Note() (arrivals.h), on
+  // the transport's thread, so a reader can wait on several streams at once; null stops it. Call
+  // from the reading thread. REQUIRES: `arrivals` outlives this stream, or is replaced first.
+  virtual void NoteArrivalsIn(Arrivals* arrivals) = 0;
 
   // Hands the messages, in order, to `on_message` until it returns false, the stream ends, or
   // nothing arrives within `idle` of the last one (or of the call); then returns kMessage

@@ -39,6 +39,19 @@ class ScriptedStream final : public NodeStream<Message> {
     if (ended_) return;
     *cancelled_ = true;
     End(absl::CancelledError("call cancelled by the router"));
+    if (arrivals_ != nullptr) arrivals_->Note();
+  }
+
+  // Each later step's time (and the deadline) becomes a clock alarm: a Wait stops there, as a
+  // real arrival would wake it.
+  void NoteArrivalsIn(Arrivals* arrivals) override {
+    absl::MutexLock lock(&mu_);
+    arrivals_ = arrivals;
+    if (arrivals == nullptr || ended_) return;
+    for (size_t i = next_; i < script_.size(); ++i) {
+      clock_->AddAlarm(std::min(opened_ + script_[i].after, deadline_));
+    }
+    clock_->AddAlarm(deadline_);
   }
 
   Result Read(absl::Duration wait) override {
@@ -91,6 +104,7 @@ class ScriptedStream final : public NodeStream<Message> {
   size_t next_ ABSL_GUARDED_BY(mu_) = 0;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);
+  Arrivals* arrivals_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 template <typename Request>

@@ -8,9 +8,10 @@
 // advances the clock by the wait and reports idle; a step past the call's deadline ends the
 // stream with DEADLINE_EXCEEDED at the deadline; past the script's last step the stream ends
 // cleanly (OK without a finish). Cancel() (the client's, or the driver's own) ends a stream with
-// CANCELLED and is recorded. Relay reads as NodeStream's default does (on the caller's thread)
-// and counts what it hands over. A Prefill whose CancellationToken is already cancelled
-// ends CANCELLED.
+// CANCELLED and is recorded. A stream given NoteArrivalsIn sets a clock alarm at each later
+// step, so a Wait on its Arrivals passes time only up to the stream's next step. Relay reads as
+// NodeStream's default does (on the caller's thread) and counts what it hands over. A Prefill whose
+// CancellationToken is already cancelled ends CANCELLED.
 //
 // Unset handlers answer UNIMPLEMENTED (ReleaseKv: OK).
 //

@@ -1,7 +1,8 @@
 // GrpcReadStream (router/grpc_read_stream.h) against a loopback DecodeService: Read returns the
 // messages in order then the end; Relay hands every message over on gRPC's thread (not the
 // caller's), stops when its callback says so (the rest stays for Read), reports the end with the
-// node's status, and gives up after the idle time without a message.
+// node's status, and gives up after the idle time without a message; every queued message and
+// the end note the reader's Arrivals.
 #include "router/grpc_read_stream.h"
 
 #include <grpcpp/alarm.h>
@@ -14,6 +15,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "router/arrivals.h"
 #include "tandem/v1/decode.grpc.pb.h"
 #include "tests/router/loopback_node_test.h"
 
@@ -174,6 +176,42 @@ TEST_F(GrpcReadStreamTest, RelayGivesUpAfterTheIdleTimeAndCancelEndsTheCall) {
   const DecodeEventStream::ReadResult end = stream->Read(absl::Seconds(10));
   ASSERT_EQ(end.kind, Kind::kEnd);
   EXPECT_EQ(end.status.code(), absl::StatusCode::kCancelled) << end.status;
+}
+
+// A reader waiting on several streams (the pipelined Decode call and its WatchKv) sleeps on one
+// Arrivals: each message and the end note it, so the wait ends when the stream has something.
+// The wait's deadline is an hour away: an arrival that noted nothing would run into the test's
+// timeout.
+TEST_F(GrpcReadStreamTest, EveryMessageAndTheEndNoteTheReadersArrivals) {
+  Arrivals arrivals;
+  // The node starts 300 ms after the call: the counter is registered by then.
+  std::unique_ptr<DecodeEventStream> stream = Open(2, /*abort=*/false, /*delay_ms=*/300);
+  stream->NoteArrivalsIn(&arrivals);
+  const absl::Time far = absl::Now() + absl::Hours(1);
+  uint64_t seen = 0;
+  int32_t tokens = 0;
+  while (true) {
+    const DecodeEventStream::ReadResult next = stream->Read(absl::ZeroDuration());
+    if (next.kind == Kind::kEnd) {
+      EXPECT_TRUE(next.status.ok()) << next.status;
+      break;
+    }
+    if (next.kind == Kind::kMessage) {
+      EXPECT_EQ(next.message.token(), tokens++);
+      continue;
+    }
+    ASSERT_TRUE(arrivals.AwaitAfter(seen, far));
+    seen = arrivals.count();
+  }
+  EXPECT_EQ(tokens, 2);
+  EXPECT_EQ(arrivals.count(), 3u);  // two messages and the end
+  // A stream that stopped noting (or was destroyed) leaves the counter alone.
+  std::unique_ptr<DecodeEventStream> other = Open(1);
+  other->NoteArrivalsIn(&arrivals);
+  other->NoteArrivalsIn(nullptr);
+  EXPECT_EQ(other->Read(absl::Seconds(10)).kind, Kind::kMessage);
+  EXPECT_EQ(other->Read(absl::Seconds(10)).kind, Kind::kEnd);
+  EXPECT_EQ(arrivals.count(), 3u);
 }
 
 }  // namespace
