@@ -36,8 +36,8 @@ struct HeldKv {
 // LayoutName of a layout as it crosses the wire (a KV handle's, a DecodeServed's).
 std::string LayoutNameOf(const v1::KvLayout& layout);
 
-// Longest wait for a healthy node before the pick is tried again (a cancellation wakes it at
-// once: NodePool::AwaitHealthy).
+// Longest wait for a healthy node before the pick is tried again: a bound, not a poll interval
+// (NodePool::AwaitHealthy wakes at once when a poll finds a node healthy, and on cancellation).
 constexpr absl::Duration kWaitSlice = absl::Milliseconds(100);
 
 class Driver {

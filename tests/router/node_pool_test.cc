@@ -96,6 +96,20 @@ TEST_F(NodePoolTest, AwaitHealthyEndsAtTheRequestsCancellation) {
   EXPECT_FALSE(pool.AwaitHealthy(kPrefill, absl::Now()));
 }
 
+// A request waiting for a healthy node is woken by the poll that finds one (the driver's 100 ms
+// slice between picks is a bound, not a poll interval). The deadline is an hour away: a wait
+// that missed the health change would run into the test's timeout.
+TEST_F(NodePoolTest, AwaitHealthyEndsWhenAPollFindsANodeHealthy) {
+  NodePool pool = MakePool();
+  ASSERT_TRUE(pool.AddStatic("a:1", kPrefill).ok());  // known, not yet healthy
+  const absl::Time far = absl::Now() + absl::Hours(1);
+  std::thread poller(
+      [&pool, this] { pool.ReportStatus("a:1", kPrefill, Status(kPrefill, 0, 0, 10), t0_); });
+  EXPECT_TRUE(pool.AwaitHealthy(kPrefill, far));
+  poller.join();
+  EXPECT_TRUE(pool.Pick(kPrefill, {}).ok());
+}
+
 TEST_F(NodePoolTest, HealthFollowsPollsAndFailuresWithLoggedTransitions) {
   NodePool pool = MakePool();
   ASSERT_TRUE(pool.AddStatic("a:1", kPrefill).ok());
