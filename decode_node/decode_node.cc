@@ -17,13 +17,6 @@
 #include "model/guided_sampling.h"
 
 namespace tandem {
-namespace {
-
-// Capacity re-check interval while a request waits for KV blocks (freed blocks have no event; a
-// cancel or a lost lease ends the wait at once).
-constexpr absl::Duration kCapacityPoll = absl::Milliseconds(5);
-
-}  // namespace
 
 DecodeNode::DecodeNode(DecodeNodeOptions options) : options_(std::move(options)) {}
 DecodeNode::~DecodeNode() {
@@ -166,12 +159,14 @@ absl::StatusOr<std::vector<int32_t>> DecodeNode::WaitForBlocks(int32_t count,
     if (lease.lost()) {
       return absl::AbortedError("the prefill's KV lease expired while waiting for capacity");
     }
-    if (absl::Now() > deadline) {
+    if (absl::Now() >= deadline) {
       return absl::ResourceExhaustedError(
           absl::StrCat("KV capacity short for ", absl::FormatDuration(options_.queue_timeout),
                        " (queue timeout): ", got.status().message()));
     }
-    pull.WaitFor(kCapacityPoll);
+    // Woken by the Free that makes room, and at once by a cancel or a lost lease (both cancel
+    // `pull`), not by a poll interval.
+    blocks_->AwaitFree(count, deadline, &pull);
   }
 }
 

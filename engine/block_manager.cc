@@ -137,6 +137,23 @@ int32_t BlockManager::CountSoleReferences(absl::Span<const int32_t> blocks) cons
   return n;
 }
 
+bool BlockManager::AwaitFree(int32_t count, absl::Time deadline,
+                             const CancellationToken* stop) const {
+  // A cancellation only has to release mu_ once: the Await below re-evaluates its condition.
+  // Declared before the lock, so it is unregistered after the lock is released.
+  CancelCallback wake;
+  if (stop != nullptr) wake = stop->OnCancel([this] { absl::MutexLock lock(&mu_); });
+  absl::MutexLock lock(&mu_);
+  const auto enough = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return static_cast<int64_t>(free_.size()) >= count;
+  };
+  const auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return enough() || (stop != nullptr && stop->cancelled());
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
+  return enough();
+}
+
 int32_t BlockManager::free_blocks() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int32_t>(free_.size());

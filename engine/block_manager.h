@@ -12,7 +12,7 @@
 // — even if the bookkeeping that should have kept them allocated was wrong — since a block can
 // be reused (and overwritten) only after a free, and every free bumps it.
 //
-// Thread-safe.
+// Thread-safe; AwaitFree blocks.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/cancellation.h"
 
 namespace tandem {
 
@@ -50,6 +52,12 @@ class BlockManager {
   // different lengths or an id out of range.
   absl::StatusOr<std::vector<int32_t>> FreedSince(absl::Span<const int32_t> blocks,
                                                   absl::Span<const uint32_t> generations) const;
+
+  // Blocks until at least `count` blocks are free, `deadline` passes or `stop` (may be null) is
+  // cancelled; whether `count` blocks are free when it returns. The Free that frees them wakes
+  // it at once (the wait is a condition on the free list, not a poll). Another thread may take
+  // them first: callers Allocate after it and wait again when that fails.
+  bool AwaitFree(int32_t count, absl::Time deadline, const CancellationToken* stop = nullptr) const;
 
   int32_t total_blocks() const { return num_blocks_; }
   int32_t free_blocks() const;

@@ -1,5 +1,9 @@
 #include "engine/block_manager.h"
 
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "common/cancellation.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -94,6 +98,43 @@ TEST(BlockManagerTest, GenerationsBumpOnEveryFreeAndFenceStaleHolders) {
   EXPECT_EQ(bm.Generations(std::vector<int32_t>{4}).status().code(),
             absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(bm.Free(b).ok());
+}
+
+// A request waiting for KV capacity (the decode node's WaitForBlocks) sleeps in AwaitFree and is
+// woken by the Free that makes room, not by a poll: the deadlines are an hour away, so a wait
+// that missed the Free (or the cancel) would run into the test's timeout.
+TEST(BlockManagerTest, AwaitFreeIsWokenByTheFreeThatMakesRoom) {
+  BlockManager bm(4);
+  auto held = bm.Allocate(3);
+  ASSERT_TRUE(held.ok());
+  EXPECT_TRUE(bm.AwaitFree(1, absl::InfinitePast()));                   // enough already: no wait
+  EXPECT_FALSE(bm.AwaitFree(2, absl::Now() + absl::Milliseconds(20)));  // the deadline ends it
+
+  const absl::Time far = absl::Now() + absl::Hours(1);
+  std::thread freer([&] {
+    ASSERT_TRUE(bm.Free({(*held)[0]}).ok());
+    ASSERT_TRUE(bm.Free({(*held)[1]}).ok());
+  });
+  EXPECT_TRUE(bm.AwaitFree(3, far));
+  freer.join();
+  EXPECT_EQ(bm.free_blocks(), 3);
+}
+
+TEST(BlockManagerTest, AwaitFreeEndsAtTheStopTokensCancel) {
+  BlockManager bm(2);
+  auto held = bm.Allocate(2);
+  ASSERT_TRUE(held.ok());
+  const absl::Time far = absl::Now() + absl::Hours(1);
+  CancellationToken cancelled;
+  cancelled.Cancel();
+  EXPECT_FALSE(bm.AwaitFree(1, far, &cancelled));
+
+  CancellationToken stop;
+  std::thread canceller([&stop] { stop.Cancel(); });
+  EXPECT_FALSE(bm.AwaitFree(1, far, &stop));
+  canceller.join();
+  ASSERT_TRUE(bm.Free(*held).ok());
+  EXPECT_TRUE(bm.AwaitFree(2, far, &stop));  // enough free wins over a cancelled token
 }
 
 }  // namespace
