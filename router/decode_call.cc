@@ -66,13 +66,13 @@ DecodeCallResult RunDecodeCall(NodeClient& client, Clock& clock, const Cancellat
     result.first_event_at = clock.Now();
     return hooks.on_first_event ? hooks.on_first_event(event) : hooks.on_event(event);
   };
-  // A pipelined call's wait for its first event: read here, the hook's streams (the watch)
-  // looked at before each wait, which whatever arrives first on any of them ends.
+  // A pipelined call's wait for its first event: read here, with the hook's streams (the watch)
+  // looked at before each wait; an arrival on any of them ends the wait.
   const bool wait_first = spec.first_event_by != absl::InfiniteFuture();
   if (wait_first) stream->NoteArrivalsIn(&arrivals);
   while (!result.first_event && wait_first) {
-    // Read before looking: what arrives after this has moved the count, so the wait below
-    // returns at once.
+    // Taken before looking at the streams: whatever arrives after this moves the count, so the
+    // wait below returns at once instead of missing it.
     const uint64_t seen = arrivals.count();
     if (hooks.before_first_event) {
       if (EndWith(hooks.before_first_event(), *stream, idle)) return result;
