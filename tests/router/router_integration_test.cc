@@ -141,8 +141,9 @@ TEST_F(RouterIntegrationTest, ChatPromptIsFormattedAndStopTokenFromPrefillEndsTh
   request.mutable_chat()->set_add_generation_prompt(false);
   request.mutable_chat()->set_continue_final_message(true);
   ASSERT_TRUE(Generate(request).status.ok());
-  ASSERT_EQ(prefill.prefills().size(), 2u);
-  const auto& ids = prefill.prefills()[1].prompt_ids();
+  const std::vector<v1::PrefillRequest> prefills = prefill.prefills();  // a copy: keep it alive
+  ASSERT_EQ(prefills.size(), 2u);
+  const auto& ids = prefills[1].prompt_ids();
   ASSERT_GE(ids.size(), 2);
   EXPECT_EQ(ids[ids.size() - 2], ByteToken('o'));
   EXPECT_EQ(ids[ids.size() - 1], ByteToken('k'));
