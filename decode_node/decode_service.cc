@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/request_log.h"
 #include "proto/convert/finish_reason_proto.h"
@@ -13,11 +14,12 @@
 #include "proto/convert/sampling_proto.h"
 #include "serving/grpc_status.h"
 #include "serving/request_id.h"
+#include "serving/unary_reactors.h"
 
 namespace tandem {
 namespace {
 
-// The writing handler is woken by every event and by the client's cancel; this only bounds one
+// The call's thread is woken by every event and by the client's cancel; this only bounds one
 // wait (nothing is polled at this interval).
 constexpr absl::Duration kEventWaitBound = absl::Seconds(1);
 
@@ -26,7 +28,7 @@ grpc::Status Starting() {
                       "decode instance is starting (loading the model)");
 }
 
-// Events from the engine thread to the handler thread that owns the gRPC writer.
+// Events from the engine thread to the call's thread, which sends them to the stream.
 struct EventQueue {
   absl::Mutex mu;
   std::deque<v1::DecodeEvent> tokens ABSL_GUARDED_BY(mu);
@@ -108,12 +110,48 @@ grpc::Status Draining() {
                       "decode instance is draining (shutting down): no new Decode calls");
 }
 
+grpc::Status TooManyCalls(int64_t max) {
+  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      absl::StrCat("decode instance is running its most Decode calls at once (",
+                                   max, "): retry later or elsewhere"));
+}
+
 }  // namespace
 
-grpc::Status DecodeServiceImpl::Decode(grpc::ServerContext* ctx, const v1::DecodeRequest* req,
-                                       grpc::ServerWriter<v1::DecodeEvent>* writer) {
+grpc::ServerWriteReactor<v1::DecodeEvent>* DecodeServiceImpl::Decode(
+    grpc::CallbackServerContext* ctx, const v1::DecodeRequest* req) {
+  auto* stream = new Stream(kDecodeWriteQueue);
   DecodeRecord record;
-  const grpc::Status status = RunDecode(ctx, req, writer, &record);
+  DecodeNode* node = node_.load();
+  if (node == nullptr) {
+    EndCall(ctx, req, Starting(), record, stream);
+    return stream;
+  }
+  // Refused while draining (the router retries elsewhere) or when the queue is full.
+  absl::StatusOr<DrainGate::Pass> pass = drain_gate_.Admit(node->running());
+  if (!pass.ok()) {
+    EndCall(ctx, req,
+            pass.status().code() == absl::StatusCode::kUnavailable ? Draining()
+                                                                   : ToGrpcStatus(pass.status()),
+            record, stream);
+    return stream;
+  }
+  const bool spawned =
+      threads_.TrySpawn([this, ctx, req, stream, node, record, pass = *std::move(pass)]() mutable {
+        grpc::Status status;
+        {
+          const DrainGate::Pass held = std::move(pass);  // returned before the log line
+          status = RunDecode(node, req, stream, &record);
+        }
+        EndCall(ctx, req, std::move(status), record, stream);
+      });
+  if (!spawned) EndCall(ctx, req, TooManyCalls(threads_.max_threads()), record, stream);
+  return stream;
+}
+
+void DecodeServiceImpl::EndCall(const grpc::CallbackServerContext* ctx,
+                                const v1::DecodeRequest* req, grpc::Status status,
+                                const DecodeRecord& record, Stream* stream) {
   const std::string& peer = req->kv().prefill_address();
   const bool colocated = req->prompt_ids_size() > 0;
   if (metrics_ != nullptr && record.start_called && !colocated) {
@@ -160,20 +198,11 @@ grpc::Status DecodeServiceImpl::Decode(grpc::ServerContext* ctx, const v1::Decod
   line.AddMillis("decode_ms", record.decode).AddMillis("total_ms", absl::Now() - record.start);
   if (!status.ok()) line.Add("error", status.error_message());
   WriteLogLine("tandem-decode", line.str());
-  return status;
+  stream->Close(std::move(status));  // may delete the stream, and end the call
 }
 
-grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::DecodeRequest* req,
-                                          grpc::ServerWriter<v1::DecodeEvent>* writer,
-                                          DecodeRecord* record) {
-  DecodeNode* node = node_.load();
-  if (node == nullptr) return Starting();
-  // Refused while draining (the router retries elsewhere) or when the queue is full.
-  absl::StatusOr<DrainGate::Pass> pass = drain_gate_.Admit(node->running());
-  if (!pass.ok()) {
-    return pass.status().code() == absl::StatusCode::kUnavailable ? Draining()
-                                                                  : ToGrpcStatus(pass.status());
-  }
+grpc::Status DecodeServiceImpl::RunDecode(DecodeNode* node, const v1::DecodeRequest* req,
+                                          Stream* stream, DecodeRecord* record) {
   const bool colocated = req->prompt_ids_size() > 0;
   if (colocated && req->has_kv()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -209,10 +238,8 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
     call.choices.push_back(DecodeChoice{c.index(), c.first_token()});
   }
   auto q = std::make_shared<EventQueue>();
-  // The client's cancel as a token (gRPC's sync API can only be asked: the poller asks).
-  CancellationToken cancel;
-  const CancelPoller::Registration watched =
-      cancel_poller_.Add([ctx] { return ctx->IsCancelled(); }, &cancel);
+  // The client's cancel (the stream's OnCancel, or a failed write).
+  const CancellationToken& cancel = stream->cancel();
   // A cancel takes and drops q->mu, so the event wait below looks at its condition again.
   const CancelCallback wake = cancel.OnCancel([q] { absl::MutexLock touch(&q->mu); });
   DecodeSink sink;
@@ -294,7 +321,7 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
         *ev.mutable_served() = *std::move(served);
         served.reset();
       }
-      if (!cancel_sent && !writer->Write(ev)) {
+      if (!cancel_sent && !stream->Send(std::move(ev))) {
         node->Cancel(call.request_id);  // the stream is gone: stop generating
         cancel_sent = true;
       }
@@ -305,30 +332,35 @@ grpc::Status DecodeServiceImpl::RunDecode(grpc::ServerContext* ctx, const v1::De
       cancel_sent = true;
     }
   }
-  absl::MutexLock lock(&q->mu);
-  record->decode = absl::Now() - record->start - record->setup;
-  record->generated = q->generated;
-  record->reason = q->reason;
-  if (!q->status.ok()) return ToGrpcStatus(q->status);
-  if (q->reason == FinishReason::kCancelled || cancel_sent) {
+  absl::Status status;
+  {
+    absl::MutexLock lock(&q->mu);
+    record->decode = absl::Now() - record->start - record->setup;
+    record->generated = q->generated;
+    record->reason = q->reason;
+    status = q->status;
+  }
+  if (!status.ok()) return ToGrpcStatus(status);
+  if (record->reason == FinishReason::kCancelled || cancel_sent) {
     return grpc::Status(grpc::StatusCode::CANCELLED, "decode cancelled");
   }
   if (choices) return grpc::Status::OK;  // each choice's finish event is written
   v1::DecodeEvent ev;
   v1::DecodeFinish* fin = ev.mutable_finish();
-  fin->set_reason(ToProto(q->reason));
-  fin->set_generated(q->generated);
+  fin->set_reason(ToProto(record->reason));
+  fin->set_generated(record->generated);
   fin->set_transfer_us(started->micros);
   fin->set_transfer_bytes(started->bytes);
   if (served.has_value()) *ev.mutable_served() = *std::move(served);
-  writer->Write(ev);
+  stream->Send(std::move(ev));  // a client gone by now sees the stream end anyway
   return grpc::Status::OK;
 }
 
-grpc::Status DecodeServiceImpl::Status(grpc::ServerContext*, const v1::StatusRequest*,
-                                       v1::InstanceStatus* resp) {
+grpc::ServerUnaryReactor* DecodeServiceImpl::Status(grpc::CallbackServerContext* ctx,
+                                                    const v1::StatusRequest*,
+                                                    v1::InstanceStatus* resp) {
   DecodeNode* node = node_.load();
-  if (node == nullptr) return Starting();
+  if (node == nullptr) return FinishUnary(ctx, Starting());
   resp->set_engine_id(node->engine_id());
   resp->set_role(v1::INSTANCE_ROLE_DECODE);
   resp->set_draining(drain_gate_.draining());
@@ -343,7 +375,7 @@ grpc::Status DecodeServiceImpl::Status(grpc::ServerContext*, const v1::StatusReq
   resp->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - node->started()));
   resp->set_block_free_errors(node->block_free_errors());
   for (int64_t bytes : node->weight_bytes_per_rank()) resp->add_weight_bytes_per_rank(bytes);
-  return grpc::Status::OK;
+  return FinishUnary(ctx, grpc::Status::OK);
 }
 
 }  // namespace tandem

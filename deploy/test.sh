@@ -132,14 +132,16 @@ if [ "$tsan" -eq 1 ]; then
   # one thread here. Tandem's own threads (ranks, progress, gRPC, pulls) still run concurrently.
   export OMP_NUM_THREADS=1
   # Covered: the engine (communicator, forward, engines, block manager), the KV transfer (planner,
-  # UCX transfer and faults, fake transport), the nodes (prefill/decode node tests, leases), the
-  # router (pool, state machine, driver, node client, integration with fake nodes, HTTP), the HTTP
-  # server's event loop, the cancellation token and the loop pool, and client, the proto
-  # conversions. Not covered: model/tokenizer tests (single-threaded, and protobuf's inline Map
-  # code crashes under TSan against Debian's uninstrumented libprotobuf in router_served_model_test),
-  # the e2e process clusters (too slow under TSan on 2 cores), cuda.
+  # UCX transfer and faults, fake transport), the nodes (prefill/decode node tests, leases, their
+  # gRPC services and call threads), the router (pool, state machine, driver, node client,
+  # integration with fake nodes, HTTP), the HTTP server's event loop, the cancellation token and
+  # the loop pool, and client, the proto conversions. Not covered: model/tokenizer tests
+  # (single-threaded, and protobuf's inline Map code crashes under TSan against Debian's
+  # uninstrumented libprotobuf in router_served_model_test), the e2e process clusters (too slow
+  # under TSan on 2 cores), cuda.
   tsan_tests='^(cpu_communicator_test|block_manager_test|forward_test|engines_test|kv_.*'
   tsan_tests+='|decode_node_test|decode_lease_keeper_test|prefill_lease_table_test|prefill_node_test'
+  tsan_tests+='|decode_service_test|prefill_service_test|serving_call_threads_test'
   tsan_tests+='|router_node_policy_test|router_request_validation_test|router_request_state_test'
   tsan_tests+='|router_retry_policy_test|router_node_pool_test|router_integration_test'
   tsan_tests+='|router_http_core_test|router_http_integration_test|client_.*|proto_.*'
@@ -147,7 +149,7 @@ if [ "$tsan" -eq 1 ]; then
   tsan_tests+='|router_kv_releaser_test|router_kv_routing_test|router_prefill_cancel_race_test'
   tsan_tests+='|router_prefix_match_test|router_provenance_test|router_http_tools_template_test'
   tsan_tests+='|serving_http_server_test|serving_http_wire_test'
-  tsan_tests+='|cancellation_test|cancel_poller_test|parallel_for_test|common_request_checks_test)$'
+  tsan_tests+='|cancellation_test|parallel_for_test|common_request_checks_test)$'
   ctest_args=(-R "$tsan_tests" "${ctest_args[@]}")
 fi
 

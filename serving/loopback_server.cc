@@ -3,8 +3,6 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
-#include <utility>
-
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -22,12 +20,6 @@ std::unique_ptr<grpc::Server> StartLoopbackServer(grpc::Service* service, std::s
 
 void StopLoopbackServer(grpc::Server* server, absl::Duration grace) {
   if (server != nullptr) server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
-}
-
-grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx, grpc::Status status) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(std::move(status));
-  return reactor;
 }
 
 }  // namespace tandem

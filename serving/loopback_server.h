@@ -1,5 +1,6 @@
 // A gRPC server on 127.0.0.1 at a free port, for the in-process fake nodes of tests and benches
-// (tests/router/fake_nodes.h, bench/router/timed_nodes.h).
+// (tests/router/fake_nodes.h, bench/router/timed_nodes.h). Their unary calls answer with
+// FinishUnary (serving/unary_reactors.h).
 #pragma once
 
 #include <grpcpp/server.h>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "serving/unary_reactors.h"
 
 namespace tandem {
 
@@ -18,8 +20,5 @@ std::unique_ptr<grpc::Server> StartLoopbackServer(grpc::Service* service, std::s
 
 // Shuts `server` down (null: nothing), cancelling calls still open after `grace`.
 void StopLoopbackServer(grpc::Server* server, absl::Duration grace);
-
-// A unary callback call answered with `status` at once.
-grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx, grpc::Status status);
 
 }  // namespace tandem

@@ -1,10 +1,11 @@
 // The lease-expiry race of docs/RELIABILITY.md ("Soak", finding 2), on the real path: the real
-// router, a real PrefillNode behind the real PrefillServiceImpl (in-process fake KV transport), a
-// fake decode node. The prefill node answers a Prefill, and the answer is held back until the
-// router's cancellation (client cancel, or the client's deadline) reaches the node, so the
-// router's call ends CANCELLED / DEADLINE_EXCEEDED while the node holds a lease on the request's
-// KV that no KvHandle names. The router must release it by request id: the node's leases and
-// blocks go back to zero long before the lease (60 s) would expire. Every wait is bounded.
+// router, a real PrefillNode behind the real PrefillServiceImpl (in-process fake KV transport;
+// reached through a proxy that holds its answers back), a fake decode node. The prefill node
+// answers a Prefill, and the answer is held back until the router's cancellation (client cancel, or
+// the client's deadline) reaches the node, so the router's call ends CANCELLED / DEADLINE_EXCEEDED
+// while the node holds a lease on the request's KV that no KvHandle names. The router must release
+// it by request id: the node's leases and blocks go back to zero long before the lease (60 s) would
+// expire. Every wait is bounded.
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/server_builder.h>
@@ -22,6 +23,8 @@
 #include "prefill_node/prefill_node.h"
 #include "prefill_node/prefill_service.h"
 #include "router/router_server.h"
+#include "serving/loopback_server.h"
+#include "tandem/v1/prefill.grpc.pb.h"
 #include "tandem/v1/router.grpc.pb.h"
 #include "tests/router/fake_nodes.h"
 #include "tests/router/test_model.h"
@@ -34,16 +37,20 @@ constexpr absl::Duration kLease = absl::Seconds(60);
 // "Well before the lease": the release must land within this (a lease would take 60 s).
 constexpr absl::Duration kReleasedWithin = absl::Seconds(5);
 
-// The real PrefillServiceImpl, except that a Prefill's answer is held until the caller's
-// cancellation (or deadline) has reached this node: the answer is "in flight" when the router
-// gives up on the call.
+// The real PrefillServiceImpl (served apart, on a loopback server, and called through it),
+// except that a Prefill's answer is held until the caller's cancellation (or deadline) has
+// reached this node: the answer is "in flight" when the router gives up on the call.
 class AnswerHeldBack final : public v1::PrefillService::Service {
  public:
-  explicit AnswerHeldBack(PrefillServiceImpl* real) : real_(real) {}
+  explicit AnswerHeldBack(const std::string& real_address)
+      : real_(v1::PrefillService::NewStub(
+            grpc::CreateChannel(real_address, grpc::InsecureChannelCredentials()))) {}
 
   grpc::Status Prefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
                        v1::PrefillResponse* resp) override {
-    const grpc::Status status = real_->Prefill(ctx, req, resp);
+    grpc::ClientContext call;
+    call.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+    const grpc::Status status = real_->Prefill(&call, *req, resp);
     if (status.ok()) answered_ok_.Notify();
     const absl::Time give_up = absl::Now() + kWait;
     while (!ctx->IsCancelled() && absl::Now() < give_up) {
@@ -51,26 +58,33 @@ class AnswerHeldBack final : public v1::PrefillService::Service {
     }
     return status;
   }
-  grpc::Status ReleaseKv(grpc::ServerContext* ctx, const v1::ReleaseKvRequest* req,
+  grpc::Status ReleaseKv(grpc::ServerContext*, const v1::ReleaseKvRequest* req,
                          v1::ReleaseKvResponse* resp) override {
     {
       absl::MutexLock lock(&mu_);
       releases_.push_back(*req);
     }
-    return real_->ReleaseKv(ctx, req, resp);
+    grpc::ClientContext call;
+    call.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+    return real_->ReleaseKv(&call, *req, resp);
   }
-  grpc::Status RenewLease(grpc::ServerContext* ctx, const v1::RenewLeaseRequest* req,
+  grpc::Status RenewLease(grpc::ServerContext*, const v1::RenewLeaseRequest* req,
                           v1::RenewLeaseResponse* resp) override {
-    return real_->RenewLease(ctx, req, resp);
+    grpc::ClientContext call;
+    call.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+    return real_->RenewLease(&call, *req, resp);
   }
-  grpc::Status GetTransferMetadata(grpc::ServerContext* ctx,
-                                   const v1::GetTransferMetadataRequest* req,
+  grpc::Status GetTransferMetadata(grpc::ServerContext*, const v1::GetTransferMetadataRequest* req,
                                    v1::TransferMetadata* resp) override {
-    return real_->GetTransferMetadata(ctx, req, resp);
+    grpc::ClientContext call;
+    call.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+    return real_->GetTransferMetadata(&call, *req, resp);
   }
-  grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
+  grpc::Status Status(grpc::ServerContext*, const v1::StatusRequest* req,
                       v1::InstanceStatus* resp) override {
-    return real_->Status(ctx, req, resp);
+    grpc::ClientContext call;
+    call.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+    return real_->Status(&call, *req, resp);
   }
 
   absl::Notification& answered_ok() { return answered_ok_; }
@@ -80,7 +94,7 @@ class AnswerHeldBack final : public v1::PrefillService::Service {
   }
 
  private:
-  PrefillServiceImpl* const real_;
+  const std::unique_ptr<v1::PrefillService::Stub> real_;
   absl::Notification answered_ok_;
   mutable absl::Mutex mu_;
   std::vector<v1::ReleaseKvRequest> releases_ ABSL_GUARDED_BY(mu_);
@@ -106,7 +120,10 @@ class PrefillCancelRaceTest : public ::testing::TestWithParam<GiveUp> {
     ASSERT_TRUE(node.ok()) << node.status();
     node_ = *std::move(node);
     real_.SetNode(node_.get());
-    held_ = std::make_unique<AnswerHeldBack>(&real_);
+    std::string real_address;
+    real_server_ = StartLoopbackServer(&real_, &real_address);
+    ASSERT_NE(real_server_, nullptr);
+    held_ = std::make_unique<AnswerHeldBack>(real_address);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -134,6 +151,7 @@ class PrefillCancelRaceTest : public ::testing::TestWithParam<GiveUp> {
   void TearDown() override {
     if (router_ != nullptr) router_->Shutdown(absl::Seconds(2));
     if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    StopLoopbackServer(real_server_.get(), absl::Seconds(2));
     node_.reset();
     std::remove(model_path_.c_str());
   }
@@ -153,6 +171,7 @@ class PrefillCancelRaceTest : public ::testing::TestWithParam<GiveUp> {
   fake::FakeKvNetwork net_;
   std::unique_ptr<PrefillNode> node_;
   PrefillServiceImpl real_;
+  std::unique_ptr<grpc::Server> real_server_;  // serves real_ to held_
   std::unique_ptr<AnswerHeldBack> held_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<FakeDecode> decode_;
