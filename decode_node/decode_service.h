@@ -18,6 +18,8 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 
 #include "decode_node/decode_node.h"

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 
 #include "absl/time/time.h"
 #include "prefill_node/prefill_node.h"
