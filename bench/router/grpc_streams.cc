@@ -10,9 +10,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "bench/router/capacity_clients.h"
+#include "bench/router/countdown.h"
 #include "tandem/v1/router.grpc.pb.h"
 
 namespace tandem::bench {
@@ -21,24 +21,6 @@ namespace {
 // Channels the streams are spread over: one HTTP/2 connection would cap them at its
 // max_concurrent_streams.
 constexpr int kChannels = 8;
-
-class Countdown {
- public:
-  explicit Countdown(int n) : left_(n) {}
-  void Done() {
-    absl::MutexLock lock(&mu_);
-    --left_;
-  }
-  bool Wait(absl::Time deadline) {
-    absl::MutexLock lock(&mu_);
-    const auto zero = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return left_ == 0; };
-    return mu_.AwaitWithDeadline(absl::Condition(&zero), deadline);
-  }
-
- private:
-  absl::Mutex mu_;
-  int left_ ABSL_GUARDED_BY(mu_);
-};
 
 class Stream final : public grpc::ClientReadReactor<v1::GenerateResponse> {
  public:

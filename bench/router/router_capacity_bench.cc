@@ -7,17 +7,22 @@
 // clients here (capacity_clients.h). Added latency of a token = the time this process received
 // it - the time the fake node emitted it (one clock). The bench ramps --steps of concurrent
 // streams per transport and stops a transport at the first step whose p99 exceeds the budget or
-// where a stream failed (--keep_going runs the rest of the steps too, for the curve). Prints one
-// STEP line per step -- with what the router's thread per request costs: its threads, its
-// context switches per relayed token (every thread's, from /proc), its CPU µs per token and its
-// resident memory -- then per transport
+// where a stream failed (--keep_going runs the rest of the steps too, for the curve). A step's
+// streams start evenly over --spread_s (a ramp: N streams arrive at N/spread per second) and
+// each lasts --step_s; the step's relay rate is measured while all N run. Prints one STEP line
+// per step -- p99 of the first tokens (prefill and call set-up included) and of the rest apart,
+// and what the router's thread per request costs: its threads, its context switches per relayed
+// token (every thread's, from /proc), its CPU µs per token and its resident memory -- then per
+// transport
 //   RESULT <transport>_max_streams=N       (largest step within budget, 0 if none)
-//   RESULT <transport>_tokens_per_s=X      (tokens relayed per second at that step)
+//   RESULT <transport>_tokens_per_s=X      (tokens relayed per second at that step, all running)
 // measured in this run. The clients and fake nodes share the machine with the router: on a
-// 2-core machine their own CPU time is part of what is measured.
+// 2-core machine their own CPU time is part of what is measured. Transport `direct` is their
+// floor: the clients make the router's node calls themselves (Prefill, then Decode), no router.
 //
-//   router_capacity_bench [--transports=grpc,http] [--steps=250,500,1000,2000,3000]
-//                         [--rate=10] [--step_s=8] [--router_cpus=0,1] [--model=GGUF]
+//   router_capacity_bench [--transports=direct,grpc,http] [--steps=250,500,1000,2000,3000]
+//                         [--rate=10] [--step_s=8] [--spread_s=1] [--router_cpus=0,1]
+//                         [--model=GGUF]
 #include <curl/curl.h>
 #include <sys/resource.h>
 
@@ -46,10 +51,13 @@
 
 ABSL_FLAG(std::string, router_bin, TANDEM_ROUTER_BIN, "the tandem-router binary");
 ABSL_FLAG(std::string, model, "", "GGUF whose tokenizer the router loads (default $TANDEM_MODEL)");
-ABSL_FLAG(std::string, transports, "grpc,http", "grpc, http or both");
+ABSL_FLAG(std::string, transports, "direct,grpc,http",
+          "any of direct (no router: the bench's floor), grpc, http");
 ABSL_FLAG(std::string, steps, "250,500,1000,2000,3000", "concurrent streams, ascending");
 ABSL_FLAG(double, rate, 10, "tokens per second each fake stream emits");
 ABSL_FLAG(double, step_s, 8, "seconds each stream lasts (tokens = rate * step_s)");
+ABSL_FLAG(double, spread_s, 1,
+          "seconds over which a step's streams start (0: one emission period, 1/rate)");
 ABSL_FLAG(double, p99_budget_ms, 20, "largest added p99 latency a step may have");
 ABSL_FLAG(std::string, router_cpus, "", "taskset CPU list for the router (empty: not pinned)");
 ABSL_FLAG(bool, keep_going, false, "run every step even after one over budget (for the curve)");
@@ -63,10 +71,17 @@ struct StepReport {
   int streams = 0;
   int failed = 0;
   int64_t tokens = 0;
+  // Tokens relayed per second while every stream of the step ran (from the last stream's first
+  // token to the first stream's last): the relay rate at `streams` concurrent streams.
   double tokens_per_s = 0;
+  double mean_tokens_per_s = 0;  // over the whole step (first token to last), ramp included
   double p50_ms = 0;
   double p99_ms = 0;
   double max_ms = 0;
+  // The same, of each stream's first token (prefill and call set-up included) and of the rest
+  // (the relay alone): a step's p99 can be its first tokens' (starts come in one burst).
+  double first_p99_ms = 0;
+  double rest_p99_ms = 0;
   double router_cores = 0;  // router CPU seconds / wall seconds
   double bench_cores = 0;   // this process's (clients + fake nodes) CPU seconds / wall seconds
   int router_threads = 0;   // most seen while the step ran
@@ -141,8 +156,9 @@ StepReport RunStep(const std::string& transport, const LoadSpec& spec, const Rou
   const double cpu0 = router.CpuSeconds();
   const double self0 = SelfCpuSeconds();
   const absl::Time t0 = absl::Now();
-  const std::vector<StreamResult> results =
-      transport == "grpc" ? RunGrpcStreams(spec) : RunHttpStreams(spec);
+  const std::vector<StreamResult> results = transport == "grpc"     ? RunGrpcStreams(spec)
+                                            : transport == "direct" ? RunDirectStreams(spec)
+                                                                    : RunHttpStreams(spec);
   const double wall = absl::ToDoubleSeconds(absl::Now() - t0);
   report.router_cores = (router.CpuSeconds() - cpu0) / wall;
   report.bench_cores = (SelfCpuSeconds() - self0) / wall;
@@ -156,6 +172,8 @@ StepReport RunStep(const std::string& transport, const LoadSpec& spec, const Rou
     switches += n - (before != switches0.end() ? before->second : 0);
   }
   std::vector<double> added_ms;
+  std::vector<double> first_ms;
+  std::vector<double> rest_ms;
   absl::Time first = absl::InfiniteFuture();
   absl::Time last = absl::InfinitePast();
   for (const StreamResult& r : results) {
@@ -167,13 +185,35 @@ StepReport RunStep(const std::string& transport, const LoadSpec& spec, const Rou
     report.tokens += static_cast<int64_t>(r.token_times.size());
     for (size_t k = 0; k < r.token_times.size() && k < emitted.size(); ++k) {
       added_ms.push_back(absl::ToDoubleMilliseconds(r.token_times[k] - emitted[k]));
+      (k == 0 ? first_ms : rest_ms).push_back(added_ms.back());
       first = std::min(first, r.token_times[k]);
       last = std::max(last, r.token_times[k]);
     }
   }
-  if (last > first) report.tokens_per_s = report.tokens / absl::ToDoubleSeconds(last - first);
+  if (last > first) {
+    report.mean_tokens_per_s = report.tokens / absl::ToDoubleSeconds(last - first);
+  }
+  // The plateau: every stream had its first token and none had its last yet.
+  absl::Time all_running = absl::InfinitePast();
+  absl::Time first_ended = absl::InfiniteFuture();
+  for (const StreamResult& r : results) {
+    if (!r.ok || r.token_times.empty()) continue;
+    all_running = std::max(all_running, r.token_times.front());
+    first_ended = std::min(first_ended, r.token_times.back());
+  }
+  if (first_ended > all_running) {
+    int64_t in_plateau = 0;
+    for (const StreamResult& r : results) {
+      if (!r.ok) continue;
+      for (const absl::Time t : r.token_times) in_plateau += t >= all_running && t < first_ended;
+    }
+    report.tokens_per_s =
+        static_cast<double>(in_plateau) / absl::ToDoubleSeconds(first_ended - all_running);
+  }
   report.p50_ms = Percentile(added_ms, 0.50);
   report.p99_ms = Percentile(added_ms, 0.99);
+  report.first_p99_ms = Percentile(first_ms, 0.99);
+  report.rest_p99_ms = Percentile(rest_ms, 0.99);
   report.max_ms = added_ms.empty() ? 0 : *std::max_element(added_ms.begin(), added_ms.end());
   if (report.tokens > 0) {
     report.switches_per_token = static_cast<double>(switches) / static_cast<double>(report.tokens);
@@ -233,16 +273,20 @@ int Main() {
   int run = 0;
   for (absl::string_view t : absl::StrSplit(absl::GetFlag(FLAGS_transports), ',')) {
     const std::string transport(t);
-    if (transport != "grpc" && transport != "http") {
+    if (transport != "grpc" && transport != "http" && transport != "direct") {
       std::fprintf(stderr, "router_capacity_bench: unknown transport '%s'\n", transport.c_str());
       return 2;
     }
     LoadSpec spec;
     spec.target = transport == "grpc" ? absl::StrCat("127.0.0.1:", (*router)->grpc_port())
-                                      : absl::StrCat("http://127.0.0.1:", (*router)->http_port());
+                  : transport == "direct"
+                      ? decode.address()
+                      : absl::StrCat("http://127.0.0.1:", (*router)->http_port());
+    spec.prefill_target = prefill.address();
     spec.model = kModel;
     spec.tokens = tokens;
-    spec.spread = absl::Seconds(1.0 / rate);  // starts spread over one emission period
+    const double spread_s = absl::GetFlag(FLAGS_spread_s);
+    spec.spread = absl::Seconds(spread_s > 0 ? spread_s : 1.0 / rate);
     spec.timeout = absl::Seconds(step_s * 3 + 30);
     // Warm-up: connections, node health, the first request's lazy set-up.
     spec.streams = 4;
@@ -257,14 +301,17 @@ int Main() {
       const bool pass = r.failed == 0 && r.p99_ms <= absl::GetFlag(FLAGS_p99_budget_ms);
       std::printf(
           "STEP transport=%s streams=%d failed=%d tokens=%lld tokens_per_s=%.0f "
-          "added_p50_ms=%.2f added_p99_ms=%.2f added_max_ms=%.1f router_cores=%.2f "
+          "mean_tokens_per_s=%.0f "
+          "added_p50_ms=%.2f added_p99_ms=%.2f added_max_ms=%.1f first_token_p99_ms=%.2f "
+          "later_tokens_p99_ms=%.2f router_cores=%.2f "
           "bench_cores=%.2f router_threads=%d router_switches_per_token=%.2f router_rss_mb=%.0f "
           "router_cpu_us_per_token=%.1f pass=%s%s%s\n",
           transport.c_str(), r.streams, r.failed, static_cast<long long>(r.tokens), r.tokens_per_s,
-          r.p50_ms, r.p99_ms, r.max_ms, r.router_cores, r.bench_cores, r.router_threads,
-          r.switches_per_token, static_cast<double>(r.router_rss_kb) / 1024.0,
-          r.tokens_per_s > 0 ? r.router_cores / r.tokens_per_s * 1e6 : 0.0, pass ? "yes" : "no",
-          r.first_error.empty() ? "" : " first_error=", r.first_error.c_str());
+          r.mean_tokens_per_s, r.p50_ms, r.p99_ms, r.max_ms, r.first_p99_ms, r.rest_p99_ms,
+          r.router_cores, r.bench_cores, r.router_threads, r.switches_per_token,
+          static_cast<double>(r.router_rss_kb) / 1024.0,
+          r.mean_tokens_per_s > 0 ? r.router_cores / r.mean_tokens_per_s * 1e6 : 0.0,
+          pass ? "yes" : "no", r.first_error.empty() ? "" : " first_error=", r.first_error.c_str());
       std::fflush(stdout);
       // The result is the last step within budget before the first one over it.
       if (pass && !over_budget) best = r;
