@@ -47,13 +47,17 @@ void GenerateReactor::OnDone(GenerateDone done) {
 
 GenerateReactor* GenerateReactor::Start(grpc::CallbackServerContext* context,
                                         const v1::GenerateRequest* request, const RouterDeps* deps,
-                                        RequestThreads* threads) {
+                                        CallThreads* threads) {
   auto* reactor = new GenerateReactor(context);
   const absl::Time deadline = absl::FromChrono(context->deadline());
-  threads->Spawn([reactor, request, deps, deadline] {
+  const bool started = threads->TrySpawn([reactor, request, deps, deadline] {
     const grpc::Status status = RunGenerate(*deps, *request, deadline, reactor->cancel_, reactor);
     reactor->Close(status);
   });
+  if (!started) {
+    reactor->Close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                "router request threads exhausted; retry later"));
+  }
   return reactor;
 }
 

@@ -23,7 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/cancellation.h"
 #include "router/generate_driver.h"
-#include "router/request_threads.h"
+#include "serving/call_threads.h"
 #include "tandem/v1/router.pb.h"
 
 namespace tandem {
@@ -31,10 +31,11 @@ namespace tandem {
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse>,
                               public GenerateSink {
  public:
-  // Starts the request on a new thread of `threads`. `deps` must outlive the request.
+  // Starts the request on a new thread of `threads` (RESOURCE_EXHAUSTED when their bound is
+  // reached). `deps` must outlive the request.
   static GenerateReactor* Start(grpc::CallbackServerContext* context,
                                 const v1::GenerateRequest* request, const RouterDeps* deps,
-                                RequestThreads* threads);
+                                CallThreads* threads);
 
   // The request's events (generate_events.h), each written as one GenerateResponse.
   void OnToken(GeneratedToken token) override;

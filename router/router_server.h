@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -25,13 +26,13 @@
 #include "router/health_checker.h"
 #include "router/kv_releaser.h"
 #include "router/node_pool.h"
-#include "router/request_threads.h"
 #include "router/router_log.h"
 #include "router/router_metrics.h"
 #include "router/router_options.h"
 #include "router/router_service.h"
 #include "router/served_model.h"
 #include "serving/api_keys.h"
+#include "serving/call_threads.h"
 #include "serving/tls_credentials.h"
 
 namespace tandem {
@@ -85,7 +86,8 @@ class RouterServer {
   // Before threads_: destroyed after every request thread that may use it has been joined.
   std::unique_ptr<KvReleaser> kv_releaser_;
   std::unique_ptr<HealthChecker> health_;
-  RequestThreads threads_;
+  // One per gRPC request; requests are bounded by --max_requests_in_flight in RunGenerate.
+  CallThreads threads_{std::numeric_limits<int64_t>::max()};
   std::unique_ptr<RouterService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -9,14 +9,14 @@
 #include "router/generate_driver.h"
 #include "router/health_checker.h"
 #include "router/node_pool.h"
-#include "router/request_threads.h"
+#include "serving/call_threads.h"
 #include "tandem/v1/router.grpc.pb.h"
 
 namespace tandem {
 
 class RouterService final : public v1::Router::CallbackService {
  public:
-  RouterService(const RouterDeps* deps, HealthChecker* health, RequestThreads* threads)
+  RouterService(const RouterDeps* deps, HealthChecker* health, CallThreads* threads)
       : deps_(deps), health_(health), threads_(threads) {}
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
@@ -31,7 +31,7 @@ class RouterService final : public v1::Router::CallbackService {
  private:
   const RouterDeps* const deps_;
   HealthChecker* const health_;
-  RequestThreads* const threads_;
+  CallThreads* const threads_;
 };
 
 }  // namespace tandem

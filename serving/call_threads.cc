@@ -6,13 +6,24 @@ namespace tandem {
 
 CallThreads::CallThreads(int64_t max_threads) : max_threads_(max_threads) {}
 
-CallThreads::~CallThreads() {
+CallThreads::~CallThreads() { JoinAll(); }
+
+void CallThreads::JoinAll() {
   {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
         +[](std::unordered_map<uint64_t, std::thread>* m) { return m->empty(); }, &running_));
   }
   JoinFinished();
+}
+
+bool CallThreads::AwaitIdle(absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithDeadline(
+      absl::Condition(
+          +[](const std::unordered_map<uint64_t, std::thread>* m) { return m->empty(); },
+          &running_),
+      deadline);
 }
 
 bool CallThreads::TrySpawn(absl::AnyInvocable<void() &&> body) {

@@ -1,13 +1,14 @@
-// The threads that run a node service's blocking calls (Decode, Prefill, WatchKv): gRPC's callback
-// API hands a call to one of gRPC's few callback threads, which must not block, so a call that
-// waits (for KV capacity, a pull, the model, the next chunk) runs on a thread of its own, one per
-// call, for the call's life (the reactors of serving/queued_write_reactor.h and
-// serving/unary_reactors.h carry its writes and its cancel).
+// The threads that run calls which block, one per call for the call's life: a node service's
+// Decode, Prefill and WatchKv (gRPC's callback API hands a call to one of gRPC's few callback
+// threads, which must not block, so a call that waits for KV capacity, a pull, the model or the
+// next chunk runs on a thread of its own; the reactors of serving/queued_write_reactor.h and
+// serving/unary_reactors.h carry its writes and its cancel) and the router's Generate requests
+// (router/generate_reactor.h).
 //
 // Bounded: at most `max_threads` run at once; past that TrySpawn refuses and the service answers
 // RESOURCE_EXHAUSTED, as a synchronous gRPC server does when its thread quota is spent. Each thread
 // moves itself to a "finished" list as its last act; finished threads are joined by the next
-// TrySpawn or by the destructor, so no thread is ever detached.
+// TrySpawn, by JoinAll or by the destructor, so no thread is ever detached.
 //
 // Ownership: the destructor waits for every thread (each call bounds its own waits, and a server
 // that shuts down cancels its calls, so this ends); destroy it after the gRPC server has shut
@@ -22,6 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace tandem {
 
@@ -44,6 +46,11 @@ class CallThreads {
   [[nodiscard]] bool TrySpawn(absl::AnyInvocable<void() &&> body);
   // Threads running a body now.
   int64_t running() const;
+  // Waits until no thread runs its body or `deadline` passes (woken by each thread's end, not
+  // polled); true when none runs. Joins nothing.
+  bool AwaitIdle(absl::Time deadline) const;
+  // Waits for every thread and joins it.
+  void JoinAll();
   int64_t max_threads() const { return max_threads_; }
 
  private:

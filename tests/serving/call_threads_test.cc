@@ -1,11 +1,12 @@
 // serving/call_threads.h: a body runs on its own thread; past the bound TrySpawn refuses and
-// drops the body unrun; a finished thread frees its place; the destructor waits for every body.
-// Every wait is bounded.
+// drops the body unrun; a finished thread frees its place; AwaitIdle is woken by the last body's
+// end and gives up at its deadline; JoinAll and the destructor wait for every body. Every wait is
+// bounded.
 #include "serving/call_threads.h"
 
 #include <atomic>
-#include <functional>
 #include <memory>
+#include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -15,15 +16,6 @@ namespace tandem {
 namespace {
 
 constexpr absl::Duration kBound = absl::Seconds(20);
-
-bool WaitFor(const std::function<bool()>& condition) {
-  const absl::Time deadline = absl::Now() + kBound;
-  while (!condition()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(1));  // polling an observed condition, bounded
-  }
-  return true;
-}
 
 TEST(CallThreadsTest, RefusesPastTheBoundAndFreesAPlaceWhenABodyEnds) {
   CallThreads threads(2);
@@ -41,11 +33,28 @@ TEST(CallThreadsTest, RefusesPastTheBoundAndFreesAPlaceWhenABodyEnds) {
   EXPECT_FALSE(threads.TrySpawn([dropped = std::move(dropped), &ran] { ran.fetch_add(100); }));
   EXPECT_TRUE(watch.expired());  // the refused body was destroyed, unrun
   release.Notify();
-  ASSERT_TRUE(WaitFor([&] { return threads.running() == 0; }));
+  ASSERT_TRUE(threads.AwaitIdle(absl::Now() + kBound));
+  EXPECT_EQ(threads.running(), 0);
   EXPECT_EQ(ran.load(), 2);
   absl::Notification third;
   ASSERT_TRUE(threads.TrySpawn([&] { third.Notify(); }));
   EXPECT_TRUE(third.WaitForNotificationWithTimeout(kBound));
+}
+
+TEST(CallThreadsTest, AwaitIdleGivesUpAtItsDeadlineAndIsWokenByTheLastEnd) {
+  CallThreads threads(4);
+  EXPECT_TRUE(threads.AwaitIdle(absl::Now()));  // none runs
+  absl::Notification release;
+  ASSERT_TRUE(threads.TrySpawn([&] { release.WaitForNotificationWithTimeout(kBound); }));
+  EXPECT_FALSE(threads.AwaitIdle(absl::Now() + absl::Milliseconds(50)));
+  std::thread releaser([&] { release.Notify(); });
+  const absl::Time began = absl::Now();
+  // An hour-long deadline: only the body's end can return it in time.
+  EXPECT_TRUE(threads.AwaitIdle(absl::Now() + absl::Hours(1)));
+  EXPECT_LT(absl::Now() - began, kBound);
+  releaser.join();
+  threads.JoinAll();
+  EXPECT_EQ(threads.running(), 0);
 }
 
 TEST(CallThreadsTest, DestructorWaitsForEveryBody) {
