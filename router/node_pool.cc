@@ -28,6 +28,8 @@ std::shared_ptr<grpc::Channel> NodeChannel(const std::string& address,
               static_cast<int>(absl::ToInt64Milliseconds(kKeepaliveTimeout)));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // One connection per node carries all of the router's streams to it (router_server.cc).
+  args.SetString(GRPC_ARG_OPTIMIZATION_TARGET, std::string(kRelayOptimizationTarget));
   return grpc::CreateCustomChannel(
       address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(), args);
 }

@@ -49,6 +49,10 @@
 
 namespace tandem {
 
+// gRPC's optimization target for the router's connections, which carry many streams each:
+// "throughput" writes what several streams queued at once in one write (router_server.cc).
+inline constexpr char kRelayOptimizationTarget[] = "throughput";
+
 // Insecure channel with short reconnect backoff (a restarted node is usable again quickly) and
 // HTTP/2 keepalive pings every kKeepaliveTime, so a connection whose peer vanished (a network
 // cut: no RST ever arrives) is closed after kKeepaliveTime + kKeepaliveTimeout instead of

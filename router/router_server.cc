@@ -69,6 +69,10 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   if (absl::Status s = ConfigureGrpcServer(builder, options.listen, settings, &r->port_); !s.ok()) {
     return s;
   }
+  // A router relays every stream's tokens over few connections: gRPC's "throughput" target
+  // writes what several streams queued in one go (router_capacity_bench, 2,000 gRPC streams:
+  // p99 added latency lower in each of five alternating pairs; a lone stream's p50 unchanged).
+  builder.AddChannelArgument(GRPC_ARG_OPTIMIZATION_TARGET, std::string(kRelayOptimizationTarget));
   builder.RegisterService(r->service_.get());
   r->server_ = builder.BuildAndStart();
   if (r->server_ == nullptr || r->port_ == 0) {
