@@ -51,7 +51,7 @@ GenerateReactor* GenerateReactor::Start(grpc::CallbackServerContext* context,
   auto* reactor = new GenerateReactor(context);
   const absl::Time deadline = absl::FromChrono(context->deadline());
   const bool started = threads->TrySpawn([reactor, request, deps, deadline] {
-    const grpc::Status status = RunGenerate(*deps, *request, deadline, reactor->cancel_, reactor);
+    const grpc::Status status = RunGenerate(*deps, *request, deadline, reactor->cancel(), reactor);
     reactor->Close(status);
   });
   if (!started) {
@@ -61,69 +61,6 @@ GenerateReactor* GenerateReactor::Start(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-void GenerateReactor::Send(v1::GenerateResponse response) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (broken_) return;
-    if (writing_) {
-      queue_.push_back(std::move(response));
-      return;
-    }
-    writing_ = true;
-    current_ = std::move(response);
-  }
-  StartWrite(&current_);
-}
-
-void GenerateReactor::OnWriteDone(bool ok) {
-  bool write_next = false;
-  bool finish = false;
-  grpc::Status status;
-  std::string provenance;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!ok) {
-      broken_ = true;
-      queue_.clear();
-    }
-    if (!queue_.empty()) {
-      current_ = std::move(queue_.front());
-      queue_.pop_front();
-      write_next = true;
-    } else {
-      writing_ = false;
-      if (closing_ && !finished_) {
-        finished_ = true;
-        finish = true;
-        status = final_status_;
-        provenance = provenance_;
-      }
-    }
-  }
-  if (!ok) cancel_.Cancel();  // nobody is reading any more
-  if (write_next) {
-    StartWrite(&current_);
-  } else if (finish) {
-    FinishWithTrailers(status, provenance);
-  }
-}
-
-void GenerateReactor::Close(grpc::Status status) {
-  bool finish = false;
-  std::string provenance;
-  {
-    absl::MutexLock lock(&mu_);
-    closing_ = true;
-    final_status_ = status;
-    if (!writing_ && !finished_) {
-      finished_ = true;
-      finish = true;
-      provenance = provenance_;
-    }
-  }
-  if (finish) FinishWithTrailers(status, provenance);  // may delete this; nothing may follow
-}
-
 void GenerateReactor::OnProvenance(const Provenance& provenance) {
   if (!provenance.final) return;
   std::string json = ProvenanceJson(provenance);
@@ -131,14 +68,13 @@ void GenerateReactor::OnProvenance(const Provenance& provenance) {
   provenance_ = std::move(json);
 }
 
-void GenerateReactor::FinishWithTrailers(const grpc::Status& status,
-                                         const std::string& provenance) {
+void GenerateReactor::BeforeFinish() {
+  std::string provenance;
+  {
+    absl::MutexLock lock(&mu_);
+    provenance = std::move(provenance_);
+  }
   if (!provenance.empty()) context_->AddTrailingMetadata("x-tandem-provenance", provenance);
-  Finish(status);
 }
-
-void GenerateReactor::OnCancel() { cancel_.Cancel(); }
-
-void GenerateReactor::OnDone() { delete this; }
 
 }  // namespace tandem

@@ -8,9 +8,10 @@
 //
 // Backpressure: Send blocks while `max_queued` messages wait to be written (one more may be in
 // flight), as a synchronous Write blocks on a slow client, so a client that reads slowly holds
-// back the work thread instead of growing a queue. Send returns once a write completes, a write
-// fails or the call is cancelled: bounded by the client's deadline and, at the latest, by the
-// server's shutdown, which cancels the calls left after the drain timeout.
+// back the work thread instead of growing a queue (kUnboundedQueue: Send never blocks, for a
+// sender that must not, such as the router's relay on gRPC's threads). Send returns once a write
+// completes, a write fails or the call is cancelled: bounded by the client's deadline and, at the
+// latest, by the server's shutdown, which cancels the calls left after the drain timeout.
 //
 // Lifetime: created with new by the service's method handler (and returned to gRPC), deleted in
 // OnDone, which gRPC calls only after Finish. The work thread touches the reactor for the last
@@ -20,8 +21,12 @@
 // touches members after Finish. REQUIRES: every CancelCallback registered on cancel() is destroyed
 // before Close.
 //
+// A subclass may add trailing metadata in BeforeFinish, called once, right before Finish, without
+// the reactor's mutex held.
+//
 // Thread-safety: Send and Close from the call's one work thread (or, for a call refused before
-// its thread started, the method handler); cancel() from any thread; the rest is gRPC's.
+// its thread started, the method handler; with kUnboundedQueue, Send from any one thread at a
+// time); cancel() from any thread; the rest is gRPC's.
 #pragma once
 
 #include <grpcpp/support/server_callback.h>
@@ -29,6 +34,7 @@
 
 #include <cstddef>
 #include <deque>
+#include <limits>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -37,8 +43,10 @@
 
 namespace tandem {
 
+inline constexpr size_t kUnboundedQueue = std::numeric_limits<size_t>::max();
+
 template <typename Message>
-class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
+class QueuedWriteReactor : public grpc::ServerWriteReactor<Message> {
  public:
   // REQUIRES: max_queued >= 1.
   explicit QueuedWriteReactor(size_t max_queued) : max_queued_(max_queued) {}
@@ -80,7 +88,7 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
         finish = true;
       }
     }
-    if (finish) this->Finish(std::move(status));  // may delete this; nothing may follow
+    if (finish) FinishNow(std::move(status));  // may delete this; nothing may follow
   }
 
   void OnWriteDone(bool ok) override {
@@ -110,7 +118,7 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
     if (write_next) {
       this->StartWrite(&current_);
     } else if (finish) {
-      this->Finish(std::move(status));
+      FinishNow(std::move(status));
     }
   }
 
@@ -124,7 +132,16 @@ class QueuedWriteReactor final : public grpc::ServerWriteReactor<Message> {
 
   void OnDone() override { delete this; }
 
+ protected:
+  // Right before Finish (trailing metadata), once, without mu_ held.
+  virtual void BeforeFinish() {}
+
  private:
+  void FinishNow(grpc::Status status) {
+    BeforeFinish();
+    this->Finish(std::move(status));
+  }
+
   const size_t max_queued_;
   CancellationToken cancel_;
   absl::Mutex mu_;
