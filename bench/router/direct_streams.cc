@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/router/capacity_clients.h"
-#include "bench/router/countdown.h"
+#include "bench/router/stream_runner.h"
 #include "tandem/v1/decode.grpc.pb.h"
 #include "tandem/v1/prefill.grpc.pb.h"
 
@@ -88,25 +88,11 @@ std::vector<StreamResult> RunDirectStreams(const LoadSpec& spec) {
   // One channel per node, as the router has.
   auto decode = v1::DecodeService::NewStub(
       grpc::CreateChannel(spec.target, grpc::InsecureChannelCredentials()));
-  std::vector<StreamResult> results(spec.streams);
-  Countdown done(spec.streams);
-  const absl::Time start = absl::Now();
-  const absl::Time deadline = start + spec.timeout;
-  for (int i = 0; i < spec.streams; ++i) {
-    // Spread the starts; the wait is the load's schedule, not synchronisation.
-    const absl::Time at = start + spec.spread * i / spec.streams;
-    if (absl::Now() < at) absl::SleepFor(at - absl::Now());
-    results[i].client_id = absl::StrCat(spec.id_prefix, i);
-    new DirectStream(prefill.get(), decode.get(), results[i].client_id, spec.tokens, deadline,
-                     &results[i], &done);
-  }
-  // As RunGrpcStreams: each stream's deadline ends it; a stream past this bound would outlive
-  // `results`.
-  if (!done.Wait(deadline + absl::Seconds(30))) {
-    std::fprintf(stderr, "router_capacity_bench: direct streams outlived their deadline\n");
-    std::abort();
-  }
-  return results;
+  return RunCallbackStreams(spec, "direct",
+                            [&](int, StreamResult* result, Countdown* done, absl::Time deadline) {
+                              new DirectStream(prefill.get(), decode.get(), result->client_id,
+                                               spec.tokens, deadline, result, done);
+                            });
 }
 
 }  // namespace tandem::bench

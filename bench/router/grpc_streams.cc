@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/router/capacity_clients.h"
-#include "bench/router/countdown.h"
+#include "bench/router/stream_runner.h"
 #include "tandem/v1/router.grpc.pb.h"
 
 namespace tandem::bench {
@@ -64,28 +64,14 @@ std::vector<StreamResult> RunGrpcStreams(const LoadSpec& spec) {
     stubs.push_back(v1::Router::NewStub(
         grpc::CreateCustomChannel(spec.target, grpc::InsecureChannelCredentials(), args)));
   }
-  std::vector<StreamResult> results(spec.streams);
-  Countdown done(spec.streams);
-  const absl::Time start = absl::Now();
-  const absl::Time deadline = start + spec.timeout;
-  for (int i = 0; i < spec.streams; ++i) {
-    // Spread the starts; the wait is the load's schedule, not synchronisation.
-    const absl::Time at = start + spec.spread * i / spec.streams;
-    if (absl::Now() < at) absl::SleepFor(at - absl::Now());
-    results[i].client_id = absl::StrCat(spec.id_prefix, i);
-    v1::GenerateRequest request;
-    request.set_text("hello");
-    request.set_max_tokens(spec.tokens);
-    request.set_request_id(results[i].client_id);
-    new Stream(stubs[i % kChannels].get(), std::move(request), deadline, &results[i], &done);
-  }
-  // Each stream's own deadline ends it; this bound only adds a margin for the last OnDone. A
-  // stream still running past it would outlive `results`: stop loudly instead.
-  if (!done.Wait(deadline + absl::Seconds(30))) {
-    std::fprintf(stderr, "router_capacity_bench: gRPC streams outlived their deadline\n");
-    std::abort();
-  }
-  return results;
+  return RunCallbackStreams(
+      spec, "gRPC", [&](int i, StreamResult* result, Countdown* done, absl::Time deadline) {
+        v1::GenerateRequest request;
+        request.set_text("hello");
+        request.set_max_tokens(spec.tokens);
+        request.set_request_id(result->client_id);
+        new Stream(stubs[i % kChannels].get(), std::move(request), deadline, result, done);
+      });
 }
 
 }  // namespace tandem::bench
