@@ -340,6 +340,21 @@ TEST_F(DriverTest, ClientCancelDuringDecodeCancelsTheCallAndReleasesTheKv) {
   EXPECT_EQ(nodes_.releases()[0].request.generation(), 7u);
 }
 
+// The client leaves after the prefill answered (its first token and the KV handle) and before a
+// decode call exists: no Decode call is made, and the lease the router owns is released at once,
+// not left to expire.
+TEST_F(DriverTest, ClientLeavingBetweenPrefillAndDecodeReleasesTheKvAtOnce) {
+  nodes_.on_prefill = [&](const std::string& address, const v1::PrefillRequest& request) {
+    cancel_.Cancel();
+    return FakePrefill(address, request);
+  };
+  const absl::Status status = Generate(Request(4));
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(nodes_.decodes().empty());
+  ASSERT_EQ(nodes_.releases().size(), 1u);
+  EXPECT_EQ(nodes_.releases()[0].request.generation(), 7u);
+}
+
 // On the real clock: a retry's backoff (an hour here) ends at the client's cancellation, which
 // wakes the wait rather than being polled for; the request ends CANCELLED without another call.
 TEST_F(DriverTest, ClientCancelDuringABackoffEndsTheRequestAtOnce) {
