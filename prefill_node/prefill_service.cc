@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "common/request_log.h"
 #include "kv_transfer/ucx/metadata_proto.h"
+#include "proto/convert/kv_handle_proto.h"
 #include "proto/convert/kv_layout_proto.h"
 #include "proto/convert/sampling_proto.h"
 #include "serving/grpc_status.h"
@@ -143,18 +144,19 @@ grpc::Status PrefillServiceImpl::RunPrefill(PrefillNode* node,
       }
     }
   }
-  v1::KvHandle* kv = resp->mutable_kv();
-  kv->set_engine_id(node->engine_id());
-  kv->set_epoch(node->epoch());
-  kv->set_request_id(req->request_id());
-  for (int32_t b : out->block_table) kv->add_block_table(b);
-  kv->set_num_tokens(out->num_tokens);
-  *kv->mutable_layout() = ToProto(node->layout());
-  kv->set_lease_expiry_unix_ms(absl::ToUnixMillis(out->lease_expiry));
-  kv->set_generation(out->generation);
-  kv->set_prefill_address(node->advertised_address());
-  for (uint32_t g : out->block_generations) kv->add_block_generations(g);
-  for (uint32_t d : out->kv_digests) kv->add_kv_digests(d);
+  KvHandle kv;
+  kv.engine_id = node->engine_id();
+  kv.epoch = node->epoch();
+  kv.request_id = req->request_id();
+  kv.block_table = out->block_table;
+  kv.num_tokens = out->num_tokens;
+  kv.layout = node->layout();
+  kv.lease_expiry = out->lease_expiry;
+  kv.generation = out->generation;
+  kv.prefill_address = node->advertised_address();
+  kv.block_generations = out->block_generations;
+  kv.kv_digests = out->kv_digests;
+  *resp->mutable_kv() = ToProto(kv);
   return grpc::Status::OK;
 }
 

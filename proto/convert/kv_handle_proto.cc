@@ -24,4 +24,20 @@ absl::StatusOr<KvHandle> KvHandleFromProto(const v1::KvHandle& p) {
   return kv;
 }
 
+v1::KvHandle ToProto(const KvHandle& kv) {
+  v1::KvHandle p;
+  p.set_engine_id(kv.engine_id);
+  p.set_epoch(kv.epoch);
+  p.set_request_id(kv.request_id);
+  p.mutable_block_table()->Add(kv.block_table.begin(), kv.block_table.end());
+  p.set_num_tokens(kv.num_tokens);
+  *p.mutable_layout() = ToProto(kv.layout);
+  p.set_lease_expiry_unix_ms(absl::ToUnixMillis(kv.lease_expiry));
+  p.set_generation(kv.generation);
+  p.set_prefill_address(kv.prefill_address);
+  p.mutable_block_generations()->Add(kv.block_generations.begin(), kv.block_generations.end());
+  p.mutable_kv_digests()->Add(kv.kv_digests.begin(), kv.kv_digests.end());
+  return p;
+}
+
 }  // namespace tandem

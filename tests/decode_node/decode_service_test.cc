@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "proto/convert/kv_layout_proto.h"
+#include "proto/convert/kv_handle_proto.h"
 #include "serving/loopback_server.h"
 #include "tandem/v1/decode.grpc.pb.h"
 #include "tests/decode_node/decode_node_fixture.h"
@@ -24,27 +24,11 @@ namespace {
 
 constexpr absl::Duration kHour = absl::Hours(1);
 
-v1::KvHandle ToWire(const KvHandle& kv) {
-  v1::KvHandle p;
-  p.set_engine_id(kv.engine_id);
-  p.set_epoch(kv.epoch);
-  p.set_request_id(kv.request_id);
-  for (int32_t b : kv.block_table) p.add_block_table(b);
-  p.set_num_tokens(kv.num_tokens);
-  *p.mutable_layout() = ToProto(kv.layout);
-  p.set_lease_expiry_unix_ms(absl::ToUnixMillis(kv.lease_expiry));
-  p.set_generation(kv.generation);
-  p.set_prefill_address(kv.prefill_address);
-  for (uint32_t g : kv.block_generations) p.add_block_generations(g);
-  for (uint32_t d : kv.kv_digests) p.add_kv_digests(d);
-  return p;
-}
-
 v1::DecodeRequest RequestFor(const KvHandle& kv, int32_t max_new_tokens) {
   v1::DecodeRequest req;
   req.set_request_id(kv.request_id);
   req.set_first_token(7);
-  *req.mutable_kv() = ToWire(kv);
+  *req.mutable_kv() = ToProto(kv);
   req.set_max_new_tokens(max_new_tokens);
   req.set_next_step(1);
   return req;
