@@ -18,6 +18,7 @@
 #include "serving/loopback_server.h"
 #include "tandem/v1/decode.grpc.pb.h"
 #include "tests/decode_node/decode_node_fixture.h"
+#include "tests/serving/rpc_on_thread.h"
 
 namespace tandem::testing {
 namespace {
@@ -34,26 +35,15 @@ v1::DecodeRequest RequestFor(const KvHandle& kv, int32_t max_new_tokens) {
   return req;
 }
 
-// One Decode call read to its end on a thread of its own.
-struct Call {
-  grpc::ClientContext ctx;
-  std::vector<v1::DecodeEvent> events;
-  grpc::Status status;
-  absl::Notification ended;
-  std::thread reader;
-
+// One Decode call read to its end on a thread of its own; `result` holds its events.
+struct Call : RpcOnThread<std::vector<v1::DecodeEvent>> {
   void Start(v1::DecodeService::Stub& stub, const v1::DecodeRequest& req) {
-    reader = std::thread([this, &stub, req] {
-      std::unique_ptr<grpc::ClientReader<v1::DecodeEvent>> r = stub.Decode(&ctx, req);
+    RpcOnThread::Start([&stub, req](grpc::ClientContext* ctx, std::vector<v1::DecodeEvent>* out) {
+      std::unique_ptr<grpc::ClientReader<v1::DecodeEvent>> r = stub.Decode(ctx, req);
       v1::DecodeEvent ev;
-      while (r->Read(&ev)) events.push_back(ev);
-      status = r->Finish();
-      ended.Notify();
+      while (r->Read(&ev)) out->push_back(ev);
+      return r->Finish();
     });
-  }
-  ~Call() {
-    ctx.TryCancel();  // a test that failed early must not wait for an hour-long call
-    if (reader.joinable()) reader.join();
   }
 };
 
@@ -113,15 +103,15 @@ TEST_F(DecodeServiceTest, StreamsTheTokensThenTheFinishEvent) {
   call.Start(*stub_, RequestFor(prefill_->Lease(kFast, "r1", 40), 6));
   ASSERT_TRUE(call.ended.WaitForNotificationWithTimeout(kBound));
   ASSERT_TRUE(call.status.ok()) << call.status.error_message();
-  ASSERT_GE(call.events.size(), 2u);
-  EXPECT_TRUE(call.events.front().has_served());  // on the first event only
-  for (size_t i = 0; i + 1 < call.events.size(); ++i) {
-    EXPECT_TRUE(call.events[i].has_token());
-    EXPECT_EQ(call.events[i].has_served(), i == 0);
+  ASSERT_GE(call.result.size(), 2u);
+  EXPECT_TRUE(call.result.front().has_served());  // on the first event only
+  for (size_t i = 0; i + 1 < call.result.size(); ++i) {
+    EXPECT_TRUE(call.result[i].has_token());
+    EXPECT_EQ(call.result[i].has_served(), i == 0);
   }
-  ASSERT_TRUE(call.events.back().has_finish());
-  EXPECT_EQ(call.events.back().finish().generated(), 6);  // the first token (given) included
-  EXPECT_EQ(call.events.size(), 6u);                      // 5 decoded tokens, then the finish
+  ASSERT_TRUE(call.result.back().has_finish());
+  EXPECT_EQ(call.result.back().finish().generated(), 6);  // the first token (given) included
+  EXPECT_EQ(call.result.size(), 6u);                      // 5 decoded tokens, then the finish
   EXPECT_TRUE(WaitFor([&] { return service_->calls_running() == 0; }));
   EXPECT_EQ(service_->drain_gate().in_flight(), 0);
   ExpectAllBlocksFree(*node_);

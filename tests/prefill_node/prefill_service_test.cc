@@ -18,6 +18,7 @@
 #include "serving/loopback_server.h"
 #include "tandem/v1/prefill.grpc.pb.h"
 #include "tests/prefill_node/prefill_node_fixture.h"
+#include "tests/serving/rpc_on_thread.h"
 
 namespace tandem::testing {
 namespace {
@@ -40,23 +41,12 @@ v1::PrefillRequest RequestFor(const std::string& id, const std::vector<int32_t>&
   return req;
 }
 
-// One Prefill call on a thread of its own.
-struct PrefillCallOnThread {
-  grpc::ClientContext ctx;
-  v1::PrefillResponse resp;
-  grpc::Status status;
-  absl::Notification ended;
-  std::thread thread;
-
+// One Prefill call on a thread of its own; `result` holds its response.
+struct PrefillCallOnThread : RpcOnThread<v1::PrefillResponse> {
   void Start(v1::PrefillService::Stub& stub, const v1::PrefillRequest& req) {
-    thread = std::thread([this, &stub, req] {
-      status = stub.Prefill(&ctx, req, &resp);
-      ended.Notify();
+    RpcOnThread::Start([&stub, req](grpc::ClientContext* ctx, v1::PrefillResponse* resp) {
+      return stub.Prefill(ctx, req, resp);
     });
-  }
-  ~PrefillCallOnThread() {
-    ctx.TryCancel();  // a test that failed early must not wait for an hour-long call
-    if (thread.joinable()) thread.join();
   }
 };
 
@@ -127,15 +117,15 @@ TEST_F(PrefillServiceTest, PrefillAnswersWithItsHandleAndTheUnaryCallsAnswer) {
   call.Start(*stub_, RequestFor("r1", Prompt(37)));
   ASSERT_TRUE(call.ended.WaitForNotificationWithTimeout(kBound));
   ASSERT_TRUE(call.status.ok()) << call.status.error_message();
-  EXPECT_EQ(call.resp.kv().num_tokens(), 37);
-  EXPECT_EQ(call.resp.kv().block_table_size(), 3);
-  EXPECT_EQ(call.resp.kv().engine_id(), node_->engine_id());
+  EXPECT_EQ(call.result.kv().num_tokens(), 37);
+  EXPECT_EQ(call.result.kv().block_table_size(), 3);
+  EXPECT_EQ(call.result.kv().engine_id(), node_->engine_id());
   EXPECT_EQ(node_->Load().leases, 1);
 
   grpc::ClientContext renew_ctx;
   v1::RenewLeaseRequest renew;
   renew.set_request_id("r1");
-  renew.set_generation(call.resp.kv().generation());
+  renew.set_generation(call.result.kv().generation());
   renew.set_extend_ms(1000);
   v1::RenewLeaseResponse renewed;
   ASSERT_TRUE(stub_->RenewLease(&renew_ctx, renew, &renewed).ok());
@@ -151,7 +141,7 @@ TEST_F(PrefillServiceTest, PrefillAnswersWithItsHandleAndTheUnaryCallsAnswer) {
   v1::ReleaseKvRequest release;
   release.set_request_id("r1");
   release.set_epoch(node_->epoch());
-  release.set_generation(call.resp.kv().generation());
+  release.set_generation(call.result.kv().generation());
   v1::ReleaseKvResponse released;
   ASSERT_TRUE(stub_->ReleaseKv(&release_ctx, release, &released).ok());
   EXPECT_TRUE(released.lease_held());
