@@ -56,7 +56,8 @@ struct InstanceOptions {
   KvPoolAllocator pool_allocator;
   KvStaging kv_staging = KvStaging::kAuto;
   // Tests: builds rank r's backend instead of the registry's CreateBackend(backend, r) (`backend`
-  // then only names the kind for BackendMemoryIsHost). Empty: the registry.
+  // then only names the kind for BackendMemoryIsHost). Called on each rank's thread, all ranks
+  // at once: state it shares needs a lock. Empty: the registry.
   std::function<absl::StatusOr<std::unique_ptr<ComputeBackend>>(int32_t rank)> make_backend;
 };
 

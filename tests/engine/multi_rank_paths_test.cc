@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "attention/kv_dtype.h"
 #include "common/status_macros.h"
 #include "engine/instance.h"
@@ -314,6 +315,8 @@ std::vector<std::vector<float>> RunSchedule(const LlamaWeights& w, const Paralle
   o.parallel = parallel;
   o.kv_bytes_per_rank = int64_t{8} << 20;
   o.threads_per_rank = 1;
+  // make_backend runs on every rank's thread at once (engine/instance.h): the list is shared.
+  absl::Mutex deferring_mu;
   std::vector<DeferringBackend*> deferring;
   o.make_backend = [&](int32_t) -> absl::StatusOr<std::unique_ptr<ComputeBackend>> {
     std::unique_ptr<ComputeBackend> b = CreateCpuBackend();
@@ -322,6 +325,7 @@ std::vector<std::vector<float>> RunSchedule(const LlamaWeights& w, const Paralle
     }
     if (wrap == Wrap::kDefer || wrap == Wrap::kBf16Defer) {
       auto d = std::make_unique<DeferringBackend>(std::move(b));
+      absl::MutexLock lock(&deferring_mu);
       deferring.push_back(d.get());
       b = std::move(d);
     }
