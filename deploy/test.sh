@@ -131,7 +131,8 @@ if [ "$tsan" -eq 1 ]; then
   # Debian's libgomp is not TSan-instrumented (its barriers are invisible): OpenMP regions run on
   # one thread here. Tandem's own threads (ranks, progress, gRPC, pulls) still run concurrently.
   export OMP_NUM_THREADS=1
-  # Covered: the engine (communicator, forward, engines, block manager), the KV transfer (planner,
+  # Covered: the engine (communicator, forward, engines, block manager, instances whose test
+  # backends are built on every rank thread at once), the KV transfer (planner,
   # UCX transfer and faults, fake transport), the nodes (prefill/decode node tests, leases, their
   # gRPC services and call threads), the router (pool, state machine, driver, node client,
   # integration with fake nodes, HTTP), the HTTP server's event loop, the cancellation token and
@@ -140,6 +141,7 @@ if [ "$tsan" -eq 1 ]; then
   # uninstrumented libprotobuf in router_served_model_test), the e2e process clusters (too slow
   # under TSan on 2 cores), cuda.
   tsan_tests='^(cpu_communicator_test|block_manager_test|forward_test|engines_test|kv_.*'
+  tsan_tests+='|multi_rank_paths_test|padded_rows_test|add_rms_norm_forward_test'
   tsan_tests+='|decode_node_test|decode_lease_keeper_test|prefill_lease_table_test|prefill_node_test'
   tsan_tests+='|decode_service_test|prefill_service_test|serving_call_threads_test'
   tsan_tests+='|router_node_policy_test|router_request_validation_test|router_request_state_test'
