@@ -2,6 +2,7 @@
 // only when the CPU has them (quant_gemv.cc).
 #include <immintrin.h>
 
+#include "model/cpu/quant_gemv_avx2_dequant_q4.h"
 #include "model/cpu/quant_gemv_avx2_factored.h"
 #include "model/cpu/quant_gemv_avx2_q4k.h"
 #include "model/cpu/quant_gemv_avx2_q5.h"
@@ -127,7 +128,10 @@ GemvFn Avx2Gemv(GgmlType type, bool packed) {
   }
   return impl::Select<Avx2>(type, packed);
 }
+// Packed Q4_0/Q4_1 rows dequantise a lane group at a time (quant_gemv_avx2_dequant_q4.h).
 DequantFn Avx2Dequant(GgmlType type, bool packed) {
+  if (packed && type == GgmlType::kQ4_0) return &impl::PackedQ4DequantRows<impl::PackedKind::kQ4_0>;
+  if (packed && type == GgmlType::kQ4_1) return &impl::PackedQ4DequantRows<impl::PackedKind::kQ4_1>;
   return impl::SelectDequant<Avx2>(type, packed);
 }
 
