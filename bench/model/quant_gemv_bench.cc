@@ -26,18 +26,26 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "attention/cpu/cpu_isa.h"
 #include "bench/attention/bench_clock.h"
 #include "bench/attention/read_bandwidth.h"
 #include "common/parallel_for.h"
 #include "model/cpu/quant_linear.h"
+#include "model/cpu/quant_panel_gemm.h"
 
 ABSL_FLAG(std::string, types, "q4_1,q4_0,q8_0", "weight types");
 ABSL_FLAG(std::string, isas, "avx512,avx2", "ISA paths (those this CPU lacks are skipped)");
 ABSL_FLAG(int32_t, threads, 1, "threads (0: every hardware thread)");
 ABSL_FLAG(int32_t, reps, 5, "repetitions; each figure is the best");
 ABSL_FLAG(std::string, clock, "wall", "wall or cpu (the calling thread's CPU time)");
+ABSL_FLAG(int64_t, panel_min_rows, -1,
+          "the smallest m the panel kernels take (-1: the default, "
+          "quant::internal::kDefaultPanelMinRows; 17: never in this benchmark)");
+ABSL_FLAG(std::string, hot_ms, "",
+          "more batch sizes (up to 16) for the hot matrix, one line each: where the GEMV and "
+          "panel kernels (quant_panel_gemm.h) cross over");
 
 namespace tandem {
 namespace {
@@ -118,6 +126,9 @@ int Main() {
   const int threads = absl::GetFlag(FLAGS_threads);
   if (threads > 0) SetThreadsForThisThread(threads);
   const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
+  if (absl::GetFlag(FLAGS_panel_min_rows) >= 0) {
+    quant::internal::SetPanelMinRows(absl::GetFlag(FLAGS_panel_min_rows));
+  }
   const BenchClock clock =
       absl::GetFlag(FLAGS_clock) == "cpu" ? BenchClock::kThreadCpu : BenchClock::kWall;
   std::vector<GgmlType> types;
@@ -207,6 +218,15 @@ int Main() {
       std::string key = std::string(CpuIsaName(isa)) + "_" + name;
       std::transform(key.begin(), key.end(), key.begin(), [](char c) { return std::tolower(c); });
       results.push_back({key, gbs1 / read_gbs});
+      for (absl::string_view ms :
+           absl::StrSplit(absl::GetFlag(FLAGS_hot_ms), ',', absl::SkipEmpty())) {
+        int64_t m = 0;
+        if (!absl::SimpleAtoi(ms, &m) || m < 1 || m > 16) continue;
+        // G weights/s times m: multiply-adds per second, comparable across batch sizes.
+        const double gws = hot_gws(m);
+        std::printf("  hot m=%-3lld %10.2f G weights/s %10.2f G FMA/s\n", static_cast<long long>(m),
+                    gws, gws * static_cast<double>(m));
+      }
     }
     UnpinCpuIsa();
   }

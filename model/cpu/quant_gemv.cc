@@ -1,5 +1,6 @@
 #include "model/cpu/quant_gemv.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -7,6 +8,7 @@
 #include "absl/types/span.h"
 #include "model/cpu/cpu_ops.h"
 #include "model/cpu/quant_pack_q5.h"
+#include "model/cpu/quant_panel_gemm.h"
 #include "model/format/dequant.h"
 #include "model/format/half.h"
 
@@ -122,6 +124,12 @@ std::vector<uint8_t> PackRows(GgmlType type, const uint8_t* rows, int64_t n, int
 
 namespace internal {
 
+namespace {
+std::atomic<int64_t> g_panel_min_rows{kDefaultPanelMinRows};
+}  // namespace
+int64_t PanelMinRows() { return g_panel_min_rows.load(std::memory_order_relaxed); }
+void SetPanelMinRows(int64_t m) { g_panel_min_rows.store(m, std::memory_order_relaxed); }
+
 float ApplyEpilogue(Epilogue e, float v, float old_y, float aux) {
   switch (e) {
     case Epilogue::kStore:
@@ -177,8 +185,14 @@ bool GemvSupports(GgmlType type) {
 
 void GemvOnPath(CpuIsa isa, const GemvArgs& a, int64_t n_begin, int64_t n_end) {
   internal::GemvFn fn = nullptr;
-  if (isa == CpuIsa::kAvx512) fn = internal::Avx512Gemv(a.w.type, a.w.packed);
-  if (isa == CpuIsa::kAvx2) fn = internal::Avx2Gemv(a.w.type, a.w.packed);
+  // Several activation rows: decode each weight once into an f32 panel (quant_panel_gemm.h).
+  const bool panel = a.m >= internal::PanelMinRows() && internal::PanelSupports(a.w);
+  if (isa == CpuIsa::kAvx512) {
+    fn = panel ? &internal::Avx512PanelGemm : internal::Avx512Gemv(a.w.type, a.w.packed);
+  }
+  if (isa == CpuIsa::kAvx2) {
+    fn = panel ? &internal::Avx2PanelGemm : internal::Avx2Gemv(a.w.type, a.w.packed);
+  }
   if (fn == nullptr) fn = &internal::PortableGemv;
   if (a.epilogue != Epilogue::kSiluMul || isa == CpuIsa::kPortable) {
     fn(a, n_begin, n_end);

@@ -15,7 +15,13 @@
 // (quant_gemv_avx2_q6k.h) and its packed Q5_0/Q5_1 kernel (quant_gemv_avx2_q5.h); the AVX-512
 // path factors Q4_K, Q5_K and Q6_K the same way (quant_gemv_avx512_kquants.h). Every kernel sums an
 // output in an order set by its own weight row and activation row, so results do not depend on the
-// batch size.
+// batch size within a kernel.
+//
+// Batches of several rows (m >= internal::PanelMinRows(), 6 by default) take the panel kernels on
+// the vector paths instead (quant_panel_gemm.h): each weight dequantised once per call, exactly,
+// into a per-thread f32 panel, then a register-tiled f32 micro-kernel over all m rows. Their sums
+// are also independent of the batch size, in an order of their own: a sequence gets the same bits
+// in any batch of 6 or more, and (in the last bits) other ones alone or in a batch of 2 to 5.
 //
 // Paths: AVX-512 (F, BW, VL + FMA, F16C), AVX2 (+ FMA, F16C) and portable C++ (dequantise a row,
 // then dot), picked by attention/cpu/cpu_isa.h's ActiveCpuIsa() — tests pin each path in turn.

@@ -2,9 +2,10 @@
 // y[m][n] = x[m][k]·Wᵀ + b with W [n][k] as GGML blocks, resident at the file's size.
 //
 // Two paths, chosen by m:
-//   * m <= SmallBatchLimit() (decode): the quantised GEMV kernels, n split over the calling
-//     thread's OpenMP team (common/parallel_for.h), each output row's epilogue applied as it is
-//     stored;
+//   * m <= SmallBatchLimit() (decode): the quantised GEMV kernels, or from 6 rows on the vector
+//     paths' panel kernels (quant_panel_gemm.h: each weight dequantised once per call into an
+//     f32 panel, then register-tiled FMAs), n split over the calling thread's OpenMP team
+//     (common/parallel_for.h), each output row's epilogue applied as it is stored;
 //   * larger m (prefill): W is dequantised tile by tile (rows of at most ~4 MiB of f32, reused
 //     from a per-thread buffer) with model/format/dequant.cc and each tile goes through a oneDNN
 //     GEMM with the epilogue as post-ops (DnnlLinear::PlainGemm). Dequantising costs O(n·k) per

@@ -26,6 +26,7 @@
 #include "common/parallel_for.h"
 #include "gtest/gtest.h"
 #include "model/cpu/quant_gemv.h"
+#include "model/cpu/quant_panel_gemm.h"
 #include "model/format/dequant.h"
 #include "model/format/half.h"
 
@@ -132,6 +133,22 @@ std::vector<quant::QuantMatrix> Layouts(const Case& c, const std::vector<uint8_t
   return out;
 }
 
+// Pins the smallest batch the vector paths give to the panel kernels (quant_panel_gemm.h) for
+// one scope: 1 sends every batch there, kNever none.
+class PanelMinRowsScope {
+ public:
+  static constexpr int64_t kNever = int64_t{1} << 40;
+  explicit PanelMinRowsScope(int64_t m) : saved_(quant::internal::PanelMinRows()) {
+    quant::internal::SetPanelMinRows(m);
+  }
+  ~PanelMinRowsScope() { quant::internal::SetPanelMinRows(saved_); }
+  PanelMinRowsScope(const PanelMinRowsScope&) = delete;
+  PanelMinRowsScope& operator=(const PanelMinRowsScope&) = delete;
+
+ private:
+  int64_t saved_;
+};
+
 double Silu(double v) { return v / (1.0 + std::exp(-v)); }
 
 // Checks y against the double reference for every element; returns the number of mismatches.
@@ -171,37 +188,42 @@ int CheckAgainstReference(const std::vector<float>& w, const Case& c, int64_t m,
 }
 
 TEST(QuantGemvTest, EveryPathTypeAndEpilogueMatchesTheDequantisedReference) {
-  for (const Case& c : Cases()) {
-    const std::vector<uint8_t> rows = RandomRows(c.type, c.n, c.k, c.n * 31 + c.k);
-    std::vector<float> w(c.n * c.k);
-    ASSERT_TRUE(Dequantize(c.type, absl::MakeConstSpan(rows), absl::MakeSpan(w)).ok());
-    const std::vector<float> bias = Random(c.n, 3);
-    for (const quant::QuantMatrix& wm : Layouts(c, rows)) {
-      for (CpuIsa isa : Paths()) {
-        for (int64_t m = 1; m <= 33; ++m) {
-          const std::vector<float> x = Random(m * c.k, m);
-          const std::vector<float> aux = Random(m * c.n, 7, 2.f);
-          const std::vector<float> y0 = Random(m * c.n, 5);
-          for (quant::Epilogue e :
-               {quant::Epilogue::kStore, quant::Epilogue::kAccumulate, quant::Epilogue::kSiluMul}) {
-            SCOPED_TRACE(std::string(GgmlTypeName(c.type)) + " n=" + std::to_string(c.n) +
-                         " k=" + std::to_string(c.k) + " m=" + std::to_string(m) +
-                         " path=" + CpuIsaName(isa) + (wm.packed ? " packed" : "") +
-                         " epilogue=" + std::to_string(static_cast<int>(e)));
-            std::vector<float> y = y0;
-            quant::GemvArgs a;
-            a.w = wm;
-            a.x = x.data();
-            a.m = m;
-            a.bias = m % 2 ? bias.data() : nullptr;
-            a.y = y.data();
-            a.epilogue = e;
-            a.aux = aux.data();
-            // Two pieces, split inside the kernel's 32-row tile, as two threads would.
-            const int64_t cut = c.n / 3;
-            quant::GemvOnPath(isa, a, 0, cut);
-            quant::GemvOnPath(isa, a, cut, c.n);
-            ASSERT_EQ(CheckAgainstReference(w, c, m, x, a.bias, e, y0, aux, y), 0);
+  // Every batch size through the GEMV kernels, then through the panel kernels.
+  for (int64_t panel_min_rows : {PanelMinRowsScope::kNever, int64_t{1}}) {
+    const PanelMinRowsScope panel(panel_min_rows);
+    for (const Case& c : Cases()) {
+      const std::vector<uint8_t> rows = RandomRows(c.type, c.n, c.k, c.n * 31 + c.k);
+      std::vector<float> w(c.n * c.k);
+      ASSERT_TRUE(Dequantize(c.type, absl::MakeConstSpan(rows), absl::MakeSpan(w)).ok());
+      const std::vector<float> bias = Random(c.n, 3);
+      for (const quant::QuantMatrix& wm : Layouts(c, rows)) {
+        for (CpuIsa isa : Paths()) {
+          for (int64_t m = 1; m <= 33; ++m) {
+            const std::vector<float> x = Random(m * c.k, m);
+            const std::vector<float> aux = Random(m * c.n, 7, 2.f);
+            const std::vector<float> y0 = Random(m * c.n, 5);
+            for (quant::Epilogue e : {quant::Epilogue::kStore, quant::Epilogue::kAccumulate,
+                                      quant::Epilogue::kSiluMul}) {
+              SCOPED_TRACE(std::string(GgmlTypeName(c.type)) + " n=" + std::to_string(c.n) +
+                           " k=" + std::to_string(c.k) + " m=" + std::to_string(m) +
+                           " path=" + CpuIsaName(isa) + (wm.packed ? " packed" : "") +
+                           " epilogue=" + std::to_string(static_cast<int>(e)) +
+                           (panel_min_rows == 1 ? " panel" : " gemv"));
+              std::vector<float> y = y0;
+              quant::GemvArgs a;
+              a.w = wm;
+              a.x = x.data();
+              a.m = m;
+              a.bias = m % 2 ? bias.data() : nullptr;
+              a.y = y.data();
+              a.epilogue = e;
+              a.aux = aux.data();
+              // Two pieces, split inside the kernel's 32-row tile, as two threads would.
+              const int64_t cut = c.n / 3;
+              quant::GemvOnPath(isa, a, 0, cut);
+              quant::GemvOnPath(isa, a, cut, c.n);
+              ASSERT_EQ(CheckAgainstReference(w, c, m, x, a.bias, e, y0, aux, y), 0);
+            }
           }
         }
       }
@@ -209,15 +231,16 @@ TEST(QuantGemvTest, EveryPathTypeAndEpilogueMatchesTheDequantisedReference) {
   }
 }
 
-// Every vector kernel sums each output in an order set by its own weight row and activation row
-// alone — the AVX2 path's factored ones (packed Q4_0/Q4_1/Q8_0, quant_gemv_avx2_factored.h;
-// Q4_K, Q5_K, Q6_K, packed Q5_0/Q5_1: quant_gemv_avx2_q4k.h, _q5k.h, _q6k.h, _q5.h), the
-// AVX-512 K-quant ones (quant_gemv_avx512_kquants.h) and the AVX-512 table kernels, including a
-// tile's last rows (n = 9, 19, 35, 37: not multiples of the 4-row blocks) — so an activation row
-// gives the same bits whether it is computed alone (m = 1) or inside a batch of 13 (blocks of 8 or
-// 4, 2 and 1 activation rows), and with the activations' magnitudes spread over 2^±60 (the factored
-// kernels' power-of-two prescaling of x must stay exact).
+// Every GEMV kernel (the panel kernels below) sums each output in an order set by its own weight
+// row and activation row alone — the AVX2 path's factored ones (packed Q4_0/Q4_1/Q8_0,
+// quant_gemv_avx2_factored.h; Q4_K, Q5_K, Q6_K, packed Q5_0/Q5_1: quant_gemv_avx2_q4k.h, _q5k.h,
+// _q6k.h, _q5.h), the AVX-512 K-quant ones (quant_gemv_avx512_kquants.h) and the AVX-512 table
+// kernels, including a tile's last rows (n = 9, 19, 35, 37: not multiples of the 4-row blocks) — so
+// an activation row gives the same bits whether it is computed alone (m = 1) or inside a batch of
+// 13 (blocks of 8 or 4, 2 and 1 activation rows), and with the activations' magnitudes spread over
+// 2^±60 (the factored kernels' power-of-two prescaling of x must stay exact).
 TEST(QuantGemvTest, VectorKernelsGiveEveryRowTheSameBitsAloneAndInABatch) {
+  const PanelMinRowsScope gemv_only(PanelMinRowsScope::kNever);
   const int64_t m = 13;
   const Case cases[] = {
       {GgmlType::kQ4_1, 37, 224}, {GgmlType::kQ4_0, 19, 576}, {GgmlType::kQ4_1, 9, 96},
@@ -254,6 +277,62 @@ TEST(QuantGemvTest, VectorKernelsGiveEveryRowTheSameBitsAloneAndInABatch) {
         quant::GemvOnPath(isa, a, 0, c.n);
         for (int64_t j = 0; j < c.n; ++j) {
           ASSERT_EQ(alone[j], batch[i * c.n + j]) << "row " << i << " output " << j;
+        }
+      }
+    }
+  }
+}
+
+// The panel kernels (quant_panel_gemm.h) sum each output in an order set by its own weight row
+// and activation row alone, too: a row computed alone (m = 1) has the same bits as inside batches
+// of 6, 8, 13 and 16 (different blocks of activation rows: 3 + 3, 4 + 4, 6 + 4 + 3, …), with the
+// outputs split at a point inside a panel, as two threads would, and for every type (the weights
+// come from each type's own dequantiser). The default threshold sends decode batches of
+// kDefaultPanelMinRows and more here, so a sequence gets the same bits in any such batch.
+TEST(QuantGemvTest, PanelKernelsGiveEveryRowTheSameBitsAloneAndInAnyBatch) {
+  const PanelMinRowsScope panel_always(1);
+  const Case cases[] = {{GgmlType::kQ4_1, 37, 224}, {GgmlType::kQ4_0, 19, 576},
+                        {GgmlType::kQ8_0, 37, 96},  {GgmlType::kQ4_K, 35, 768},
+                        {GgmlType::kQ6_K, 29, 512}, {GgmlType::kQ5_0, 19, 576},
+                        {GgmlType::kQ5_1, 37, 224}, {GgmlType::kQ5_K, 33, 768},
+                        {GgmlType::kF16, 26, 64},   {GgmlType::kBF16, 14, 96}};
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (!CpuSupports(isa)) continue;
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(GgmlTypeName(c.type)) + " k=" + std::to_string(c.k) +
+                   " path=" + CpuIsaName(isa));
+      const std::vector<uint8_t> rows = RandomRows(c.type, c.n, c.k, c.k + 7);
+      const quant::QuantMatrix wm = Layouts(c, rows).back();  // packed where the type packs
+      std::vector<float> w(c.n * c.k);
+      ASSERT_TRUE(Dequantize(c.type, absl::MakeConstSpan(rows), absl::MakeSpan(w)).ok());
+      const int64_t max_m = 16;
+      std::vector<float> x = Random(max_m * c.k, 23);
+      for (size_t t = 0; t < x.size(); ++t) x[t] = std::ldexp(x[t], static_cast<int>(t % 121) - 60);
+      const std::vector<float> bias = Random(c.n, 5);
+      auto run = [&](const float* xs, int64_t m, float* y) {
+        quant::GemvArgs a;
+        a.w = wm;
+        a.x = xs;
+        a.m = m;
+        a.bias = bias.data();
+        a.y = y;
+        const int64_t cut = c.n / 3;
+        quant::GemvOnPath(isa, a, 0, cut);
+        quant::GemvOnPath(isa, a, cut, c.n);
+      };
+      std::vector<float> alone(max_m * c.n);
+      for (int64_t i = 0; i < max_m; ++i) run(x.data() + i * c.k, 1, alone.data() + i * c.n);
+      ASSERT_EQ(CheckAgainstReference(w, c, max_m, x, bias.data(), quant::Epilogue::kStore, alone,
+                                      alone, alone),
+                0);
+      for (int64_t m : {6, 8, 13, 16}) {
+        std::vector<float> batch(m * c.n);
+        run(x.data() + (max_m - m) * c.k, m, batch.data());  // the batch's last m rows
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < c.n; ++j) {
+            ASSERT_EQ(batch[i * c.n + j], alone[(max_m - m + i) * c.n + j])
+                << "m=" << m << " row " << i << " output " << j;
+          }
         }
       }
     }
