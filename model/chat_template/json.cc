@@ -79,7 +79,7 @@ absl::Status Dump(const Value& v, const JsonOptions& o, int depth, std::string* 
   }
   std::string newline_indent;
   if (o.indent.has_value()) {
-    newline_indent = "\n";
+    newline_indent.push_back('\n');  // not `= "\n"`: GCC 12's -Wrestrict misfires on it under ASan
     for (int i = 0; i <= depth; ++i) newline_indent += *o.indent;
   }
   out->push_back(is_map ? '{' : '[');

@@ -465,7 +465,7 @@ class RegexParser {
         AppendUtf8(static_cast<char32_t>(r[0].first), &utf8);
         c = GbnfLiteral(utf8);
       } else {
-        c = "[";
+        c.push_back('[');  // not `c = "["`: GCC 12's -Wrestrict misfires on it under ASan
         for (const auto& x : r) {
           AppendClassChar(x.first, &c);
           if (x.second != x.first) {
