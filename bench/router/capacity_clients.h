@@ -1,8 +1,8 @@
 // The clients of the router capacity bench: N concurrent Generate streams over gRPC (callback
-// reactors on a few channels) or over HTTP/SSE (/v1/completions with stream=true, libcurl multi
-// on one thread), and, as the bench's own floor, the same node calls with no router between. Each
-// records when every token arrived, by client request id, so the bench can pair it with the fake
-// node's emission time (timed_nodes.h).
+// reactors on a few channels) or over HTTP/SSE (/v1/completions with stream=true, libcurl's multi
+// socket interface on epoll), and, as the bench's own floor, the same node calls with no router
+// between. Each records when every token arrived, by client request id, so the bench can pair it
+// with the fake node's emission time (timed_nodes.h).
 //
 // Streams start spread over `spread` (not all in one instant) and each asks for `tokens` tokens.
 // Every wait is bounded by `timeout`: a stream not done by then counts as failed.

@@ -1,11 +1,14 @@
 // RunHttpStreams (capacity_clients.h): POST /v1/completions with stream=true per stream, through
-// libcurl's multi interface on kClientThreads threads (stream i on thread i % kClientThreads: one
-// thread's parsing saturated a core at 1,000 streams and became the bench's own latency); a token
-// is a `data:` event whose first choice carries text.
+// libcurl's multi socket interface on epoll, on kClientThreads threads (stream i on thread
+// i % kClientThreads); a token is a `data:` event whose first choice carries text.
 #include <curl/curl.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,14 +65,92 @@ size_t OnData(char* data, size_t size, size_t n, void* user) {
   return size * n;
 }
 
+// libcurl's socket interface driven by epoll: curl says which sockets to watch
+// (CURLMOPT_SOCKETFUNCTION) and when to call it back (CURLMOPT_TIMERFUNCTION), and a wake costs
+// what its ready sockets cost. curl_multi_perform + curl_multi_poll walked every transfer and
+// polled every socket on each wake: at 1,000 streams a thread, that walk was the client's CPU.
+class CurlEpollLoop {
+ public:
+  CurlEpollLoop() : multi_(curl_multi_init()), epoll_(epoll_create1(EPOLL_CLOEXEC)) {
+    curl_multi_setopt(multi_, CURLMOPT_SOCKETFUNCTION, &CurlEpollLoop::OnSocket);
+    curl_multi_setopt(multi_, CURLMOPT_SOCKETDATA, this);
+    curl_multi_setopt(multi_, CURLMOPT_TIMERFUNCTION, &CurlEpollLoop::OnTimer);
+    curl_multi_setopt(multi_, CURLMOPT_TIMERDATA, this);
+  }
+  ~CurlEpollLoop() {
+    curl_multi_cleanup(multi_);
+    close(epoll_);
+  }
+  CurlEpollLoop(const CurlEpollLoop&) = delete;
+  CurlEpollLoop& operator=(const CurlEpollLoop&) = delete;
+
+  CURLM* multi() const { return multi_; }
+
+  // Waits for ready sockets or curl's timer, at most until `latest`, and lets curl handle them.
+  void RunOnce(absl::Time latest) {
+    absl::Time until = latest;
+    if (timer_.has_value()) until = std::min(until, *timer_);
+    const int wait_ms = static_cast<int>(
+        std::clamp<int64_t>(absl::ToInt64Milliseconds(until - absl::Now() + absl::Milliseconds(1)),
+                            0, 100));
+    epoll_event events[256];
+    const int n = epoll_wait(epoll_, events, 256, wait_ms);
+    int running = 0;
+    for (int i = 0; i < n; ++i) {
+      int flags = 0;
+      if (events[i].events & EPOLLIN) flags |= CURL_CSELECT_IN;
+      if (events[i].events & EPOLLOUT) flags |= CURL_CSELECT_OUT;
+      if (events[i].events & (EPOLLERR | EPOLLHUP)) flags |= CURL_CSELECT_ERR;
+      curl_multi_socket_action(multi_, events[i].data.fd, flags, &running);
+    }
+    if (timer_.has_value() && *timer_ <= absl::Now()) {
+      timer_.reset();  // curl sets the next one from inside the call
+      curl_multi_socket_action(multi_, CURL_SOCKET_TIMEOUT, 0, &running);
+    }
+  }
+
+ private:
+  static int OnSocket(CURL*, curl_socket_t fd, int what, void* user, void*) {
+    auto* self = static_cast<CurlEpollLoop*>(user);
+    if (what == CURL_POLL_REMOVE) {
+      epoll_ctl(self->epoll_, EPOLL_CTL_DEL, fd, nullptr);  // curl may have closed it already
+      return 0;
+    }
+    epoll_event event{};
+    event.data.fd = fd;
+    if (what & CURL_POLL_IN) event.events |= EPOLLIN;
+    if (what & CURL_POLL_OUT) event.events |= EPOLLOUT;
+    if (epoll_ctl(self->epoll_, EPOLL_CTL_MOD, fd, &event) != 0 && errno == ENOENT) {
+      epoll_ctl(self->epoll_, EPOLL_CTL_ADD, fd, &event);
+    }
+    return 0;
+  }
+
+  static int OnTimer(CURLM*, long timeout_ms, void* user) {
+    auto* self = static_cast<CurlEpollLoop*>(user);
+    if (timeout_ms < 0) {
+      self->timer_.reset();
+    } else {
+      self->timer_ = absl::Now() + absl::Milliseconds(timeout_ms);
+    }
+    return 0;
+  }
+
+  CURLM* const multi_;
+  const int epoll_;
+  std::optional<absl::Time> timer_;  // when curl wants CURL_SOCKET_TIMEOUT
+};
+
 // The streams i with i % kClientThreads == part, on this thread.
 void RunPart(const LoadSpec& spec, int part, absl::Time start, std::vector<StreamResult>& results,
              std::vector<HttpStream>& streams) {
-  CURLM* multi = curl_multi_init();
+  CurlEpollLoop loop;
+  CURLM* multi = loop.multi();
   const std::string url = absl::StrCat(spec.target, "/v1/completions");
   const absl::Time deadline = start + spec.timeout;
   int added = part;  // the next stream of this part to start
-  int running = 0;
+  int started = 0;
+  int ended = 0;
   while (true) {
     const absl::Time now = absl::Now();
     // Start the streams whose time has come (the load's schedule).
@@ -98,11 +179,12 @@ void RunPart(const LoadSpec& spec, int part, absl::Time start, std::vector<Strea
                        static_cast<long>(absl::ToInt64Milliseconds(deadline - now)));
       curl_multi_add_handle(multi, s.easy);
       added += kClientThreads;
+      ++started;
     }
-    curl_multi_perform(multi, &running);
     int queued = 0;
     while (CURLMsg* msg = curl_multi_info_read(multi, &queued)) {
       if (msg->msg != CURLMSG_DONE) continue;
+      ++ended;
       HttpStream* s = nullptr;
       curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &s);
       long code = 0;
@@ -113,14 +195,12 @@ void RunPart(const LoadSpec& spec, int part, absl::Time start, std::vector<Strea
                                         code, s->done_event ? "" : ", no [DONE]");
       }
     }
-    if (added >= spec.streams && running == 0) break;
-    // Wake for the next start at the latest; curl bounds each transfer by CURLOPT_TIMEOUT_MS.
-    int wait_ms = 100;
-    if (added < spec.streams) {
-      const absl::Duration until = start + spec.spread * added / spec.streams - absl::Now();
-      wait_ms = static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(until), 0, 100));
-    }
-    curl_multi_poll(multi, nullptr, 0, wait_ms, nullptr);
+    if (added >= spec.streams && ended == started) break;
+    // Wake for the next start at the latest; curl bounds each transfer by CURLOPT_TIMEOUT_MS
+    // (through its timer).
+    absl::Time latest = absl::Now() + absl::Milliseconds(100);
+    if (added < spec.streams) latest = std::min(latest, start + spec.spread * added / spec.streams);
+    loop.RunOnce(latest);
   }
   for (int i = part; i < spec.streams; i += kClientThreads) {
     HttpStream& s = streams[i];
@@ -129,7 +209,6 @@ void RunPart(const LoadSpec& spec, int part, absl::Time start, std::vector<Strea
     curl_easy_cleanup(s.easy);
     curl_slist_free_all(s.headers);
   }
-  curl_multi_cleanup(multi);
 }
 
 }  // namespace

@@ -86,7 +86,7 @@ struct StepReport {
   double bench_cores = 0;   // this process's (clients + fake nodes) CPU seconds / wall seconds
   int router_threads = 0;   // most seen while the step ran
   // The router's context switches per relayed token: every thread's switches while the step
-  // ran (threads sampled every 250 ms, so a thread's last < 250 ms before it exits are missed).
+  // ran (threads sampled once a second, so a thread's last < 1 s before it exits is missed).
   double switches_per_token = 0;
   int64_t router_rss_kb = 0;  // most resident memory seen while the step ran
   std::string first_error;
@@ -146,12 +146,12 @@ StepReport RunStep(const std::string& transport, const LoadSpec& spec, const Rou
   std::map<int, int64_t> switches_seen;
   absl::Notification stop;
   std::thread sampler([&] {
-    // Sampling the router's threads, switches and memory four times a second while the step runs.
+    // Sampling the router's threads, switches and memory once a second while the step runs.
     do {
       most_threads = std::max(most_threads.load(), router.Threads());
       most_rss = std::max(most_rss.load(), router.RssKb());
       for (const auto& [tid, n] : router.ThreadSwitches()) switches_seen[tid] = n;
-    } while (!stop.WaitForNotificationWithTimeout(absl::Milliseconds(250)));
+    } while (!stop.WaitForNotificationWithTimeout(absl::Seconds(1)));
   });
   const double cpu0 = router.CpuSeconds();
   const double self0 = SelfCpuSeconds();

@@ -30,8 +30,8 @@ class RouterProcess {
   double CpuSeconds() const;
   // Threads now (/proc/PID/status); -1 when unknown.
   int Threads() const;
-  // Context switches (voluntary + involuntary) of each thread alive now, by thread id
-  // (/proc/PID/task/*/status). A thread's count is lost when it exits: sample while it lives.
+  // Context switches of each thread alive now, by thread id: the times it was switched in
+  // (/proc/PID/task/*/schedstat). A thread's count is lost when it exits: sample while it lives.
   std::map<int, int64_t> ThreadSwitches() const;
   // Resident memory now, KiB (VmRSS); -1 when unknown.
   int64_t RssKb() const;
