@@ -6,6 +6,9 @@
 #   RESULT cpu_decode_b1_vs_llamacpp=<Tandem decode b1 tok/s ÷ llama.cpp tg128 tok/s>
 #   RESULT cpu_prefill_vs_llamacpp=<Tandem prefill 512 tok/s ÷ llama.cpp pp512 tok/s>
 #   RESULT cpu_decode_b16_vs_llamacpp=<Tandem decode b16 tok/s ÷ llama-batched-bench S_TG>
+#   RESULT cpu_prefill_fma_bound_vs_llamacpp=<the prefill ratio Tandem would have if its linear
+#     layers ran at the f32 FMA peak model_bench measures in the same rounds, all else free: the
+#     ceiling of exact prefill (f32 FMAs on dequantised weights) against this llama.cpp>
 #
 #   flock /tmp/tandem-build.lock bash bench/peer/llamacpp.sh     # keeps builds off the cores
 #   env TANDEM_MODEL   model file (default ~/.cache/tandem/models/SmolLM2-135M-Instruct.Q4_1.gguf)
@@ -71,15 +74,20 @@ best_line() {  # the largest value of a model_bench row
 t_pp=$(best_line "prefill tokens/s")
 t_b1=$(best_line "decode batch 1  tokens/s")
 t_b16=$(best_line "decode batch 16 tokens/s")
+# The prefill rate the machine's f32 FMA peak, measured by model_bench in the same rounds, would
+# give the linear layers alone: the most exact prefill (f32 FMAs on dequantised weights) can reach.
+t_peak=$(awk -F= '/^RESULT prefill_fma_peak_tok_s=/ { v = $2 + 0; if (v > best) best = v }
+  END { print best + 0 }' "$logs/model_bench.txt")
 
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 resident=$(awk '/resident weights/ { for (i = 1; i <= NF; ++i) if ($i == "MB,") print $(i - 1) }' \
   "$logs/model_bench.txt" | head -1)
 
 python3 - "$pp" "$tg" "$stg" "$t_pp" "$t_b1" "$t_b16" "$threads" "$rounds" "$load_before" \
-  "$load_after" "$resident" "$(bash bench/cpu_info.sh)" <<'PY'
+  "$load_after" "$resident" "$(bash bench/cpu_info.sh)" "$t_peak" <<'PY'
 import sys
 pp, tg, stg, t_pp, t_b1, t_b16 = map(float, sys.argv[1:7])
+t_peak = float(sys.argv[13])
 threads, rounds = sys.argv[7], sys.argv[8]
 print(sys.argv[12])
 print(f"load average before: {sys.argv[9]}, after: {sys.argv[10]}; "
@@ -95,7 +103,10 @@ rows = [
 ]
 for name, l, t in rows:
     print(f"{name:44} {l:10.1f} {t:10.1f} {ratio(t, l):7.2f}")
+print(f"{'prefill bound: linear layers at FMA peak':44} {pp:10.1f} {t_peak:10.1f} "
+      f"{ratio(t_peak, pp):7.2f}")
 print(f"RESULT cpu_decode_b1_vs_llamacpp={ratio(t_b1, tg):.3f}")
 print(f"RESULT cpu_prefill_vs_llamacpp={ratio(t_pp, pp):.3f}")
 print(f"RESULT cpu_decode_b16_vs_llamacpp={ratio(t_b16, stg):.3f}")
+print(f"RESULT cpu_prefill_fma_bound_vs_llamacpp={ratio(t_peak, pp):.3f}")
 PY
