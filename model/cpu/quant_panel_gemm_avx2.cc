@@ -2,6 +2,7 @@
 // only for this file; called only when the CPU has them (quant_gemv.cc).
 #include <immintrin.h>
 
+#include "model/cpu/hadd_reduce4.h"
 #include "model/cpu/quant_panel_gemm_impl.h"
 
 namespace tandem::quant::internal {
@@ -19,13 +20,7 @@ struct Avx2Panel {
   static V Zero() { return _mm256_setzero_ps(); }
   static V Load(const float* p) { return _mm256_loadu_ps(p); }
   static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-  // out[j] = ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7)) of v = in[j]'s lanes.
-  static void Reduce4(const V* in, float* out) {
-    const V ab = _mm256_hadd_ps(in[0], in[1]);  // [a01 a23 b01 b23 | a45 a67 b45 b67]
-    const V cd = _mm256_hadd_ps(in[2], in[3]);
-    const V abcd = _mm256_hadd_ps(ab, cd);  // [a0123 b0123 c0123 d0123 | a4567 …]
-    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
-  }
+  static void Reduce4(const V* in, float* out) { HaddReduce4(in, out); }
   static DequantFn Dequant(GgmlType type, bool packed) { return Avx2Dequant(type, packed); }
 };
 

@@ -2,6 +2,7 @@
 // those flags only for this file; called only when the CPU has them (quant_gemv.cc).
 #include <immintrin.h>
 
+#include "model/cpu/hadd_reduce4.h"
 #include "model/cpu/quant_panel_gemm_impl.h"
 
 namespace tandem::quant::internal {
@@ -25,10 +26,7 @@ struct Avx512Panel {
       h[j] = _mm256_add_ps(_mm512_castps512_ps256(in[j]),
                            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(in[j]), 1)));
     }
-    const __m256 ab = _mm256_hadd_ps(h[0], h[1]);
-    const __m256 cd = _mm256_hadd_ps(h[2], h[3]);
-    const __m256 abcd = _mm256_hadd_ps(ab, cd);
-    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+    HaddReduce4(h, out);
   }
   static DequantFn Dequant(GgmlType type, bool packed) { return Avx512Dequant(type, packed); }
 };
