@@ -74,6 +74,9 @@ void Rope(float* x, int64_t m, int32_t heads, int32_t head_dim, const int64_t* p
   const int32_t half = head_dim / 2;
   ParallelFor(m, 8, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
+      // A padding row (position −1, rank_model.cc) is left as it is: it has no angle, its values
+      // reach nothing, and the table has no row before position 0.
+      if (positions[r] < 0) continue;
       const float* c = table.cos(positions[r]);
       const float* sn = table.sin(positions[r]);
       for (int32_t h = 0; h < heads; ++h) {

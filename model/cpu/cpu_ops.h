@@ -35,7 +35,8 @@ class RopeTable {
   std::vector<float> cos_, sin_;
 };
 
-// Rotary embedding in place on x [m][heads][head_dim] at positions[m] (all within the table).
+// Rotary embedding in place on x [m][heads][head_dim] at positions[m] (within the table; a row at
+// position −1, the engine's padding, is left unchanged).
 // kAdjacentPairs rotates (x[2i], x[2i+1]); kRotateHalf rotates (x[i], x[i + head_dim/2]).
 void Rope(float* x, int64_t m, int32_t heads, int32_t head_dim, const int64_t* positions,
           RopeStyle style, const RopeTable& table);
