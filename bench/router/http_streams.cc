@@ -90,9 +90,8 @@ class CurlEpollLoop {
   void RunOnce(absl::Time latest) {
     absl::Time until = latest;
     if (timer_.has_value()) until = std::min(until, *timer_);
-    const int wait_ms = static_cast<int>(
-        std::clamp<int64_t>(absl::ToInt64Milliseconds(until - absl::Now() + absl::Milliseconds(1)),
-                            0, 100));
+    const int wait_ms = static_cast<int>(std::clamp<int64_t>(
+        absl::ToInt64Milliseconds(until - absl::Now() + absl::Milliseconds(1)), 0, 100));
     epoll_event events[256];
     const int n = epoll_wait(epoll_, events, 256, wait_ms);
     int running = 0;
