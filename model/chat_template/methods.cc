@@ -2,9 +2,11 @@
 // ones; the mutating ones never get here: GetAttr returns the sandbox's unsafe Undefined).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -218,7 +220,11 @@ absl::StatusOr<Value> StrFormat(const Value& self, const CallArgs& args) {
       arg = args.args[auto_index++];
     } else if (std::all_of(field.begin(), field.end(),
                            [](char d) { return d >= '0' && d <= '9'; })) {
-      const size_t k = static_cast<size_t>(std::stoul(field));
+      // Python parses the index as a Py_ssize_t; one that does not fit is a ValueError.
+      size_t k = 0;
+      if (!absl::SimpleAtoi(field, &k) || k > static_cast<size_t>(INT64_MAX)) {
+        return absl::InvalidArgumentError("ValueError: Too many decimal digits in format string");
+      }
       if (k >= args.args.size()) {
         return absl::InvalidArgumentError(
             absl::StrCat("IndexError: Replacement index ", k, " out of range"));

@@ -150,6 +150,14 @@ TEST(ChatTemplateTest, EvaluationErrorsNameTheLineAndAreNotRaised) {
   // The immutable sandbox refuses mutating methods, as transformers' does.
   EXPECT_THAT(Render("{% set l = [] %}{{ l.append(1) }}", "{}").status().message(),
               HasSubstr("SecurityError"));
+  // An index too long for an integer is Python's ValueError, not an escaped std::out_of_range
+  // (found by fuzz_chat_template).
+  EXPECT_THAT(Render("{{ '{" + std::string(60, '7') + "}'.format(0, none) }}", "{}")
+                  .status()
+                  .message(),
+              HasSubstr("ValueError: Too many decimal digits in format string"));
+  EXPECT_THAT(Render("{{ '{7}'.format(0) }}", "{}").status().message(),
+              HasSubstr("IndexError: Replacement index 7 out of range"));
 }
 
 // No template runs away with the stack, memory or time: nesting, built sizes and work are bounded.
