@@ -152,10 +152,9 @@ TEST(ChatTemplateTest, EvaluationErrorsNameTheLineAndAreNotRaised) {
               HasSubstr("SecurityError"));
   // An index too long for an integer is Python's ValueError, not an escaped std::out_of_range
   // (found by fuzz_chat_template).
-  EXPECT_THAT(Render("{{ '{" + std::string(60, '7') + "}'.format(0, none) }}", "{}")
-                  .status()
-                  .message(),
-              HasSubstr("ValueError: Too many decimal digits in format string"));
+  EXPECT_THAT(
+      Render("{{ '{" + std::string(60, '7') + "}'.format(0, none) }}", "{}").status().message(),
+      HasSubstr("ValueError: Too many decimal digits in format string"));
   EXPECT_THAT(Render("{{ '{7}'.format(0) }}", "{}").status().message(),
               HasSubstr("IndexError: Replacement index 7 out of range"));
 }
