@@ -42,10 +42,16 @@ class Interpreter {
     auto root = std::make_shared<Frame>();
     root->parent = context;
     std::string out;
-    TANDEM_ASSIGN_OR_RETURN(const Flow flow, ExecBody(body, root, &out));
-    (void)flow;
-    // Frames may hold macros that point back at them: clear them so nothing outlives the render.
+    const absl::StatusOr<Flow> flow = ExecBody(body, root, &out);
+    // Nothing may outlive the render, whether it succeeded or not. Frames may hold macros that
+    // point back at them, and a namespace may hold itself (`set ns.x = ns`, or a list or loop
+    // that contains it): shared pointers in a cycle, never freed. Namespaces are the only values
+    // a template can change after making them, so every cycle runs through one, and emptying
+    // them all breaks every cycle.
     for (const FramePtr& f : {root, context, globals}) f->vars.clear();
+    for (const Value& ns : namespaces_) ns.object().attrs = Map();
+    namespaces_.clear();
+    if (!flow.ok()) return flow.status();
     return out;
   }
 
@@ -75,7 +81,7 @@ class Interpreter {
       return Value::Dict(std::move(m));
     });
     f->vars["namespace"] =
-        Value::Function("namespace", [](const CallArgs& a) -> absl::StatusOr<Value> {
+        Value::Function("namespace", [this](const CallArgs& a) -> absl::StatusOr<Value> {
           Map m;
           if (a.args.size() > 1) return TypeError("namespace expected at most 1 argument");
           if (a.args.size() == 1) {
@@ -83,7 +89,8 @@ class Interpreter {
             m = a.args[0].map();
           }
           for (const auto& [k, v] : a.kwargs) m.Set(k, v);
-          return Value::MakeObject(ObjectKind::kNamespace, std::move(m));
+          namespaces_.push_back(Value::MakeObject(ObjectKind::kNamespace, std::move(m)));
+          return namespaces_.back();
         });
     f->vars["raise_exception"] =
         Value::Function("raise_exception", [](const CallArgs& a) -> absl::StatusOr<Value> {
@@ -600,6 +607,7 @@ class Interpreter {
   const RenderLimits limits_;
   int depth_ = 0;
   int64_t steps_ = 0;
+  std::vector<Value> namespaces_;  // every namespace() of this render, emptied at its end (Run)
 };
 
 }  // namespace

@@ -95,6 +95,10 @@ const Case kCases[] = {
     {"{{ '{} and {}'.format(1, 'two') }}|{{ '%s-%d' % ('a', 3) }}",
      "{}",
      "1 and two|a-3"},
+    // A namespace holding itself (the renderer breaks the cycle once the render ends).
+    {"{% set ns = namespace(a=1) %}{% set ns.self = ns %}{{ ns.self.self.a }}|{% set ns.l = [ns] %}{{ ns.l[0].a }}",
+     "{}",
+     "1|1"},
     {"{% set t %}inner {{ 1 }}{% endset %}[{{ t }}]",
      "{}",
      "[inner 1]"},
