@@ -97,7 +97,9 @@ class Interpreter {
           TANDEM_ASSIGN_OR_RETURN(const std::vector<Value> v,
                                   BindArgs("raise_exception", a, {{"message", std::nullopt}}));
           TANDEM_ASSIGN_OR_RETURN(const std::string msg, ToStr(v[0]));
-          absl::Status s = absl::InvalidArgumentError(msg);
+          // An error the client sees always says something, even when the template says nothing.
+          absl::Status s = absl::InvalidArgumentError(
+              msg.empty() ? "the chat template raised an exception with an empty message" : msg);
           s.SetPayload(kRaisedPayload, absl::Cord("1"));
           return s;
         });

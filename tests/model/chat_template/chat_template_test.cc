@@ -143,6 +143,12 @@ TEST(ChatTemplateTest, RaiseExceptionCarriesTheTemplatesMessage) {
   ASSERT_FALSE(got.ok());
   EXPECT_TRUE(IsRaisedByTemplate(got.status()));
   EXPECT_EQ(got.status().message(), "System role not supported");
+  // An empty message still gives the client an error that says something (fuzz_chat_template).
+  const absl::StatusOr<std::string> empty = Render("{{ raise_exception('') }}", "{}");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_TRUE(IsRaisedByTemplate(empty.status()));
+  EXPECT_EQ(empty.status().message(),
+            "the chat template raised an exception with an empty message");
 }
 
 TEST(ChatTemplateTest, EvaluationErrorsNameTheLineAndAreNotRaised) {
