@@ -41,6 +41,11 @@ absl::StatusOr<Value> GetSlice(const Value& obj, const Value& start, const Value
 // with memory (MemoryError).
 inline constexpr size_t kMaxBuiltSize = size_t{64} << 20;
 absl::Status CheckBuiltSize(size_t size);
+// The most items a list built at render time may have (`*`, `+`, split, a string's characters):
+// an item is a Value of tens of bytes, so a limit in items keeps a render's memory to tens of
+// MiB where kMaxBuiltSize would let one list take gigabytes (MemoryError).
+inline constexpr size_t kMaxBuiltItems = size_t{1} << 20;
+absl::Status CheckBuiltItems(size_t items);
 
 // op in + - * / // % **
 absl::StatusOr<Value> BinaryOp(absl::string_view op, const Value& a, const Value& b);

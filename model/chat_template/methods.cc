@@ -304,19 +304,20 @@ absl::StatusOr<Value> StrMethod(const Value& self, absl::string_view name, const
       if (a[0].str().empty()) return absl::InvalidArgumentError("ValueError: empty separator");
     }
     if (!a[1].is_integral()) return TypeError("maxsplit must be an integer");
+    std::vector<std::string> parts =
+        PySplit(s, a[0].is_none() ? nullptr : &a[0].str(), a[1].as_int(), name == "rsplit");
+    TANDEM_RETURN_IF_ERROR(CheckBuiltItems(parts.size()));
     std::vector<Value> out;
-    for (std::string& part :
-         PySplit(s, a[0].is_none() ? nullptr : &a[0].str(), a[1].as_int(), name == "rsplit")) {
-      out.push_back(Str(self, std::move(part)));
-    }
+    for (std::string& part : parts) out.push_back(Str(self, std::move(part)));
     return Value::Seq(std::move(out));
   }
   if (name == "splitlines") {
     TANDEM_ASSIGN_OR_RETURN(const std::vector<Value> a,
                             BindArgs(name, args, {{"keepends", false}}));
+    std::vector<std::string> parts = PySplitLines(s, Truthy(a[0]));
+    TANDEM_RETURN_IF_ERROR(CheckBuiltItems(parts.size()));
     std::vector<Value> out;
-    for (std::string& part : PySplitLines(s, Truthy(a[0])))
-      out.push_back(Str(self, std::move(part)));
+    for (std::string& part : parts) out.push_back(Str(self, std::move(part)));
     return Value::Seq(std::move(out));
   }
   if (name == "startswith" || name == "endswith") {

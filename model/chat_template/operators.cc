@@ -79,8 +79,10 @@ absl::Status ZeroDivision() {
 
 absl::StatusOr<Value> Repeat(const Value& seq, int64_t n) {
   const size_t unit = seq.is_string() ? seq.str().size() : seq.seq().items.size();
-  if (n > 0 && unit > 0)
-    TANDEM_RETURN_IF_ERROR(CheckBuiltSize(unit * std::min<uint64_t>(n, kMaxBuiltSize + 1)));
+  if (n > 0 && unit > 0) {
+    const size_t total = unit * std::min<uint64_t>(n, kMaxBuiltSize + 1);
+    TANDEM_RETURN_IF_ERROR(seq.is_string() ? CheckBuiltSize(total) : CheckBuiltItems(total));
+  }
   if (seq.is_string()) {
     std::string out;
     for (int64_t i = 0; i < n; ++i) out += seq.str();
@@ -105,6 +107,12 @@ absl::Status CheckBuiltSize(size_t size) {
   if (size <= kMaxBuiltSize) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("MemoryError: a value of ", size,
                                                  " bytes or items (at most ", kMaxBuiltSize, ")"));
+}
+
+absl::Status CheckBuiltItems(size_t items) {
+  if (items <= kMaxBuiltItems) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("MemoryError: a list of ", items, " items (at most ", kMaxBuiltItems, ")"));
 }
 
 absl::Status TypeError(absl::string_view message) {
@@ -254,6 +262,8 @@ absl::StatusOr<Value> BinaryOp(absl::string_view op, const Value& a, const Value
     if (nums) return Value(a.as_float() + b.as_float());
     if (a.is_string() && b.is_string()) {
       if (a.is_markup() || b.is_markup()) {
+        // Escaping at most sextuples a character (' → &#39;).
+        TANDEM_RETURN_IF_ERROR(CheckBuiltSize(6 * (a.str().size() + b.str().size())));
         return Value::Markup(absl::StrCat(a.is_markup() ? a.str() : HtmlEscape(a.str()),
                                           b.is_markup() ? b.str() : HtmlEscape(b.str())));
       }
@@ -261,7 +271,7 @@ absl::StatusOr<Value> BinaryOp(absl::string_view op, const Value& a, const Value
       return Value(absl::StrCat(a.str(), b.str()));
     }
     if (a.is_list_like() && b.is_list_like() && a.seq().kind == b.seq().kind) {
-      TANDEM_RETURN_IF_ERROR(CheckBuiltSize(a.seq().items.size() + b.seq().items.size()));
+      TANDEM_RETURN_IF_ERROR(CheckBuiltItems(a.seq().items.size() + b.seq().items.size()));
       std::vector<Value> out = a.seq().items;
       out.insert(out.end(), b.seq().items.begin(), b.seq().items.end());
       return Value::Seq(std::move(out), a.seq().kind);

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "model/chat_template/builtins.h"
 #include "model/chat_template/pystr.h"
 
 namespace tandem::jinja {
@@ -403,9 +404,13 @@ absl::StatusOr<std::vector<Value>> Iterate(const Value& v) {
     case Value::Kind::kUndefined:
       return std::vector<Value>();
     case Value::Kind::kString: {
+      // One item per character, bounded like any built list.
+      const auto chars = DecodeUtf8(v.str());
+      TANDEM_RETURN_IF_ERROR(CheckBuiltItems(chars.size()));
       std::vector<Value> out;
+      out.reserve(chars.size());
       std::string ch;
-      for (char32_t c : DecodeUtf8(v.str())) {
+      for (char32_t c : chars) {
         ch.clear();
         AppendUtf8(c, &ch);
         out.emplace_back(ch);

@@ -182,6 +182,15 @@ TEST(ChatTemplateTest, RunawayTemplatesFailInsteadOfExhaustingTheProcess) {
               HasSubstr("MemoryError"));
   EXPECT_THAT(Render("{{ range(10000000) | length }}", "{}").status().message(),
               HasSubstr("range() longer than"));
+  // Lists are bounded in items, not bytes: a 10-million-character string is allowed, its
+  // characters as a list (one Value each, gigabytes) are not (found by fuzz_chat_template).
+  EXPECT_THAT(Render("{{ ('x' * 10000000) | join(',') | length }}", "{}").status().message(),
+              HasSubstr("MemoryError: a list of 10000000 items"));
+  EXPECT_THAT(Render("{{ ([0] * 2000000) | length }}", "{}").status().message(),
+              HasSubstr("MemoryError: a list of 2000000 items"));
+  EXPECT_THAT(Render("{{ ('a ' * 2000000).split() | length }}", "{}").status().message(),
+              HasSubstr("MemoryError: a list of 2000000 items"));
+  EXPECT_THAT(Render("{{ ('a' * 1000000) | list | length }}", "{}").value_or("error"), "1000000");
   EXPECT_THAT(Render("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "{}").status().message(),
               HasSubstr("RecursionError"));
   jinja::RenderLimits limits;
