@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "model/chat_template/interpreter.h"
 #include "model/chat_template/value.h"
 
 namespace tandem::jinja {
@@ -37,15 +38,24 @@ absl::StatusOr<Value> GetSlice(const Value& obj, const Value& start, const Value
                                const Value& step);
 
 // ---- operators ---------------------------------------------------------------------------------
-// The longest string or list an operator builds (`*`, `+`, `~`): a template cannot run away
-// with memory (MemoryError).
-inline constexpr size_t kMaxBuiltSize = size_t{64} << 20;
+// MemoryError past the longest string (bytes) or list (items) a render may build
+// (RenderLimits::max_built_bytes / max_built_items of the render running on this thread, see
+// BuiltLimitsScope; kMaxBuiltSize / kMaxBuiltItems outside a render).
 absl::Status CheckBuiltSize(size_t size);
-// The most items a list built at render time may have (`*`, `+`, split, a string's characters):
-// an item is a Value of tens of bytes, so a limit in items keeps a render's memory to tens of
-// MiB where kMaxBuiltSize would let one list take gigabytes (MemoryError).
-inline constexpr size_t kMaxBuiltItems = size_t{1} << 20;
 absl::Status CheckBuiltItems(size_t items);
+
+// Sets this thread's bounds for CheckBuiltSize / CheckBuiltItems for its lifetime (one render:
+// the operators, methods and filters that check are free functions without the render's state).
+class BuiltLimitsScope {
+ public:
+  BuiltLimitsScope(size_t max_bytes, size_t max_items);
+  ~BuiltLimitsScope();
+  BuiltLimitsScope(const BuiltLimitsScope&) = delete;
+  BuiltLimitsScope& operator=(const BuiltLimitsScope&) = delete;
+
+ private:
+  size_t previous_bytes_, previous_items_;
+};
 
 // op in + - * / // % **
 absl::StatusOr<Value> BinaryOp(absl::string_view op, const Value& a, const Value& b);

@@ -32,6 +32,7 @@ class Interpreter {
   Interpreter(const std::tm& now, const RenderLimits& limits) : now_(now), limits_(limits) {}
 
   absl::StatusOr<std::string> Run(const Body& body, const Map& variables) {
+    const BuiltLimitsScope built_limits(limits_.max_built_bytes, limits_.max_built_items);
     auto globals = std::make_shared<Frame>();
     DefineGlobals(globals.get());
     auto context = std::make_shared<Frame>();

@@ -101,18 +101,32 @@ double PyFloorMod(double a, double b) {
   return m;
 }
 
+// This thread's bounds (BuiltLimitsScope).
+thread_local size_t max_built_bytes = kMaxBuiltSize;
+thread_local size_t max_built_items = kMaxBuiltItems;
 }  // namespace
 
+BuiltLimitsScope::BuiltLimitsScope(size_t max_bytes, size_t max_items)
+    : previous_bytes_(max_built_bytes), previous_items_(max_built_items) {
+  max_built_bytes = std::min(max_bytes, kMaxBuiltSize);
+  max_built_items = std::min(max_items, kMaxBuiltSize);
+}
+
+BuiltLimitsScope::~BuiltLimitsScope() {
+  max_built_bytes = previous_bytes_;
+  max_built_items = previous_items_;
+}
+
 absl::Status CheckBuiltSize(size_t size) {
-  if (size <= kMaxBuiltSize) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("MemoryError: a value of ", size,
-                                                 " bytes or items (at most ", kMaxBuiltSize, ")"));
+  if (size <= max_built_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("MemoryError: a value of ", size, " bytes (at most ", max_built_bytes, ")"));
 }
 
 absl::Status CheckBuiltItems(size_t items) {
-  if (items <= kMaxBuiltItems) return absl::OkStatus();
+  if (items <= max_built_items) return absl::OkStatus();
   return absl::InvalidArgumentError(
-      absl::StrCat("MemoryError: a list of ", items, " items (at most ", kMaxBuiltItems, ")"));
+      absl::StrCat("MemoryError: a list of ", items, " items (at most ", max_built_items, ")"));
 }
 
 absl::Status TypeError(absl::string_view message) {

@@ -63,6 +63,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   tandem::jinja::RenderLimits limits;
   limits.max_output_bytes = 1 << 20;
+  limits.max_built_bytes = 1 << 20;  // a run explores, it does not copy 64 MiB strings around
+  limits.max_built_items = 1 << 16;
   limits.max_range = 1000;
   limits.max_steps = 100000;
   limits.max_call_depth = 50;

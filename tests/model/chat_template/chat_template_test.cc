@@ -194,6 +194,20 @@ TEST(ChatTemplateTest, RunawayTemplatesFailInsteadOfExhaustingTheProcess) {
   EXPECT_THAT(Render("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "{}").status().message(),
               HasSubstr("RecursionError"));
   jinja::RenderLimits limits;
+  limits.max_built_bytes = 1000;
+  limits.max_built_items = 10;
+  absl::StatusOr<std::shared_ptr<const ChatTemplate>> built =
+      ChatTemplate::Parse("{{ ('x' * 1001) | length }}{{ 'abcdefghijk' | list }}");
+  ASSERT_TRUE(built.ok());
+  EXPECT_THAT((*built)->Render(jinja::Map(), FixedNow(), limits).status().message(),
+              HasSubstr("MemoryError: a value of 1001 bytes (at most 1000)"));
+  built = ChatTemplate::Parse("{{ 'abcdefghijk' | list }}");
+  ASSERT_TRUE(built.ok());
+  EXPECT_THAT((*built)->Render(jinja::Map(), FixedNow(), limits).status().message(),
+              HasSubstr("MemoryError: a list of 11 items (at most 10)"));
+  // The render's bounds were its own: the default applies again after it.
+  EXPECT_TRUE(Render("{{ ('x' * 1001) | length }}", "{}").ok());
+  limits = jinja::RenderLimits();
   limits.max_steps = 1000;
   absl::StatusOr<std::shared_ptr<const ChatTemplate>> t = ChatTemplate::Parse(
       "{% for i in range(100) %}{% for j in range(100) %}.{% endfor %}{% endfor %}");
