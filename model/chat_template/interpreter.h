@@ -16,14 +16,14 @@ namespace tandem::jinja {
 // The payload marking a status that raise_exception() produced (its message is the template's).
 inline constexpr char kRaisedPayload[] = "type.tandem/jinja.raise_exception";
 
-// Bounds on one render, so that no template (nor conversation) can run away with memory or
-// time; far above what real chat templates need.
 // The longest string (bytes) and list (items) a render builds by default (`*`, `+`, `~`, join,
 // split, a string's characters, ...). Items are Values of tens of bytes each, so lists have their
 // own, smaller bound: without it one list of a 64 MiB string's characters takes gigabytes.
 inline constexpr size_t kMaxBuiltSize = size_t{64} << 20;
 inline constexpr size_t kMaxBuiltItems = size_t{1} << 20;
 
+// Bounds on one render, so that no template (nor conversation) can run away with memory or
+// time; far above what real chat templates need.
 struct RenderLimits {
   size_t max_output_bytes = size_t{64} << 20;
   // One string and one list (MemoryError past them); neither above kMaxBuiltSize.
